@@ -1,0 +1,116 @@
+"""Cases: one frozen, hashable description of an attention call, with a readable id.
+
+The id is the pytest id and the report label, so it is short, stable and says what
+differs from the defaults (``B3-H8/2-T113x203-d59-float32-causal-mask=random``).
+Suites of cases are generated from an implementation's declared capabilities
+elsewhere (:mod:`harness.suites`); this module only defines what a case is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from harness.errors import UsageError
+from harness.registry import DEVICES, DTYPES
+
+MASKS = ("none", "random", "key_padding", "empty_rows")
+"""none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False."""
+INPUTS = ("randn", "large", "rand")
+"""randn; randn scaled into large logits (q x5, k x3); rand (non-negative)."""
+LAYOUTS = ("contiguous", "transposed", "strided")
+"""contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer."""
+BIASES = ("none", "alibi")
+
+
+@dataclass(frozen=True)
+class AttentionCase:
+    """One attention call: shapes, dtype, device, masking and how the inputs are drawn."""
+
+    batch: int = 1
+    heads: int = 1
+    tq: int = 16
+    d: int = 16
+    kv_heads: int = 0
+    """0 means equal to ``heads``."""
+    tk: int = 0
+    """0 means equal to ``tq``."""
+    dtype: str = "float32"
+    device: str = "cpu"
+    causal: bool = False
+    mask: str = "none"
+    scale: float | None = None
+    inputs: str = "randn"
+    layout: str = "contiguous"
+    self_attention: bool = False
+    grad: bool = False
+    bias: str = "none"
+    kind: str = "kernel"
+
+    def __post_init__(self) -> None:
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.tk == 0:
+            object.__setattr__(self, "tk", self.tq)
+        self.validate()
+
+    def validate(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise UsageError(f"invalid case {self.id}: {message}")
+
+        for name in ("batch", "heads", "tq", "d", "kv_heads", "tk"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
+        need(self.heads % self.kv_heads == 0, f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
+        need(self.dtype in DTYPES, f"dtype {self.dtype!r} is not one of {DTYPES}")
+        need(self.device in DEVICES, f"device {self.device!r} is not one of {DEVICES}")
+        need(self.mask in MASKS, f"mask {self.mask!r} is not one of {MASKS}")
+        need(self.inputs in INPUTS, f"inputs {self.inputs!r} is not one of {INPUTS}")
+        need(self.layout in LAYOUTS, f"layout {self.layout!r} is not one of {LAYOUTS}")
+        need(self.bias in BIASES, f"bias {self.bias!r} is not one of {BIASES}")
+        need(not (self.causal and self.tq != self.tk), "causal cases need tq == tk (top-left alignment is ambiguous otherwise)")
+        need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
+             "self-attention needs tq == tk and kv_heads == heads")
+        need(self.scale is None or self.scale > 0, "scale must be positive")
+
+    @property
+    def id(self) -> str:
+        heads = f"H{self.heads}" if self.kv_heads == self.heads else f"H{self.heads}/{self.kv_heads}"
+        seq = f"T{self.tq}" if self.tq == self.tk else f"T{self.tq}x{self.tk}"
+        parts = [f"B{self.batch}", heads, seq, f"d{self.d}", self.dtype]
+        if self.device != "cpu":
+            parts.append(self.device)
+        if self.causal:
+            parts.append("causal")
+        if self.mask != "none":
+            parts.append(f"mask={self.mask}")
+        if self.bias != "none":
+            parts.append(f"bias={self.bias}")
+        if self.scale is not None:
+            parts.append(f"scale={self.scale:g}")
+        if self.inputs != "randn":
+            parts.append(f"in={self.inputs}")
+        if self.layout != "contiguous":
+            parts.append(self.layout)
+        if self.self_attention:
+            parts.append("self")
+        if self.grad:
+            parts.append("grad")
+        if self.kind != "kernel":
+            parts.insert(0, self.kind)
+        return "-".join(parts)
+
+    @property
+    def effective_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / float(self.d) ** 0.5
+
+    def with_(self, **changes: Any) -> "AttentionCase":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "AttentionCase":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

@@ -1,0 +1,33 @@
+"""What several commands share: loading the registry from ``--plugin`` and printing tables."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from harness.discovery import Registry, load_registry
+from harness.errors import PluginError
+
+
+def registry_from_args(args: argparse.Namespace) -> Registry:
+    """Load every implementation; warn about broken plugins, fail on a broken ``--plugin``."""
+    registry = load_registry(getattr(args, "plugin", []) or [])
+    for note in registry.notes:
+        print(f"attnbench: note: {note}", file=sys.stderr)
+    for error in registry.errors:
+        if not error.requested:
+            print(f"attnbench: warning: could not load {error}", file=sys.stderr)
+    fatal = registry.fatal_errors
+    if fatal:
+        raise PluginError("; ".join(f"could not load {e}" for e in fatal))
+    return registry
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table with columns padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

@@ -1,0 +1,194 @@
+"""Find implementations: entry points (built-ins included), plugin files and plugin modules.
+
+Like pytest's ``pytest11`` group, the entry-point group ``attnbench.implementations``
+is the one road in; attnbench's own built-ins are declared there in ``pyproject.toml``.
+When attnbench runs from a source tree that was never installed, the built-ins are
+found by scanning the ``implementations`` package instead, and the registry says so.
+
+A plugin that fails to import becomes a :class:`LoadError` that names its source;
+the others still load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import pkgutil
+import sys
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Iterable, Iterator
+
+from harness.errors import PluginError, UsageError
+from harness.registry import Implementation, declared_in
+
+ENTRY_POINT_GROUP = "attnbench.implementations"
+BUILTIN_PACKAGE = "implementations"
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A plugin source that could not be loaded, and why."""
+
+    source: str
+    error: str
+    requested: bool = False
+    """True when the user asked for this source by ``--plugin``: then it is fatal for the command."""
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.error}"
+
+
+@dataclass
+class Registry:
+    """All loaded implementations by name, plus the sources that failed to load."""
+
+    implementations: dict[str, Implementation] = field(default_factory=dict)
+    errors: list[LoadError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def __iter__(self) -> Iterator[Implementation]:
+        return iter(self.implementations.values())
+
+    def __len__(self) -> int:
+        return len(self.implementations)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.implementations
+
+    def get(self, name: str) -> Implementation:
+        try:
+            return self.implementations[name]
+        except KeyError:
+            known = ", ".join(sorted(self.implementations)) or "none"
+            raise UsageError(f"no implementation named {name!r}; known: {known} (see `attnbench list`)") from None
+
+    def select(self, names: Iterable[str] | None) -> list[Implementation]:
+        """The implementations named (all when ``names`` is empty), in registry order."""
+        wanted = [n.strip() for raw in (names or []) for n in raw.split(",") if n.strip()]
+        if not wanted:
+            return list(self)
+        return [self.get(n) for n in wanted]
+
+    def add(self, impl: Implementation, origin: str) -> None:
+        if impl.name in self.implementations:
+            first = self.implementations[impl.name]
+            if first.source == impl.source:
+                return  # the same declaration reached us twice (entry point and scan)
+            self.errors.append(LoadError(
+                origin,
+                f"PluginError: two implementations are named {impl.name!r}: one from {first.source}, "
+                f"one from {impl.source}; rename one of them (the first one is kept)",
+            ))
+            return
+        self.implementations[impl.name] = impl
+
+    @property
+    def fatal_errors(self) -> list[LoadError]:
+        return [e for e in self.errors if e.requested]
+
+
+def _describe(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+def _collect(registry: Registry, obj: object, origin: str) -> int:
+    """Add what ``obj`` (a module or a decorated function) declared; return how many."""
+    if isinstance(obj, ModuleType):
+        impls = declared_in(obj.__name__)
+    elif isinstance(getattr(obj, "__attnbench__", None), Implementation):
+        impls = [obj.__attnbench__]  # type: ignore[attr-defined]
+    else:
+        raise PluginError(f"{origin} is neither a module nor a function decorated with @register")
+    for impl in impls:
+        registry.add(impl, origin)
+    return len(impls)
+
+
+def _import_file(path: Path) -> ModuleType:
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]
+    module_name = f"attnbench_plugin_{path.stem}_{digest}"
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise PluginError(f"cannot import {path}: not a Python source file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]
+        raise
+    return module
+
+
+def load_plugin(registry: Registry, spec: str) -> None:
+    """Load ``--plugin SPEC``: a path to a .py file, or an importable module name."""
+    path = Path(spec)
+    is_file = spec.endswith(".py") or path.exists()
+    origin = f"plugin file {path.resolve()}" if is_file else f"plugin module {spec}"
+    try:
+        if is_file:
+            if not path.is_file():
+                raise UsageError(f"--plugin {spec}: no such file; give a path to a .py file or a module name")
+            module = _import_file(path)
+        else:
+            module = importlib.import_module(spec)
+        if _collect(registry, module, origin) == 0:
+            raise PluginError(f"{origin} registered no implementation; decorate a function with @harness.register")
+    except Exception as exc:  # a broken plugin must never take the others down
+        registry.errors.append(LoadError(origin, _describe(exc), requested=True))
+
+
+def _load_entry_points(registry: Registry) -> set[str]:
+    """Load the entry-point group; return the module names it covered."""
+    covered: set[str] = set()
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep.dist, "name", None) or "?"
+        origin = f"entry point {ep.name} = {ep.value} (distribution {dist})"
+        covered.add(ep.module)
+        try:
+            _collect(registry, ep.load(), origin)
+        except Exception as exc:
+            registry.errors.append(LoadError(origin, _describe(exc)))
+    return covered
+
+
+def _scan_builtins(registry: Registry, covered: set[str]) -> None:
+    try:
+        package = importlib.import_module(BUILTIN_PACKAGE)
+    except Exception as exc:
+        registry.errors.append(LoadError(f"package {BUILTIN_PACKAGE}", _describe(exc)))
+        return
+    missing = [
+        f"{BUILTIN_PACKAGE}.{info.name}" for info in pkgutil.iter_modules(package.__path__)
+        if not info.name.startswith("_") and f"{BUILTIN_PACKAGE}.{info.name}" not in covered
+    ]
+    if missing and not covered:
+        registry.notes.append(
+            "attnbench's entry points are not installed (run `pip install -e .`); built-ins were found by "
+            "scanning the implementations/ package"
+        )
+    for module_name in missing:
+        try:
+            _collect(registry, importlib.import_module(module_name), f"built-in module {module_name}")
+        except Exception as exc:
+            registry.errors.append(LoadError(f"built-in module {module_name}", _describe(exc)))
+
+
+def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_points: bool = True) -> Registry:
+    """Build the registry: entry points, then built-ins not reached that way, then ``--plugin`` specs."""
+    registry = Registry()
+    covered = _load_entry_points(registry) if entry_points else set()
+    if builtins:
+        _scan_builtins(registry, covered)
+    for spec in plugins:
+        load_plugin(registry, spec)
+    return registry

@@ -1,0 +1,70 @@
+"""The float64 reference: the contract's semantics, written once, shared by nobody else.
+
+No plugin code is imported here. The oracle is differentiable (torch autograd in
+float64), so gradients are checked against the same formula.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def allowed_keys(
+    tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu"
+) -> torch.Tensor | None:
+    """Boolean (…, Tq, Tk) of the keys each query may attend to, or None when all are allowed.
+
+    Causal is top-left aligned (SDPA's ``is_causal``): query i sees keys j <= i.
+    """
+    allowed = None
+    if causal:
+        allowed = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+    if mask is not None:
+        mask = mask.to(device=device, dtype=torch.bool)
+        allowed = mask if allowed is None else (allowed & mask)
+    return allowed
+
+
+def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    """Repeat kv heads so that query head h reads kv head h // (H / Hkv) (SDPA's enable_gqa)."""
+    groups = heads // x.shape[1]
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def reference_attention(
+    q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
+    scale: float | None = None, bias: Any = None,
+) -> torch.Tensor:
+    """softmax(q k^T * scale + bias, masked) v in float64; rows with no allowed key are zero.
+
+    Inputs may be torch tensors (kept on their device, autograd preserved) or arrays.
+    """
+    q, k, v = (_as_f64(x) for x in (q, k, v))
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(f"query heads {q.shape[1]} must be a multiple of kv heads {k.shape[1]}")
+    heads, d = q.shape[1], q.shape[-1]
+    k, v = expand_kv(k, heads), expand_kv(v, heads)
+    scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if bias is not None:
+        scores = scores + _as_f64(bias)
+    mask_t = None if mask is None else torch.as_tensor(mask)
+    allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device)
+    if allowed is None:
+        return torch.softmax(scores, dim=-1) @ v
+    allowed = allowed.expand(scores.shape)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
+    weights = torch.exp(scores - row_max)
+    total = weights.sum(dim=-1, keepdim=True)
+    weights = weights / torch.where(total > 0, total, torch.ones_like(total))
+    return weights @ v
+
+
+def _as_f64(x: Any) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        return x.to(torch.float64)
+    return torch.as_tensor(x).to(torch.float64)

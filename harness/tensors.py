@@ -1,0 +1,131 @@
+"""Inputs for a case: seeded, drawn in float64, rounded to the case's dtype, laid out as asked.
+
+Inputs are drawn on the CPU in float64 from a seeded generator, so every backend and
+device sees the same numbers; the float64 copies kept for the oracle are the
+*rounded* values, so the oracle answers the question the implementation was asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.cases import AttentionCase
+
+TORCH_DTYPES = {
+    "float64": torch.float64, "float32": torch.float32,
+    "float16": torch.float16, "bfloat16": torch.bfloat16,
+}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+
+
+@dataclass
+class Inputs:
+    """One trial's inputs: ``q, k, v, mask`` for the implementation, ``*64`` for the oracle."""
+
+    q: Any
+    k: Any
+    v: Any
+    mask: Any | None
+    q64: torch.Tensor
+    k64: torch.Tensor
+    v64: torch.Tensor
+    mask64: torch.Tensor | None
+
+    def kwargs(self, case: AttentionCase) -> dict[str, Any]:
+        """The keyword arguments of the contract for this case."""
+        return {"causal": case.causal, "mask": self.mask, "scale": case.scale}
+
+
+def dtype_name(x: Any) -> str:
+    """'float32' for a torch tensor or numpy array of that dtype."""
+    if isinstance(x, torch.Tensor):
+        return DTYPE_NAMES.get(x.dtype, str(x.dtype))
+    return str(np.asarray(x).dtype) if not isinstance(x, np.ndarray) else str(x.dtype)
+
+
+def to_float64(x: Any) -> torch.Tensor:
+    """Any backend's array as a CPU float64 tensor (for comparison with the oracle)."""
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float64)
+    return torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
+
+
+def _layout(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """Same values as ``x`` (B, H, T, d), in the memory layout the case asks for."""
+    if layout == "transposed":
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if layout == "strided":
+        wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype, device=x.device)
+        wide[..., ::2] = x
+        return wide[..., ::2]
+    return x.contiguous()
+
+
+def _to_backend(x: torch.Tensor, backend: str, layout: str) -> Any:
+    if backend == "torch":
+        return _layout(x, layout)
+    array = x.cpu().numpy()
+    if layout == "transposed":
+        return np.ascontiguousarray(array.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
+    if layout == "strided":
+        wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
+        wide[..., ::2] = array
+        return wide[..., ::2]
+    return np.ascontiguousarray(array)
+
+
+def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
+    """The boolean mask of the case (True = may attend), shaped to broadcast to (B, H, Tq, Tk)."""
+    b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
+    if case.mask == "none":
+        return None
+    if case.mask == "key_padding":
+        lengths = torch.randint(1, tk + 1, (b,), generator=gen)
+        lengths[0] = tk  # one batch element unpadded, so padding is visible by contrast
+        return (torch.arange(tk)[None, :] < lengths[:, None]).reshape(b, 1, 1, tk)
+    mask = torch.rand(b, h, tq, tk, generator=gen, dtype=torch.float64) < 0.7
+    if case.mask == "empty_rows":
+        empty = torch.rand(b, h, tq, generator=gen, dtype=torch.float64) < 0.25
+        empty.view(-1)[0] = True
+        mask &= ~empty[..., None]
+    return mask
+
+
+def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Inputs:
+    """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind)."""
+    gen = torch.Generator().manual_seed(seed)
+    b, h, hkv, tq, tk, d = case.batch, case.heads, case.kv_heads, case.tq, case.tk, case.d
+
+    def draw(*shape: int) -> torch.Tensor:
+        if case.inputs == "rand":
+            return torch.rand(*shape, generator=gen, dtype=torch.float64)
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    q = draw(b, h, tq, d)
+    if case.self_attention:
+        q = q * 5.0 if case.inputs == "large" else q
+        k = v = q
+    else:
+        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, d)
+        if case.inputs == "large":
+            q, k = q * 5.0, k * 3.0
+    mask = make_mask(case, gen)
+    dtype = TORCH_DTYPES[case.dtype]
+    q, k, v = (x.to(dtype) for x in (q, k, v))
+    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
+    device = case.device
+    if backend == "torch":
+        qb = _to_backend(q.to(device), "torch", case.layout)
+        kb = qb if case.self_attention else _to_backend(k.to(device), "torch", case.layout)
+        vb = qb if case.self_attention else _to_backend(v.to(device), "torch", case.layout)
+        mb = None if mask is None else mask.to(device)
+    else:
+        qb = _to_backend(q, "numpy", case.layout)
+        kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout)
+        vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout)
+        mb = None if mask is None else mask.numpy()
+    return Inputs(qb, kb, vb, mb, q64, k64, v64, mask)

@@ -1,0 +1,106 @@
+"""``F.scaled_dot_product_attention``: PyTorch's own dispatch, and one variant pinned to each backend.
+
+A pinned variant is available for a case only where PyTorch itself can run it: we ask
+PyTorch on a tiny input of the case's kind (device, dtype, mask, causal, GQA, grad)
+inside ``sdpa_kernel(backend)`` and, when it refuses, report PyTorch's own words
+(its error plus the warnings in which it explains why each kernel was not used).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from harness import register
+
+if TYPE_CHECKING:
+    from harness.cases import AttentionCase
+
+_TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
+ALL_DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+         mask: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+    """SDPA with the contract's semantics: causal and a mask together become one boolean mask."""
+    gqa = q.shape[1] != k.shape[1]
+    if causal and mask is not None:
+        mask = mask & torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        causal = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                          enable_gqa=gqa)
+
+
+@register("torch_sdpa", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
+          causal=True, mask=True, gqa=True, grad=True,
+          description="F.scaled_dot_product_attention with PyTorch's own backend choice")
+def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+    return sdpa(q, k, v, **kwargs)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool, gqa: bool, grad: bool,
+           layout: str) -> str | None:
+    """Run the pinned backend on a tiny input of this kind; None if it ran, else PyTorch's reason."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = getattr(SDPBackend, backend_name)
+    kv_heads = 1 if gqa else 2
+    def make(heads: int) -> torch.Tensor:
+        x = torch.randn(1, 8, heads, 32, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
+        if layout == "strided":
+            return x[..., ::2]  # last-dimension stride 2, as the case's inputs
+        return x if layout == "transposed" else x[..., :16].contiguous()
+
+    q, k, v = make(2), make(kv_heads), make(kv_heads)
+    q.requires_grad_(grad)
+    bool_mask = torch.rand(8, 8, device=device) < 0.8 if mask else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with sdpa_kernel(backend):
+                out = sdpa(q, k, v, causal=causal, mask=bool_mask)
+                if grad:
+                    out.sum().backward()
+            return None
+        except RuntimeError as exc:
+            why = [_TRIGGERED.sub("", str(w.message)).strip().rstrip(":") for w in caught]
+            why = [w for w in why if w]
+            detail = "; ".join(why) if why else str(exc).strip().splitlines()[0]
+            return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
+
+
+def _pinned(backend_name: str, devices: tuple[str, ...]) -> Callable[..., Any]:
+    def available(case: "AttentionCase") -> str | None:
+        if case.device == "cpu" and "cpu" not in devices:
+            return None  # the declared devices already give the reason
+        if case.device == "cuda" and not torch.cuda.is_available():
+            return None
+        return _probe(backend_name, case.device, case.dtype, case.mask != "none", case.causal,
+                      case.kv_heads != case.heads, case.grad, case.layout)
+
+    def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(getattr(SDPBackend, backend_name)):
+            return sdpa(q, k, v, **kwargs)
+
+    run.__module__ = __name__
+    return register(
+        f"torch_sdpa_{backend_name.split('_')[0].lower()}", backend="torch", dtypes=ALL_DTYPES,
+        devices=devices, causal=True, mask=True, gqa=True, grad=True, available=available,
+        description=f"SDPA pinned to SDPBackend.{backend_name}"
+        + ("" if "cpu" in devices else " (PyTorch implements it for CUDA only)"),
+    )(run)
+
+
+# On CPU PyTorch implements the math and flash backends; efficient and cuDNN are CUDA kernels.
+torch_sdpa_math = _pinned("MATH", ("cpu", "cuda"))
+torch_sdpa_flash = _pinned("FLASH_ATTENTION", ("cpu", "cuda"))
+torch_sdpa_efficient = _pinned("EFFICIENT_ATTENTION", ("cuda",))
+torch_sdpa_cudnn = _pinned("CUDNN_ATTENTION", ("cuda",))

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set up attnbench on a fresh machine: `bash scripts/setup.sh` (to run) or `bash scripts/setup.sh test`.
+#
+# torch is installed first and pinned (torch==2.13.0, the CPU wheel here), so that pip never
+# resolves a bare `torch` to the newest CUDA build (several GB). A torch you installed
+# yourself (e.g. a CUDA build on a GPU machine) is kept.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+quiet=(-q --disable-pip-version-check)
+
+if ! "$PYTHON" -c "import torch" 2>/dev/null; then
+  "$PYTHON" -m pip install "${quiet[@]}" "torch==2.13.0"
+fi
+extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton]"
+"$PYTHON" -m pip install "${quiet[@]}" -e ".${extras}"

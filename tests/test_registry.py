@@ -1,0 +1,75 @@
+"""The plugin contract: validation at registration, capabilities as reasons, the prepare form."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import PluginError, register
+from harness.cases import AttentionCase
+from harness.registry import make_implementation
+
+
+def _fn(q, k, v, *, causal=False, mask=None, scale=None):  # noqa: ANN001, ANN202
+    return q
+
+
+@pytest.mark.parametrize("keywords, words", [
+    ({"backend": "torch", "dtype": ("float32",)}, "unknown keyword"),
+    ({"dtypes": ("float32",)}, "backend= is required"),
+    ({"backend": "jax"}, "backend='jax'"),
+    ({"backend": "torch", "dtypes": ("float8",)}, "unknown values ['float8']"),
+    ({"backend": "numpy", "dtypes": ("bfloat16",)}, "NumPy has no"),
+    ({"backend": "torch", "causal": "yes"}, "causal='yes' must be True or False"),
+    ({"backend": "numpy", "grad": True}, "grad=True needs backend='torch'"),
+    ({"backend": "torch", "available": "no"}, "available= must be a callable"),
+])
+def test_bad_registration_names_plugin_and_source(keywords: dict, words: str) -> None:
+    with pytest.raises(PluginError) as info:
+        make_implementation("broken_one", _fn, **keywords)
+    message = str(info.value)
+    assert "broken_one" in message and "test_registry.py" in message and words in message
+
+
+def test_capabilities_become_reasons() -> None:
+    impl = make_implementation("plain", _fn, backend="torch")
+    case = AttentionCase(heads=4, kv_heads=2, dtype="float16", causal=True, mask="random", grad=True)
+    reasons = impl.not_supported_reasons(case)
+    text = " | ".join(reasons)
+    for words in ("dtype float16", "causal", "boolean masks", "grouped-query", "gradients"):
+        assert words in text
+    assert impl.not_supported_reasons(AttentionCase()) == []
+
+
+def test_available_reason_is_reported_and_a_raising_check_is_a_reason() -> None:
+    missing = make_implementation("needs_dep", _fn, backend="torch", available=lambda: "needs foo: pip install foo")
+    assert missing.not_supported_reasons(AttentionCase()) == ["needs foo: pip install foo"]
+
+    def broken() -> str | None:
+        raise ImportError("libfoo.so: cannot open")
+
+    crashing = make_implementation("check_raises", _fn, backend="torch", available=broken)
+    assert "ImportError: libfoo.so" in crashing.availability()
+
+
+def test_prepare_form_separates_setup_from_the_call() -> None:
+    calls = []
+
+    @register("prepared_example", backend="numpy", prepare=True)
+    def prepared(q, k, v, *, causal=False, mask=None, scale=None):  # noqa: ANN001, ANN202
+        calls.append("setup")
+        return lambda: calls.append("call") or q
+
+    impl = prepared.__attnbench__
+    run = impl.prepare(1, 2, 3, causal=False, mask=None, scale=None)
+    run()
+    run()
+    assert calls == ["setup", "call", "call"]
+
+
+def test_case_ids_are_readable_and_validation_names_the_fix() -> None:
+    case = AttentionCase(batch=3, heads=8, kv_heads=2, tq=113, tk=203, d=59, mask="random")
+    assert case.id == "B3-H8/2-T113x203-d59-float32-mask=random"
+    with pytest.raises(Exception, match="multiple of kv_heads"):
+        AttentionCase(heads=3, kv_heads=2)
+    with pytest.raises(Exception, match="causal cases need tq == tk"):
+        AttentionCase(tq=4, tk=5, causal=True)

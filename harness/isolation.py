@@ -1,0 +1,161 @@
+"""Run plugin code in worker processes, so that a crash or a hang costs one case, not the run.
+
+A worker is a spawned process that runs tasks one after another (so an implementation's
+set-up and caches are paid once). The parent waits for each answer with a timeout:
+
+- the task raised: ``error`` with the exception type, message and traceback;
+- the worker died (abort, segfault, ``os._exit``): ``crash`` with its exit code or signal;
+- no answer in time: ``timeout``; the worker is killed.
+
+After a crash or a timeout a fresh worker takes the remaining tasks. Outcomes are handed
+to ``on_outcome`` as they arrive, so the caller can write them to disk at once and nothing
+measured before is lost. Task functions must be importable top-level functions and their
+arguments picklable (workers are spawned, not forked: forking a process with torch's
+thread pools running is unsafe).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import time
+import traceback
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any, Callable, Iterable
+
+DEFAULT_TIMEOUT_S = 60.0
+OK, ERROR, CRASH, TIMEOUT = "ok", "error", "crash", "timeout"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work: ``fn(*args)`` in a worker. ``key`` identifies it to the caller."""
+
+    key: Any
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    timeout: float | None = None
+    """Seconds; None means the pool's default."""
+
+
+@dataclass
+class Outcome:
+    status: str
+    """ok, error, crash or timeout."""
+    value: Any = None
+    error: str | None = None
+    """For error: "Type: message"; crash: how the worker died; timeout: the limit."""
+    traceback: str | None = None
+    seconds: float = 0.0
+
+
+def _worker_main(conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:
+            return
+        if message is None:
+            return
+        fn, args = message
+        try:
+            reply: tuple[Any, ...] = (OK, fn(*args), None, None)
+        except BaseException as exc:  # noqa: BLE001 - every failure of plugin code is an outcome
+            reply = (ERROR, None, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        try:
+            conn.send(reply)
+        except Exception as exc:  # an unpicklable result is the task's error, not the worker's death
+            conn.send((ERROR, None, f"result could not be sent back: {type(exc).__name__}: {exc}", None))
+
+
+def _describe_death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "worker stopped answering"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"worker killed by {name} (exit code {exitcode})"
+    return f"worker exited with code {exitcode}"
+
+
+@dataclass
+class _Worker:
+    process: mp.process.BaseProcess
+    conn: Connection
+
+    @classmethod
+    def start(cls) -> "_Worker":
+        context = mp.get_context("spawn")
+        parent, child = context.Pipe()
+        process = context.Process(target=_worker_main, args=(child,), daemon=True)
+        process.start()
+        child.close()
+        return cls(process, parent)
+
+    def stop(self, kill: bool = False) -> None:
+        if not kill:
+            try:
+                self.conn.send(None)
+            except (OSError, EOFError):
+                pass
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        self.conn.close()
+
+
+@dataclass
+class WorkerPool:
+    """Runs tasks in one worker at a time (timing on two cores must not compete with itself)."""
+
+    timeout: float = DEFAULT_TIMEOUT_S
+    _worker: _Worker | None = field(default=None, repr=False)
+
+    def run(self, task: Task) -> Outcome:
+        if self._worker is None or not self._worker.process.is_alive():
+            self._worker = _Worker.start()
+        worker = self._worker
+        limit = self.timeout if task.timeout is None else task.timeout
+        started = time.perf_counter()
+        try:
+            worker.conn.send((task.fn, task.args))
+            answered = worker.conn.poll(limit)
+            if answered:
+                status, value, error, trace = worker.conn.recv()
+                return Outcome(status, value, error, trace, time.perf_counter() - started)
+        except (EOFError, OSError, BrokenPipeError):
+            worker.process.join(timeout=5)
+            self._discard(kill=True)
+            return Outcome(CRASH, error=_describe_death(worker.process.exitcode),
+                           seconds=time.perf_counter() - started)
+        self._discard(kill=True)
+        return Outcome(TIMEOUT, error=f"no answer within {limit:g} s; worker killed",
+                       seconds=time.perf_counter() - started)
+
+    def _discard(self, kill: bool) -> None:
+        if self._worker is not None:
+            self._worker.stop(kill=kill)
+            self._worker = None
+
+    def close(self) -> None:
+        self._discard(kill=False)
+
+    def __enter__(self) -> "WorkerPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._discard(kill=exc[0] is not None)
+
+
+def run_isolated(
+    tasks: Iterable[Task], on_outcome: Callable[[Task, Outcome], None], *, timeout: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Run every task in a worker (restarted after a crash or timeout); report each outcome as it comes."""
+    with WorkerPool(timeout=timeout) as pool:
+        for task in tasks:
+            on_outcome(task, pool.run(task))

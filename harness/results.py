@@ -1,0 +1,184 @@
+"""Result files: one JSON document per run, versioned, written atomically as the run goes.
+
+Measure -> store -> present runs one way: commands write cells here as they finish;
+reports and comparisons read only these files. Every write replaces the file whole
+(temporary file, fsync, ``os.replace``), so an interrupted run leaves a valid file whose
+``complete`` is false, and ``--resume`` can finish it.
+
+Schema (``schema_version`` 1)::
+
+    {
+      "schema": "attnbench.results", "schema_version": 1,
+      "run_id": "20261121-101500-bench-ab12", "command": "bench", "complete": true,
+      "environment": {...},            # see environment()
+      "config": {...},                 # the command's settings (suite, axes, timeouts, m and floors, ...)
+      "peaks": {"float32/cpu": {...}}, # bench: measured GEMM peak per dtype/device
+      "cells": [ {...}, ... ]
+    }
+
+Every cell has ``type`` ("verify" or "bench"), ``implementation``, ``case`` (the
+AttentionCase as a dict), ``case_id``, ``status`` and ``reason`` (None unless skipped,
+error, crash or timeout). Verify cells add ``check`` (output, grad or property:NAME),
+``group`` and ``metrics``; bench cells add ``mode`` (fwd, bwd, fwd+bwd), ``samples_s``,
+``stats``, ``flops``, ``gflops``, ``pct_peak``, ``memory``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import secrets
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness import __version__
+from harness.errors import UsageError
+
+SCHEMA = "attnbench.results"
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path("results")
+
+
+def new_run_id(command: str) -> str:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{command}-{secrets.token_hex(2)}"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _ram_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _version(module: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(module)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def environment() -> dict[str, Any]:
+    """Where and with what a run was made: enough to tell two runs' machines apart."""
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "attnbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
+        "cpu_model": _cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+        "ram_bytes": _ram_bytes(), "gpu": gpu,
+        "torch": torch.__version__, "numpy": _version("numpy"), "xformers": _version("xformers"),
+        "triton": _version("triton"), "git_commit": _git_commit(),
+        "command_line": " ".join(sys.argv),
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Write JSON so that a reader (or a crash) never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, allow_nan=True, default=str)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class ResultWriter:
+    """A result file that grows cell by cell; each ``add`` leaves a valid file on disk."""
+
+    def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False) -> None:
+        self.path = Path(path)
+        if resume and self.path.exists():
+            self.data = load_results(self.path)
+            self.data["complete"] = False
+        else:
+            self.data = {
+                "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.path.stem,
+                "command": command, "complete": False, "environment": environment(),
+                "config": config, "peaks": {}, "cells": [],
+            }
+        self.flush()
+
+    @property
+    def cells(self) -> list[dict[str, Any]]:
+        return self.data["cells"]
+
+    def done_keys(self) -> set[tuple[Any, ...]]:
+        """(type, implementation, case_id, mode-or-check) of every cell already recorded: for --resume."""
+        return {cell_key(c) for c in self.cells}
+
+    def add(self, cell: dict[str, Any]) -> None:
+        self.cells.append(cell)
+        self.flush()
+
+    def set(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        self.flush()
+
+    def finish(self) -> None:
+        self.data["complete"] = True
+        self.flush()
+
+    def flush(self) -> None:
+        write_json_atomic(self.path, self.data)
+
+
+def cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return (cell.get("type"), cell.get("implementation"), cell.get("case_id"), cell.get("mode") or cell.get("check"))
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    """Read and check an attnbench result file; a clear error for anything else."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such result file") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise UsageError(f"{path}: not an attnbench result file (no \"schema\": \"{SCHEMA}\")")
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(f"{path}: schema_version {data.get('schema_version')} is not supported "
+                         f"(this attnbench reads {SCHEMA_VERSION}); re-run with this version")
+    return data
+
+
+def iter_cells(paths: Iterable[Path], cell_type: str | None = None) -> Iterable[dict[str, Any]]:
+    for path in paths:
+        for cell in load_results(path)["cells"]:
+            if cell_type is None or cell.get("type") == cell_type:
+                yield cell

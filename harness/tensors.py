@@ -34,10 +34,20 @@ class Inputs:
     k64: torch.Tensor
     v64: torch.Tensor
     mask64: torch.Tensor | None
+    bias: Any | None = None
+    """Additive score bias (case.bias != "none"), in the case's dtype; passed as ``bias=``."""
+    bias64: torch.Tensor | None = None
 
     def kwargs(self, case: AttentionCase) -> dict[str, Any]:
-        """The keyword arguments of the contract for this case."""
-        return {"causal": case.causal, "mask": self.mask, "scale": case.scale}
+        """The keyword arguments of the contract for this case (``bias`` only when the case has one)."""
+        kwargs = {"causal": case.causal, "mask": self.mask, "scale": case.scale}
+        if self.bias is not None:
+            kwargs["bias"] = self.bias
+        return kwargs
+
+    def oracle_kwargs(self, case: AttentionCase) -> dict[str, Any]:
+        """The same call for :func:`harness.oracle.reference_attention`, in float64."""
+        return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64}
 
 
 def dtype_name(x: Any) -> str:
@@ -128,4 +138,10 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout)
         vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout)
         mb = None if mask is None else mask.numpy()
-    return Inputs(qb, kb, vb, mb, q64, k64, v64, mask)
+    bias = bias64 = None
+    if case.bias == "alibi":
+        from harness.positional import alibi_bias
+
+        bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
+        bias = bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype)
+    return Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)

@@ -82,6 +82,9 @@ class Implementation:
             reasons.append("gradients not supported")
         if getattr(case, "bias", "none") != "none" and not self.bias:
             reasons.append(f"additive bias not supported (case bias: {case.bias})")
+        extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
+        if case.kind == self.kind and callable(extra):
+            reasons.extend(extra(self))
         if case.device == "cuda" and not _cuda_available():
             reasons.append(f"needs a CUDA device; torch.cuda.is_available() is False here ({_torch_build()})")
         if not reasons:
@@ -243,8 +246,8 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     if keywords.get("prepare", False):
         prepare = fn
     else:
-        def prepare(q: Any, k: Any, v: Any, **kwargs: Any) -> Call:
-            return lambda: fn(q, k, v, **kwargs)
+        def prepare(*args: Any, **kwargs: Any) -> Call:  # (q, k, v) for kernels, (x,) for modules
+            return lambda: fn(*args, **kwargs)
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, available=available, description=description, source=source,

@@ -13,10 +13,11 @@ from harness import register
 
 
 @register("numpy_naive", backend="numpy", dtypes=("float32", "float64"),
-          causal=True, mask=True, gqa=True,
+          causal=True, mask=True, gqa=True, bias=True,
           description="NumPy softmax(QK^T/sqrt(d))V, materialising the T x T matrix")
 def numpy_naive(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,
-                mask: np.ndarray | None = None, scale: float | None = None) -> np.ndarray:
+                mask: np.ndarray | None = None, scale: float | None = None,
+                bias: np.ndarray | None = None) -> np.ndarray:
     heads, tq, d = q.shape[1], q.shape[2], q.shape[3]
     tk = k.shape[2]
     groups = heads // k.shape[1]
@@ -24,6 +25,8 @@ def numpy_naive(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = F
         k, v = np.repeat(k, groups, axis=1), np.repeat(v, groups, axis=1)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     scores = np.matmul(q, np.swapaxes(k, -1, -2)) * q.dtype.type(scale)
+    if bias is not None:  # additive (ALiBi), broadcastable to (B, H, Tq, Tk)
+        scores = scores + bias.astype(q.dtype, copy=False)
     allowed = None
     if causal:
         allowed = np.tril(np.ones((tq, tk), dtype=bool))

@@ -12,10 +12,11 @@ from harness import register
 
 
 @register("torch_eager", backend="torch", dtypes=("float64", "float32", "bfloat16", "float16"),
-          devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True,
+          devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, bias=True,
           description="PyTorch matmul + softmax, materialising the T x T matrix; autograd")
 def torch_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                mask: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+                mask: torch.Tensor | None = None, scale: float | None = None,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
     heads, tq, d = q.shape[1], q.shape[2], q.shape[3]
     tk = k.shape[2]
     groups = heads // k.shape[1]
@@ -23,6 +24,8 @@ def torch_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    if bias is not None:  # additive (ALiBi), broadcastable to (B, H, Tq, Tk)
+        scores = scores + bias.to(scores.dtype)
     allowed = None
     if causal:
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril()

@@ -26,9 +26,20 @@ ALL_DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-         mask: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
-    """SDPA with the contract's semantics: causal and a mask together become one boolean mask."""
+         mask: torch.Tensor | None = None, scale: float | None = None,
+         bias: torch.Tensor | None = None) -> torch.Tensor:
+    """SDPA with the contract's semantics: causal and a mask together become one boolean mask.
+
+    An additive ``bias`` becomes SDPA's float ``attn_mask``, with forbidden keys set to -inf.
+    """
     gqa = q.shape[1] != k.shape[1]
+    if bias is not None:
+        allowed = mask
+        if causal:
+            tril = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+            allowed = tril if allowed is None else allowed & tril
+        mask = bias.to(q.dtype) if allowed is None else bias.to(q.dtype).masked_fill(~allowed, float("-inf"))
+        causal = False
     if causal and mask is not None:
         mask = mask & torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         causal = False
@@ -37,7 +48,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
 
 
 @register("torch_sdpa", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
-          causal=True, mask=True, gqa=True, grad=True,
+          causal=True, mask=True, gqa=True, grad=True, bias=True,
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return sdpa(q, k, v, **kwargs)

@@ -1,0 +1,153 @@
+"""Module cases: one frozen description of a module-level call (projections, heads, masks, layer).
+
+A module case describes ``Y = layer(X)`` for X of shape (B, T, d_model): either multi-head
+self-attention with its projections (``layer="mha"``, checked against
+``nn.MultiheadAttention``) or a whole Transformer encoder layer (``layer="encoder"``,
+checked against ``nn.TransformerEncoderLayer``, post-LN or pre-LN by ``norm_first``).
+It carries the fields :meth:`harness.registry.Implementation.not_supported_reasons`
+reads (kind, dtype, device, causal, mask, heads, kv_heads, grad, bias), so the same
+capability check skips what a module did not declare.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from harness.errors import UsageError
+from harness.positional import ROPE_CONVENTIONS
+from harness.registry import DEVICES, DTYPES
+
+if TYPE_CHECKING:
+    from harness.registry import Implementation
+
+LAYERS = ("mha", "encoder")
+MODULE_MASKS = ("none", "key_padding")
+"""none, or key padding: per batch element a suffix of the positions is padding (never attended to)."""
+MODULE_BIASES = ("none", "alibi")
+ROPES = ("none", *ROPE_CONVENTIONS)
+
+
+@dataclass(frozen=True)
+class ModuleCase:
+    """One module-level call: shapes, layer, masks, positional variant, dtype."""
+
+    batch: int = 2
+    seq: int = 16
+    d_model: int = 32
+    heads: int = 4
+    layer: str = "mha"
+    norm_first: bool = False
+    """Encoder layers only: False = post-LN (PyTorch's default), True = pre-LN."""
+    dim_ff: int = 0
+    """Encoder layers only: feed-forward width; 0 means 2 * d_model."""
+    proj_bias: bool = True
+    """Whether in_proj / out_proj carry biases (``nn.MultiheadAttention(bias=...)``)."""
+    dtype: str = "float32"
+    device: str = "cpu"
+    causal: bool = False
+    mask: str = "none"
+    bias: str = "none"
+    """Additive per-head attention bias: "alibi" (slopes 2^(-8i/H)), passed to the module as ``bias=``."""
+    rope: str = "none"
+    """Rotary embedding applied to each head's q and k: "rotate_half" or "interleaved"."""
+    grad: bool = False
+    kind: str = "module"
+
+    def __post_init__(self) -> None:
+        if self.dim_ff == 0:
+            object.__setattr__(self, "dim_ff", 2 * self.d_model)
+        self.validate()
+
+    @property
+    def kv_heads(self) -> int:
+        """Modules project K and V with as many heads as Q (nn.MultiheadAttention has no GQA)."""
+        return self.heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    def validate(self) -> None:
+        def need(ok: bool, message: str) -> None:
+            if not ok:
+                raise UsageError(f"invalid module case {self.id}: {message}")
+
+        for name in ("batch", "seq", "d_model", "heads", "dim_ff"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
+        need(self.d_model % self.heads == 0, f"d_model={self.d_model} must be a multiple of heads={self.heads}")
+        need(self.layer in LAYERS, f"layer {self.layer!r} is not one of {LAYERS}")
+        need(self.dtype in DTYPES, f"dtype {self.dtype!r} is not one of {DTYPES}")
+        need(self.device in DEVICES, f"device {self.device!r} is not one of {DEVICES}")
+        need(self.mask in MODULE_MASKS, f"mask {self.mask!r} is not one of {MODULE_MASKS}")
+        need(self.bias in MODULE_BIASES, f"bias {self.bias!r} is not one of {MODULE_BIASES}")
+        need(self.rope in ROPES, f"rope {self.rope!r} is not one of {ROPES}")
+        need(self.rope == "none" or self.head_dim % 2 == 0, "RoPE needs an even head dimension d_model/heads")
+        need(self.layer == "mha" or (self.bias == "none" and self.rope == "none"),
+             "positional variants (bias, rope) are module cases of layer='mha' only")
+        need(self.layer == "mha" or self.proj_bias, "encoder-layer cases carry biases (proj_bias=True)")
+        need(self.layer == "encoder" or not self.norm_first, "norm_first applies to layer='encoder' only")
+        need(not self.grad, "module cases do not check gradients (grad=False)")
+        need(self.kind == "module", "kind must be 'module'")
+
+    @property
+    def layer_label(self) -> str:
+        if self.layer == "encoder":
+            return "preln" if self.norm_first else "postln"
+        return self.layer
+
+    @property
+    def id(self) -> str:
+        parts = ["module", self.layer_label, f"B{self.batch}", f"T{self.seq}", f"D{self.d_model}",
+                 f"H{self.heads}", self.dtype]
+        if self.layer == "encoder":
+            parts.insert(6, f"F{self.dim_ff}")
+        if self.device != "cpu":
+            parts.append(self.device)
+        if self.causal:
+            parts.append("causal")
+        if self.mask != "none":
+            parts.append(f"mask={self.mask}")
+        if self.bias != "none":
+            parts.append(f"bias={self.bias}")
+        if self.rope != "none":
+            parts.append(f"rope={self.rope}")
+        if not self.proj_bias:
+            parts.append("nobias")
+        return "-".join(parts)
+
+    def with_(self, **changes: Any) -> "ModuleCase":
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ModuleCase":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    def unsupported_by(self, impl: "Implementation") -> list[str]:
+        """Reasons beyond the registry's flags: the layer and RoPE conventions the module declared.
+
+        Module plugins declare them as data in ``options``: ``layers`` (default ``("mha",)``)
+        and ``rope`` (default ``()``), e.g. ``options={"layers": ("mha",), "rope": ("rotate_half",)}``.
+        """
+        reasons = []
+        layers = module_layers(impl)
+        if self.layer not in layers:
+            reasons.append(f"layer {self.layer!r} not implemented (implements {', '.join(layers)})")
+        ropes = module_ropes(impl)
+        if self.rope != "none" and self.rope not in ropes:
+            reasons.append(f"RoPE convention {self.rope!r} not supported (supports {', '.join(ropes) or 'none'})")
+        return reasons
+
+
+def module_layers(impl: "Implementation") -> tuple[str, ...]:
+    """The layers a module implementation declared in ``options["layers"]`` (default: mha)."""
+    return tuple(impl.options.get("layers", ("mha",)))
+
+
+def module_ropes(impl: "Implementation") -> tuple[str, ...]:
+    """The RoPE conventions a module implementation declared in ``options["rope"]`` (default: none)."""
+    return tuple(impl.options.get("rope", ()))

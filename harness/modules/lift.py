@@ -1,0 +1,117 @@
+"""Lift a kernel plugin into the module suite: projections, head split, RoPE and merge around it.
+
+``lift(kernel)`` returns a module implementation (``kind="module"``, layer ``mha``) that
+computes ``out_proj(kernel(split(x Wq), split(x Wk), split(x Wv)))`` in the kernel's own
+backend and dtype, so a user sees how a kernel behaves inside a real layer, checked
+against ``nn.MultiheadAttention``. The lifted module declares the kernel's capabilities
+(dtypes, devices, causal, mask, bias) and, per case, the kernel's own reasons for the
+equivalent kernel case (a pinned SDPA backend that refuses, a kernel's size limit). RoPE
+is applied by the harness (in float64, rounded to the dtype) around the kernel, so every
+lifted kernel supports both conventions.
+
+A plugin file lifts its kernel with one line: ``my_attention_mha = lift(my_attention)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import torch
+
+from harness.cases import AttentionCase
+from harness.errors import PluginError
+from harness.positional import ROPE_CONVENTIONS, apply_rope
+from harness import registry as _registry
+from harness.registry import Implementation, make_implementation
+
+if TYPE_CHECKING:
+    from harness.modules.cases import ModuleCase
+    from harness.modules.weights import MultiheadWeights
+
+
+def kernel_case_for(case: "ModuleCase") -> AttentionCase:
+    """The kernel call a module case makes: (B, H, T, d_model/H), key padding as a boolean mask."""
+    return AttentionCase(batch=case.batch, heads=case.heads, tq=case.seq, d=case.head_dim, dtype=case.dtype,
+                         device=case.device, causal=case.causal,
+                         mask="key_padding" if case.mask != "none" else "none", bias=case.bias)
+
+
+def _as_impl(kernel: Implementation | Callable[..., Any]) -> Implementation:
+    impl = kernel if isinstance(kernel, Implementation) else getattr(kernel, "__attnbench__", None)
+    if not isinstance(impl, Implementation):
+        raise PluginError(f"lift() takes a kernel Implementation or a function decorated with @register, "
+                          f"got {kernel!r}")
+    if impl.kind != "kernel":
+        raise PluginError(f"lift(): {impl.name!r} is a {impl.kind} implementation; only kernels can be lifted")
+    return impl
+
+
+def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
+    """The module function ``fn(x, *, heads, weights, mask, causal, bias, rope)`` around ``kernel``."""
+    numpy = kernel.backend == "numpy"
+
+    def split(y: Any, b: int, t: int, heads: int) -> Any:  # (B, T, D) -> (B, H, T, d)
+        y = y.reshape(b, t, heads, -1)
+        return np.swapaxes(y, 1, 2) if numpy else y.transpose(1, 2)
+
+    def rotate(y: Any, rope: str) -> Any:
+        if numpy:
+            return apply_rope(torch.from_numpy(np.ascontiguousarray(y)), rope).numpy()
+        return apply_rope(y, rope)
+
+    def forward(x: Any, *, heads: int, weights: "MultiheadWeights", mask: Any = None, causal: bool = False,
+                bias: Any = None, rope: str | None = None) -> Any:
+        b, t, d_model = x.shape
+        qkv = x @ weights.in_proj_weight.T
+        if weights.in_proj_bias is not None:
+            qkv = qkv + weights.in_proj_bias
+        q, k, v = (split(qkv[..., i * d_model:(i + 1) * d_model], b, t, heads) for i in range(3))
+        if rope:
+            q, k = rotate(q, rope), rotate(k, rope)
+        kwargs: dict[str, Any] = {"causal": causal, "scale": None,
+                                  "mask": None if mask is None else mask.reshape(b, 1, 1, t)}
+        if bias is not None:
+            kwargs["bias"] = bias
+        out = kernel.prepare(q, k, v, **kwargs)()
+        out = (np.swapaxes(out, 1, 2) if numpy else out.transpose(1, 2)).reshape(b, t, d_model)
+        out = out @ weights.out_proj_weight.T
+        return out if weights.out_proj_bias is None else out + weights.out_proj_bias
+
+    return forward
+
+
+def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None,
+         module: str | None = None) -> Implementation:
+    """Register and return the module form of ``kernel``, named ``<kernel>_mha`` unless ``name`` is given.
+
+    ``module`` is the module the declaration is filed under for discovery (default: the
+    caller's), so ``lift`` at the top level of a plugin file makes the lifted module load
+    with that file.
+    """
+    impl = _as_impl(kernel)
+    forward = lifted_forward(impl)
+    caller = sys._getframe(1)
+    forward.__module__ = module or caller.f_globals.get("__name__", __name__)
+    forward.__qualname__ = forward.__name__ = name or f"{impl.name}_mha"
+
+    def available(case: Any) -> str | None:
+        # A module case maps to its kernel call; `attnbench list` probes with a plain AttentionCase.
+        kernel_case = case.with_(kind="kernel") if isinstance(case, AttentionCase) else kernel_case_for(case)
+        reasons = impl.not_supported_reasons(kernel_case)
+        return f"kernel {impl.name}: " + "; ".join(reasons) if reasons else None
+
+    lifted = make_implementation(
+        forward.__name__, forward, backend=impl.backend, dtypes=impl.dtypes, devices=impl.devices,
+        kind="module", causal=impl.causal, mask=impl.mask, bias=impl.bias, available=available,
+        options={"layers": ("mha",), "rope": ROPE_CONVENTIONS, "kernel": impl.name},
+        description=f"kernel {impl.name} inside multi-head attention (projections around it)",
+    )
+    # Name the line that lifted it (and the kernel's own source), not this file.
+    where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
+    lifted = dataclasses.replace(lifted, source=f"{where} (lifts {impl.name})")
+    _registry._DECLARED.setdefault(forward.__module__, []).append(lifted)  # as register() files it
+    forward.__attnbench__ = lifted  # type: ignore[attr-defined]
+    return lifted

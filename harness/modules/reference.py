@@ -1,0 +1,99 @@
+"""The module-level reference: PyTorch's own modules in float64 with the same weights.
+
+``nn.MultiheadAttention(batch_first=True)`` called with ``need_weights=False`` and
+``nn.TransformerEncoderLayer(activation="relu", dropout=0.0, batch_first=True)`` (post-LN
+or pre-LN by ``norm_first``), both in *training* mode: with dropout 0 that changes no
+number, and it keeps PyTorch off its inference fast path (``_native_multi_head_attention``,
+nested tensors), so the reference is the plain math path. The same function run in the
+case's dtype is the *baseline*, the error yardstick of the pass rule.
+
+RoPE has no place in ``nn.MultiheadAttention``: for RoPE cases the reference is the same
+computation written out (``F.linear`` projections, :func:`harness.positional.apply_rope`
+on each head's q and k, the float64 oracle, ``F.linear``); tests check that this
+composition equals ``nn.MultiheadAttention`` to float64 rounding when there is no RoPE.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from harness.modules.cases import ModuleCase
+from harness.modules.weights import EncoderLayerWeights, ModuleInputs, MultiheadWeights
+from harness.oracle import reference_attention
+from harness.positional import apply_rope
+from harness.tensors import TORCH_DTYPES
+
+
+def attention_masks(case: ModuleCase, mask: torch.Tensor | None, bias: torch.Tensor | None,
+                    dtype: torch.dtype) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(attn_mask, key_padding_mask)`` in nn.MultiheadAttention's conventions.
+
+    PyTorch's boolean masks mean True = *not allowed* (the opposite of attnbench's), and a
+    float ``attn_mask`` of shape (B*H, T, T) is added to the scores, so ALiBi and causal
+    go there together; key padding is made float too when the attn_mask is float
+    (PyTorch deprecates mixing the two types).
+    """
+    t = case.seq
+    attn_mask = torch.ones(t, t, dtype=torch.bool).triu(1) if case.causal else None
+    padding = None if mask is None else ~mask.to(torch.bool)
+    if bias is None:
+        return attn_mask, padding
+    additive = bias.to(dtype).expand(case.batch, case.heads, t, t).reshape(case.batch * case.heads, t, t)
+    if attn_mask is not None:
+        additive = additive.masked_fill(attn_mask, float("-inf"))
+    if padding is not None:
+        padding = torch.zeros(padding.shape, dtype=dtype).masked_fill(padding, float("-inf"))
+    return additive, padding
+
+
+def torch_module_output(case: ModuleCase, inputs: ModuleInputs, dtype: str = "float64") -> torch.Tensor:
+    """The PyTorch module (or, with RoPE, its written-out composition) computed in ``dtype``."""
+    tdtype = TORCH_DTYPES[dtype]
+    x = inputs.x64.to(tdtype)
+    weights = inputs.weights64.map(lambda t: t.to(tdtype))
+    if case.rope != "none":
+        assert isinstance(weights, MultiheadWeights)
+        return composed_mha(case, x, weights, inputs.mask64, inputs.bias64, exact=dtype == "float64")
+    attn_mask, padding = attention_masks(case, inputs.mask64, inputs.bias64, tdtype)
+    with torch.no_grad():
+        if isinstance(weights, EncoderLayerWeights):
+            layer = torch.nn.TransformerEncoderLayer(
+                case.d_model, case.heads, dim_feedforward=case.dim_ff, dropout=0.0, activation="relu",
+                layer_norm_eps=weights.eps, batch_first=True, norm_first=weights.norm_first, dtype=tdtype)
+            weights.load_into(layer)
+            layer.train()  # dropout is 0: same numbers, but no inference fast path
+            return layer(x, src_mask=attn_mask, src_key_padding_mask=padding)
+        mha = torch.nn.MultiheadAttention(case.d_model, case.heads, bias=case.proj_bias, batch_first=True,
+                                          dtype=tdtype)
+        weights.load_into(mha)
+        mha.train()
+        out, _ = mha(x, x, x, key_padding_mask=padding, attn_mask=attn_mask, need_weights=False)
+        return out
+
+
+def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: torch.Tensor | None,
+                 bias: torch.Tensor | None, *, exact: bool) -> torch.Tensor:
+    """Multi-head attention written out; ``exact`` uses the float64 oracle, else the same-dtype formula."""
+    from harness.tolerance import baseline_attention
+
+    b, t, h = case.batch, case.seq, case.heads
+    q, k, v = F.linear(x, w.in_proj_weight, w.in_proj_bias).chunk(3, dim=-1)
+    q, k, v = (y.reshape(b, t, h, case.head_dim).transpose(1, 2) for y in (q, k, v))
+    if case.rope != "none":
+        q, k = apply_rope(q, case.rope), apply_rope(k, case.rope)
+    kernel_mask = None if mask is None else mask.to(torch.bool).reshape(b, 1, 1, t)
+    attend = reference_attention if exact else baseline_attention
+    out = attend(q, k, v, causal=case.causal, mask=kernel_mask, bias=None if bias is None else bias.to(x.dtype))
+    out = out.to(x.dtype).transpose(1, 2).reshape(b, t, case.d_model)
+    return F.linear(out, w.out_proj_weight, w.out_proj_bias)
+
+
+def reference_output(case: ModuleCase, inputs: ModuleInputs) -> torch.Tensor:
+    """The float64 reference for one trial."""
+    return torch_module_output(case, inputs, "float64")
+
+
+def baseline_output(case: ModuleCase, inputs: ModuleInputs) -> torch.Tensor:
+    """The same computation in the case's dtype, as float64: the error yardstick."""
+    return torch_module_output(case, inputs, case.dtype).to(torch.float64)

@@ -1,0 +1,218 @@
+"""Run a bench plan: every cell timed in a worker, its memory measured in another, written as it comes.
+
+Two worker pools, used one at a time (two cores: a measure must never compete with another):
+the timing worker runs the GEMM peak and the timed calls; the memory worker, whose
+allocator is set up for exact RSS accounting (:mod:`harness.memory`), runs the separate
+memory measures. Each task has a timeout; a crash, a hang or an exception costs its cell
+only, and is recorded as such. Every cell is written to the result file the moment it is
+known, so an interrupted run leaves a valid file that ``--resume`` finishes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.cases import AttentionCase
+from harness.discovery import Registry, load_registry
+from harness.flops import attention_flops
+from harness.isolation import OK, Outcome, Task, WorkerPool
+from harness.peak import measure_gemm_peak, peak_key
+from harness.results import ResultWriter
+from harness.stats import summarize
+from harness.sweeps import Budget, PlannedCell
+from harness.timing import TimingConfig, pin_threads, thread_environment, time_call
+
+# ---------------------------------------------------------------- worker side
+
+_REGISTRIES: dict[tuple[str, ...], Registry] = {}
+
+
+def _implementation(name: str, plugins: tuple[str, ...]) -> Any:
+    if plugins not in _REGISTRIES:
+        _REGISTRIES[plugins] = load_registry(plugins)
+    return _REGISTRIES[plugins].get(name)
+
+
+def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Callable[[], Any]:
+    """The zero-argument call to time, with every bit of set-up (inputs, layout, graph) done here.
+
+    fwd: the implementation's prepared closure. bwd: the forward runs once here and the
+    closure computes the input gradients from its retained graph. fwd+bwd: both in the call.
+    """
+    from harness.tensors import make_inputs
+
+    inputs = make_inputs(case, seed, impl.backend)
+    if mode == "fwd":
+        return impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case))
+    import torch
+
+    q, k, v = (x.detach().requires_grad_(True) for x in (inputs.q, inputs.k, inputs.v))
+    forward = impl.prepare(q, k, v, **inputs.kwargs(case))
+    gen = torch.Generator().manual_seed(seed + 1)
+    out = forward()
+    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
+    if mode == "bwd":
+        return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
+    if mode == "fwd+bwd":
+        return lambda: torch.autograd.grad(forward(), (q, k, v), grad_out)
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
+                config: TimingConfig, threads: int | None) -> dict[str, Any]:
+    """Worker: time one cell; raw samples and the thread count in force."""
+    used = pin_threads(threads)
+    impl = _implementation(name, plugins)
+    attention_case = AttentionCase.from_dict(case)
+    call = build_call(impl, attention_case, mode)
+    return {"samples_s": time_call(call, attention_case.device, config), "threads": used}
+
+
+def memory_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
+                threads: int | None) -> dict[str, Any]:
+    """Worker (the memory one): peak extra bytes of one call."""
+    from harness.memory import measure, prepare_process
+
+    prepare_process()
+    pin_threads(threads)
+    impl = _implementation(name, plugins)
+    attention_case = AttentionCase.from_dict(case)
+    call = build_call(impl, attention_case, mode)
+    return measure(call, impl.backend, attention_case.device)
+
+
+def peak_task(dtype: str, device: str, threads: int | None) -> dict[str, Any]:
+    return measure_gemm_peak(dtype, device, threads=threads)
+
+
+# ---------------------------------------------------------------- parent side
+
+
+@dataclass
+class BenchSettings:
+    """Everything that decides what a run measures; stored as the result file's config."""
+
+    suite: str = "quick"
+    overrides: dict[str, list[Any]] = field(default_factory=dict)
+    only: list[str] = field(default_factory=list)
+    plugins: list[str] = field(default_factory=list)
+    timeout_s: float = 300.0
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    memory: bool = True
+    memory_budget_bytes: float = 0.0
+    cell_budget_s: float = 20.0
+    threads: int = 1
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchSettings:
+        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        known["timing"] = TimingConfig(**known.get("timing", {}))
+        return cls(**known)
+
+
+def skipped_cell(cell: PlannedCell, reason: str) -> dict[str, Any]:
+    return _cell(cell, "skipped", reason)
+
+
+def _cell(cell: PlannedCell, status: str, reason: str | None) -> dict[str, Any]:
+    return {"type": "bench", "implementation": cell.implementation, "case": cell.case.to_dict(),
+            "case_id": cell.case.id, "mode": cell.mode, "status": status, "reason": reason,
+            "samples_s": [], "stats": None, "flops": attention_flops(cell.case, cell.mode),
+            "gflops": None, "pct_peak": None, "memory": None, "threads": None,
+            "peak_key": peak_key(cell.case.dtype, cell.case.device)}
+
+
+def _failed(outcome: Outcome) -> str:
+    return f"{outcome.status}: {outcome.error}"
+
+
+class BenchRunner:
+    """Measures planned cells into a :class:`ResultWriter`; ``on_cell`` sees each finished cell."""
+
+    def __init__(self, settings: BenchSettings, writer: ResultWriter, registry: Registry,
+                 on_cell: Callable[[dict[str, Any]], None] = lambda cell: None) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.registry = registry
+        self.on_cell = on_cell
+        self.plugins = tuple(settings.plugins)
+        self.budget = Budget(settings.memory_budget_bytes, settings.cell_budget_s,
+                             settings.timing.min_samples, settings.timing.warmup_s)
+
+    def run(self, cells: list[PlannedCell]) -> None:
+        done = self.writer.done_keys()
+        for cell_dict in self.writer.cells:  # a resumed run predicts from what it measured before
+            if cell_dict.get("status") == "ok" and cell_dict.get("stats"):
+                planned = PlannedCell(cell_dict["implementation"], AttentionCase.from_dict(cell_dict["case"]),
+                                      cell_dict["mode"])
+                memory = (cell_dict.get("memory") or {}).get("peak_extra_bytes")
+                self.budget.record(planned, cell_dict["stats"]["median"], memory)
+        with thread_environment(self.settings.threads), \
+                WorkerPool(timeout=self.settings.timeout_s) as timing_pool, \
+                WorkerPool(timeout=self.settings.timeout_s) as memory_pool:
+            for cell in cells:
+                if cell.key in done:
+                    continue
+                self._finish(self._measure(cell, timing_pool, memory_pool))
+
+    def _finish(self, cell: dict[str, Any]) -> None:
+        self.writer.add(cell)
+        self.on_cell(cell)
+
+    def _peak(self, dtype: str, device: str, pool: WorkerPool) -> float | None:
+        key = peak_key(dtype, device)
+        peaks = self.writer.data.setdefault("peaks", {})
+        if key not in peaks:
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            peaks[key] = outcome.value if outcome.status == OK else {"gflops": None, "error": _failed(outcome)}
+            self.writer.set("peaks", peaks)
+        return peaks[key].get("gflops")
+
+    def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool) -> dict[str, Any]:
+        impl = self.registry.get(cell.implementation)
+        reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
+        if reasons:
+            return skipped_cell(cell, "; ".join(reasons))
+        peak = self._peak(cell.case.dtype, cell.case.device, timing_pool)
+        over = self.budget.check(cell, peak)
+        if over:
+            return skipped_cell(cell, over)
+        started = time.perf_counter()
+        args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
+        if outcome.status != OK:
+            result = _cell(cell, outcome.status, outcome.error)
+            result["traceback"] = outcome.traceback
+            result["seconds"] = time.perf_counter() - started
+            return result
+        result = _cell(cell, "ok", None)
+        samples = outcome.value["samples_s"]
+        stats = summarize(samples)
+        result.update(samples_s=samples, stats=stats, threads=outcome.value["threads"],
+                      gflops=result["flops"] / stats["median"] / 1e9)
+        if peak:
+            result["pct_peak"] = 100.0 * result["gflops"] / peak
+        if self.settings.memory:
+            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+            result["memory"] = mem.value if mem.status == OK else {
+                "peak_extra_bytes": None, "method": None, "error": _failed(mem)}
+        self.budget.record(cell, stats["median"], (result["memory"] or {}).get("peak_extra_bytes"))
+        result["seconds"] = time.perf_counter() - started
+        result["load_average"] = _load_average()
+        return result
+
+
+def _load_average() -> float | None:
+    """1-minute load average while the cell ran: explains a noisy cell on a shared machine."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None

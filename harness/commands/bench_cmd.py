@@ -1,0 +1,287 @@
+"""`attnbench bench`: time, FLOP/s against the measured GEMM peak, peak memory and scaling fits.
+
+Every cell runs in a worker process with a timeout; cells are written to the result file
+(default ``results/<run-id>.json``) as they finish, so an interrupted run can be finished
+with ``--resume FILE``. Timings on a shared machine are noisy: compare implementations by
+the ratios within one run, and heed the IQR/median warnings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.cli import add_plugin_argument
+from harness.commands.common import format_table, registry_from_args
+from harness.errors import UsageError
+from harness.flops import MODES
+from harness.progress import Progress
+from harness.registry import DTYPES
+from harness.results import RESULTS_DIR, ResultWriter, load_results, new_run_id
+from harness.scaling import OVERHEAD_RULE, cell_fits
+from harness.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
+from harness.sweeps import (
+    SUITE_CELL_BUDGET_S,
+    SUITE_TIMING,
+    SUITES,
+    free_ram_bytes,
+    plan,
+)
+from harness.timing import TimingConfig
+
+HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
+DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers (e.g. 512 1024 or 512,1024)") from None
+    if any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be >= 1")
+    return values
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_plugin_argument(parser)
+    parser.add_argument("--suite", choices=sorted(SUITES), default="quick",
+                        help="quick: T sweep at d=64, H=8, every implementation (minutes); full: T 128..8192, "
+                             "d 32/64/128, heads 1/4/8/16, causal on/off, fwd and fwd+bwd")
+    for flag, what in (("--T", "sequence lengths"), ("--d", "head dims"), ("--heads", "query heads"),
+                       ("--batch", "batch sizes")):
+        parser.add_argument(flag, nargs="+", type=_ints, metavar="N", help=f"{what} (replaces the suite's)")
+    parser.add_argument("--dtype", nargs="+", choices=DTYPES, help="dtypes (replaces the suite's)")
+    parser.add_argument("--causal", choices=("on", "off", "both"), help="causal masking (replaces the suite's)")
+    parser.add_argument("--mode", nargs="+", choices=MODES, help="fwd, bwd, fwd+bwd (bwd modes need grad=True)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAMES",
+                        help="only these implementations (comma-separated, repeatable)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="result file (default results/<run-id>.json)")
+    parser.add_argument("--resume", type=Path, metavar="FILE",
+                        help="finish an interrupted run: its settings come from FILE, done cells are kept")
+    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-task timeout (default 300)")
+    parser.add_argument("--threads", type=int, metavar="N", help="threads for torch and BLAS (default: torch's)")
+    parser.add_argument("--budget", type=float, metavar="S",
+                        help="seconds of timed repeats per cell (quick 0.4, full 1.0)")
+    parser.add_argument("--min-samples", type=int, metavar="N", help="at least N timed calls (quick 5, full 7)")
+    parser.add_argument("--cell-budget", type=float, metavar="S",
+                        help="skip cells predicted to take longer than S seconds (quick 20, full 120)")
+    parser.add_argument("--memory-budget", type=float, metavar="GiB",
+                        help="skip cells predicted to need more (default: half of the free RAM)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--json", action="store_true", help="print the result document as JSON")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    import torch
+
+    from harness.bench_runner import BenchSettings
+
+    overrides: dict[str, list[Any]] = {}
+    for axis in ("T", "d", "heads", "batch"):
+        lists = getattr(args, axis)
+        if lists:
+            overrides[axis] = [v for chunk in lists for v in chunk]
+    if args.dtype:
+        overrides["dtype"] = list(args.dtype)
+    if args.causal:
+        overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
+    if args.mode:
+        overrides["mode"] = list(args.mode)
+    timing = {**SUITE_TIMING[args.suite]}
+    if args.budget is not None:
+        timing["budget_s"] = args.budget
+    if args.min_samples is not None:
+        if args.min_samples < 1:
+            raise UsageError("--min-samples must be >= 1")
+        timing["min_samples"] = args.min_samples
+    free = free_ram_bytes()
+    if args.memory_budget is not None:
+        memory_budget = args.memory_budget * 2**30
+    elif free is not None:
+        memory_budget = free / 2
+    else:
+        raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+    threads = args.threads if args.threads is not None else torch.get_num_threads()
+    if threads < 1:
+        raise UsageError("--threads must be >= 1")
+    return BenchSettings(
+        suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
+        timeout_s=args.timeout, timing=TimingConfig(**timing), memory=not args.no_memory,
+        memory_budget_bytes=memory_budget,
+        cell_budget_s=args.cell_budget if args.cell_budget is not None else SUITE_CELL_BUDGET_S[args.suite],
+        threads=threads, device=args.device)
+
+
+def _fmt_time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def _fmt_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def _memory_text(cell: dict[str, Any]) -> str:
+    memory = cell.get("memory")
+    if not memory:
+        return "-"
+    if memory.get("peak_extra_bytes") is None:
+        return "error"
+    return _fmt_bytes(memory["peak_extra_bytes"])
+
+
+def results_table(cells: list[dict[str, Any]]) -> str:
+    rows = []
+    for c in cells:
+        if c["status"] == "skipped":
+            continue
+        if c["status"] != "ok":
+            rows.append((c["implementation"], c["case_id"], c["mode"], c["status"], "-", "-", "-", "-"))
+            continue
+        s = c["stats"]
+        spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
+        pct = "-" if c.get("pct_peak") is None else f"{c['pct_peak']:.0f}%"
+        rows.append((c["implementation"], c["case_id"], c["mode"], _fmt_time(s["median"]), spread,
+                     f"{c['gflops']:.1f}", pct, _memory_text(c)))
+    return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
+                         "peak extra mem"), rows)
+
+
+def fits_table(fits: list[dict[str, Any]]) -> str:
+    rows = []
+    for f in fits:
+        if f["axis"] == "g":
+            rows.append((f["implementation"], f["mode"], "time ~ coef*g", f["fixed"], f"{f['coef'] * 1e9:.4g} ns/g",
+                         f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))
+            continue
+        left_out = ", ".join(f"{int(x)}" for x, _ in f["excluded"]) or "-"
+        rows.append((f["implementation"], f["mode"], f"{f['quantity']} vs {f['axis']}", f["fixed"],
+                     f"slope {f['slope']:.2f}", f"R2 {f['r2']:.3f}", f["n"], left_out))
+    return format_table(("implementation", "mode", "fit", "fixed", "exponent/coef", "quality", "n",
+                         "left out (overhead)"), rows)
+
+
+def _progress_line(cell: dict[str, Any], index: int, total: int) -> str:
+    head = f"[{index}/{total}] {cell['implementation']} {cell['case_id']} {cell['mode']}: {cell['status']}"
+    if cell["status"] == "ok":
+        return f"{head} {_fmt_time(cell['stats']['median'])} ({cell['gflops']:.1f} GFLOP/s)"
+    return f"{head} ({cell['reason']})" if cell.get("reason") else head
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.bench_runner import BenchRunner, BenchSettings
+
+    if args.resume is not None:
+        data = load_results(args.resume)
+        if data.get("command") != "bench":
+            raise UsageError(f"{args.resume} is a {data.get('command')!r} result file, not a bench run")
+        settings = BenchSettings.from_dict(data.get("config", {}))
+        path = args.resume
+        if not args.quiet:
+            print(f"attnbench bench: resuming {path} ({len(data['cells'])} cells done); settings come from the file",
+                  file=sys.stderr)
+    else:
+        settings = _settings(args)
+        path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
+    args.plugin = settings.plugins
+    registry = registry_from_args(args)
+    # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
+    names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
+    cells = plan(settings.suite, names, settings.overrides, settings.device)
+    writer = ResultWriter(path, "bench", settings.to_dict(), resume=args.resume is not None)
+    done = writer.done_keys()
+    todo = [c for c in cells if c.key not in done]
+    progress = Progress(len(todo), title="bench", enabled=not args.quiet)
+    _warn_if_loaded(settings.threads, args.quiet)
+    counter = {"n": 0}
+
+    def on_cell(cell: dict[str, Any]) -> None:
+        counter["n"] += 1
+        if not progress.interactive or cell["status"] not in ("ok", "skipped"):
+            progress.line(_progress_line(cell, counter["n"], len(todo)))
+        progress.advance(f"{cell['implementation']} {cell['case_id']}")
+
+    try:
+        BenchRunner(settings, writer, registry, on_cell).run(todo)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"attnbench bench: interrupted; {len(writer.cells)} cells are in {path}; "
+              f"finish with: attnbench bench --resume {path}", file=sys.stderr)
+        raise
+    progress.close()
+    fits = cell_fits(writer.cells)
+    writer.data["fits"] = fits
+    writer.finish()
+    return _present(args, writer.data, path)
+
+
+def _warn_if_loaded(threads: int, quiet: bool) -> None:
+    """Other processes on the cores make multi-threaded BLAS spin and wait: say so before the numbers."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return
+    cores = os.cpu_count() or 1
+    if load > cores - 0.5 and not quiet:
+        print(f"attnbench bench: warning: load average {load:.1f} on {cores} cores: other processes compete "
+              f"for the CPU, so absolute times are noisy (multi-threaded BLAS suffers most"
+              f"{'; --threads 1 is steadier' if threads > 1 else ''}); compare ratios within this run",
+              file=sys.stderr)
+
+
+def _present(args: argparse.Namespace, data: dict[str, Any], path: Path) -> int:
+    cells = data["cells"]
+    problems = [c for c in cells if c["status"] in ("error", "crash", "timeout")]
+    if args.json:
+        print(json.dumps({"path": str(path), **data}, indent=1, default=str))
+        return 1 if problems else 0
+    for key, peak in sorted(data.get("peaks", {}).items()):
+        if peak.get("gflops"):
+            print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}; best {peak['best_gflops']:.1f})")
+        else:
+            print(f"peak {key}: not measured ({peak.get('error')})")
+    print()
+    print(results_table(cells))
+    skipped: dict[tuple[str, str], int] = {}
+    for c in cells:
+        if c["status"] == "skipped":
+            skipped[(c["implementation"], c["reason"])] = skipped.get((c["implementation"], c["reason"]), 0) + 1
+    if skipped:
+        print("\nskipped:")
+        for (name, reason), n in skipped.items():
+            print(f"  {name} ({n} cell{'s' if n > 1 else ''}): {reason}")
+    fits = data.get("fits") or []
+    if fits:
+        print("\nscaling fits (log-log least squares; " + OVERHEAD_RULE + "):")
+        print(fits_table(fits))
+    noisy = [c for c in cells if c["status"] == "ok" and is_noisy(c["stats"])]
+    if noisy:
+        print(f"attnbench bench: warning: {len(noisy)} of {sum(c['status'] == 'ok' for c in cells)} cells have "
+              f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): the machine is noisy; compare ratios "
+              f"within one run, or re-run with a larger --budget", file=sys.stderr)
+    spreads = [c["stats"]["iqr_over_median"] for c in cells if c["status"] == "ok"]
+    if spreads and not math.isnan(max(spreads)):
+        spreads.sort()
+        print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
+    print(f"results: {path}")
+    if problems:
+        print(f"attnbench bench: {len(problems)} cell(s) failed: "
+              + ", ".join(f"{c['implementation']} {c['case_id']} {c['mode']}: {c['status']}" for c in problems[:5]),
+              file=sys.stderr)
+    return 1 if problems else 0

@@ -1,0 +1,50 @@
+"""The machine's achievable peak for a dtype and device: a large square GEMM, measured once per run.
+
+"% of peak" divides a cell's GFLOP/s by this figure. A GEMM of the same dtype on the same
+device, with the same thread count, in the same worker, is the honest ceiling for attention,
+whose work is two matmuls: a kernel at 90% of it is near the limit of the hardware as the
+libraries can drive it, whatever the data sheet says. The median over repeats is used, as
+for every cell, so that load from other processes affects both sides of the ratio alike.
+NumPy cells are compared with the same torch GEMM: the peak belongs to the machine, not to a
+library (NumPy's BLAS reaching less of it is part of what the number says).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.stats import summarize
+from harness.timing import TimingConfig, pin_threads, time_call
+
+GEMM_SIZE = {"float64": 2048, "float32": 2048, "float16": 1024, "bfloat16": 1024}
+"""Side of the square GEMM: large enough to reach the plateau, small enough to take a second or two."""
+
+
+def peak_key(dtype: str, device: str) -> str:
+    """The key in a result file's ``peaks``: "float32/cpu"."""
+    return f"{dtype}/{device}"
+
+
+PEAK_TIMING = TimingConfig(budget_s=1.5)
+
+
+def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMING,
+                      threads: int | None = None) -> dict[str, Any]:
+    """Time ``torch.matmul`` of two n x n matrices; GFLOP/s = 2 n^3 / median seconds."""
+    import torch
+
+    from harness.tensors import TORCH_DTYPES
+
+    used_threads = pin_threads(threads)
+    n = GEMM_SIZE.get(dtype, 1024)
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=gen).to(TORCH_DTYPES[dtype]).to(device) for _ in range(2))
+    samples = time_call(lambda: torch.matmul(a, b), device, config)
+    stats = summarize(samples)
+    flops = 2.0 * n ** 3
+    return {
+        "gflops": flops / stats["median"] / 1e9,
+        "best_gflops": flops / stats["min"] / 1e9,
+        "method": f"torch.matmul {n}x{n} {dtype} on {device}, median of {stats['n']} calls",
+        "n": n, "threads": used_threads, "samples_s": samples, "stats": stats,
+    }

@@ -1,0 +1,51 @@
+"""Summary statistics of raw timing samples, shared by `bench`, `report` and `compare`.
+
+Robust statistics first: on a shared, noisy machine the median and the interquartile
+range describe a run better than mean and standard deviation, which one preempted call
+can drag anywhere. Both are kept, with the raw samples, so a reader can judge.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+
+NOISY_IQR_OVER_MEDIAN = 0.10
+"""IQR/median at or above this marks a measurement as noisy (bench warns)."""
+
+
+def quantile(sorted_xs: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile (NumPy's default method) of already sorted data."""
+    if not sorted_xs:
+        raise ValueError("quantile of no samples")
+    pos = (len(sorted_xs) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_xs) - 1)
+    return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
+
+
+def summarize(samples: Sequence[float]) -> dict[str, float | int]:
+    """median, iqr, min, mean, stdev, iqr_over_median and n of ``samples`` (seconds, or anything).
+
+    stdev is the sample standard deviation (0 for a single sample).
+    """
+    xs = sorted(float(x) for x in samples)
+    if not xs:
+        raise ValueError("summarize needs at least one sample")
+    median = quantile(xs, 0.5)
+    iqr = quantile(xs, 0.75) - quantile(xs, 0.25)
+    return {
+        "median": median,
+        "iqr": iqr,
+        "min": xs[0],
+        "mean": statistics.fmean(xs),
+        "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0,
+        "iqr_over_median": iqr / median if median > 0 else math.inf,
+        "n": len(xs),
+    }
+
+
+def is_noisy(stats: dict[str, float | int]) -> bool:
+    """True when the spread is too large to trust small differences (IQR/median >= 10%)."""
+    return float(stats["iqr_over_median"]) >= NOISY_IQR_OVER_MEDIAN

@@ -1,0 +1,180 @@
+"""Bench suites (which cells to run) and the budget check that skips cells too big to attempt.
+
+A suite is a list of sweeps; a sweep is a cross product of axis values. ``quick`` sweeps T
+at d = 64, H = 8 (enough for the T exponent and the memory slope, in about two minutes);
+``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
+time with the others at their middle value, causal on and off, forward and forward+backward.
+An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
+cells that come out twice run once.
+
+Before a cell runs its cost is predicted: from the cells of the same implementation measured
+so far in this run (a power law through the last measured size), or, with none yet, from a
+pessimistic model (dense T x T buffers; 5% of the measured peak). Cells predicted to exceed
+the memory budget (default half of the free RAM) or the per-cell time budget are recorded as
+skipped with the prediction and the limit, not attempted. Cells run smallest first, so the
+predictions have history.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.cases import AttentionCase
+from harness.errors import UsageError
+from harness.flops import MODES, attention_flops, work_g
+
+AXES = ("T", "d", "heads", "batch", "dtype", "causal", "mode")
+
+SUITES: dict[str, list[dict[str, tuple[Any, ...]]]] = {
+    "quick": [
+        {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (False,), "mode": ("fwd",)},
+    ],
+    "full": [
+        {"T": tuple(2 ** i for i in range(7, 14)), "d": (64,), "heads": (8,)},
+        {"T": (1024,), "d": (32, 64, 128), "heads": (8,)},
+        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16)},
+    ],
+}
+FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
+SUITE_TIMING = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7}}
+SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0}
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    """One (implementation, case, mode) to measure."""
+
+    implementation: str
+    case: AttentionCase
+    mode: str
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return ("bench", self.implementation, self.case.id, self.mode)
+
+
+def sweep_cases(suite: str, overrides: dict[str, Sequence[Any]] | None = None,
+                device: str = "cpu") -> list[tuple[AttentionCase, str]]:
+    """(case, mode) pairs of a suite with axis overrides applied, deduplicated, in order."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
+    unknown = set(overrides) - set(AXES)
+    if unknown:
+        raise UsageError(f"unknown sweep axes {sorted(unknown)}; axes are {AXES}")
+    bad_modes = [m for m in overrides.get("mode", ()) if m not in MODES]
+    if bad_modes:
+        raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
+    seen: dict[tuple[str, str], tuple[AttentionCase, str]] = {}
+    for sweep in SUITES[suite]:
+        axes = {**FULL_DEFAULTS, **sweep, **overrides}
+        for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
+            case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
+                                 causal=bool(causal), device=device)
+            seen.setdefault((case.id, mode), (case, mode))
+    return list(seen.values())
+
+
+def plan(suite: str, implementations: Iterable[str], overrides: dict[str, Sequence[Any]] | None = None,
+         device: str = "cpu") -> list[PlannedCell]:
+    """Every implementation x every (case, mode) of the suite, smallest work first per implementation."""
+    pairs = sweep_cases(suite, overrides, device)
+    cells = [PlannedCell(name, case, mode) for name in implementations for case, mode in pairs]
+    order = {name: i for i, name in enumerate(implementations)}
+    return sorted(cells, key=lambda c: (order[c.implementation], c.mode, attention_flops(c.case, c.mode)))
+
+
+def free_ram_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (None where there is no such file)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def io_bytes(case: AttentionCase, mode: str) -> int:
+    """Bytes of q, k, v and the output (and their gradients when there is a backward pass)."""
+    from harness.tensors import TORCH_DTYPES
+
+    item = TORCH_DTYPES[case.dtype].itemsize
+    elems = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk) * case.d + case.batch * case.heads * case.tq * case.d
+    return elems * item * (1 if mode == "fwd" else 2)
+
+
+def score_elements(case: AttentionCase) -> int:
+    return case.batch * case.heads * case.tq * case.tk
+
+
+@dataclass
+class Budget:
+    """Per-cell limits: peak bytes (inputs, outputs and extra) and seconds for the whole cell."""
+
+    memory_bytes: float
+    cell_seconds: float
+    min_samples: int = 5
+    warmup_s: float = 0.1
+    a_priori_efficiency: float = 0.05
+    history: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
+    """(implementation, mode, dtype, causal) -> [(g, median seconds, peak extra bytes)] measured so far."""
+
+    def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
+        key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal)
+        self.history.setdefault(key, []).append(
+            (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
+             float(extra_bytes) if extra_bytes is not None else math.nan))
+
+    def predict(self, cell: PlannedCell, peak_gflops: float | None) -> tuple[float, float, str]:
+        """(seconds per call, peak bytes, how it was predicted)."""
+        case, mode = cell.case, cell.mode
+        g = float(work_g(case) * (3.5 if mode != "fwd" else 1.0))
+        history = self.history.get((cell.implementation, mode, case.dtype, case.causal), [])
+        dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
+        if not history:
+            rate = (peak_gflops or 10.0) * 1e9 * self.a_priori_efficiency
+            return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, "a-priori model"
+        g0, t0, _ = max(history)
+        t_slope = _slope([(h[0], h[1]) for h in history], low=1.0, high=1.5)
+        seconds = t0 * (g / g0) ** t_slope
+        s_ratio = g / g0
+        mem_points = [(h[0], h[2]) for h in history if h[2] == h[2] and h[2] > 0]
+        if mem_points:
+            gm, mm = max(mem_points)
+            extra = mm * (g / gm) ** _slope(mem_points, low=0.0, high=1.2)
+        else:
+            extra = dense_extra
+        return seconds, io_bytes(case, mode) + extra, f"extrapolated from {len(history)} measured size(s) (x{s_ratio:.3g} work)"
+
+    def check(self, cell: PlannedCell, peak_gflops: float | None) -> str | None:
+        """None when the cell fits the budgets, else the skip reason with the numbers."""
+        seconds, peak_bytes, how = self.predict(cell, peak_gflops)
+        if peak_bytes > self.memory_bytes:
+            return (f"predicted peak memory {peak_bytes / 2**30:.2f} GiB exceeds the memory budget "
+                    f"{self.memory_bytes / 2**30:.2f} GiB ({how}; raise --memory-budget)")
+        cell_s = max(seconds, self.warmup_s) + (self.min_samples + 2) * seconds
+        if cell_s > self.cell_seconds:
+            return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
+                    f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")
+        return None
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype]
+
+
+def _slope(points: list[tuple[float, float]], low: float, high: float) -> float:
+    """Log-log slope of the points, clamped to [low, high]; low for a single point."""
+    pts = sorted(p for p in points if p[0] > 0 and p[1] > 0)
+    if len({x for x, _ in pts}) < 2:
+        return low if low > 0 else 1.0
+    from harness.scaling import fit_exponent
+
+    return min(max(fit_exponent([x for x, _ in pts], [y for _, y in pts]).slope, low), high)

@@ -1,0 +1,153 @@
+"""Honest wall-clock timing of one zero-argument call: warm-up, repeats to a budget, raw samples.
+
+CPU: ``time.perf_counter`` around each call, garbage collection off, the thread count
+pinned before and recorded with the samples. The first calls pay for lazy initialisation
+(thread pools, kernel selection, page faults on fresh buffers), so at least one call and
+about ``warmup_s`` seconds of calls are run and thrown away.
+
+CUDA (cannot run on this machine, kept small so it is obviously right): the method of
+``triton.testing.do_bench``. Kernels are asynchronous, so host clocks would time the
+launch; instead a pair of CUDA events brackets each call and the device is synchronised
+before the events are read. Before every call a 256 MB buffer is zeroed, which evicts the
+L2 cache, so no call is timed with its inputs still warm in cache from the previous one.
+
+``synchronized_perf_counter`` is the timer for pytest-benchmark: it synchronises CUDA (when
+it is in use) before reading the clock, so a round ends when the device work ends.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+"""Bigger than any GPU's L2 (triton.testing.do_bench uses the same size)."""
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How long to time one cell. Picklable: it travels to the worker process."""
+
+    warmup_s: float = 0.1
+    """Minimum seconds of warm-up calls (at least one call is always made)."""
+    budget_s: float = 1.0
+    """Stop repeating once this many seconds were spent in timed calls (and min_samples reached)."""
+    min_samples: int = 5
+    max_samples: int = 1000
+
+
+@contextmanager
+def gc_disabled() -> Iterator[None]:
+    """Garbage collection off: a collection in the middle of a call would be timed as the call."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def pin_threads(threads: int | None) -> int:
+    """Set torch's intra-op thread count (None: leave the default); return the count in force.
+
+    NumPy's BLAS reads OMP_NUM_THREADS / OPENBLAS_NUM_THREADS at import, so those are set in
+    the environment before a worker starts (see :func:`thread_environment`).
+    """
+    import torch
+
+    if threads is not None and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextmanager
+def thread_environment(threads: int) -> Iterator[None]:
+    """Pin BLAS/OpenMP thread counts for worker processes started inside this block."""
+    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def time_cpu(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> list[float]:
+    """Seconds per call of ``fn``, one sample per call, after warm-up; gc off throughout."""
+    clock = time.perf_counter
+    with gc_disabled():
+        started = clock()
+        calls = 0
+        while calls < 1 or clock() - started < config.warmup_s:
+            out = fn()
+            del out
+            calls += 1
+        samples: list[float] = []
+        spent = 0.0
+        while len(samples) < config.max_samples and (len(samples) < config.min_samples or spent < config.budget_s):
+            t0 = clock()
+            out = fn()
+            t1 = clock()
+            del out  # freeing the output is not part of the call
+            samples.append(t1 - t0)
+            spent += t1 - t0
+    return samples
+
+
+def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> list[float]:
+    """Seconds per call measured with CUDA events, L2 flushed before each call (do_bench's method)."""
+    import torch
+
+    cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    with gc_disabled():
+        fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            cache.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate_s = max(start.elapsed_time(end) / 5 / 1000, 1e-7)
+        warmup = max(1, int(config.warmup_s / estimate_s))
+        repeats = max(config.min_samples, min(config.max_samples, int(config.budget_s / estimate_s)))
+        for _ in range(warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        for i in range(repeats):
+            cache.zero_()  # evict L2: the call starts cold, as inside a model
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+    return [s.elapsed_time(e) / 1000 for s, e in zip(starts, ends)]
+
+
+def time_call(fn: Callable[[], Any], device: str, config: TimingConfig = TimingConfig()) -> list[float]:
+    """Time ``fn`` on ``device`` ("cpu" or "cuda") with the right clock."""
+    return time_cuda(fn, config) if device == "cuda" else time_cpu(fn, config)
+
+
+def synchronized_perf_counter() -> float:
+    """perf_counter after waiting for the GPU (if torch has initialised CUDA): pytest-benchmark's timer."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()

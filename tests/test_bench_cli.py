@@ -1,0 +1,133 @@
+"""`attnbench bench` end to end: a valid result file, resume after an interruption, crashes recorded."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.cases import AttentionCase
+from harness.cli import main
+from harness.flops import attention_flops
+from harness.results import load_results
+
+FAST = ["--budget", "0.05", "--min-samples", "3", "--threads", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module")
+def run_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "run.json"
+    code = main(["bench", "--T", "256", "512", "1024", "--heads", "4", "--d", "64", "--mode", "fwd", "fwd+bwd",
+                 "--only", "numpy_naive,torch_sdpa", "--out", str(path), *FAST])
+    assert code == 0
+    return path
+
+
+def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> None:
+    data = load_results(run_file)
+    assert data["complete"] and data["command"] == "bench"
+    assert {"cpu_model", "cores", "threads", "torch", "numpy", "git_commit", "command_line"} <= set(data["environment"])
+    peak = data["peaks"]["float32/cpu"]
+    assert peak["gflops"] > 0 and peak["threads"] == 1
+    cells = {(c["implementation"], c["case_id"], c["mode"]): c for c in data["cells"]}
+    assert len(cells) == 12
+    skipped = cells[("numpy_naive", "B1-H4-T512-d64-float32", "fwd+bwd")]
+    assert skipped["status"] == "skipped" and "gradients not supported" in skipped["reason"]
+    ok = [c for c in data["cells"] if c["status"] == "ok"]
+    assert len(ok) == 9  # numpy fwd x3, sdpa fwd x3, sdpa fwd+bwd x3
+    for cell in ok:
+        case = AttentionCase.from_dict(cell["case"])
+        assert cell["flops"] == attention_flops(case, cell["mode"])
+        assert len(cell["samples_s"]) == cell["stats"]["n"] >= 3
+        assert math.isclose(cell["gflops"], cell["flops"] / cell["stats"]["median"] / 1e9)
+        assert math.isclose(cell["pct_peak"], 100 * cell["gflops"] / peak["gflops"])
+        assert cell["threads"] == 1 and cell["memory"]["peak_extra_bytes"] is not None
+
+
+def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
+    fits = load_results(run_file)["fits"]
+    by = {(f["implementation"], f["mode"], f["quantity"], f["axis"]): f for f in fits}
+    # Timing on a shared machine is noisy: only the broad shape of the curve is asserted.
+    assert 1.0 <= by[("numpy_naive", "fwd", "time", "T")]["slope"] <= 3.0
+    assert 0.8 <= by[("torch_sdpa", "fwd", "time", "T")]["slope"] <= 3.0
+    # Memory is deterministic: the naive kernel holds T x T buffers.
+    assert 1.8 <= by[("numpy_naive", "fwd", "memory", "T")]["slope"] <= 2.2
+    assert by[("torch_sdpa", "fwd+bwd", "time", "g")]["coef"] > 0
+
+
+def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:
+    data = json.loads(run_file.read_text())
+    kept = data["cells"][:5]
+    data.update(cells=kept, complete=False)  # what an interrupted run leaves behind
+    del data["fits"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(data))
+    assert main(["bench", "--resume", str(partial), "--quiet"]) == 0
+    resumed = load_results(partial)
+    assert resumed["complete"] and len(resumed["cells"]) == 12
+    assert resumed["cells"][:5] == kept  # measured cells kept as they were
+    assert resumed["peaks"] == data["peaks"]  # the run's peak is not measured again
+    assert {c["case_id"] for c in resumed["cells"]} == {c["case_id"] for c in data["cells"]}
+
+
+PLUGIN = '''
+import os
+from harness import register
+
+@register("crasher", backend="numpy")
+def crasher(q, k, v, *, causal=False, mask=None, scale=None):
+    os.abort()
+
+@register("raiser", backend="numpy")
+def raiser(q, k, v, *, causal=False, mask=None, scale=None):
+    raise RuntimeError("boom: shapes disagree")
+'''
+
+
+def test_a_crashing_plugin_is_recorded_and_the_run_goes_on(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    plugin = tmp_path / "bad_plugin.py"
+    plugin.write_text(PLUGIN)
+    out = tmp_path / "crash.json"
+    code = main(["bench", "--plugin", str(plugin), "--only", "crasher,raiser,numpy_naive", "--T", "64", "--heads", "1",
+                 "--no-memory", "--out", str(out), *FAST])
+    assert code == 1
+    cells = {c["implementation"]: c for c in load_results(out)["cells"]}
+    assert cells["crasher"]["status"] == "crash" and "SIGABRT" in cells["crasher"]["reason"]
+    assert cells["raiser"]["status"] == "error" and "RuntimeError: boom" in cells["raiser"]["reason"]
+    assert cells["numpy_naive"]["status"] == "ok"
+    assert "crasher" in capsys.readouterr().err
+
+
+def test_bad_input_is_a_usage_error(tmp_path: Path) -> None:
+    assert main(["bench", "--only", "no_such_impl", "--out", str(tmp_path / "x.json"), "--quiet"]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--T", "12x"])
+    assert exit_info.value.code == 2
+
+
+def test_a_real_interrupt_leaves_a_valid_file_that_resume_finishes(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "interrupted.json"
+    cmd = [sys.executable, "-m", "harness", "bench", "--only", "numpy_naive", "--T", "64", "128", "256", "512",
+           "--heads", "2", "--budget", "0.3", "--no-memory", "--out", str(out), "--quiet", "--threads", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out.exists() and load_results(out)["cells"]:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    data = load_results(out)
+    assert proc.returncode == 130, err
+    assert "--resume" in err and not data["complete"] and 1 <= len(data["cells"]) < 4
+    assert main(["bench", "--resume", str(out), "--quiet"]) == 0
+    finished = load_results(out)
+    assert finished["complete"] and [c["case"]["tq"] for c in finished["cells"]] == [64, 128, 256, 512]
+    assert finished["cells"][: len(data["cells"])] == data["cells"]

@@ -1,0 +1,42 @@
+"""Peak memory, measured for real in a worker as `bench` does: the O(T^2) and the O(block) kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.bench_runner import memory_task
+from harness.cases import AttentionCase
+from harness.isolation import OK, Task, run_isolated
+
+
+def _measure(cells: list[tuple[str, AttentionCase]]) -> list[dict[str, Any]]:
+    results: list[Any] = []
+    tasks = [Task(i, memory_task, (name, (), case.to_dict(), "fwd", 2)) for i, (name, case) in enumerate(cells)]
+    run_isolated(tasks, lambda task, outcome: results.append(outcome), timeout=120)
+    for outcome in results:
+        assert outcome.status == OK, outcome.error
+    return [o.value for o in results]
+
+
+def test_naive_peaks_at_one_to_three_score_matrices_and_tiled_at_a_few_tiles() -> None:
+    naive = AttentionCase(batch=1, heads=4, tq=1024, d=64)
+    tiled_small, tiled_big = AttentionCase(heads=4, tq=1024, d=64), AttentionCase(heads=4, tq=2048, d=64)
+    naive_mem, small_mem, big_mem = _measure([("numpy_naive", naive), ("tiled", tiled_small), ("tiled", tiled_big)])
+
+    score_matrix = naive.batch * naive.heads * naive.tq * naive.tk * 4  # one float32 T x T buffer: 16 MiB
+    assert naive_mem["method"] == "tracemalloc"
+    assert 1.0 * score_matrix <= naive_mem["peak_extra_bytes"] <= 3.0 * score_matrix, naive_mem
+
+    assert big_mem["method"] == "vmhwm"
+    try:
+        from implementations._flash_cpu import pick_blocks
+
+        block_q, block_k = pick_blocks(2048, 2048, 64, 4)
+    except ImportError:
+        block_q = block_k = 128
+    tile = 4 * block_q * block_k * 4  # B*H score tiles of float32
+    assert big_mem["peak_extra_bytes"] <= 4 * tile, (big_mem, tile)
+    big_scores = 4 * 2048 * 2048 * 4
+    assert big_mem["peak_extra_bytes"] < big_scores / 8
+    # O(block), not O(T^2): doubling T (4x the score elements) must not grow it like the naive kernel
+    assert big_mem["peak_extra_bytes"] <= 2 * max(small_mem["peak_extra_bytes"], tile), (small_mem, big_mem)

@@ -1,0 +1,116 @@
+"""Deterministic parts of `bench`: FLOP counts, statistics, scaling fits on synthetic data, sweeps."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.cases import AttentionCase
+from harness.errors import UsageError
+from harness.flops import attended_pairs, attention_flops
+from harness.scaling import cell_fits, fit_complexity, fit_exponent
+from harness.stats import is_noisy, summarize
+from harness.sweeps import Budget, PlannedCell, plan, sweep_cases
+
+
+def test_forward_flops_are_two_matmuls() -> None:
+    case = AttentionCase(batch=2, heads=8, tq=1024, d=64)
+    assert attention_flops(case, "fwd") == 4 * 2 * 8 * 1024 * 1024 * 64
+    assert attention_flops(case, "bwd") == 2.5 * attention_flops(case, "fwd")
+    assert attention_flops(case, "fwd+bwd") == 3.5 * attention_flops(case, "fwd")
+    cross = AttentionCase(batch=1, heads=2, tq=100, tk=300, d=16)
+    assert attention_flops(cross) == 4 * 2 * 100 * 300 * 16
+
+
+def test_causal_counts_only_the_unmasked_triangle() -> None:
+    assert attended_pairs(4, 4, causal=True) == 1 + 2 + 3 + 4
+    case = AttentionCase(heads=2, tq=512, d=32, causal=True)
+    assert attention_flops(case) == 4 * 2 * (512 * 513 // 2) * 32
+    brute = sum(1 for i in range(37) for j in range(37) if j <= i)
+    assert attended_pairs(37, 37, causal=True) == brute
+
+
+def test_unknown_mode_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown mode"):
+        attention_flops(AttentionCase(), "backward")
+
+
+def test_summarize_matches_hand_computed_values() -> None:
+    stats = summarize([5.0, 1.0, 2.0, 3.0, 4.0])
+    assert stats["median"] == 3.0 and stats["min"] == 1.0 and stats["mean"] == 3.0 and stats["n"] == 5
+    assert stats["iqr"] == 2.0  # quartiles 2 and 4 (linear interpolation, as numpy.percentile)
+    assert math.isclose(stats["stdev"], math.sqrt(2.5))
+    assert math.isclose(stats["iqr_over_median"], 2 / 3)
+    assert is_noisy(stats) and not is_noisy(summarize([1.0, 1.01, 0.99, 1.0]))
+    assert summarize([0.5])["stdev"] == 0.0
+    with pytest.raises(ValueError):
+        summarize([])
+
+
+def test_fit_recovers_exponent_and_reports_overhead_points() -> None:
+    xs = [128, 256, 512, 1024, 2048, 4096]
+    clean = fit_exponent(xs, [3e-9 * x ** 2 for x in xs])
+    assert math.isclose(clean.slope, 2.0, abs_tol=1e-9) and math.isclose(clean.r2, 1.0) and not clean.excluded
+    # 1 ms of fixed overhead swamps the quadratic term at the small sizes
+    noisy = fit_exponent(xs, [1e-3 + 1e-8 * x ** 2 for x in xs])
+    assert [x for x, _ in noisy.excluded] == [128, 256]
+    assert 1.75 < noisy.slope < 2.0 and noisy.n == 4
+    naive = fit_exponent(xs, [1e-3 + 1e-8 * x ** 2 for x in xs], drop_overhead=False)
+    assert naive.slope < 1.6  # what the rule protects against
+    flat = fit_exponent([1, 2, 4, 8], [5.0, 5.0, 5.0, 5.0])  # constant memory: nothing to leave out
+    assert flat.slope == 0 and not flat.excluded
+    with pytest.raises(ValueError, match="positive"):
+        fit_exponent([1, 2, 3], [1.0, 0.0, 2.0])
+
+
+def test_complexity_fit_is_google_benchmark_style() -> None:
+    gs = [1e6, 2e6, 4e6]
+    fit = fit_complexity(gs, [2e-9 * g for g in gs])
+    assert math.isclose(fit.coef, 2e-9) and fit.rms < 1e-15
+    rough = fit_complexity(gs, [2e-9 * g * f for g, f in zip(gs, (1.1, 0.9, 1.0))])
+    assert 0.01 < rough.rms_rel < 0.2
+
+
+def _cell(t: int, median: float, memory: float | None) -> dict:
+    case = AttentionCase(heads=8, tq=t, d=64)
+    return {"type": "bench", "implementation": "x", "case": case.to_dict(), "case_id": case.id, "mode": "fwd",
+            "status": "ok", "stats": {"median": median},
+            "memory": None if memory is None else {"peak_extra_bytes": memory}}
+
+
+def test_cell_fits_group_by_axis() -> None:
+    cells = [_cell(t, 1e-9 * t * t, 12.0 * t * t) for t in (256, 512, 1024, 2048)]
+    fits = {(f["quantity"], f["axis"]): f for f in cell_fits(cells)}
+    assert math.isclose(fits[("time", "T")]["slope"], 2.0) and math.isclose(fits[("memory", "T")]["slope"], 2.0)
+    assert fits[("time", "T")]["fixed"] == "B1-H8-d64-float32"
+    assert ("time", "g") in fits and ("time", "d") not in fits  # one d only: no d fit
+
+
+def test_sweeps_axes_and_order() -> None:
+    quick = sweep_cases("quick")
+    assert [c.tq for c, _ in quick] == [256, 512, 1024, 2048] and {m for _, m in quick} == {"fwd"}
+    full = sweep_cases("full")
+    assert {c.tq for c, _ in full} == {2 ** i for i in range(7, 14)}
+    assert {c.d for c, _ in full} == {32, 64, 128} and {c.heads for c, _ in full} == {1, 4, 8, 16}
+    assert {c.causal for c, _ in full} == {False, True}
+    overridden = sweep_cases("quick", {"T": [64, 32], "causal": [True], "mode": ["fwd", "bwd"]})
+    assert len(overridden) == 4 and all(c.causal for c, _ in overridden)
+    cells = plan("quick", ["b", "a"], {"T": [512, 128]})
+    assert [(c.implementation, c.case.tq) for c in cells] == [("b", 128), ("b", 512), ("a", 128), ("a", 512)]
+    with pytest.raises(UsageError, match="unknown suite"):
+        sweep_cases("huge")
+
+
+def test_budget_skips_cells_predicted_too_big_and_says_why() -> None:
+    budget = Budget(memory_bytes=2**30, cell_seconds=10.0)
+    small = PlannedCell("naive", AttentionCase(heads=8, tq=512, d=64), "fwd")
+    assert budget.check(small, peak_gflops=100.0) is None
+    budget.record(small, median_s=0.01, extra_bytes=3 * 8 * 512 * 512 * 4)  # dense: grows as T^2
+    big = PlannedCell("naive", AttentionCase(heads=8, tq=8192, d=64), "fwd")
+    reason = budget.check(big, peak_gflops=100.0)
+    assert reason is not None and "memory budget" in reason and "GiB" in reason
+    slow = Budget(memory_bytes=2**40, cell_seconds=10.0)
+    slow.record(small, median_s=0.01, extra_bytes=None)
+    reason = slow.check(big, peak_gflops=100.0)
+    assert reason is not None and "time budget" in reason

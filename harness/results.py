@@ -130,6 +130,8 @@ class ResultWriter:
                 "command": command, "complete": False, "environment": environment(),
                 "config": config, "peaks": {}, "cells": [],
             }
+            if isinstance(config.get("threads"), int):  # the count workers pin, not this process's default
+                self.data["environment"]["threads"] = config["threads"]
         self.flush()
 
     @property

@@ -14,3 +14,14 @@ if ! "$PYTHON" -c "import torch" 2>/dev/null; then
 fi
 extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton]"
 "$PYTHON" -m pip install "${quiet[@]}" -e ".${extras}"
+
+# The report's browser test opens index.html in headless Chromium (Debian's package). Best effort:
+# without apt or root the test skips and says why; the rest of the set-up has already succeeded.
+if [ "${1:-}" = "test" ] && ! command -v chromium >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } \
+      || echo "setup.sh: could not install chromium; the report's browser test will be skipped" >&2
+  else
+    echo "setup.sh: chromium not installed (needs apt-get as root); the report's browser test will be skipped" >&2
+  fi
+fi

@@ -1,0 +1,57 @@
+"""`attnbench compare BASE NEW`: per-cell ratio of medians and Mann-Whitney U; exit 1 on a regression."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from harness.commands.common import format_table
+from harness.compare import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    HEADERS,
+    compare_files,
+    markdown,
+    parse_threshold,
+    rows,
+)
+
+HELP = "compare two benchmark runs; exit 1 on a significant regression beyond the threshold or a newly failing cell"
+DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians and a Mann-Whitney U test on the raw samples. "
+               "Accepts attnbench result files and pytest-benchmark JSON.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base", type=Path, metavar="BASE", help="the reference run (result file or pytest-benchmark JSON)")
+    parser.add_argument("new", type=Path, metavar="NEW", help="the run to judge")
+    parser.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", metavar="PCT",
+                        help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA})")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
+    parser.add_argument("--markdown", type=Path, metavar="FILE",
+                        help="also write a GitHub-flavoured Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def run(args: argparse.Namespace) -> int:
+    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown(result), encoding="utf-8")
+    regs, imps = result.regressions, result.improvements
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+        return 1 if result.failed else 0
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    compared = sum(c.ratio is not None for c in result.cells)
+    t = f"{result.threshold:.0%}"
+    for title, cells in (("Regressions", regs), ("Newly failing (measured in BASE)", result.newly_failing),
+                         ("Improvements", imps)):
+        if cells:
+            print(f"\n{title} (beyond {t}, p<{result.alpha}):")
+            print(format_table(HEADERS, rows(cells)))
+    failing = f", {len(result.newly_failing)} newly failing" if result.newly_failing else ""
+    print(f"\n{compared} cells compared: {len(regs)} regression(s), {len(imps)} improvement(s) beyond {t}{failing}.")
+    return 1 if result.failed else 0

@@ -1,0 +1,40 @@
+"""`attnbench report RESULTS...`: index.html, summary.md, plots and CSV tables from result files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.report import DEFAULT_BASELINE, build_report
+
+HELP = "write an HTML + Markdown report (plots, complexity table, correctness matrix) from result files"
+DESCRIPTION = (HELP + ". Reads attnbench result files (results/*.json) and pytest-benchmark JSON; "
+               "never runs an implementation.")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
+                        help="attnbench result files and/or pytest-benchmark --benchmark-json files")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="report directory (default: reports/<run id of the last file>)")
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="NAME",
+                        help=f"implementation the speedup plot divides by (default: {DEFAULT_BASELINE})")
+
+
+def default_out(results: list[Path]) -> Path:
+    return Path("reports") / results[-1].stem
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.out or default_out(args.results)
+    report = build_report(args.results, out, baseline=args.baseline)
+    flagged = int(report.complexity["flagged"].sum()) if not report.complexity.empty else 0
+    if args.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
+        print(f"attnbench report: note: baseline {args.baseline!r} has no bench cells; no speedup plot "
+              "(choose another with --baseline NAME)", file=sys.stderr)
+    print(f"report: {report.index}")
+    print(f"summary: {report.summary}")
+    print(f"{len(report.plots)} plots, {len(report.csvs)} CSV tables; "
+          f"{report.problem_count} verify problem(s); {flagged} exponent(s) off theory")
+    return 0

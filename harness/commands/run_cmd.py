@@ -1,0 +1,99 @@
+"""`attnbench run`: the main job. verify (quick), bench (quick), then a report of both.
+
+Each step is the real command, driven through :func:`harness.cli.main`, so ``attnbench run``
+does exactly what the three commands do by hand. Result files go to ``results/<run-id>-verify.json``
+and ``results/<run-id>-bench.json``, the report to ``reports/<run-id>/``. A verify failure does
+not stop the run: the report is the place to see it. The exit status is 1 when verify or bench
+found a problem (a failing case; a cell that errored, crashed or timed out), 2 when a step could
+not run at all (bad usage), else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+from harness.cli import add_plugin_argument
+from harness.results import RESULTS_DIR, new_run_id
+
+HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
+DESCRIPTION = (
+    "The main job: verify --suite quick, bench --suite quick, then report on both. Result files go to "
+    "results/<run-id>-verify.json and results/<run-id>-bench.json, the report to reports/<run-id>/ "
+    "(index.html, summary.md, plots/, CSV). Exit status: 0 all passed; 1 verify or bench found a problem "
+    "(the report is still written); 2 a step could not run (bad usage).")
+REPORTS_DIR = Path("reports")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_plugin_argument(parser)
+    parser.add_argument("--only", action="append", default=[], metavar="NAMES",
+                        help="run only these implementations (comma-separated, repeatable)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, metavar="DIR",
+                        help=f"where the result files go (default: {RESULTS_DIR}/)")
+    parser.add_argument("--reports-dir", type=Path, default=REPORTS_DIR, metavar="DIR",
+                        help=f"where the report directory goes (default: {REPORTS_DIR}/)")
+    parser.add_argument("--baseline", default=None, metavar="NAME",
+                        help="implementation the report's speedups divide by (default: torch_sdpa)")
+    parser.add_argument("--threads", type=int, metavar="N",
+                        help="threads for bench's timing (default: torch's); 1 is steadier on a busy machine")
+    parser.add_argument("--skip-verify", action="store_true", help="benchmark and report only")
+    parser.add_argument("--skip-bench", action="store_true", help="verify and report only")
+
+
+def _common(args: argparse.Namespace) -> list[str]:
+    argv: list[str] = []
+    for plugin in args.plugin:
+        argv += ["--plugin", plugin]
+    for only in args.only:
+        argv += ["--only", only]
+    return argv
+
+
+def _step(title: str, argv: list[str], *, quiet: bool = False) -> tuple[int, float]:
+    """Run one attnbench command in this process; ``quiet`` sends its stdout to stderr."""
+    from harness.cli import main
+
+    print(f"attnbench run: {title}: attnbench {' '.join(argv)}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
+        code = main(argv)
+    seconds = time.monotonic() - started
+    print(f"attnbench run: {title} finished in {seconds:.0f} s (exit {code})", file=sys.stderr, flush=True)
+    return code, seconds
+
+
+def run(args: argparse.Namespace) -> int:
+    run_id = new_run_id("run")
+    results: list[Path] = []
+    codes: dict[str, int] = {}
+    if not args.skip_verify:
+        path = args.results_dir / f"{run_id}-verify.json"
+        codes["verify"], _ = _step("verify", ["verify", "--suite", "quick", "--json", str(path), *_common(args)])
+        if path.exists():
+            results.append(path)
+    if not args.skip_bench:
+        path = args.results_dir / f"{run_id}-bench.json"
+        threads = ["--threads", str(args.threads)] if args.threads else []
+        codes["bench"], _ = _step("bench", ["bench", "--suite", "quick", "--out", str(path), *threads, *_common(args)])
+        if path.exists():
+            results.append(path)
+    if not results:
+        print("attnbench run: error: no step wrote a result file; nothing to report", file=sys.stderr)
+        return 2
+    out = args.reports_dir / run_id
+    report_argv = ["report", *map(str, results), "--out", str(out)]
+    if args.baseline:
+        report_argv += ["--baseline", args.baseline]
+    codes["report"], _ = _step("report", report_argv, quiet=True)  # run prints where the report is, once
+    print(f"report: {out / 'index.html'}")
+    print(f"summary: {out / 'summary.md'}")
+    for name, code in codes.items():
+        if code != 0:
+            print(f"attnbench run: {name} exited {code}", file=sys.stderr)
+    if any(code not in (0, 1) for code in codes.values()):
+        return 2
+    return 1 if codes.get("verify") == 1 or codes.get("bench") == 1 else 0

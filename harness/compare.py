@@ -1,0 +1,232 @@
+"""Compare two benchmark runs cell by cell: ratio of medians plus a significance test, as asv does.
+
+A cell (implementation, case, mode) is a **regression** when the new median is more than
+``threshold`` slower (new/base > 1 + threshold) *and* the Mann-Whitney U test on the raw
+samples says the two runs differ (p < ``alpha``); an **improvement** symmetrically
+(new/base < 1 / (1 + threshold)). The ratio alone would flag noise; the test alone would
+flag a real 2% change nobody cares about; both together flag what matters.
+
+When the test cannot decide — no raw samples (pytest-benchmark JSON saved without
+``--benchmark-save-data``), or so few that even completely separated samples cannot reach
+``alpha`` (3 against 3 gives p >= 0.1) — the ratio decides alone and the cell says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+from harness.report.load import load_cells
+
+DEFAULT_THRESHOLD = 0.25
+DEFAULT_ALPHA = 0.05
+REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
+ONLY_BASE, ONLY_NEW, NOT_COMPARABLE = "only in base", "only in new", "not comparable"
+NEWLY_FAILING = "newly failing"
+"""Measured in the base run; errored, crashed or timed out in the new one: worse than any slow-down."""
+FAILED = ("error", "crash", "timeout")
+
+
+def parse_threshold(text: str) -> float:
+    """``"25%"`` or ``"0.25"`` -> 0.25; a bare number >= 1 is ambiguous and refused."""
+    raw = str(text).strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"--threshold {text!r}: not a number; write a percentage such as 25%") from None
+    if not raw.endswith("%") and value >= 1:
+        raise UsageError(f"--threshold {text!r} is ambiguous; write {raw}% or a fraction such as 0.25")
+    if not 0 < value <= 10:
+        raise UsageError(f"--threshold {text!r}: must be above 0% and at most 1000%")
+    return value
+
+
+def min_p_value(n_base: int, n_new: int) -> float:
+    """The smallest two-sided Mann-Whitney p-value possible with these sample counts (exact test)."""
+    return min(1.0, 2.0 / math.comb(n_base + n_new, n_base))
+
+
+@dataclass
+class CellComparison:
+    implementation: str
+    case_id: str
+    mode: str
+    verdict: str
+    base_median: float | None = None
+    new_median: float | None = None
+    ratio: float | None = None
+    """new median / base median: above 1 is slower."""
+    p_value: float | None = None
+    n_base: int = 0
+    n_new: int = 0
+    base_status: str | None = None
+    new_status: str | None = None
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    base: str
+    new: str
+    threshold: float
+    alpha: float
+    cells: list[CellComparison] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def with_verdict(self, verdict: str) -> list[CellComparison]:
+        return [c for c in self.cells if c.verdict == verdict]
+
+    @property
+    def regressions(self) -> list[CellComparison]:
+        return sorted(self.with_verdict(REGRESSION), key=lambda c: -(c.ratio or 0))
+
+    @property
+    def newly_failing(self) -> list[CellComparison]:
+        return self.with_verdict(NEWLY_FAILING)
+
+    @property
+    def failed(self) -> bool:
+        """True when CI should fail: a significant regression, or a cell that no longer runs."""
+        return bool(self.regressions or self.newly_failing)
+
+    @property
+    def improvements(self) -> list[CellComparison]:
+        return sorted(self.with_verdict(IMPROVEMENT), key=lambda c: c.ratio or 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "new": self.new, "threshold": self.threshold, "alpha": self.alpha,
+                "regressions": len(self.regressions), "improvements": len(self.improvements),
+                "newly_failing": len(self.newly_failing), "failed": self.failed,
+                "warnings": self.warnings, "cells": [asdict(c) for c in self.cells]}
+
+
+def _timing(cell: dict[str, Any]) -> tuple[list[float], float | None]:
+    samples = [float(x) for x in cell.get("samples_s") or []]
+    median = (cell.get("stats") or {}).get("median")
+    if median is None and samples:
+        from harness.stats import summarize
+
+        median = summarize(samples)["median"]
+    return samples, None if median is None else float(median)
+
+
+def compare_cell(key: tuple[str, str, str], base: dict[str, Any], new: dict[str, Any], threshold: float,
+                 alpha: float) -> CellComparison:
+    """One cell's verdict from its two runs."""
+    out = CellComparison(*key, verdict=NOT_COMPARABLE, base_status=base.get("status"), new_status=new.get("status"))
+    if base.get("status") != "ok" or new.get("status") != "ok":
+        out.note = f"status: base {base.get('status')}, new {new.get('status')}"
+        if base.get("status") == "ok" and new.get("status") in FAILED:
+            out.verdict = NEWLY_FAILING
+            out.note += f" ({new.get('reason')})"
+        return out
+    (xs, out.base_median), (ys, out.new_median) = _timing(base), _timing(new)
+    out.n_base, out.n_new = len(xs), len(ys)
+    if not out.base_median or out.new_median is None:
+        out.note = "no timing"
+        return out
+    out.ratio = out.new_median / out.base_median
+    significant: bool | None = None
+    if len(xs) >= 2 and len(ys) >= 2:
+        if min_p_value(len(xs), len(ys)) < alpha:
+            from scipy.stats import mannwhitneyu
+
+            out.p_value = float(mannwhitneyu(xs, ys, alternative="two-sided").pvalue)
+            significant = out.p_value < alpha
+        else:
+            out.note = f"too few samples ({len(xs)} vs {len(ys)}) for the test to reach p<{alpha}: ratio only"
+    else:
+        out.note = "no raw samples: ratio only"
+    beyond = out.ratio > 1 + threshold or out.ratio < 1 / (1 + threshold)
+    if beyond and significant is not False:
+        out.verdict = REGRESSION if out.ratio > 1 else IMPROVEMENT
+    else:
+        out.verdict = UNCHANGED
+        if beyond:
+            out.note = f"beyond the threshold but not significant (p={out.p_value:.3g})"
+    return out
+
+
+def _index(cells: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(str(c.get("implementation")), str(c.get("case_id")), str(c.get("mode") or "fwd")): c
+            for c in cells if c.get("type") == "bench"}
+
+
+def _environment_warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    warnings = []
+    for key in ("cpu_model", "threads", "torch", "gpu"):
+        a, b = (base.get("environment") or {}).get(key), (new.get("environment") or {}).get(key)
+        if a is not None and b is not None and a != b:
+            warnings.append(f"the runs differ in {key}: {a} vs {b}; the comparison may reflect the machine")
+    return warnings
+
+
+def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
+                  alpha: float = DEFAULT_ALPHA) -> Comparison:
+    """Compare every bench cell present in either file."""
+    base_meta, base_cells = load_cells(Path(base))
+    new_meta, new_cells = load_cells(Path(new))
+    a, b = _index(base_cells), _index(new_cells)
+    if not a:
+        raise UsageError(f"{base}: no bench cells to compare (is it a verify result file?)")
+    if not b:
+        raise UsageError(f"{new}: no bench cells to compare (is it a verify result file?)")
+    if not set(a) & set(b):
+        raise UsageError(f"{base} and {new} have no bench cell in common (implementation, case, mode); "
+                         "compare runs of the same suite")
+    result = Comparison(base=str(base), new=str(new), threshold=threshold, alpha=alpha,
+                        warnings=_environment_warnings(base_meta, new_meta))
+    for key in sorted(set(a) | set(b)):
+        if key not in b:
+            result.cells.append(CellComparison(*key, verdict=ONLY_BASE))
+        elif key not in a:
+            result.cells.append(CellComparison(*key, verdict=ONLY_NEW))
+        else:
+            result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha))
+    return result
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} µs"
+
+
+def rows(cells: Sequence[CellComparison]) -> list[tuple[str, ...]]:
+    return [(c.implementation, c.case_id, c.mode, _fmt_time(c.base_median), _fmt_time(c.new_median),
+             f"{c.ratio:.2f}x" if c.ratio is not None else "", "" if c.p_value is None else f"{c.p_value:.2g}",
+             c.note) for c in cells]
+
+
+HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p", "note")
+
+
+def markdown(result: Comparison) -> str:
+    """GitHub-flavoured Markdown: the verdict, then regressions and improvements."""
+    from harness.report.markdown import md_table
+
+    t = f"{result.threshold:.0%}"
+    regs, imps = result.regressions, result.improvements
+    compared = sum(c.ratio is not None for c in result.cells)
+    header = (f"Base `{result.base}` vs new `{result.new}`: {compared} cells compared, threshold {t}, "
+              f"Mann-Whitney U p<{result.alpha}.")
+    lines = ["# attnbench compare", "", header, ""]
+    lines.append(f"**{len(regs)} significant regression(s) beyond {t}.**" if regs else
+                 f"**No significant regression beyond {t}.**")
+    if result.newly_failing:
+        lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
+    lines += [f"> warning: {w}" for w in result.warnings]
+    for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing), ("Improvements", imps)):
+        if cells:
+            lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]
+    missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)
+               or (c.verdict == NOT_COMPARABLE and c.base_status != c.new_status)]  # alike in both: nothing to say
+    if missing:
+        lines += ["", "## Not compared", md_table(("implementation", "case", "mode", "why"),
+                                                  [(c.implementation, c.case_id, c.mode, c.note or c.verdict)
+                                                   for c in missing])]
+    return "\n".join(lines) + "\n"

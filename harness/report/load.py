@@ -1,0 +1,215 @@
+"""Read result files into tidy tables: one row per cell, one column per field.
+
+Two inputs are accepted, told apart by their content rather than their name:
+
+- attnbench result files (``"schema": "attnbench.results"``, see :mod:`harness.results`);
+- pytest-benchmark JSON (``pytest --benchmark-json FILE``), whose benchmarks become bench
+  cells: the implementation and shape come from ``extra_info`` (which attnbench's own
+  ``suites/performance`` fills in) or, failing that, from the test's parameters and name.
+
+Reports and comparisons read only these files; they never import or run a plugin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.errors import UsageError
+from harness.results import SCHEMA, load_results
+
+CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
+                "inputs", "layout", "bias", "kind")
+STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
+BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS,
+                 *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
+                 "memory_method",
+                 "threads", "samples_s")
+VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
+                  *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
+
+
+@dataclass
+class Results:
+    """Everything a report needs, gathered from one or more result files."""
+
+    bench: pd.DataFrame
+    verify: pd.DataFrame
+    peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Measured peak per "dtype/device", e.g. {"float32/cpu": {"gflops": 175.0}}."""
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    """One entry per file: path, kind, run_id, command, complete, environment."""
+    implementations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per implementation, whatever the files said about it (description, capabilities), if anything."""
+
+
+def read_any(path: Path) -> tuple[str, dict[str, Any]]:
+    """("attnbench" | "pytest-benchmark", parsed JSON); a clear error for anything else."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file; pass a results/*.json file written by attnbench "
+                         "or a pytest --benchmark-json file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("schema") == SCHEMA:
+        return "attnbench", load_results(path)  # checks the schema version too
+    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
+        return "pytest-benchmark", data
+    raise UsageError(f"{path}: neither an attnbench result file (\"schema\": \"{SCHEMA}\") nor "
+                     "pytest-benchmark JSON (a \"benchmarks\" list)")
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data)."""
+    cells = []
+    for bench in data["benchmarks"]:
+        extra = bench.get("extra_info") or {}
+        params = bench.get("params") or {}
+        stats = bench.get("stats") or {}
+        shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else extra.get("case")
+        case = dict(shape) if isinstance(shape, dict) else {}
+        for key in ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "causal"):
+            if key not in case and key in extra:
+                case[key] = extra[key]
+        if "tq" not in case and "T" in extra:
+            case["tq"] = case["tk"] = extra["T"]
+        implementation = _first(extra.get("implementation"), params.get("implementation"),
+                                params.get("impl"), params.get("name"))
+        name = str(bench.get("name", "?"))
+        samples = stats.get("data")
+        cells.append({
+            "type": "bench", "implementation": str(implementation or name.split("[")[0]),
+            "case": case, "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
+            "mode": extra.get("mode", "fwd"), "status": "ok", "reason": None,
+            "samples_s": list(samples) if isinstance(samples, list) else [],
+            "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
+                      "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds"),
+                      "iqr_over_median": (stats["iqr"] / stats["median"])
+                      if stats.get("iqr") is not None and stats.get("median") else None},
+            "flops": extra.get("flops"), "gflops": extra.get("gflops"), "pct_peak": extra.get("pct_peak"),
+            "memory": None, "threads": extra.get("threads"), "benchmark_name": bench.get("fullname", name),
+        })
+    return cells
+
+
+def load_cells(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(file metadata, cells) for either input format."""
+    kind, data = read_any(path)
+    if kind == "attnbench":
+        meta = {"path": str(path), "kind": kind, "run_id": data.get("run_id"), "command": data.get("command"),
+                "complete": data.get("complete"), "environment": data.get("environment") or {},
+                "peaks": data.get("peaks") or {}, "implementations": data.get("implementations") or {}}
+        return meta, list(data.get("cells") or [])
+    machine = data.get("machine_info") or {}
+    meta = {"path": str(path), "kind": kind, "run_id": Path(path).stem, "command": "pytest-benchmark",
+            "complete": True, "environment": {"cpu_model": (machine.get("cpu") or {}).get("brand_raw"),
+                                              "python": machine.get("python_version"),
+                                              "time": data.get("datetime")},
+            "peaks": {}, "implementations": {}}
+    return meta, cells_from_pytest_benchmark(data)
+
+
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+
+
+def output_bytes(case: dict[str, Any], mode: str) -> int | None:
+    """Bytes a call returns: the output (B, H, Tq, d); with a backward pass also dq, dk and dv."""
+    try:
+        item = ITEMSIZE[case["dtype"]]
+        q = case["batch"] * case["heads"] * case["tq"] * case["d"]
+        kv = case["batch"] * (case.get("kv_heads") or case["heads"]) * (case.get("tk") or case["tq"]) * case["d"]
+    except (KeyError, TypeError):
+        return None
+    return item * (q if mode == "fwd" else 2 * q + 2 * kv)
+
+
+def _stats(cell: dict[str, Any]) -> dict[str, Any]:
+    stats = dict(cell.get("stats") or {})
+    samples = cell.get("samples_s") or []
+    if samples and stats.get("median") is None:
+        from harness.stats import summarize
+
+        stats = summarize(samples)
+    return stats
+
+
+def bench_row(cell: dict[str, Any], source: str) -> dict[str, Any]:
+    case = cell.get("case") or {}
+    stats = _stats(cell)
+    memory = cell.get("memory") or {}
+    row = {"source": source, "implementation": cell.get("implementation"), "case_id": cell.get("case_id"),
+           "mode": cell.get("mode") or "fwd", "status": cell.get("status"), "reason": cell.get("reason")}
+    row.update({c: case.get(c) for c in CASE_COLUMNS})
+    row.update({c: stats.get(c) for c in STAT_COLUMNS})
+    extra = memory.get("peak_extra_bytes")
+    out = memory.get("output_bytes") or output_bytes(case, row["mode"])
+    row.update({"flops": cell.get("flops"), "gflops": cell.get("gflops"), "pct_peak": cell.get("pct_peak"),
+                "peak_extra_bytes": extra, "output_bytes": out,
+                "peak_bytes": None if extra is None or out is None else extra + out,
+                "memory_method": memory.get("method"),
+                "threads": cell.get("threads"), "samples_s": list(cell.get("samples_s") or [])})
+    return row
+
+
+def verify_row(cell: dict[str, Any], source: str) -> dict[str, Any]:
+    case = cell.get("case") or {}
+    metrics = cell.get("metrics") or {}
+    row = {"source": source, "implementation": cell.get("implementation"), "case_id": cell.get("case_id"),
+           "group": cell.get("group") or "default", "check": cell.get("check") or "output",
+           "status": cell.get("status"), "reason": cell.get("reason")}
+    row.update({c: case.get(c) for c in CASE_COLUMNS})
+    row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound")})
+    row["seconds"] = cell.get("seconds")
+    return row
+
+
+def _frame(rows: list[dict[str, Any]], columns: Iterable[str], key: list[str]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows, columns=list(columns))
+    if not frame.empty:  # a cell measured again in a later file replaces the earlier one
+        frame = frame.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
+    return frame
+
+
+def _implementation_info(value: Any) -> dict[str, dict[str, Any]]:
+    """What a result file says about its implementations: {name: info} or [{"name": ..., ...}]."""
+    if isinstance(value, dict):
+        return {str(k): v for k, v in value.items() if isinstance(v, dict)}
+    if isinstance(value, list):
+        return {str(v["name"]): v for v in value if isinstance(v, dict) and "name" in v}
+    return {}
+
+
+def load(paths: Iterable[Path]) -> Results:
+    """All cells of all files; a later file's cell replaces an earlier one with the same key."""
+    bench_rows: list[dict[str, Any]] = []
+    verify_rows: list[dict[str, Any]] = []
+    peaks: dict[str, dict[str, Any]] = {}
+    sources: list[dict[str, Any]] = []
+    implementations: dict[str, dict[str, Any]] = {}
+    paths = list(paths)
+    if not paths:
+        raise UsageError("no result files given; pass one or more results/*.json files")
+    for path in paths:
+        meta, cells = load_cells(Path(path))
+        sources.append(meta)
+        peaks.update(meta.pop("peaks"))
+        implementations.update(_implementation_info(meta.pop("implementations")))
+        for cell in cells:
+            if cell.get("type") == "bench":
+                bench_rows.append(bench_row(cell, meta["run_id"] or str(path)))
+            elif cell.get("type") == "verify":
+                verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
+    bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
+    verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
+    return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations)

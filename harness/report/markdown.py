@@ -1,0 +1,79 @@
+"""``summary.md``: GitHub-flavoured Markdown for a CI job summary or a pull-request comment.
+
+Short on purpose: the verdict, the complexity table, the correctness matrix, failures and
+speedups. Strings from result files are escaped (``|`` would break a table; ``<`` and ``&``
+would be read as HTML by GitHub).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from harness.report.html import fmt
+
+if TYPE_CHECKING:
+    from harness.report.builder import Report
+
+ICON = {"pass": "✅", "fail": "❌", "error": "❌", "crash": "💥", "timeout": "⏱️", "skipped": "➖"}
+MAX_FAILURES = 20
+
+
+def md(value: Any) -> str:
+    text = fmt(value)
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "\\`")
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    lines = ["| " + " | ".join(md(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(md(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def render(report: Report) -> str:
+    out = [f"# attnbench report `{md(report.name)}`", ""]
+    problems = report.problem_count
+    out.append(f"**Correctness:** {problems} problem cell(s)." if problems else
+               ("**Correctness:** every verified cell passed." if not report.matrix.empty else
+                "**Correctness:** no verify results."))
+    if report.noise_note:
+        out += ["", f"> {md(report.noise_note)}.", ""]
+    runs = ", ".join(f"`{md(s.get('run_id'))}` ({md(s.get('command'))})" for s in report.sources)
+    out += [f"Runs: {runs}", ""]
+    out.append("## Complexity (fitted exponent vs theory)")
+    if report.complexity.empty:
+        out.append("No sweep with two or more sizes per implementation.")
+    else:
+        rows = [(r.implementation, r.quantity, r.axis, r.slope, r.theory,
+                 "⚠️ off" if r.flagged else r.check, r.r2, r.n)
+                for r in report.complexity.itertuples()]
+        out.append(md_table(["implementation", "quantity", "in", "fitted", "theory", "check", "R²", "n"], rows))
+        out.append(f"\nFlagged when off by more than {report.tolerance} (a tiled kernel's memory: only above). Sweeps: "
+                   + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in report.complexity.itertuples()})))
+    out.append("")
+    if not report.matrix.empty:
+        out.append("## Correctness matrix")
+        rows = []
+        for impl in report.matrix.index:
+            row: list[Any] = [impl]
+            for group in report.matrix.columns:
+                cell = report.matrix.at[impl, group]
+                row.append(f"{ICON.get(cell['status'], '')} {cell['text']}" if isinstance(cell, dict) else "")
+            rows.append(row)
+        out += [md_table(["implementation", *report.matrix.columns], rows), ""]
+        if not report.failures.empty:
+            out.append("### Failing cases")
+            shown = report.failures.head(MAX_FAILURES)
+            out.append(md_table(list(shown.columns), shown.itertuples(index=False)))
+            if len(report.failures) > MAX_FAILURES:
+                out.append(f"\n… and {len(report.failures) - MAX_FAILURES} more (see index.html / verify.csv).")
+            out.append("")
+    if not report.speedup.empty:
+        top = report.speedup[report.speedup["T"] == report.speedup["T"].max()].sort_values("speedup", ascending=False)
+        out.append(f"## Speedup over {md(report.baseline)} at T={int(top['T'].iloc[0])}")
+        out += [md_table(["implementation", "speedup (×)"], top[["implementation", "speedup"]].itertuples(index=False)), ""]
+    if report.plots:
+        out.append("## Plots")
+        out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in report.plots]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,220 @@
+"""The report's figures, drawn with matplotlib's Agg backend (no display, deterministic PNGs).
+
+Each function draws one figure from the tidy tables and returns a :class:`Plot` (or None when
+the results hold nothing to draw). Scaling plots are log-log, so a power law is a straight
+line and its slope is the exponent shown in the legend; dashed guide lines show what O(T^2)
+and O(T) look like through the same starting point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness.report.complexity import MEMORY, Sweep, fit_rows, sweep
+
+DPI = 100
+PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
+              "correctness", "time_per_case")
+AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H"}
+
+
+@dataclass(frozen=True)
+class Plot:
+    name: str
+    """File stem: plots/<name>.png."""
+    title: str
+    path: Path
+    caption: str
+
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+STYLES = ("-", "--", "-.", ":")
+
+
+def _text(value: object) -> str:
+    """A label from a result file, with matplotlib's mathtext ``$`` disarmed."""
+    return str(value).replace("$", r"\$")
+
+
+def _style(i: int) -> dict[str, Any]:
+    """Distinct marker and line style per line, so identical curves stay visible on top of each other."""
+    return {"marker": MARKERS[i % len(MARKERS)], "linestyle": STYLES[(i // len(MARKERS)) % len(STYLES)],
+            "markersize": 7 - (i % 3), "alpha": 0.9}
+
+
+def _save(fig: Any, out: Path, name: str, title: str, caption: str) -> Plot:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI, metadata={"Software": "attnbench"})
+    plt.close(fig)
+    return Plot(name=name, title=title, path=path, caption=caption)
+
+
+def _guide(ax: Any, xs: list[float], x0: float, y0: float, power: float, label: str, style: str) -> None:
+    lo, hi = min(xs), max(xs)
+    ax.plot([lo, hi], [y0 * (lo / x0) ** power, y0 * (hi / x0) ** power], style, color="0.55",
+            linewidth=1.2, label=label, zorder=1)
+
+
+def _slopes(s: Sweep, quantity: str, value: str) -> dict[str, float | None]:
+    return {row.implementation: row.slope for row in fit_rows(s, quantity, value)}
+
+
+def scaling_plot(bench: pd.DataFrame, out: Path, axis: str, value: str = "median") -> Plot | None:
+    """Time (or peak memory) against one axis, one line per implementation, on log-log axes."""
+    s = sweep(bench, axis, value)
+    if s is None:
+        return None
+    memory = value == MEMORY
+    scale = 2**20 if memory else 1e-3
+    slopes = _slopes(s, "memory" if memory else "time", value)
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for i, (name, group) in enumerate(s.frame.groupby("implementation", sort=True)):
+        group = group[group[value] > 0]
+        if group.empty:
+            continue
+        slope = slopes.get(str(name))
+        label = f"{_text(name)} (slope {slope:.2f})" if slope is not None else _text(name)
+        ax.plot(group[s.column], group[value] / scale, label=label, zorder=3, **_style(i))
+    xs = sorted(float(x) for x in s.frame[s.column].unique())
+    anchor = s.frame[s.frame[s.column] == xs[0]][value]
+    anchor = anchor[anchor > 0]
+    if not anchor.empty:
+        y0 = float(anchor.median()) / scale
+        if axis == "T":
+            _guide(ax, xs, xs[0], y0, 2.0, "O(T²) guide", "--")
+            if memory:
+                _guide(ax, xs, xs[0], y0, 1.0, "O(T) guide", ":")
+        else:
+            _guide(ax, xs, xs[0], y0, 1.0, f"O({axis}) guide", "--")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(AXIS_LABEL[axis])
+    ax.set_ylabel("peak memory of one call, output included (MiB)" if memory else "median time (ms)")
+    what = "Peak memory" if memory else "Time"
+    ax.set_title(_text(f"{what} vs {axis} ({s.label})"), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    name = f"memory_vs_{axis}" if memory else f"time_vs_{axis}"
+    caption = f"{what} against {axis} on log-log axes; legend: fitted exponent. Fixed: {s.label}."
+    if memory:
+        caption += (" Memory is the call's output plus the extra bytes at its peak (bench's peak_extra_bytes, "
+                    "in bench.csv), so O(T²) against O(T) shows as it does in the FlashAttention papers.")
+    return _save(fig, out, name, f"{what} vs {axis}", caption)
+
+
+def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]]) -> Plot | None:
+    """GFLOP/s and % of the measured peak against T."""
+    s = sweep(bench, "T", "gflops")
+    if s is None:
+        return None
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for i, (name, group) in enumerate(s.frame.groupby("implementation", sort=True)):
+        left.plot(group["tq"], group["gflops"], label=_text(name), **_style(i))
+        if group["pct_peak"].notna().any():
+            right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
+    peak = (peaks.get(f"{s.fixed.get('dtype')}/{s.fixed.get('device')}") or {}).get("gflops")
+    if isinstance(peak, (int, float)):
+        left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
+    right.axhline(100, color="0.4", linestyle="--", label="100% of peak")
+    for ax, ylabel in ((left, "GFLOP/s"), (right, "% of measured peak")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(AXIS_LABEL["T"])
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(_text(f"Throughput vs T ({s.label})"), fontsize=10)
+    return _save(fig, out, "throughput_vs_T", "GFLOP/s and % of peak vs T",
+                 f"Achieved GFLOP/s (4·B·H·Tq·Tk·d per forward) and share of the GEMM peak measured in the same run. "
+                 f"Fixed: {s.label}.")
+
+
+def speedup_frame(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.DataFrame]:
+    """Per T in the main sweep: baseline median / implementation median (>1: faster than baseline)."""
+    s = sweep(bench, "T", "median")
+    if s is None or baseline not in set(s.frame["implementation"]):
+        return s, pd.DataFrame(columns=["implementation", "T", "speedup"])
+    base = s.frame[s.frame["implementation"] == baseline].set_index("tq")["median"]
+    rows = [{"implementation": r.implementation, "T": int(r.tq), "speedup": float(base[r.tq]) / float(r.median)}
+            for r in s.frame.itertuples() if r.tq in base.index and r.median]
+    return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
+
+
+def speedup_plot(bench: pd.DataFrame, out: Path, baseline: str) -> Plot | None:
+    s, table = speedup_frame(bench, baseline)
+    if s is None or table.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, (name, group) in enumerate(table.groupby("implementation", sort=True)):
+        style = {"color": "k", "linestyle": "--"} if name == baseline else _style(i)
+        ax.plot(group["T"], group["speedup"], label=_text(name), **style)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(AXIS_LABEL["T"])
+    ax.set_ylabel(_text(f"speedup over {baseline} (×)"))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(_text(f"Speedup vs {baseline} ({s.label})"), fontsize=10)
+    return _save(fig, out, "speedup_vs_T", f"Speedup vs {baseline}",
+                 f"{baseline}'s median time divided by each implementation's (above 1: faster). Fixed: {s.label}.")
+
+
+STATUS_COLOURS = {"pass": "#3a9d5d", "fail": "#d64541", "error": "#d64541", "crash": "#8e2c9e",
+                  "timeout": "#e08a1e", "skipped": "#c8c8c8", "none": "#ffffff"}
+
+
+def correctness_plot(matrix: pd.DataFrame, out: Path) -> Plot | None:
+    """The correctness matrix as a coloured grid (the HTML shows the same as a table)."""
+    if matrix.empty:
+        return None
+    impls, groups = list(matrix.index), list(matrix.columns)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 0.9 + 0.45 * len(impls)))
+    for i, impl in enumerate(impls):
+        for j, group in enumerate(groups):
+            cell = matrix.loc[impl, group]
+            status, text = (cell["status"], cell["text"]) if isinstance(cell, dict) else ("none", "")
+            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=STATUS_COLOURS.get(status, "#ffffff"), ec="white"))
+            ax.text(j + 0.5, i + 0.5, _text(text), ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, len(groups))
+    ax.set_ylim(len(impls), 0)
+    ax.set_xticks([j + 0.5 for j in range(len(groups))], [_text(g) for g in groups], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks([i + 0.5 for i in range(len(impls))], [_text(i) for i in impls], fontsize=8)
+    ax.set_title("Correctness: worst error ratio to the same-precision baseline", fontsize=10)
+    return _save(fig, out, "correctness", "Correctness matrix",
+                 "Per implementation and case group: pass / fail / skipped; the number is the worst error ratio.")
+
+
+MAX_CASES = 16
+
+
+def per_case_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
+    """Median time per case, one bar per implementation: for results with no sweep (pytest-benchmark)."""
+    ok = bench[(bench["status"] == "ok") & bench["median"].notna()] if not bench.empty else bench
+    if ok.empty:
+        return None
+    cases = sorted(ok["case_id"].astype(str).unique())[:MAX_CASES]
+    impls = sorted(ok["implementation"].astype(str).unique())
+    width = 0.8 / len(impls)
+    fig, ax = plt.subplots(figsize=(8, 1.2 + 0.35 * len(cases) * max(1, len(impls) / 3)))
+    for i, name in enumerate(impls):
+        rows = ok[ok["implementation"] == name].set_index("case_id")["median"]
+        ys = [j + i * width for j, c in enumerate(cases) if c in rows.index]
+        ax.barh(ys, [rows[c] * 1e3 for c in cases if c in rows.index], height=width, label=_text(name))
+    ax.set_yticks([j + 0.4 - width / 2 for j in range(len(cases))], [_text(c) for c in cases], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("median time (ms)")
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Median time per case", fontsize=10)
+    return _save(fig, out, "time_per_case", "Time per case",
+                 f"Median time of each implementation at each case (first {MAX_CASES} cases by id).")

@@ -1,0 +1,91 @@
+"""The report's tables: the correctness matrix, failures, a bench summary, and their CSV files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.report.complexity import Row
+
+PROBLEMS = ("fail", "error", "crash", "timeout")
+"""Verify outcomes that are a finding, worst first."""
+
+
+def _cell(group: pd.DataFrame) -> dict[str, Any]:
+    counts = group["status"].value_counts().to_dict()
+    ran = group[group["status"] != "skipped"]
+    ratios = pd.to_numeric(ran["ratio"], errors="coerce")
+    ratios = ratios[ratios.abs() != float("inf")].dropna()  # inf: the baseline was exact; no ratio to show
+    worst = float(ratios.max()) if not ratios.empty else None
+    status = next((s for s in PROBLEMS if counts.get(s)), "pass" if counts.get("pass") else "skipped")
+    skipped = int(counts.get("skipped", 0))
+    if status == "skipped":
+        text = f"skipped ({skipped})"
+    else:
+        bad = sum(counts.get(s, 0) for s in PROBLEMS)
+        text = f"{counts.get('pass', 0)} pass" if status == "pass" else f"{bad} {status}, {counts.get('pass', 0)} pass"
+        if skipped:
+            text += f", {skipped} skip"
+    if worst is not None:
+        text += f"\n≤{worst:.2f}" if status == "pass" else f"\nworst {worst:.2f}"
+    return {"status": status, "text": text, "worst_ratio": worst, "total": len(group),
+            **{f"n_{s}": int(counts.get(s, 0)) for s in ("pass", *PROBLEMS, "skipped")}}
+
+
+def correctness_matrix(verify: pd.DataFrame) -> pd.DataFrame:
+    """Implementation x case group; each entry a dict: status, text, worst_ratio and counts."""
+    if verify.empty:
+        return pd.DataFrame()
+    groups = sorted(verify["group"].astype(str).unique())
+    impls = sorted(verify["implementation"].astype(str).unique())
+    matrix = pd.DataFrame(index=impls, columns=groups, dtype=object)
+    for (impl, group), cells in verify.groupby(["implementation", "group"]):
+        matrix.at[str(impl), str(group)] = _cell(cells)
+    return matrix
+
+
+def correctness_long(matrix: pd.DataFrame) -> pd.DataFrame:
+    """The matrix as one row per (implementation, group), for CSV."""
+    rows = [{"implementation": impl, "group": group,
+             **{k: v for k, v in matrix.at[impl, group].items() if k != "text"}}
+            for impl in matrix.index for group in matrix.columns if isinstance(matrix.at[impl, group], dict)]
+    return pd.DataFrame(rows)
+
+
+def failures(verify: pd.DataFrame) -> pd.DataFrame:
+    """Every verify cell that failed, errored, crashed or timed out, with its numbers."""
+    if verify.empty:
+        return verify
+    bad = verify[verify["status"].isin(PROBLEMS)]
+    return bad[["implementation", "case_id", "check", "status", "ratio", "max_abs_err", "rel_l2", "reason"]]
+
+
+def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
+    """Per bench cell, the numbers people read (no raw samples)."""
+    if bench.empty:
+        return bench
+    columns = ["implementation", "case_id", "mode", "status", "median", "iqr_over_median", "n", "gflops",
+               "pct_peak", "peak_extra_bytes", "peak_bytes", "reason"]
+    return bench[columns].sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
+
+
+def complexity_frame(rows: list[Row]) -> pd.DataFrame:
+    frame = pd.DataFrame([r.as_dict() for r in rows],
+                         columns=["implementation", "quantity", "axis", "slope", "theory", "off_by", "flagged",
+                                  "check", "r2", "n", "excluded", "sweep"])
+    return frame
+
+
+def write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> list[Path]:
+    """Each non-empty table as ``<out>/<name>.csv``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, frame in tables.items():
+        if frame is None or frame.empty:
+            continue
+        path = out / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        written.append(path)
+    return written

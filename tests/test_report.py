@@ -1,0 +1,171 @@
+"""`attnbench report` on realistic result files: every artefact, the complexity table, escaping."""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from test_report_data import write_bench_run, write_verify_run
+
+from harness.cli import main
+from harness.report import build_report
+from harness.results import load_results, write_json_atomic
+
+PLOTS = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T", "correctness")
+EVIL = '<img src=x onerror="alert(1)">&"\'|'
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("results")
+    return write_verify_run(d / "verify.json", broken=EVIL), write_bench_run(d / "bench.json")
+
+
+@pytest.fixture(scope="module")
+def report_dir(runs: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reports") / "r1"
+    assert main(["report", str(runs[0]), str(runs[1]), "--out", str(out)]) == 0
+    return out
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_report_writes_html_markdown_plots_and_csv(report_dir: Path) -> None:
+    assert (report_dir / "index.html").stat().st_size > 10_000
+    assert (report_dir / "summary.md").read_text().startswith("# attnbench report")
+    for name in PLOTS:
+        width, height = png_size((report_dir / "plots" / f"{name}.png").read_bytes())
+        assert width > 300 and height > 200, name
+    for name in ("bench", "verify", "correctness", "complexity", "speedup"):
+        assert not pd.read_csv(report_dir / f"{name}.csv").empty, name
+
+
+def test_complexity_table_recovers_the_exponents_and_classes(report_dir: Path) -> None:
+    table = pd.read_csv(report_dir / "complexity.csv")
+    slope = {(r.implementation, r.quantity, r.axis): r.slope for r in table.itertuples()}
+    theory = {(r.implementation, r.quantity, r.axis): r.theory for r in table.itertuples()}
+    for name in ("numpy_naive", "torch_eager", "tiled", "torch_sdpa"):
+        assert slope[(name, "time", "T")] == pytest.approx(2.0, abs=0.1)
+        assert slope[(name, "time", "d")] == pytest.approx(1.0, abs=0.1)
+        assert slope[(name, "time", "heads")] == pytest.approx(1.0, abs=0.1)
+    for name in ("numpy_naive", "torch_eager"):
+        assert slope[(name, "memory", "T")] == pytest.approx(2.0, abs=0.1) and theory[(name, "memory", "T")] == 2
+    for name in ("tiled", "torch_sdpa"):
+        assert slope[(name, "memory", "T")] == pytest.approx(1.0, abs=0.15) and theory[(name, "memory", "T")] == 1
+    assert not table["flagged"].any()
+
+
+def test_a_tiled_kernel_whose_memory_grows_as_t_squared_is_flagged(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    data = load_results(runs[1])
+    for cell in data["cells"]:
+        if cell["implementation"] == "tiled" and cell["memory"]:
+            t, h = cell["case"]["tq"], cell["case"]["heads"]
+            cell["memory"]["peak_extra_bytes"] = 4 * h * t * t  # a "tiled" kernel that materialises after all
+    write_json_atomic(tmp_path / "bench.json", data)
+    report = build_report([tmp_path / "bench.json"], tmp_path / "out")
+    flagged = report.complexity[report.complexity["flagged"]]
+    assert list(zip(flagged["implementation"], flagged["quantity"])) == [("tiled", "memory")]
+    assert "⚠️ off" in report.summary.read_text()
+
+
+def test_tiled_memory_that_tiles_dominate_is_within_its_bound(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    data = load_results(runs[1])
+    for cell in data["cells"]:
+        if cell["implementation"] == "tiled" and cell["memory"]:
+            cell["memory"]["peak_extra_bytes"] = 5 * 2**20  # fixed-size tiles, far above the O(T) output
+    write_json_atomic(tmp_path / "bench.json", data)
+    table = build_report([tmp_path / "bench.json"], tmp_path / "out").complexity
+    (row,) = table[(table["implementation"] == "tiled") & (table["quantity"] == "memory")].itertuples()
+    assert row.slope < 0.7 and not row.flagged and row.check == "ok (≤ 1)"
+
+
+def test_correctness_matrix_shows_pass_fail_skipped_and_worst_ratio(report_dir: Path) -> None:
+    rows = pd.read_csv(report_dir / "correctness.csv")
+    cell = rows[(rows["implementation"] == EVIL) & (rows["group"] == "causal")].iloc[0]
+    assert cell["status"] == "fail" and cell["worst_ratio"] == pytest.approx(41.5) and cell["n_fail"] == 2
+    assert set(rows[rows["implementation"] == "xformers_memeff"]["status"]) == {"skipped"}
+    assert set(rows[rows["implementation"] == "tiled"]["status"]) == {"pass"}
+    summary = (report_dir / "summary.md").read_text()
+    assert "2 problem cell(s)" in summary and "worst 41.50" in summary
+
+
+class PageScan(HTMLParser):
+    """Every tag with its attributes, and the text, of an HTML page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def test_html_is_self_contained_and_escapes_every_plugin_string(report_dir: Path) -> None:
+    page = (report_dir / "index.html").read_text()
+    scan = PageScan()
+    scan.feed(page)
+    images = [attrs for tag, attrs in scan.tags if tag == "img"]
+    assert len(images) == len(PLOTS)
+    for attrs in images:
+        src = attrs["src"] or ""
+        assert src.startswith("data:image/png;base64,"), src[:40]
+        assert png_size(base64.b64decode(src.split(",", 1)[1]))[0] > 300
+        assert "onerror" not in attrs
+    assert not [t for t, _ in scan.tags if t in ("script", "link", "iframe", "object")]
+    for _, attrs in scan.tags:
+        for name in ("src", "href"):
+            assert not (attrs.get(name) or "").startswith(("http:", "https:", "//")), attrs
+    # the hostile implementation name is shown as text, never parsed as markup
+    assert EVIL in "".join(scan.text)
+    assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;&amp;&quot;&#x27;|" in page
+
+
+def test_markdown_escapes_table_breaking_strings(report_dir: Path) -> None:
+    summary = (report_dir / "summary.md").read_text()
+    assert "&lt;img src=x onerror=\"alert(1)\"&gt;&amp;\"'\\|" in summary
+    assert "<img" not in summary
+
+
+def test_report_reads_pytest_benchmark_json(tmp_path: Path) -> None:
+    benchmarks = []
+    for t in (128, 256, 512, 1024):
+        for name, speed in (("torch_sdpa", 1.0), ("numpy_naive", 4.0)):
+            median = speed * 1e-9 * t * t
+            benchmarks.append({
+                "group": f"T{t}", "name": f"test_forward[{name}-T{t}]", "fullname": f"suites/performance/x.py::test_forward[{name}-T{t}]",
+                "params": {"name": name}, "param": f"{name}-T{t}",
+                "extra_info": {"implementation": name, "case_id": f"B1-H8-T{t}-d64-float32",  # as suites/performance
+                               "shape": {"batch": 1, "heads": 8, "kv_heads": 8, "tq": t, "tk": t, "d": 64,
+                                        "dtype": "float32", "device": "cpu", "causal": False, "mask": "none"},
+                               "flops": 4 * 8 * t * t * 64},
+                "stats": {"min": median * 0.9, "max": median * 1.2, "mean": median, "stddev": median * 0.05,
+                          "rounds": 5, "median": median, "iqr": median * 0.04, "q1": median * 0.98, "q3": median * 1.02,
+                          "data": [median * f for f in (0.97, 0.99, 1.0, 1.01, 1.03)]},
+            })
+    path = tmp_path / "pytest-bench.json"
+    path.write_text(json.dumps({"machine_info": {"cpu": {"brand_raw": "Test CPU"}}, "commit_info": {},
+                                "benchmarks": benchmarks, "datetime": "2026-11-21T10:00:00", "version": "5.2.3"}))
+    report = build_report([path], tmp_path / "out")
+    time_t = report.complexity[(report.complexity["quantity"] == "time") & (report.complexity["axis"] == "T")]
+    assert dict(zip(time_t["implementation"], time_t["slope"].round(3))) == {"numpy_naive": 2.0, "torch_sdpa": 2.0}
+    assert set(report.speedup[report.speedup["implementation"] == "numpy_naive"]["speedup"].round(3)) == {0.25}
+
+
+def test_bad_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "x.json").write_text('{"hello": 1}')
+    assert main(["report", str(tmp_path / "x.json"), "--out", str(tmp_path / "o")]) == 2
+    assert "neither an attnbench result file" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "no such file" in capsys.readouterr().err

@@ -18,6 +18,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="attnbench: load implementations from a file or module (repeatable)")
     group.addoption("--only", action="append", default=[], metavar="NAMES",
                     help="attnbench: run only these implementations (comma-separated, repeatable)")
+    group.addoption("--verify-suite", default=None, choices=("small", "quick", "full"),
+                    help="attnbench: the case suite of suites/correctness (default: small, or $ATTNBENCH_VERIFY_SUITE)")
 
 
 _REGISTRY: Registry | None = None

@@ -1,0 +1,241 @@
+"""Checks of one kernel case: the output and gradients against the oracle, and the properties.
+
+:func:`check_kernel_case` runs every check that applies to a case and returns one verify
+cell body per check: ``{"check", "status", "reason", "metrics"}`` (see
+:mod:`harness.results`). A check that raises becomes ``error`` with the exception's type,
+message and the line that raised; the other checks of the case still run.
+
+The output check runs ``trials`` seeded trials with fresh inputs each (so an output cached
+across calls of one shape is caught) and also fails on a wrong shape, dtype, device or
+array type, on inputs changed by the call, and on NaN/Inf where the oracle is finite.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.cases import AttentionCase
+from harness.oracle import allowed_keys, expand_kv, reference_attention
+from harness.registry import Implementation
+from harness.tensors import TORCH_DTYPES, Inputs, dtype_name, make_inputs, to_float64
+from harness.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
+
+PASS, FAIL, ERROR = "pass", "fail", "error"
+SEED_BASE = 1000
+"""Trial ``i`` draws its inputs with seed ``SEED_BASE + i``."""
+
+Result = dict[str, Any]
+
+
+def cell(check: str, status: str, reason: str | None = None, metrics: dict[str, Any] | None = None) -> Result:
+    return {"check": check, "status": status, "reason": reason, "metrics": metrics or {}}
+
+
+def describe_exception(exc: BaseException) -> str:
+    """'Type: message (at file:line)': the frame that raised, so an error says where."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{where}"
+
+
+class ContractViolation(Exception):
+    """The implementation broke the contract (shape, dtype, device, array type) inside a check."""
+
+
+def guarded(check: str, fn: Callable[[], Result]) -> Result:
+    """Run one check; an exception from the implementation (or anywhere) is that check's ``error``."""
+    started = time.perf_counter()
+    try:
+        result = fn()
+    except ContractViolation as exc:
+        result = cell(check, FAIL, str(exc))
+    except Exception as exc:  # noqa: BLE001 - the outcome records the type, message and place
+        result = cell(check, ERROR, describe_exception(exc))
+    result["seconds"] = time.perf_counter() - started
+    return result
+
+
+def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None, v: Any = None,
+         **extra: Any) -> Any:
+    """One call of the implementation through its ``prepare`` (set-up included)."""
+    q = inputs.q if q is None else q
+    k = inputs.k if k is None else k
+    v = inputs.v if v is None else v
+    return impl.prepare(q, k, v, **inputs.kwargs(case), **extra)()
+
+
+def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | None = None,
+                    k64: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 oracle and the same formula in the case's dtype (as float64), for these inputs."""
+    k64 = inputs.k64 if k64 is None else k64
+    v64 = inputs.v64 if v64 is None else v64
+    kwargs = inputs.oracle_kwargs(case)
+    oracle = reference_attention(inputs.q64, k64, v64, **kwargs)
+    dt = TORCH_DTYPES[case.dtype]
+    bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
+    base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
+                              mask=kwargs["mask"], scale=case.scale, bias=bias)
+    return oracle, base.to(torch.float64)
+
+
+def logit_max(case: AttentionCase, inputs: Inputs) -> float:
+    """max |scale * q.k + bias| over the keys each query may attend to (float64): sizes the rule's floor."""
+    kwargs = inputs.oracle_kwargs(case)
+    k = expand_kv(inputs.k64, case.heads)
+    logits = torch.matmul(inputs.q64, k.transpose(-1, -2)) * case.effective_scale
+    if kwargs["bias"] is not None:
+        logits = logits + kwargs["bias"]
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"])
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, 0.0)
+    return float(logits.abs().max())
+
+
+def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
+    """Wrong array type, shape, dtype or device: the first problem found, or None."""
+    kind = torch.Tensor if impl.backend == "torch" else np.ndarray
+    if not isinstance(out, kind):
+        return f"returned {type(out).__name__}, expected {kind.__module__}.{kind.__name__} (backend={impl.backend})"
+    if tuple(out.shape) != shape:
+        return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, d)"
+    if dtype_name(out) != case.dtype:
+        return f"output dtype {dtype_name(out)}, expected {case.dtype} (q's dtype)"
+    if isinstance(out, torch.Tensor) and out.device.type != case.device:
+        return f"output on device {out.device}, expected {case.device}"
+    return None
+
+
+def snapshot(inputs: Inputs) -> list[tuple[str, Any]]:
+    """Copies of every input the implementation receives, to detect mutation."""
+    named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias)]
+    return [(n, x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)) for n, x in named if x is not None]
+
+
+def mutation_problem(inputs: Inputs, before: list[tuple[str, Any]]) -> str | None:
+    current = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "mask": inputs.mask, "bias": inputs.bias}
+    changed = []
+    for name, old in before:
+        new = current[name]
+        same = torch.equal(new, old) if isinstance(new, torch.Tensor) else np.array_equal(new, old)
+        if not same:
+            changed.append(name)
+    return f"the call modified its input(s) {', '.join(changed)}" if changed else None
+
+
+def worst_of(verdicts: list[tuple[int, Verdict]]) -> tuple[int, Verdict]:
+    """The failing trial if any, else the trial closest to its bound."""
+    for trial, verdict in verdicts:
+        if not verdict.ok:
+            return trial, verdict
+
+    def closeness(item: tuple[int, Verdict]) -> float:
+        m = item[1].metrics
+        return m.get("max_abs_err", 0.0) / m["bound"] if m.get("bound") else 0.0
+
+    return max(verdicts, key=closeness)
+
+
+def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> Result:
+    trial, verdict = worst_of(verdicts)
+    metrics = {**verdict.metrics, "trials": trials, "worst_trial": trial}
+    if verdict.ok:
+        return cell(check, PASS, None, metrics)
+    reason = verdict.reason if trials == 1 else f"trial {trial} (seed {SEED_BASE + trial}): {verdict.reason}"
+    return cell(check, FAIL, reason, metrics)
+
+
+def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Result:
+    """The output against the oracle over ``trials`` fresh seeded inputs, plus the contract's structure."""
+    verdicts: list[tuple[int, Verdict]] = []
+    shape = (case.batch, case.heads, case.tq, case.d)
+    for trial in range(trials):
+        inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
+        before = snapshot(inputs)
+        out = call(impl, case, inputs)
+        problem = structure_problem(impl, case, out, shape) or mutation_problem(inputs, before)
+        if problem:
+            verdicts.append((trial, Verdict(False, problem, {})))
+            break
+        oracle, base = oracle_and_base(case, inputs)
+        verdicts.append((trial, compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M,
+                                        logit_max=logit_max(case, inputs))))
+        if not verdicts[-1][1].ok:
+            break
+    return finish("output", verdicts, trials)
+
+
+def _grads(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], dout: torch.Tensor) -> list[torch.Tensor | None]:
+    out = fn(*leaves)
+    if not isinstance(out, torch.Tensor) or not out.requires_grad:
+        raise TypeError("the output does not require grad: the implementation is not differentiable "
+                        "(grad=True promises torch autograd through the call)")
+    return list(torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True))
+
+
+def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[Verdict]:
+    """One trial of the gradient check: a verdict per input gradient, in order."""
+    names = ["dx"] if case.self_attention else ["dq", "dk", "dv"]
+    dt = TORCH_DTYPES[case.dtype]
+    inputs = make_inputs(case, SEED_BASE + trial, "torch")
+    gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
+    dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
+    dout64 = dout64.to(dt).to(torch.float64)  # representable in the case's dtype
+    kw, okw = inputs.kwargs(case), inputs.oracle_kwargs(case)
+    bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
+
+    def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
+        if case.self_attention:
+            return [q.detach().requires_grad_()]
+        return [x.detach().requires_grad_() for x in (q, k, v)]
+
+    def qkv(leaves: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        return (leaves[0],) * 3 if case.self_attention else leaves
+
+    got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v),
+                 dout64.to(case.device))
+    want = _grads(lambda *ls: reference_attention(*qkv(ls), **okw), leaves_of(inputs.q64, inputs.k64, inputs.v64),
+                  dout64)
+    base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
+                                                 bias=bias_dt),
+                  leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout64)
+    logits = logit_max(case, inputs)
+    magnitude = max(float(w.abs().max()) for w in want if w is not None)
+    verdicts = []
+    for name, g, w, b in zip(names, got, want, base):
+        if g is None:
+            verdicts.append(Verdict(False, f"{name} is None: the output does not depend on {name[1:]} through autograd", {}))
+        elif dtype_name(g) != case.dtype:
+            verdicts.append(Verdict(False, f"{name} dtype {dtype_name(g)}, expected {case.dtype}", {}))
+        else:
+            assert w is not None and b is not None
+            verdicts.append(compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
+                                    logit_max=logits, magnitude=magnitude))
+    return verdicts
+
+
+def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> Result:
+    """dq, dk, dv by autograd through the implementation, against float64 autograd of the oracle."""
+    verdicts: list[tuple[int, Verdict]] = []
+    for trial in range(trials):
+        verdicts += [(trial, v) for v in _grad_trial(impl, case, trial)]
+        if not all(v.ok for _, v in verdicts):
+            break
+    return finish("grad", verdicts, trials)
+
+
+def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[Result]:
+    """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
+    from harness.properties import applicable_properties
+
+    results = [guarded("output", lambda: check_output(impl, case, trials))]
+    if case.grad:
+        results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
+    for name, fn in applicable_properties(impl, case):
+        results.append(guarded(f"property:{name}", lambda fn=fn: fn(impl, case)))
+    return results

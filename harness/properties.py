@@ -1,0 +1,185 @@
+"""Properties every correct attention has, checked without trusting the oracle's exact numbers.
+
+- ``permutation``: permuting the rows of K and V together leaves the output unchanged
+  (no mask, not causal, no bias: otherwise positions matter).
+- ``convex_hull``: every output element lies within the per-column [min, max] of the V rows
+  its query may attend to (the output is a convex combination of them); a row with no
+  allowed key is zero; a constant V gives that constant.
+- ``slices``: one batch element, and one query head (with its kv head), computed alone
+  equal that slice of the batched result.
+- ``block_sizes``: an implementation that declares ``options={"block_q": (...),
+  "block_k": (...)}`` gives a result within the rule for several block sizes.
+
+Tolerances come from the same rule as the output check (:mod:`harness.tolerance`): a
+difference between two calls of the implementation may be the sum of two allowed errors,
+``2 * (m * baseline error + floor)``. Properties run on one seeded trial, and only on
+cases small enough (B*H*Tq*Tk <= PROPERTY_MAX_SCORES) to keep the suites fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.cases import AttentionCase
+from harness.checks import (
+    FAIL,
+    PASS,
+    SEED_BASE,
+    ContractViolation,
+    Result,
+    call,
+    cell,
+    logit_max,
+    oracle_and_base,
+    structure_problem,
+)
+from harness.oracle import allowed_keys, expand_kv
+from harness.registry import Implementation
+from harness.tensors import Inputs, make_inputs, to_float64
+from harness.tolerance import OUTPUT_M, compare, floor_for
+
+PROPERTY_MAX_SCORES = 300_000
+HULL_MAX_ELEMENTS = 3_000_000
+"""convex_hull materialises (B, H, chunk, Tk, d) float64 temporaries: only below B*H*Tq*Tk*d of this."""
+PropertyFn = Callable[[Implementation, AttentionCase], Result]
+
+
+def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tuple[str, PropertyFn]]:
+    """The properties that make sense for this case, in a stable order."""
+    if case.grad or case.batch * case.heads * case.tq * case.tk > PROPERTY_MAX_SCORES:
+        return []
+    props: list[tuple[str, PropertyFn]] = []
+    if case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1:
+        props.append(("permutation", permutation))
+    if not case.self_attention and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
+        props.append(("convex_hull", convex_hull))
+    if case.batch > 1 or case.heads > 1:
+        props.append(("slices", slices))
+    if {"block_q", "block_k"} <= set(impl.options):
+        props.append(("block_sizes", block_sizes))
+    return props
+
+
+def _inputs(impl: Implementation, case: AttentionCase) -> Inputs:
+    return make_inputs(case, SEED_BASE, impl.backend)
+
+
+def _tolerance(case: AttentionCase, inputs: Inputs) -> float:
+    """The output rule's bound on these inputs: m * baseline error + floor."""
+    oracle, base = oracle_and_base(case, inputs)
+    floor = floor_for(case.dtype, float(oracle.abs().max()), logit_max(case, inputs))
+    return OUTPUT_M * float((base - oracle).abs().max()) + floor
+
+
+def _out(impl: Implementation, case: AttentionCase, inputs: Inputs, shape: tuple[int, ...] | None = None,
+         **kw: Any) -> torch.Tensor:
+    out = call(impl, case, inputs, **{k: v for k, v in kw.items() if k in ("q", "k", "v")},
+               **{k: v for k, v in kw.items() if k not in ("q", "k", "v")})
+    shape = shape or (case.batch, case.heads, case.tq, case.d)
+    problem = structure_problem(impl, case, out, shape)
+    if problem:
+        raise ContractViolation(problem)
+    return to_float64(out)
+
+
+def _verdict(name: str, diff: float, bound: float, what: str, extra: dict[str, Any] | None = None) -> Result:
+    metrics = {"max_abs_err": diff, "bound": bound, **(extra or {})}
+    if diff <= bound:
+        return cell(name, PASS, None, metrics)
+    return cell(name, FAIL, f"{what}: max|diff| {diff:.3g} > bound {bound:.3g}", metrics)
+
+
+def permutation(impl: Implementation, case: AttentionCase) -> Result:
+    inputs = _inputs(impl, case)
+    out = _out(impl, case, inputs)
+    perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(SEED_BASE + 1))
+    index: Any = perm if impl.backend == "torch" else perm.numpy()
+    kp, vp = inputs.k[:, :, index], inputs.v[:, :, index]
+    permuted = _out(impl, case, inputs, k=kp, v=vp)
+    diff = float((permuted - out).abs().max())
+    return _verdict("property:permutation", diff, 2 * _tolerance(case, inputs),
+                    "permuting the rows of K and V together changed the output")
+
+
+def convex_hull(impl: Implementation, case: AttentionCase) -> Result:
+    """Within the hull of the attendable V rows; then with a constant V, exactly that constant."""
+    inputs = _inputs(impl, case)
+    out = _out(impl, case, inputs)
+    tol = _tolerance(case, inputs)
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=inputs.mask64)
+    b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
+    allowed = torch.ones(b, h, tq, tk, dtype=torch.bool) if allowed is None else allowed.expand(b, h, tq, tk)
+    v = expand_kv(inputs.v64, h)[:, :, None]  # (B, H, 1, Tk, d)
+    worst = 0.0
+    for q0 in range(0, tq, 64):  # query chunks keep the (.., Tq, Tk, d) temporaries small
+        rows = allowed[:, :, q0:q0 + 64, :, None]
+        lo = torch.where(rows, v, torch.tensor(float("inf"), dtype=torch.float64)).amin(-2)
+        hi = torch.where(rows, v, torch.tensor(float("-inf"), dtype=torch.float64)).amax(-2)
+        empty = ~rows.any(-2)
+        lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
+        o = out[:, :, q0:q0 + 64]
+        worst = max(worst, float(torch.clamp(lo - o, min=0).max()), float(torch.clamp(o - hi, min=0).max()))
+    if worst > tol:
+        return _verdict("property:convex_hull", worst, tol,
+                        "an output element lies outside [min, max] of the V rows its query may attend to")
+    const = 0.75  # exact in every dtype
+    v_const: Any = torch.full_like(inputs.v, const) if impl.backend == "torch" else np.full_like(inputs.v, const)
+    inputs.v64 = torch.full_like(inputs.v64, const)
+    got = _out(impl, case, inputs, v=v_const)
+    oracle, base = oracle_and_base(case, inputs)
+    bound = OUTPUT_M * float((base - oracle).abs().max()) + floor_for(case.dtype, const, logit_max(case, inputs))
+    return _verdict("property:convex_hull", float((got - oracle).abs().max()), bound,
+                    f"with V = {const} everywhere the output is not {const} (0 on rows with no key)",
+                    {"hull_excess": worst})
+
+
+def _slice_mask(x: Any, dim: int, index: int) -> Any:
+    return x if x is None or x.shape[dim] == 1 else x[(slice(None),) * dim + (slice(index, index + 1),)]
+
+
+def slices(impl: Implementation, case: AttentionCase) -> Result:
+    inputs = _inputs(impl, case)
+    out = _out(impl, case, inputs)
+    bound = 2 * _tolerance(case, inputs)
+    worst, where = 0.0, ""
+    if case.batch > 1:
+        i = case.batch - 1
+        part = case.with_(batch=1)
+        sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i),
+                     inputs.q64, inputs.k64, inputs.v64, None, inputs.bias, None)
+        alone = _out(impl, part, sub)
+        worst, where = float((alone - out[i:i + 1]).abs().max()), f"batch element {i}"
+    if case.heads > 1:
+        h = case.heads - 1
+        g = h // (case.heads // case.kv_heads)
+        part = case.with_(heads=1, kv_heads=1)
+        sub = Inputs(inputs.q[:, h:h + 1], inputs.k[:, g:g + 1], inputs.v[:, g:g + 1], _slice_mask(inputs.mask, 1, h),
+                     inputs.q64, inputs.k64, inputs.v64, None, _slice_mask(inputs.bias, 1, h), None)
+        alone = _out(impl, part, sub)
+        diff = float((alone - out[:, h:h + 1]).abs().max())
+        if diff > worst:
+            worst, where = diff, f"query head {h} (kv head {g})"
+    return _verdict("property:slices", worst, bound, f"{where} computed alone differs from its slice of the batch")
+
+
+def block_sizes(impl: Implementation, case: AttentionCase) -> Result:
+    """Every corner of the declared block sizes, each held to the output rule."""
+    inputs = _inputs(impl, case)
+    oracle, base = oracle_and_base(case, inputs)
+    bq, bk = tuple(impl.options["block_q"]), tuple(impl.options["block_k"])
+    combos = sorted(set(itertools.product({min(bq), max(bq)}, {min(bk), max(bk)})))
+    outs = {}
+    for q_block, k_block in combos:
+        got = _out(impl, case, inputs, block_q=q_block, block_k=k_block)
+        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs))
+        if not verdict.ok:
+            return cell("property:block_sizes", FAIL, f"block_q={q_block}, block_k={k_block}: {verdict.reason}",
+                        {**verdict.metrics, "block_q": q_block, "block_k": k_block})
+        outs[(q_block, k_block)] = got
+    spread = max(float((a - b).abs().max()) for a, b in itertools.combinations(outs.values(), 2)) if len(outs) > 1 else 0.0
+    return cell("property:block_sizes", PASS, None, {"blocks": [list(c) for c in combos], "max_pairwise_diff": spread})

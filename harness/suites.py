@@ -1,0 +1,162 @@
+"""Kernel case suites, generated from what an implementation declares (never from skip lists).
+
+A suite is a plan: a list of case templates, each naming the capabilities it needs
+(causal, mask, gqa, grad, bias) and whether it runs in the implementation's primary dtype
+only or in every dtype it declares. :func:`kernel_cases` keeps the templates the
+implementation can express and instantiates them for each declared device this machine has
+(all declared devices when it has none of them, so that a CUDA-only implementation shows
+why it did not run). A case the implementation declared but cannot run *here* (a backend
+that refuses an input) is still generated, and the runner records it as ``skipped`` with
+the implementation's own reason.
+
+Suites:
+
+- ``small``: every feature on tiny shapes (T <= 64): for very slow implementations such as
+  a Triton kernel under ``TRITON_INTERPRET=1``, and the default of the pytest conformance suite.
+- ``quick``: every feature, T up to 257 plus one long pair; all built-ins within 60 s here.
+- ``full``: the whole matrix of the issue: T in 1 ... 1025, Tq != Tk pairs, d from 8 to 128
+  with an odd 59, heads 1/3/8, GQA 8/2 and MQA 8/1, batch 1 and 3, every mask kind, every
+  declared dtype, large/rand inputs, transposed/strided layouts, a non-default scale,
+  self-attention, gradients and ALiBi bias.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.cases import AttentionCase
+from harness.errors import UsageError
+from harness.registry import Implementation
+
+SUITES = ("small", "quick", "full")
+PRIMARY_DTYPES = ("float32", "float64", "bfloat16", "float16")
+"""The dtype most cases run in: the first of these the implementation declares."""
+
+
+@dataclass(frozen=True)
+class Template:
+    fields: dict[str, Any]
+    dtypes: str = "primary"
+    """"primary": the implementation's primary dtype; "all": every declared dtype."""
+    needs: frozenset[str] = field(default_factory=frozenset)
+
+    def __hash__(self) -> int:  # fields is a dict; templates are only compared by identity
+        return id(self)
+
+
+def T(dtypes: str = "primary", **fields: Any) -> Template:
+    """A template; the capabilities it needs follow from its fields."""
+    needs = set()
+    if fields.get("causal"):
+        needs.add("causal")
+    if fields.get("mask", "none") != "none":
+        needs.add("mask")
+    if fields.get("kv_heads", fields.get("heads", 1)) != fields.get("heads", 1):
+        needs.add("gqa")
+    if fields.get("grad"):
+        needs.add("grad")
+    if fields.get("bias", "none") != "none":
+        needs.add("bias")
+    return Template(fields, dtypes, frozenset(needs))
+
+
+def _common(tiny: bool) -> list[Template]:
+    """Features every suite covers, on shapes small enough for the tiny suite when asked."""
+    t, pair = (17, 64) if tiny else (97, 128)
+    tq, tk = (13, 61) if tiny else (113, 203)
+    return [
+        T(batch=3, heads=3, tq=t, d=32),
+        T(batch=2, heads=8, kv_heads=2, tq=t, d=32),
+        T(heads=8, kv_heads=2, tq=t, d=32, causal=True),
+        T(heads=8, kv_heads=1, tq=tq, tk=tk, d=16),
+        T(heads=8, kv_heads=2, tq=tq, tk=tk, d=16, mask="random"),
+        T(batch=3, heads=2, tq=tq, tk=tk, d=32, mask="key_padding"),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=32, mask="empty_rows"),
+        T(batch=2, heads=2, tq=pair, d=32, mask="random", causal=True),
+        T(batch=3, heads=2, tq=pair, d=32, mask="key_padding", causal=True),
+        T(heads=2, tq=pair, d=64, inputs="large"),
+        T(heads=2, tq=pair, d=64, inputs="large", scale=1.0),  # logits in the hundreds: needs max-subtraction
+        T(heads=2, tq=t, d=32, inputs="rand"),
+        T(heads=2, tq=t, d=32, scale=0.3),
+        T(heads=3, tq=tq, tk=tk, d=40, layout="transposed"),
+        T(heads=4, kv_heads=2, tq=t, d=32, layout="strided", causal=True),
+        T(heads=2, tq=pair, d=32, self_attention=True),
+        T(heads=2, tq=pair, d=32, self_attention=True, causal=True),
+        # every declared dtype
+        T("all", heads=2, tq=t, d=64),
+        T("all", heads=2, tq=pair, d=32, causal=True),
+        T("all", batch=2, heads=4, kv_heads=2, tq=tq, tk=tk, d=32, mask="empty_rows"),
+        T("all", heads=2, tq=t, d=64, inputs="large"),
+        # gradients
+        T("all", heads=2, tq=t, d=32, grad=True),
+        T(batch=2, heads=4, kv_heads=2, tq=pair, d=32, causal=True, grad=True),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=16, mask="empty_rows", grad=True),
+        T(heads=2, tq=t, d=40, layout="strided", grad=True, inputs="large"),
+        T(heads=2, tq=t, d=32, self_attention=True, grad=True),
+        # ALiBi
+        T(heads=4, tq=pair, d=32, bias="alibi"),
+        T(heads=8, kv_heads=2, tq=pair, d=32, bias="alibi", causal=True),
+        T(heads=4, tq=t, d=32, bias="alibi", grad=True),
+    ]
+
+
+def _plan(suite: str) -> list[Template]:
+    if suite == "small":
+        seq = [T(heads=2, tq=n, d=16) for n in (1, 2, 3, 17, 33, 64)]
+        seq += [T(heads=2, tq=n, d=16, causal=True) for n in (1, 3, 17, 64)]
+        pairs = [T(heads=2, tq=a, tk=b, d=16) for a, b in ((1, 61), (3, 47), (64, 32))]
+        dims = [T(heads=2, tq=17, d=d) for d in (8, 59, 64, 128)]
+        return seq + pairs + dims + _common(tiny=True)
+    lengths = (1, 2, 3, 17, 64, 97, 128, 257) + ((1000, 1025) if suite == "full" else ())
+    seq = [T(heads=2 if n <= 257 else 1, tq=n, d=64) for n in lengths]
+    seq += [T(heads=2 if n <= 257 else 1, tq=n, d=64, causal=True) for n in lengths if n in (1, 3, 17, 128, 257, 1025)]
+    pair_list = ((1, 239), (113, 203), (512, 256), (3, 799)) if suite == "full" else ((1, 239), (3, 799))
+    pairs = [T(heads=2, tq=a, tk=b, d=32) for a, b in pair_list]
+    pairs += [T(heads=2, tq=a, tk=b, d=32, mask="random") for a, b in pair_list[1:3]]
+    dim_list = (8, 16, 32, 40, 59, 64, 80, 128) if suite == "full" else (8, 59, 128)
+    dims = [T(batch=2, heads=3, tq=97, d=d) for d in dim_list]
+    heads = [T(heads=1, tq=64, d=32), T(heads=8, tq=64, d=32), T(batch=3, heads=8, kv_heads=1, tq=64, d=32)]
+    full_extra: list[Template] = []
+    if suite == "full":
+        full_extra = [
+            T(batch=3, heads=8, kv_heads=2, tq=257, d=64, causal=True, mask="key_padding"),
+            T("all", heads=2, tq=1025, d=64, causal=True),
+            T("all", heads=2, tq=257, d=128, mask="random"),
+            T(heads=2, tq=1000, d=64, inputs="large", scale=1.0),
+            T(heads=8, kv_heads=1, tq=257, d=64, causal=True, grad=True),
+            T(heads=2, tq=512, tk=256, d=64, grad=True, mask="random"),
+            T("all", heads=2, tq=128, d=64, causal=True, grad=True),
+            T(heads=4, tq=1000, d=64, bias="alibi", causal=True),
+        ]
+    return seq + pairs + dims + heads + _common(tiny=False) + full_extra
+
+
+def primary_dtype(impl: Implementation) -> str:
+    return next(d for d in PRIMARY_DTYPES if d in impl.dtypes)
+
+
+def devices_here(impl: Implementation) -> tuple[str, ...]:
+    """The declared devices this machine has; all declared ones when it has none (they are then skipped)."""
+    from harness.registry import _cuda_available
+
+    present = tuple(d for d in impl.devices if d == "cpu" or _cuda_available())
+    return present or impl.devices
+
+
+def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
+    """The cases of ``suite`` that ``impl`` declares it can express, on each declared device, deduplicated."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
+    primary = primary_dtype(impl)
+    cases: dict[str, AttentionCase] = {}
+    for device in devices_here(impl):
+        for template in _plan(suite):
+            if not template.needs <= caps:
+                continue
+            dtypes = impl.dtypes if template.dtypes == "all" else (primary,)
+            for dtype in dtypes:
+                case = AttentionCase(**template.fields, dtype=dtype, device=device, kind="kernel")
+                cases.setdefault(case.id, case)
+    return list(cases.values())

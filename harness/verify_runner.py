@@ -1,0 +1,309 @@
+"""Orchestration of a verify run: cases per implementation, checks in worker processes, cells on disk.
+
+Each implementation gets its own :class:`~harness.isolation.WorkerPool`: its plugin code
+only ever runs there, one case per task, so a crash or a hang costs that case (recorded
+as ``crash`` or ``timeout``) and a fresh worker takes the rest. A worker loads the
+registry once per process (cached by the plugin specs) and looks the implementation up
+by name. Every outcome becomes verify cells written to the :class:`ResultWriter` as it
+arrives, so nothing measured is lost when a later case kills the run.
+
+Case generation and checking dispatch on ``impl.kind`` through :data:`KINDS`; the
+``module`` entry is imported lazily from ``harness.modules.verify`` (``module_cases``,
+``check_module_case``), and module implementations are skipped with the reason when it
+is not there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Outcome, Task, WorkerPool
+from harness.progress import Progress
+from harness.registry import Implementation
+from harness.results import ResultWriter
+
+CasesFn = Callable[[Implementation, str], list[Any]]
+CheckFn = Callable[[Implementation, Any, int], list[dict[str, Any]]]
+PROBLEMS = ("fail", "error", "crash", "timeout")
+
+
+def _kernel() -> tuple[CasesFn, CheckFn]:
+    from harness.checks import check_kernel_case
+    from harness.suites import kernel_cases
+
+    return kernel_cases, check_kernel_case
+
+
+def _module() -> tuple[CasesFn, CheckFn]:
+    module = importlib.import_module("harness.modules.verify")
+    return module.module_cases, module.check_module_case
+
+
+KINDS: dict[str, Callable[[], tuple[CasesFn, CheckFn]]] = {"kernel": _kernel, "module": _module}
+"""kind -> a loader of (cases(impl, suite), check(impl, case, trials))."""
+
+
+def kind_functions(kind: str) -> tuple[CasesFn, CheckFn] | str:
+    """The case generator and checker of ``kind``, or the reason they are not available."""
+    loader = KINDS.get(kind)
+    if loader is None:
+        return f"no verifier for kind {kind!r} (known: {', '.join(KINDS)})"
+    try:
+        return loader()
+    except ModuleNotFoundError as exc:
+        return f"the {kind} verifier is not available ({exc}); {kind} implementations are not verified yet"
+
+
+# ---- worker side ----------------------------------------------------------------------------
+
+_REGISTRIES: dict[tuple[str, ...], Any] = {}
+
+
+WARM_UP_TIMEOUT_S = 300.0
+"""A fresh worker imports torch and every plugin before its first case: not part of a case's time limit."""
+
+
+def _worker_impl(plugins: tuple[str, ...], name: str, threads: int) -> tuple[Implementation, CheckFn]:
+    import torch
+
+    if threads and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    if plugins not in _REGISTRIES:
+        from harness.discovery import load_registry
+
+        _REGISTRIES[plugins] = load_registry(plugins)
+    impl = _REGISTRIES[plugins].get(name)
+    functions = kind_functions(impl.kind)
+    if isinstance(functions, str):
+        raise TypeError(functions)
+    return impl, functions[1]
+
+
+def warm_up(plugins: tuple[str, ...], name: str, threads: int) -> None:
+    """In a fresh worker: load the registry and the checker, so that case timeouts time only cases."""
+    _worker_impl(plugins, name, threads)
+
+
+def run_case(plugins: tuple[str, ...], name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
+    """In the worker: every check of one case for implementation ``name``."""
+    impl, check = _worker_impl(plugins, name, threads)
+    return check(impl, case, trials)
+
+
+# ---- parent side ----------------------------------------------------------------------------
+
+def case_group(case: Any) -> str:
+    """A coarse label of what a case exercises, for grouping in reports."""
+    if getattr(case, "kind", "kernel") != "kernel":
+        return str(case.kind)
+    for label, hit in (("grad", case.grad), ("bias", case.bias != "none"), ("mask", case.mask != "none"),
+                       ("causal", case.causal), ("gqa", case.kv_heads != case.heads),
+                       ("layout", case.layout != "contiguous"), ("inputs", case.inputs != "randn" or case.scale),
+                       ("self", case.self_attention)):
+        if hit:
+            return label
+    return "shape"
+
+
+@dataclass
+class VerifyRun:
+    """One verify run over some implementations; cells go to ``writer`` as they come."""
+
+    impls: list[Implementation]
+    plugins: tuple[str, ...]
+    suite: str
+    trials: int
+    timeout: float
+    writer: ResultWriter
+    jobs: int = 1
+    progress_enabled: bool = True
+    threads: int | None = 1
+    """torch threads per worker. 1 by default: verify runs many small problems, where an intra-op
+    thread pool on a busy machine costs far more than it gains (measured: tiny cases 10-100x slower
+    with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
+    flush_every_s: float = 2.0
+    """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _flushed: float = field(default=0.0, repr=False)
+
+    def plan(self) -> list[tuple[Implementation, list[Any], str | None]]:
+        """(implementation, its cases, or the reason it has none) for every implementation."""
+        plans = []
+        for impl in self.impls:
+            functions = kind_functions(impl.kind)
+            if isinstance(functions, str):
+                plans.append((impl, [], functions))
+            else:
+                plans.append((impl, list(functions[0](impl, self.suite)), None))
+        return plans
+
+    def run(self) -> list[dict[str, Any]]:
+        plans = self.plan()
+        total = sum(max(len(cases), 1) for _, cases, _ in plans)
+        self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
+        threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
+        try:
+            with _worker_environment(threads):
+                self._run_plans(plans, threads)
+        finally:
+            self._progress.close()
+            with self._lock:
+                self.writer.flush()
+        return self.writer.cells
+
+    def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
+        if self.jobs <= 1:
+            for impl, cases, reason in plans:
+                self._run_impl(impl, cases, reason, threads)
+            return
+        executor = ThreadPoolExecutor(max_workers=self.jobs)
+        longest_first = sorted(plans, key=lambda plan: -len(plan[1]))  # packs the jobs better
+        futures = [executor.submit(self._run_impl, impl, cases, reason, threads) for impl, cases, reason in longest_first]
+        try:
+            for future in futures:
+                future.result()
+        finally:  # on Ctrl-C: no new case starts; each thread ends after its current one
+            self._stop.set()
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def _run_impl(self, impl: Implementation, cases: list[Any], reason: str | None, threads: int) -> None:
+        if reason is not None:
+            self._add(impl, None, {"check": "output", "status": "skipped", "reason": reason, "metrics": {}}, 0.0)
+            self._progress.advance(impl.name)
+            return
+        fresh = True
+        with WorkerPool(timeout=self.timeout) as pool:
+            for case in cases:
+                if self._stop.is_set():
+                    return
+                reasons = impl.not_supported_reasons(case)
+                if reasons:
+                    self._add(impl, case, {"check": "output", "status": "skipped", "reason": "; ".join(reasons),
+                                           "metrics": {}}, 0.0)
+                else:
+                    outcome = None
+                    if fresh:
+                        outcome = pool.run(Task((impl.name, "warm-up"), warm_up, (self.plugins, impl.name, threads),
+                                                timeout=max(self.timeout, WARM_UP_TIMEOUT_S)))
+                        if outcome.status == OK:
+                            outcome, fresh = None, False
+                        elif outcome.error:
+                            outcome.error = f"worker start-up failed: {outcome.error}"
+                    if outcome is None:
+                        task = Task((impl.name, case.id), run_case, (self.plugins, impl.name, case, self.trials, threads))
+                        outcome = pool.run(task)
+                    fresh = fresh or outcome.status in (CRASH, TIMEOUT)
+                    self._record(impl, case, outcome)
+                with self._lock:
+                    self._progress.advance(f"{impl.name} {case.id}")
+        self._flush(force=True)
+
+    def _record(self, impl: Implementation, case: Any, outcome: Outcome) -> None:
+        if outcome.status == OK:
+            results = outcome.value
+            share = outcome.seconds / max(len(results), 1)
+            for result in results:
+                self._add(impl, case, result, result.get("seconds", share))
+            return
+        status = {ERROR: "error", CRASH: "crash", TIMEOUT: "timeout"}[outcome.status]
+        reason = outcome.error or status
+        if outcome.status == ERROR and outcome.traceback:
+            reason += " | " + outcome.traceback.strip().splitlines()[-2].strip()
+        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds)
+        self._flush(force=True)
+        if outcome.status != ERROR:
+            self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
+
+    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float) -> None:
+        cell = {
+            "type": "verify", "implementation": impl.name, "kind": impl.kind,
+            "case": None if case is None else case.to_dict(), "case_id": "-" if case is None else case.id,
+            "group": "-" if case is None else case_group(case), "check": result["check"],
+            "status": result["status"], "reason": result.get("reason"), "metrics": result.get("metrics") or {},
+            "seconds": round(float(seconds), 4),
+        }
+        with self._lock:
+            self.writer.cells.append(cell)
+        self._flush()
+
+    def _flush(self, force: bool = False) -> None:
+        """Write the result file whole (atomically); throttled, since each write rewrites every cell."""
+        with self._lock:
+            if force or time.monotonic() - self._flushed >= self.flush_every_s:
+                self.writer.flush()
+                self._flushed = time.monotonic()
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@contextlib.contextmanager
+def _worker_environment(threads: int) -> Iterator[None]:
+    """Workers spawned in this block inherit ``threads`` BLAS/OpenMP threads (NumPy's BLAS reads these
+    at import; measured 2-4x faster NumPy cases on a busy 2-core machine). Variables the user set
+    are kept; the parent's environment is restored afterwards."""
+    if threads < 1:
+        yield
+        return
+    added = [name for name in THREAD_VARIABLES if name not in os.environ]
+    for name in added:
+        os.environ[name] = str(threads)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
+def _row(kind: str) -> dict[str, Any]:
+    return {"kind": kind, "cases": set(), "checks": 0, "pass": 0, "fail": 0, "error": 0, "crash": 0, "timeout": 0,
+            "skipped": 0, "worst_ratio": 0.0, "seconds": 0.0}
+
+
+def summarize(cells: Iterable[dict[str, Any]], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """Per implementation (in ``order``, then as met): counts by status, cases, worst passing ratio, seconds."""
+    cells = list(cells)
+    present = {c["implementation"] for c in cells}
+    rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
+    for cell in cells:
+        row = rows.get(cell["implementation"]) or _row(cell.get("kind", "kernel"))
+        rows[cell["implementation"]] = row
+        row["cases"].add(cell["case_id"])
+        row["checks"] += 1
+        row[cell["status"]] = row.get(cell["status"], 0) + 1
+        ratio = (cell.get("metrics") or {}).get("ratio")
+        if cell["status"] == "pass" and isinstance(ratio, (int, float)) and ratio != float("inf"):
+            row["worst_ratio"] = max(row["worst_ratio"], float(ratio))
+        row["seconds"] += float(cell.get("seconds") or 0.0)
+    table = {name: row for name, row in rows.items() if row is not None}
+    for row in table.values():
+        row["cases"] = len(row["cases"])
+    return table
+
+
+def problems(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c for c in cells if c["status"] in PROBLEMS]
+
+
+def default_results_path(run_id: str) -> Path:
+    from harness.results import RESULTS_DIR
+
+    return RESULTS_DIR / f"{run_id}.json"
+
+
+def wall_clock() -> float:
+    return time.perf_counter()

@@ -1,0 +1,14 @@
+"""BROKEN (hang): never returns for head dimension 128 (a deadlock, say)."""
+import time
+
+import torch
+
+from harness import register
+
+
+@register("broken_hang", backend="torch")
+def broken_hang(q, k, v, *, causal=False, mask=None, scale=None):
+    if q.shape[-1] == 128:
+        time.sleep(3600)  # BUG: hangs on d = 128
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return torch.softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v

@@ -1,0 +1,114 @@
+"""The pass rule, the suites and the checks, on small direct examples (no worker processes)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.checks import check_kernel_case
+from harness.discovery import load_registry
+from harness.oracle import reference_attention
+from harness.registry import make_implementation
+from harness.suites import SUITES, kernel_cases
+from harness.tensors import make_inputs
+from harness.tolerance import FLOORS, baseline_attention, compare
+from harness.verify_runner import kind_functions
+
+REGISTRY = load_registry()
+
+
+def test_all_zeros_fails_on_small_values_by_relative_l2() -> None:
+    oracle = torch.full((1, 1, 4, 4), 1e-7, dtype=torch.float64)
+    base = oracle * (1 + 1e-7)
+    verdict = compare(torch.zeros_like(oracle), oracle, base, dtype="float32", m=2)
+    assert (oracle.abs().max() < FLOORS["float32"]) and not verdict.ok
+    assert "relative L2" in (verdict.reason or "")
+
+
+def test_nan_where_the_oracle_is_finite_fails_and_says_where() -> None:
+    oracle = torch.ones(1, 1, 3, 2, dtype=torch.float64)
+    got = oracle.clone()
+    got[0, 0, 2, 1] = float("nan")
+    verdict = compare(got, oracle, oracle, dtype="float32", m=2)
+    assert not verdict.ok and "NaN/Inf" in verdict.reason and "[0, 0, 2, 1]" in verdict.reason
+
+
+def test_error_within_m_times_the_baseline_passes_and_beyond_fails() -> None:
+    oracle = torch.ones(1, 1, 2, 2, dtype=torch.float64)
+    base = oracle + 1e-3
+    within = compare(oracle + 1.9e-3, oracle, base, dtype="float32", m=2)
+    assert within.ok and within.metrics["bound"] == pytest.approx(2e-3 + 1e-6)
+    verdict = compare(oracle + 2.1e-3, oracle, base, dtype="float32", m=2)
+    assert "max|err|" in (verdict.reason or "")
+    assert not verdict.ok and verdict.metrics["ratio"] == pytest.approx(2.1)
+
+
+def test_baseline_in_float32_is_close_and_zeroes_rows_with_no_key() -> None:
+    case = AttentionCase(batch=2, heads=2, tq=9, tk=13, d=8, mask="empty_rows")
+    inputs = make_inputs(case, seed=0)
+    oracle = reference_attention(inputs.q64, inputs.k64, inputs.v64, mask=inputs.mask64)
+    base = baseline_attention(inputs.q, inputs.k, inputs.v, mask=inputs.mask).double()
+    assert (base - oracle).abs().max() < 1e-5
+    empty = ~inputs.mask64.any(-1)
+    assert empty.any() and (base[empty] == 0).all()
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_cases_follow_declared_capabilities(suite: str) -> None:
+    plain = make_implementation("plain", lambda q, k, v, **kw: q, backend="torch", dtypes=("float32", "float16"))
+    cases = kernel_cases(plain, suite)
+    assert cases and len({c.id for c in cases}) == len(cases)
+    assert not any(c.causal or c.mask != "none" or c.kv_heads != c.heads or c.grad or c.bias != "none" for c in cases)
+    assert {c.dtype for c in cases} == {"float32", "float16"}
+    if suite == "small":
+        assert max(max(c.tq, c.tk) for c in cases) <= 64
+
+
+def test_full_suite_covers_the_matrix() -> None:
+    cases = kernel_cases(REGISTRY.get("torch_eager"), "full")
+    lengths = {c.tq for c in cases if c.tq == c.tk}
+    assert {1, 2, 3, 17, 64, 97, 128, 257, 1000, 1025} <= lengths
+    assert {(1, 239), (113, 203), (512, 256), (3, 799)} <= {(c.tq, c.tk) for c in cases}
+    assert {8, 16, 32, 40, 59, 64, 80, 128} <= {c.d for c in cases}
+    assert {(8, 2), (8, 1), (1, 1), (3, 3), (8, 8)} <= {(c.heads, c.kv_heads) for c in cases}
+    assert {1, 3} <= {c.batch for c in cases}
+    assert {"random", "key_padding", "empty_rows"} <= {c.mask for c in cases}
+    assert {"float64", "float32", "float16", "bfloat16"} <= {c.dtype for c in cases}
+    assert {"large", "rand"} <= {c.inputs for c in cases} and {"transposed", "strided"} <= {c.layout for c in cases}
+    assert any(c.self_attention for c in cases) and any(c.scale for c in cases) and any(c.grad for c in cases)
+    assert any(c.causal for c in cases) and any(c.bias == "alibi" for c in cases)
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_correct_builtin_passes_every_check_of_a_case() -> None:
+    case = AttentionCase(batch=3, heads=4, kv_heads=2, tq=19, d=16, causal=True, mask="random", grad=True)
+    results = check_kernel_case(REGISTRY.get("torch_eager"), case, 3)
+    assert [r["check"] for r in results][:2] == ["output", "grad"]
+    assert all(r["status"] == "pass" for r in results), results
+    no_grad = check_kernel_case(REGISTRY.get("torch_eager"), case.with_(grad=False), 3)
+    assert {"property:convex_hull", "property:slices"} <= {r["check"] for r in no_grad}
+    assert all(r["status"] == "pass" for r in no_grad), no_grad
+
+
+def test_a_contract_break_inside_a_property_is_a_failure_not_an_error() -> None:
+    def transposed(q, k, v, **kw):
+        return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, -1).matmul(v).transpose(1, 2)
+
+    impl = make_implementation("transposed", transposed, backend="torch")
+    results = check_kernel_case(impl, AttentionCase(batch=2, heads=3, tq=5, d=8), 3)
+    assert {r["status"] for r in results} == {"fail"}
+    assert all("shape" in r["reason"] for r in results)
+
+
+def test_an_unknown_kind_has_a_reason_instead_of_a_checker() -> None:
+    reason = kind_functions("nope")
+    assert isinstance(reason, str) and "no verifier for kind 'nope'" in reason

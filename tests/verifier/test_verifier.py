@@ -1,0 +1,126 @@
+"""`attnbench verify` rejects every deliberately broken implementation and accepts the unusual correct ones.
+
+One verify run over every plugin in ``plugins/`` (small suite, short timeout) serves all the
+tests here: each broken plugin must have at least one problem cell of the expected kind,
+each ``unusual_*`` plugin none. The crash and hang plugins break on one head dim only, so
+the run also shows that the cases after a crash or a timeout still run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.cli import main
+
+PLUGINS = sorted((Path(__file__).parent / "plugins").glob("*.py"))
+BROKEN = [p.stem for p in PLUGINS if p.stem.startswith("broken_")]
+UNUSUAL = [p.stem for p in PLUGINS if p.stem.startswith("unusual_")]
+TIMEOUT_S = 8
+
+# plugin -> (status of at least one problem cell, check or None for any, a phrase of its reason)
+EXPECTED: dict[str, tuple[str, str | None, str]] = {
+    "broken_wrong_scale": ("fail", "output", "max|err|"),
+    "broken_softmax_axis": ("fail", "output", "max|err|"),
+    "broken_causal_off_by_one": ("fail", "output", "max|err|"),
+    "broken_causal_flipped": ("fail", "output", "max|err|"),
+    "broken_mask_inverted": ("fail", "output", ""),
+    "broken_no_max_subtraction": ("fail", "output", "NaN/Inf"),
+    "broken_tiled_no_rescale": ("fail", "output", "max|err|"),
+    "broken_tiled_drops_last_block": ("fail", "output", "max|err|"),
+    "broken_gqa_mapping": ("fail", "output", "max|err|"),
+    "broken_batch_mixup": ("fail", "output", "max|err|"),
+    "broken_mutates_inputs": ("fail", "output", "modified its input(s) q"),
+    "broken_cached_output": ("fail", "output", "trial 1"),
+    "broken_wrong_grad": ("fail", "grad", "dq max|err|"),
+    "broken_wrong_dtype": ("fail", "output", "output dtype float32, expected float64"),
+    "broken_wrong_layout": ("fail", "output", "output shape"),
+    "broken_numpy_promotes": ("fail", "output", "output dtype float64, expected float32"),
+    "broken_nan_empty_rows": ("fail", "output", "NaN/Inf"),
+    "broken_half_accumulate": ("fail", "output", "max|err|"),
+    "broken_zeros": ("fail", "output", ""),
+    "broken_crash": ("crash", "output", "SIGABRT"),
+    "broken_hang": ("timeout", "output", f"no answer within {TIMEOUT_S} s"),
+}
+
+
+def _verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp / "verify.json"
+    argv = ["verify", *[a for p in PLUGINS for a in ("--plugin", str(p))], "--only", ",".join(names),
+            "--suite", "small", "--timeout", str(TIMEOUT_S), "--json", str(out), *extra]
+    code = main(argv)
+    return code, json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
+    return _verify(tmp_path_factory.mktemp("verify"), BROKEN + UNUSUAL)
+
+
+def _cells(run: tuple[int, dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    return [c for c in run[1]["cells"] if c["implementation"] == name]
+
+
+def test_at_least_15_bug_classes_and_every_one_has_an_expectation() -> None:
+    assert len(BROKEN) >= 15
+    assert sorted(EXPECTED) == sorted(BROKEN)
+    assert len(UNUSUAL) >= 4
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_broken_implementation_is_rejected(run: tuple[int, dict[str, Any]], name: str) -> None:
+    status, check, phrase = EXPECTED[name]
+    cells = _cells(run, name)
+    assert cells, f"{name} was not verified at all"
+    hits = [c for c in cells if c["status"] == status and (check is None or c["check"] == check)
+            and phrase in (c["reason"] or "")]
+    problems = [(c["case_id"], c["check"], c["status"], c["reason"]) for c in cells if c["status"] != "pass"]
+    assert hits, f"{name}: no {status} {check} cell mentioning {phrase!r}; problems: {problems[:5]}"
+    if status == "fail" and phrase:
+        assert hits[0]["reason"], "a failure says why"
+
+
+@pytest.mark.parametrize("name", UNUSUAL)
+def test_unusual_but_correct_implementation_is_accepted(run: tuple[int, dict[str, Any]], name: str) -> None:
+    cells = _cells(run, name)
+    bad = [(c["case_id"], c["check"], c["reason"]) for c in cells if c["status"] not in ("pass", "skipped")]
+    assert cells and not bad
+    assert sum(c["status"] == "pass" for c in cells) >= 20
+
+
+def test_failures_record_their_numbers(run: tuple[int, dict[str, Any]]) -> None:
+    fail = next(c for c in _cells(run, "broken_wrong_scale") if c["status"] == "fail")
+    metrics = fail["metrics"]
+    for key in ("max_abs_err", "rel_l2", "base_err", "ratio", "bound", "m", "floor", "worst_index", "trials"):
+        assert key in metrics, key
+    assert metrics["max_abs_err"] > metrics["bound"] and metrics["m"] == 2
+
+
+def test_run_goes_on_after_a_crash_and_a_hang(run: tuple[int, dict[str, Any]]) -> None:
+    for name, status in (("broken_crash", "crash"), ("broken_hang", "timeout")):
+        cells = _cells(run, name)
+        statuses = [c["status"] for c in cells]
+        assert statuses.count(status) == 1, statuses  # only the d = 59 / d = 128 case
+        after = statuses[statuses.index(status) + 1:]
+        assert "pass" in after, f"{name}: no case ran after the {status}"
+
+
+def test_the_run_exits_1_and_its_result_file_is_complete(run: tuple[int, dict[str, Any]]) -> None:
+    code, data = run
+    assert code == 1
+    assert data["complete"] is True and data["command"] == "verify"
+    assert data["config"]["output_m"] == 2 and data["config"]["floors"]["float32"] > 0
+    for cell in data["cells"]:
+        assert cell["type"] == "verify" and cell["status"] in ("pass", "fail", "error", "crash", "timeout", "skipped")
+        assert cell["case"]["batch"] >= 1 and cell["case_id"] and cell["group"]
+
+
+def test_a_correct_plugin_exits_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, data = _verify(tmp_path, ["unusual_strided_output"], "--jobs", "1")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "unusual_strided_output" in out and "m = 2" in out and "all passed" in out
+    assert {c["status"] for c in data["cells"]} == {"pass"}

@@ -9,7 +9,7 @@ elsewhere (:mod:`harness.suites`); this module only defines what a case is.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from harness.errors import UsageError
 from harness.registry import DEVICES, DTYPES
@@ -23,8 +23,29 @@ LAYOUTS = ("contiguous", "transposed", "strided")
 BIASES = ("none", "alibi")
 
 
+CaseT = TypeVar("CaseT", bound="CaseRecord")
+
+
+class CaseRecord:
+    """What every kind of case shares: copies with changes, and a round trip through result files."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def with_(self: CaseT, **changes: Any) -> CaseT:
+        """A copy with some fields changed (validated again)."""
+        return replace(self, **changes)  # type: ignore[type-var]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls: type[CaseT], data: dict[str, Any]) -> CaseT:
+        """Rebuild a case from ``to_dict`` output; keys it does not know (newer files) are ignored."""
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
 @dataclass(frozen=True)
-class AttentionCase:
+class AttentionCase(CaseRecord):
     """One attention call: shapes, dtype, device, masking and how the inputs are drawn."""
 
     batch: int = 1
@@ -104,13 +125,3 @@ class AttentionCase:
     def effective_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / float(self.d) ** 0.5
 
-    def with_(self, **changes: Any) -> "AttentionCase":
-        """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "AttentionCase":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

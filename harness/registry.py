@@ -49,6 +49,8 @@ class Implementation:
     grad: bool = False
     bias: bool = False
     kind: str = "kernel"
+    memory: str | None = None
+    """How peak memory grows with T: "quadratic" (materialises Tq x Tk), "linear" (tiled), None (undeclared)."""
     available: Callable[..., str | None] | None = None
     description: str = ""
     source: str = "?"
@@ -98,7 +100,7 @@ class Implementation:
         return {
             "kind": self.kind, "backend": self.backend, "dtypes": list(self.dtypes),
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
-            "gqa": self.gqa, "grad": self.grad, "bias": self.bias,
+            "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
         }
 
 
@@ -195,7 +197,9 @@ def register(name: str, /, **keywords: Any) -> Callable[[Callable[..., Any]], Ca
 
 
 _FLAGS = ("causal", "mask", "gqa", "grad", "bias")
-_KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", *_FLAGS}
+_KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
+             *_FLAGS}
+MEMORY_GROWTH = ("quadratic", "linear")
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -240,6 +244,9 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         raise PluginError(f"plugin {name!r} ({source}): description= must be a string")
     if not callable(fn):
         raise PluginError(f"plugin {name!r} ({source}): register decorates a function")
+    memory = keywords.get("memory")
+    if memory is not None and memory not in MEMORY_GROWTH:
+        raise PluginError(f"plugin {name!r} ({source}): memory={memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
     options = keywords.get("options", {})
     if not isinstance(options, dict):
         raise PluginError(f"plugin {name!r} ({source}): options= must be a dict")
@@ -250,7 +257,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
             return lambda: fn(*args, **kwargs)
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
-        kind=kind, available=available, description=description, source=source,
+        kind=kind, memory=memory, available=available, description=description, source=source,
         options=options, **flags,
     )
 

@@ -12,7 +12,7 @@ import numpy as np
 from harness import register
 
 
-@register("numpy_naive", backend="numpy", dtypes=("float32", "float64"),
+@register("numpy_naive", backend="numpy", memory="quadratic", dtypes=("float32", "float64"),
           causal=True, mask=True, gqa=True, bias=True,
           description="NumPy softmax(QK^T/sqrt(d))V, materialising the T x T matrix")
 def numpy_naive(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,

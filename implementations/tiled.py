@@ -18,7 +18,7 @@ from implementations._flash_cpu import flash_attention
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-@register("tiled", backend="torch", dtypes=("float32", "float64", "bfloat16", "float16"),
+@register("tiled", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
           causal=True, mask=True, gqa=True, grad=True,
           options={"block_q": BLOCKS, "block_k": BLOCKS},
           description="attnbench's FlashAttention-2 kernel on CPU tiles (online softmax, O(T) memory, backward)")

@@ -109,7 +109,7 @@ def _mask_view(mask: torch.Tensor | None, q: torch.Tensor, tk: int) -> torch.Ten
     return mask.view(torch.uint8).expand(q.shape[0], q.shape[1], q.shape[2], tk)
 
 
-@register("tiled_triton", backend="torch", dtypes=("float32", "float16", "bfloat16"), devices=("cpu", "cuda"),
+@register("tiled_triton", backend="torch", memory="linear", dtypes=("float32", "float16", "bfloat16"), devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, available=available,
           options={"block_q": BLOCKS, "block_k": BLOCKS},
           description="FlashAttention-2 Triton kernels, forward and backward (CPU: only under TRITON_INTERPRET=1)")

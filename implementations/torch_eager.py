@@ -11,7 +11,7 @@ import torch
 from harness import register
 
 
-@register("torch_eager", backend="torch", dtypes=("float64", "float32", "bfloat16", "float16"),
+@register("torch_eager", backend="torch", memory="quadratic", dtypes=("float64", "float32", "bfloat16", "float16"),
           devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, bias=True,
           description="PyTorch matmul + softmax, materialising the T x T matrix; autograd")
 def torch_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -47,7 +47,7 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
                                           enable_gqa=gqa)
 
 
-@register("torch_sdpa", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
+@register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, bias=True,
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -86,7 +86,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool,
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
-def _pinned(backend_name: str, devices: tuple[str, ...]) -> Callable[..., Any]:
+def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
     def available(case: "AttentionCase") -> str | None:
         if case.device == "cpu" and "cpu" not in devices:
             return None  # the declared devices already give the reason
@@ -104,14 +104,14 @@ def _pinned(backend_name: str, devices: tuple[str, ...]) -> Callable[..., Any]:
     run.__module__ = __name__
     return register(
         f"torch_sdpa_{backend_name.split('_')[0].lower()}", backend="torch", dtypes=ALL_DTYPES,
-        devices=devices, causal=True, mask=True, gqa=True, grad=True, available=available,
+        devices=devices, causal=True, mask=True, gqa=True, grad=True, available=available, memory=memory,
         description=f"SDPA pinned to SDPBackend.{backend_name}"
         + ("" if "cpu" in devices else " (PyTorch implements it for CUDA only)"),
     )(run)
 
 
 # On CPU PyTorch implements the math and flash backends; efficient and cuDNN are CUDA kernels.
-torch_sdpa_math = _pinned("MATH", ("cpu", "cuda"))
-torch_sdpa_flash = _pinned("FLASH_ATTENTION", ("cpu", "cuda"))
-torch_sdpa_efficient = _pinned("EFFICIENT_ATTENTION", ("cuda",))
-torch_sdpa_cudnn = _pinned("CUDNN_ATTENTION", ("cuda",))
+torch_sdpa_math = _pinned("MATH", ("cpu", "cuda"), "quadratic")
+torch_sdpa_flash = _pinned("FLASH_ATTENTION", ("cpu", "cuda"), "linear")
+torch_sdpa_efficient = _pinned("EFFICIENT_ATTENTION", ("cuda",), "linear")
+torch_sdpa_cudnn = _pinned("CUDNN_ATTENTION", ("cuda",), "linear")

@@ -112,7 +112,7 @@ def _available(case: "AttentionCase") -> str | None:
     return reason
 
 
-@register("xformers_memeff", backend="torch", dtypes=("float32", "bfloat16", "float16"),
+@register("xformers_memeff", backend="torch", memory="linear", dtypes=("float32", "bfloat16", "float16"),
           devices=("cuda", "cpu"), causal=True, mask=True, gqa=True, grad=True, available=_available,
           description="xformers.ops.memory_efficient_attention (CUDA kernels only)")
 def xformers_memeff(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

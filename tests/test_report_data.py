@@ -54,6 +54,8 @@ def write_bench_run(path: Path, *, seed: int = 0, slow: dict[str, float] | None 
     rng = random.Random(seed)
     writer = ResultWriter(path, "bench", {"suite": "synthetic"})
     writer.set("peaks", {"float32/cpu": {"gflops": 175.0}})
+    writer.set("implementations", {name: {"memory": "quadratic" if name in MATERIALISING else "linear"}
+                                   for name in names})
     for name in names:
         for case in bench_cases():
             writer.cells.append(bench_cell(name, case, rng, (slow or {}).get(name, 1.0)))

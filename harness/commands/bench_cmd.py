@@ -205,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     cells = plan(settings.suite, names, settings.overrides, settings.device)
     writer = ResultWriter(path, "bench", settings.to_dict(), resume=args.resume is not None)
+    writer.set("implementations", {  # what reports know of each implementation: they never import plugins
+        impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
+        for impl in registry if impl.name in names})
     done = writer.done_keys()
     todo = [c for c in cells if c.key not in done]
     progress = Progress(len(todo), title="bench", enabled=not args.quiet)

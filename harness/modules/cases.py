@@ -11,9 +11,10 @@ capability check skips what a module did not declare.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harness.cases import CaseRecord
 from harness.errors import UsageError
 from harness.positional import ROPE_CONVENTIONS
 from harness.registry import DEVICES, DTYPES
@@ -29,7 +30,7 @@ ROPES = ("none", *ROPE_CONVENTIONS)
 
 
 @dataclass(frozen=True)
-class ModuleCase:
+class ModuleCase(CaseRecord):
     """One module-level call: shapes, layer, masks, positional variant, dtype."""
 
     batch: int = 2
@@ -115,17 +116,6 @@ class ModuleCase:
         if not self.proj_bias:
             parts.append("nobias")
         return "-".join(parts)
-
-    def with_(self, **changes: Any) -> "ModuleCase":
-        """A copy with some fields changed (validated again)."""
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ModuleCase":
-        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def unsupported_by(self, impl: "Implementation") -> list[str]:
         """Reasons beyond the registry's flags: the layer and RoPE conventions the module declared.

@@ -32,15 +32,9 @@ states it, and a materialising one O(T^2); the extra alone of a tiled kernel is 
 MIN_POINTS = 3
 """Fewer fitted sizes than this: the slope is shown but not judged against theory."""
 
-MATERIALISING, TILED = 2.0, 1.0
-KNOWN_MEMORY_EXPONENT = {
-    "numpy_naive": MATERIALISING, "torch_eager": MATERIALISING, "torch_sdpa_math": MATERIALISING,
-    "tiled": TILED, "tiled_numpy": TILED, "tiled_triton": TILED, "torch_sdpa": TILED, "torch_sdpa_flash": TILED,
-    "torch_sdpa_efficient": TILED, "torch_sdpa_cudnn": TILED, "xformers_memeff": TILED,
-}
-"""Built-ins whose memory class is known from how they are written (torch_sdpa on CPU runs the
-flash kernel). Other implementations are classed from what the result files say about them
-(a ``memory_exponent`` or words in the description), else left without a theory."""
+MEMORY_EXPONENT = {"quadratic": 2.0, "linear": 1.0}
+"""Theory for peak memory in T, from the ``memory=`` each implementation declares at registration
+(recorded by bench in the result file's "implementations")."""
 
 
 @dataclass
@@ -97,18 +91,11 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median") -> Sweep | None
 
 
 def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None:
-    """2 for an implementation that materialises T x T, 1 for a tiled one, None when unknown."""
+    """2 for an implementation that declared memory="quadratic", 1 for "linear", None when undeclared."""
     info = info or {}
     if isinstance(info.get("memory_exponent"), (int, float)):
         return float(info["memory_exponent"])
-    if name in KNOWN_MEMORY_EXPONENT:
-        return KNOWN_MEMORY_EXPONENT[name]
-    text = str(info.get("description", "")).lower()
-    if "materialis" in text or "materializ" in text:
-        return MATERIALISING
-    if "tiled" in text or "online softmax" in text or "o(t) memory" in text:
-        return TILED
-    return None
+    return MEMORY_EXPONENT.get(str(info.get("memory")))
 
 
 @dataclass
@@ -139,7 +126,7 @@ class Row:
     def upper_bound_only(self) -> bool:
         """A tiled kernel's O(T) memory is a bound: its fixed-size tiles may dominate at the sizes run
         (a slope below 1), which is no fault; only growth faster than T is."""
-        return self.quantity == "memory" and self.theory == TILED
+        return self.quantity == "memory" and self.theory == MEMORY_EXPONENT["linear"]
 
     @property
     def flagged(self) -> bool:

@@ -79,8 +79,9 @@ def measure_numpy(fn: Callable[[], Any]) -> dict[str, Any]:
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    extra = peak - before - output_bytes(out)
-    return {"peak_extra_bytes": max(int(extra), 0), "method": "tracemalloc"}
+    returned = output_bytes(out)
+    return {"peak_extra_bytes": max(int(peak - before - returned), 0), "output_bytes": returned,
+            "method": "tracemalloc"}
 
 
 def _status_kib(field: str) -> int:
@@ -103,8 +104,9 @@ def measure_torch_cpu(fn: Callable[[], Any]) -> dict[str, Any]:
     Path("/proc/self/clear_refs").write_text("5")
     out = fn()
     hwm = _status_kib("VmHWM")
-    extra = (hwm - rss_before) * 1024 - output_bytes(out)
-    result = {"peak_extra_bytes": max(int(extra), 0), "method": "vmhwm"}
+    returned = output_bytes(out)
+    result = {"peak_extra_bytes": max(int((hwm - rss_before) * 1024 - returned), 0), "output_bytes": returned,
+              "method": "vmhwm"}
     if problem:
         result["note"] = problem
     return result
@@ -121,8 +123,9 @@ def measure_cuda(fn: Callable[[], Any]) -> dict[str, Any]:
     before = torch.cuda.memory_allocated()
     out = fn()
     torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - before - output_bytes(out)
-    return {"peak_extra_bytes": max(int(extra), 0), "method": "cuda_max_memory_allocated"}
+    returned = output_bytes(out)
+    extra = torch.cuda.max_memory_allocated() - before - returned
+    return {"peak_extra_bytes": max(int(extra), 0), "output_bytes": returned, "method": "cuda_max_memory_allocated"}
 
 
 def measure(fn: Callable[[], Any], backend: str, device: str) -> dict[str, Any]:

@@ -127,6 +127,19 @@ def _fixed_label(case: dict, axis_fields: tuple[str, ...]) -> str:
     return "-".join(label)
 
 
+def call_footprint(cell: dict) -> int | None:
+    """The memory a call needs: what it returns plus the extra at its peak (None when not measured).
+
+    Memory exponents are fitted on this, not on the extra alone: a tiled kernel's extra is a few
+    fixed-size tiles, O(1), and only with its O(T) output does it show FlashAttention's O(T).
+    """
+    memory = cell.get("memory") or {}
+    extra = memory.get("peak_extra_bytes")
+    if extra is None:
+        return None
+    return int(extra) + int(memory.get("output_bytes") or 0) or None
+
+
 def cell_fits(cells: Sequence[dict]) -> list[dict[str, object]]:
     """Every fit the ok bench cells allow: time vs T, d, heads; memory vs T; time vs g (O(g) coef).
 
@@ -148,8 +161,7 @@ def cell_fits(cells: Sequence[dict]) -> list[dict[str, object]]:
             fits.append({**base, "quantity": "time", **fit.to_dict()})
             if axis != "T":
                 continue
-            mem = [(x, c["memory"]["peak_extra_bytes"]) for x, c in zip(xs, members)
-                   if c.get("memory") and (c["memory"].get("peak_extra_bytes") or 0) > 0]
+            mem = [(x, footprint) for x, c in zip(xs, members) if (footprint := call_footprint(c))]
             if len({x for x, _ in mem}) >= MIN_POINTS:
                 mfit = fit_exponent([x for x, _ in mem], [y for _, y in mem])
                 fits.append({**base, "quantity": "memory", **mfit.to_dict()})

@@ -82,7 +82,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool,
         except RuntimeError as exc:
             why = [_TRIGGERED.sub("", str(w.message)).strip().rstrip(":") for w in caught]
             why = [w for w in why if w]
-            detail = "; ".join(why) if why else str(exc).strip().splitlines()[0]
+            detail = "; ".join(why).replace("because; ", "because: ") if why else str(exc).strip().splitlines()[0]
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 

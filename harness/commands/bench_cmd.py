@@ -171,7 +171,8 @@ def fits_table(fits: list[dict[str, Any]]) -> str:
                          f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))
             continue
         left_out = ", ".join(f"{int(x)}" for x, _ in f["excluded"]) or "-"
-        rows.append((f["implementation"], f["mode"], f"{f['quantity']} vs {f['axis']}", f["fixed"],
+        quantity = "memory (output + peak extra)" if f["quantity"] == "memory" else f["quantity"]
+        rows.append((f["implementation"], f["mode"], f"{quantity} vs {f['axis']}", f["fixed"],
                      f"slope {f['slope']:.2f}", f"R2 {f['r2']:.3f}", f["n"], left_out))
     return format_table(("implementation", "mode", "fit", "fixed", "exponent/coef", "quality", "n",
                          "left out (overhead)"), rows)

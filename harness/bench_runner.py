@@ -162,6 +162,27 @@ class BenchRunner:
                 if cell.key in done:
                     continue
                 self._finish(self._measure(cell, timing_pool, memory_pool))
+            self._confirm_peaks(timing_pool)
+
+    def _confirm_peaks(self, pool: WorkerPool) -> None:
+        """Measure each peak again after the cells and keep the higher; re-derive every % of peak.
+
+        A transient slowdown (frequency scaling, a neighbour on the cores) only ever lowers a
+        GEMM's rate, so one low reading at the start would inflate every cell's % of peak.
+        """
+        peaks = self.writer.data.get("peaks", {})
+        for key, peak in peaks.items():
+            if not peak.get("gflops") or peak.get("confirmed_gflops") is not None:
+                continue
+            dtype, device = key.split("/")
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            again = outcome.value.get("gflops") if outcome.status == OK else None
+            peak["first_gflops"], peak["confirmed_gflops"] = peak["gflops"], again
+            peak["gflops"] = max(peak["gflops"], again or 0.0)
+            for cell in self.writer.cells:
+                if cell.get("peak_key") == key and cell.get("gflops"):
+                    cell["pct_peak"] = 100.0 * cell["gflops"] / peak["gflops"]
+        self.writer.set("peaks", peaks)
 
     def _finish(self, cell: dict[str, Any]) -> None:
         self.writer.add(cell)

@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
         module = _command_module(name)
         if module is None:
             continue
-        command = sub.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", module.HELP))
+        description = getattr(module, "DESCRIPTION", module.HELP).replace("``", "`")  # docstrings are reST
+        command = sub.add_parser(name, help=module.HELP, description=description)
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser

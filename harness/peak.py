@@ -4,7 +4,8 @@
 device, with the same thread count, in the same worker, is the honest ceiling for attention,
 whose work is two matmuls: a kernel at 90% of it is near the limit of the hardware as the
 libraries can drive it, whatever the data sheet says. The median over repeats is used, as
-for every cell, so that load from other processes affects both sides of the ratio alike.
+for every cell, so that load from other processes affects both sides of the ratio alike; the
+runner measures it again after the cells and keeps the higher of the two readings.
 NumPy cells are compared with the same torch GEMM: the peak belongs to the machine, not to a
 library (NumPy's BLAS reaching less of it is part of what the number says).
 """

@@ -130,4 +130,7 @@ def test_a_real_interrupt_leaves_a_valid_file_that_resume_finishes(tmp_path: Pat
     assert main(["bench", "--resume", str(out), "--quiet"]) == 0
     finished = load_results(out)
     assert finished["complete"] and [c["case"]["tq"] for c in finished["cells"]] == [64, 128, 256, 512]
-    assert finished["cells"][: len(data["cells"])] == data["cells"]
+    def measured(cells: list) -> list:  # % of peak is re-derived when the run's peak is confirmed at its end
+        return [{k: v for k, v in c.items() if k != "pct_peak"} for c in cells]
+
+    assert measured(finished["cells"][: len(data["cells"])]) == measured(data["cells"])

@@ -257,7 +257,10 @@ def _present(args: argparse.Namespace, data: dict[str, Any], path: Path) -> int:
         return 1 if problems else 0
     for key, peak in sorted(data.get("peaks", {}).items()):
         if peak.get("gflops"):
-            print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}; best {peak['best_gflops']:.1f})")
+            readings = ""
+            if peak.get("confirmed_gflops"):
+                readings = f"; higher of {peak['first_gflops']:.1f} before and {peak['confirmed_gflops']:.1f} after the cells"
+            print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}{readings})")
         else:
             print(f"peak {key}: not measured ({peak.get('error')})")
     print()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import pytest
 
 from harness.discovery import Registry, load_registry
+from harness.errors import UsageError
+from harness.registry import Implementation
 
 
 
@@ -36,11 +38,11 @@ def suite_registry(config: pytest.Config) -> Registry:
     return _REGISTRY
 
 
-def selected_implementations(config: pytest.Config) -> list:
+def selected_implementations(config: pytest.Config) -> list[Implementation]:
     registry = suite_registry(config)
     try:
         return registry.select(config.getoption("only"))
-    except Exception as exc:  # an unknown --only name: say which
+    except UsageError as exc:  # an unknown --only name: pytest's own usage error, with the known names
         raise pytest.UsageError(str(exc)) from exc
 
 

@@ -22,6 +22,7 @@ def _fn(q, k, v, *, causal=False, mask=None, scale=None):  # noqa: ANN001, ANN20
     ({"backend": "torch", "causal": "yes"}, "causal='yes' must be True or False"),
     ({"backend": "numpy", "grad": True}, "grad=True needs backend='torch'"),
     ({"backend": "torch", "available": "no"}, "available= must be a callable"),
+    ({"backend": "torch", "memory": "cubic"}, "memory='cubic'"),
 ])
 def test_bad_registration_names_plugin_and_source(keywords: dict, words: str) -> None:
     with pytest.raises(PluginError) as info:
@@ -73,3 +74,12 @@ def test_case_ids_are_readable_and_validation_names_the_fix() -> None:
         AttentionCase(heads=3, kv_heads=2)
     with pytest.raises(Exception, match="causal cases need tq == tk"):
         AttentionCase(tq=4, tk=5, causal=True)
+
+
+def test_memory_growth_is_declared_data_for_reports() -> None:
+    from harness.discovery import load_registry
+
+    registry = load_registry()
+    assert registry.get("numpy_naive").capabilities()["memory"] == "quadratic"
+    assert registry.get("tiled").capabilities()["memory"] == "linear"
+    assert make_implementation("undeclared", _fn, backend="torch").capabilities()["memory"] is None

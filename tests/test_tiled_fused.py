@@ -1,0 +1,137 @@
+"""`tiled_fused`: the compiled forward against the oracle for any block size, its LSE and empty rows,
+tiled's backward on its output, and a build that fails or is never attempted without breaking anything.
+
+The first test that needs the extension compiles it (about 25 s here, once per machine: torch caches
+the build); on a machine where it cannot be built those tests skip with the compiler's reason.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.discovery import load_registry
+from harness.errors import UsageError
+from harness.oracle import reference_attention
+from harness.tensors import dtype_name, make_inputs, to_float64
+from implementations import tiled_fused as module
+
+REGISTRY = load_registry()
+CASES = [
+    AttentionCase(batch=2, heads=3, tq=37, d=16),
+    AttentionCase(batch=1, heads=2, tq=33, tk=70, d=8, scale=0.3),
+    AttentionCase(batch=2, heads=2, tq=50, d=16, causal=True),
+    AttentionCase(batch=2, heads=4, kv_heads=2, tq=20, tk=45, d=16, mask="empty_rows"),
+    AttentionCase(batch=2, heads=2, tq=40, d=16, mask="key_padding", causal=True, layout="transposed"),
+    AttentionCase(batch=1, heads=6, kv_heads=2, tq=29, d=8, causal=True, layout="strided"),
+    AttentionCase(batch=1, heads=2, tq=64, d=32, dtype="float64", inputs="large"),
+    AttentionCase(batch=1, heads=2, tq=40, d=16, dtype="bfloat16", causal=True),
+]
+BLOCKS = [(16, 16), (16, 64), (64, 16), (None, None)]
+
+
+@pytest.fixture(scope="module")
+def impl():
+    reason = module.available()
+    if reason is not None:
+        pytest.skip(reason)
+    return REGISTRY.get("tiled_fused")
+
+
+def _oracle(inputs, case):
+    return reference_attention(inputs.q64, inputs.k64, inputs.v64, causal=case.causal,
+                               mask=inputs.mask64, scale=case.scale)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_any_block_size_matches_the_oracle(impl, case: AttentionCase) -> None:
+    assert set(impl.options) == {"block_q", "block_k"} and impl.memory == "linear"
+    inputs = make_inputs(case, seed=2)
+    before = [x.clone() for x in (inputs.q, inputs.k, inputs.v)]
+    expected = _oracle(inputs, case)
+    tol = {"float64": 1e-11, "bfloat16": 3e-2}.get(case.dtype, 3e-6)
+    for block_q, block_k in BLOCKS:
+        sizes = {} if block_q is None else {"block_q": block_q, "block_k": block_k}
+        out = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), **sizes)
+        assert dtype_name(out) == case.dtype and tuple(out.shape) == (case.batch, case.heads, case.tq, case.d)
+        err = (to_float64(out) - expected).abs().max().item()
+        assert err < tol * max(1.0, expected.abs().max().item()), (block_q, block_k, err)
+    for old, new in zip(before, (inputs.q, inputs.k, inputs.v)):
+        assert torch.equal(old, new), "an input was modified"
+
+
+def test_log_sum_exp_is_natural_and_empty_rows_are_zero(impl) -> None:
+    case = AttentionCase(batch=1, heads=2, tq=30, tk=50, d=16, mask="empty_rows")
+    inputs = make_inputs(case, seed=7)
+    out, lse = module.fused_flash_attention(inputs.q, inputs.k, inputs.v, mask=inputs.mask, block_q=16, block_k=16)
+    scores = (inputs.q64 @ inputs.k64.transpose(-1, -2)) / math.sqrt(case.d)
+    expected = scores.masked_fill(~inputs.mask64, -math.inf).logsumexp(-1)
+    empty = ~inputs.mask64.expand_as(scores).any(-1)
+    assert empty.any() and (lse[empty] == -math.inf).all() and (out[empty] == 0).all()
+    assert torch.allclose(lse[~empty].double(), expected[~empty], atol=1e-5)
+
+
+@pytest.mark.parametrize("tq,tk", [(70, 30), (30, 70)])
+def test_causal_is_top_left_as_in_tiled_when_lengths_differ(impl, tq: int, tk: int) -> None:
+    """Query i sees keys j <= i (the harness's cases only have tq == tk; the kernels agree beyond)."""
+    q, k, v = torch.randn(1, 2, tq, 16), torch.randn(1, 2, tk, 16), torch.randn(1, 2, tk, 16)
+    allowed = torch.ones(tq, tk, dtype=torch.bool).tril()
+    expected = reference_attention(q.double(), k.double(), v.double(), mask=allowed)
+    out = impl(q, k, v, causal=True, block_q=16, block_k=16)
+    assert (out.double() - expected).abs().max().item() < 3e-6
+
+
+def test_causal_never_reads_key_blocks_above_the_diagonal(impl) -> None:
+    """NaN keys and values past row 32: query blocks that end by row 32 never multiply them."""
+    q, k, v = (torch.randn(1, 2, 64, 8) for _ in range(3))
+    k[:, :, 32:] = float("nan")
+    v[:, :, 32:] = float("nan")
+    for block_q, block_k in [(16, 16), (32, 64), (16, 1024)]:
+        out = impl(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+        assert torch.isfinite(out[:, :, :32]).all(), (block_q, block_k)
+
+
+@pytest.mark.parametrize("case", [
+    AttentionCase(batch=1, heads=4, kv_heads=2, tq=40, tk=45, d=16, mask="empty_rows", grad=True),
+    AttentionCase(batch=2, heads=2, tq=50, d=16, causal=True, grad=True, layout="transposed"),
+], ids=lambda c: c.id)
+def test_gradients_through_tiled_backward_match_the_oracle(impl, case: AttentionCase) -> None:
+    inputs = make_inputs(case, seed=5)
+    grad_out = torch.randn(case.batch, case.heads, case.tq, case.d, dtype=torch.float64)
+    q64, k64, v64 = (x.clone().requires_grad_() for x in (inputs.q64, inputs.k64, inputs.v64))
+    reference_attention(q64, k64, v64, causal=case.causal, mask=inputs.mask64, scale=case.scale).backward(grad_out)
+    q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+    impl(q, k, v, **inputs.kwargs(case), block_q=16, block_k=32).backward(grad_out.float())
+    for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert got.shape == want.shape
+        assert (to_float64(got) - want).abs().max().item() < 1e-5 * max(1.0, want.abs().max().item())
+
+
+def test_bad_block_sizes_are_a_usage_error() -> None:
+    q = torch.randn(1, 1, 8, 4)
+    with pytest.raises(UsageError, match="block_q=-1"):
+        REGISTRY.get("tiled_fused")(q, q, q, block_q=-1)
+
+
+def test_a_failed_build_is_a_reason_naming_the_compiler_error(tmp_path: Path) -> None:
+    source = tmp_path / "broken.cpp"
+    source.write_text("int broken( {\n")
+    reason = module.build(source, "attnbench_broken_probe", [], build_directory=tmp_path / "build")
+    assert isinstance(reason, str) and reason.startswith("C++ extension did not build: ")
+    assert "broken.cpp:1" in reason and "error" in reason
+
+
+def test_discovery_and_import_never_compile() -> None:
+    """A fresh interpreter loads every plugin and lists capabilities without building anything."""
+    code = ("from harness.discovery import load_registry\nimport implementations.tiled_fused as m\n"
+            "impl = load_registry().get('tiled_fused')\nassert impl.capabilities()['grad']\n"
+            "print(sorted(m._BUILD))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

@@ -82,11 +82,12 @@ class _Plan:
         end = min(self.tk, q1) if self.causal else self.tk
         return [(k0, min(k0 + self.block_k, end)) for k0 in range(0, end, self.block_k)]
 
-    def rows(self, x: torch.Tensor, q0: int, q1: int, factor: float | None = None) -> torch.Tensor:
-        """Rows q0:q1 of every head of a (B, H, T, ...) tensor as one (n, G * rows, ...) tile."""
-        tile = x.reshape(self.n, self.g, x.shape[2], *x.shape[3:])[:, :, q0:q1].to(self.dtype)
+    def rows(self, x: torch.Tensor, q0: int, q1: int, factor: float | None = None,
+             n0: int = 0, n1: int | None = None) -> torch.Tensor:
+        """Rows q0:q1 of heads n0:n1 of a (B, H, T, ...) tensor as one (n, G * rows, ...) tile."""
+        tile = x.reshape(self.n, self.g, x.shape[2], *x.shape[3:])[n0:n1, :, q0:q1].to(self.dtype)
         tile = tile * factor if factor is not None else tile.contiguous()
-        return tile.reshape(self.n, self.g * (q1 - q0), *x.shape[3:])
+        return tile.reshape(tile.shape[0], self.g * (q1 - q0), *x.shape[3:])
 
     def forbidden(self, n0: int, n1: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
         """(n1-n0, G, rows, keys), or broadcastable to it, True where the tile must not attend;
@@ -118,8 +119,7 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
     """Output (n, G, Tq, d) and natural-log LSE (n, G, Tq) (-inf for rows with no allowed key)."""
     out = torch.empty(p.n, p.g, p.tq, p.d, dtype=p.dtype)
     lse = torch.empty(p.n, p.g, p.tq, dtype=p.dtype)
-    qs = [p.rows(p.q, q0, q1, p.scale * LOG2E) for q0, q1 in p.q_blocks]  # scores in base 2
-    items = [(n0, n1, i) for i in range(len(qs)) for n0, n1 in p.head_chunks(p.block_q * p.block_k)]
+    items = [(n0, n1, i) for i in range(len(p.q_blocks)) for n0, n1 in p.head_chunks(p.block_q * p.block_k)]
     if p.causal:  # the longest items first, so the workers finish together
         items.sort(key=lambda item: -item[2])
 
@@ -127,12 +127,15 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
         n0, n1, i = item
         q0, q1 = p.q_blocks[i]
         n, rows = n1 - n0, p.g * (q1 - q0)
+        # Q scaled so that scores come out in base 2; inside the work item, on its own thread: a
+        # multi-threaded torch op just before the workers start leaves OpenMP threads spinning.
+        qi = p.rows(p.q, q0, q1, p.scale * LOG2E, n0, n1)
         acc = torch.zeros(n, rows, p.d, dtype=p.dtype)
         m = torch.full((n, rows, 1), -math.inf, dtype=p.dtype)
         l = torch.zeros(n, rows, 1, dtype=p.dtype)
         for k0, k1 in p.k_blocks(q1):
             s = _buffer(cache, (n, rows, k1 - k0), p.dtype)
-            torch.bmm(qs[i][n0:n1], p.k[n0:n1, k0:k1].transpose(1, 2), out=s)
+            torch.bmm(qi, p.k[n0:n1, k0:k1].transpose(1, 2), out=s)
             bad = p.forbidden(n0, n1, q0, q1, k0, k1)
             if bad is not None:
                 s.view(n, p.g, q1 - q0, k1 - k0).masked_fill_(bad, -math.inf)

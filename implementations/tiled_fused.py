@@ -17,6 +17,7 @@ hands one code it cannot run. No ``-ffast-math``: masked keys rely on IEEE infin
 from __future__ import annotations
 
 import math
+import sys
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -47,8 +48,22 @@ def extension() -> ModuleType | str:
     with _BUILD_LOCK:
         if "result" not in _BUILD:
             isa, flags = _isa_flags()
-            _BUILD["result"] = build(SOURCE, f"attnbench_flash_fused_{isa}", flags)
+            name = f"attnbench_flash_fused_{isa}"
+            if not _built_before(name):  # a silent half-minute would look like a hang
+                print("attnbench: building tiled_fused's C++ kernel (first use only, about 30 s)", file=sys.stderr)
+            _BUILD["result"] = build(SOURCE, name, flags)
         return _BUILD["result"]
+
+
+def _built_before(name: str) -> bool:
+    """Whether torch's extension cache already holds a build of ``name`` (it may still rebuild
+    if the source changed; then the note is missing, which is harmless)."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    try:
+        return any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so"))
+    except OSError:  # an unwritable cache directory: the build will say why
+        return False
 
 
 def build(source: Path, name: str, flags: list[str], build_directory: Path | None = None) -> ModuleType | str:

@@ -2,22 +2,31 @@
 
 Exit status: 0 success; 1 the command worked and found a problem (a failed case, a
 regression); 2 bad usage or input (unknown flag, missing file, a ``--plugin`` that does
-not load); 130 interrupted.
+not load); 3 an internal error (a bug in attnbench: never confused with "found a problem");
+130 interrupted.
+
+Start-up stays light: command modules import torch, pandas and matplotlib inside their
+``run``, never at module level, so ``--help`` answers at once and the Ctrl-C handler
+(:mod:`harness.interrupts`) is in place before any heavy import begins.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
+import threading
+import traceback
 from typing import Sequence
 
-from harness import __version__
+from harness import __version__, interrupts
 from harness.errors import AttnbenchError
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "run")
 
-EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 def _command_module(name: str):  # type: ignore[no-untyped-def]
@@ -41,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="attnbench",
         description="Verify, benchmark and compare attention implementations (softmax(QK^T/sqrt(d))V).",
-        epilog="Exit status: 0 ok, 1 a failure or regression found, 2 usage or input error. "
+        epilog="Exit status: 0 ok, 1 a failure or regression found, 2 usage or input error, "
+               "3 internal error, 130 interrupted. "
                "`attnbench COMMAND --help` for each command.",
     )
     parser.add_argument("--version", action="version", version=f"attnbench {__version__}")
@@ -51,27 +61,70 @@ def build_parser() -> argparse.ArgumentParser:
         if module is None:
             continue
         description = getattr(module, "DESCRIPTION", module.HELP).replace("``", "`")  # docstrings are reST
-        command = sub.add_parser(name, help=module.HELP, description=description)
+        command = sub.add_parser(name, help=module.HELP.replace("%", "%%"), description=description)  # help is %-formatted
         module.add_arguments(command)
         command.set_defaults(_run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_run", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
+    """Run one command; return its exit status (see the module docstring)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    if in_main_thread:
+        interrupts.install()
+    command = "attnbench"
     try:
-        return int(args._run(args))
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "_run", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
+        command = f"attnbench {args.command}"
+        code = int(args._run(args))
+        interrupts.check()  # a Ctrl-C that library code swallowed still stops with 130
+        return code
     except AttnbenchError as exc:
-        print(f"attnbench {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"attnbench {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        detail = f"; {exc}" if str(exc) else ""
+        print(f"{command}: interrupted{detail}", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # stdout closed early (`attnbench list | head`): not an error of ours
+        _silence_stdout()
+        return EXIT_OK
+    except Exception:  # noqa: BLE001 - a bug of ours: say so, and never exit 1 ("found a problem")
+        traceback.print_exc()
+        print(f"{command}: internal error (a bug in attnbench; please report it with the traceback above)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail on a closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def entry() -> None:
+    """The ``attnbench`` console script: :func:`main`, then an exit that a late Ctrl-C cannot turn into a traceback."""
+    code = main()
+
+    def late_interrupt(signum: int, frame: object) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+
+    signal.signal(signal.SIGINT, late_interrupt)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.report.load import load_cells
 
 DEFAULT_THRESHOLD = 0.25
 DEFAULT_ALPHA = 0.05
@@ -168,6 +167,8 @@ def _environment_warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str
 def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
                   alpha: float = DEFAULT_ALPHA) -> Comparison:
     """Compare every bench cell present in either file."""
+    from harness.report.load import load_cells  # pandas: loaded when a comparison runs
+
     base_meta, base_cells = load_cells(Path(base))
     new_meta, new_cells = load_cells(Path(new))
     a, b = _index(base_cells), _index(new_cells)

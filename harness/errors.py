@@ -11,3 +11,7 @@ class PluginError(AttnbenchError):
 
 class UsageError(AttnbenchError):
     """Bad input from the user: a flag value, a missing file, an unknown implementation name."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, carrying what the command leaves behind (which file, how to finish); printed once, exit 130."""

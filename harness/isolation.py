@@ -17,7 +17,9 @@ thread pools running is unsafe).
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import signal
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -50,8 +52,38 @@ class Outcome:
     seconds: float = 0.0
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the broken pipe below ends the worker instead
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(0)
+
+
+def _stdout_to_stderr() -> None:
+    """Plugin output goes to stderr: the parent's stdout is the command's answer (a table, JSON)."""
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # C and subprocess output too, not only print()
+    sys.stdout = sys.stderr
+
+
 def _worker_main(conn: Connection) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    _die_with_parent()
+    _stdout_to_stderr()
+    try:
+        _serve(conn)
+    except (BrokenPipeError, EOFError, ConnectionResetError):
+        pass  # the parent is gone: nobody is waiting for an answer; exit quietly
+
+
+def _serve(conn: Connection) -> None:
     while True:
         try:
             message = conn.recv()
@@ -94,7 +126,12 @@ class _Worker:
         process = context.Process(target=_worker_main, args=(child,), daemon=True)
         process.start()
         child.close()
-        return cls(process, parent)
+        worker = cls(process, parent)
+        _LIVE.add(worker)
+        return worker
+
+    def __hash__(self) -> int:
+        return id(self)
 
     def stop(self, kill: bool = False) -> None:
         if not kill:
@@ -107,6 +144,21 @@ class _Worker:
             self.process.kill()
             self.process.join(timeout=5)
         self.conn.close()
+        _LIVE.discard(self)
+
+
+_LIVE: set[_Worker] = set()
+
+
+def kill_all_workers() -> None:
+    """Kill every worker of this process at once (Ctrl-C): a task still running in one is abandoned.
+
+    Threads waiting on those workers get an end-of-file and return; their callers must check
+    whether the run was stopped before they record the outcome as a crash.
+    """
+    for worker in list(_LIVE):
+        if worker.process.is_alive():
+            worker.process.kill()
 
 
 @dataclass

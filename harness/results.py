@@ -38,6 +38,7 @@ from typing import Any, Iterable
 
 from harness import __version__
 from harness.errors import UsageError
+from harness.filelock import RunLock
 
 SCHEMA = "attnbench.results"
 SCHEMA_VERSION = 1
@@ -117,10 +118,31 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 class ResultWriter:
-    """A result file that grows cell by cell; each ``add`` leaves a valid file on disk."""
+    """A result file that grows cell by cell; each ``add`` leaves a valid file on disk.
 
-    def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False) -> None:
+    The writer holds an exclusive lock on the file (:class:`~harness.filelock.RunLock`) from
+    creation to :meth:`finish` or :meth:`close`, so two runs given one ``--out`` never
+    interleave: the second refuses at once. It never replaces a file that is not a result
+    file of the same command unless ``force`` is given.
+    """
+
+    def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False,
+                 force: bool = False) -> None:
         self.path = Path(path)
+        if not resume and not force:
+            refuse_to_overwrite(self.path, command)
+        self._lock: RunLock | None = RunLock.acquire(self.path)
+        try:
+            self._start(command, config, resume)
+        except OSError as exc:
+            self.close()
+            raise UsageError(f"cannot write the result file {self.path}: {exc.strerror or exc}; "
+                             f"choose a writable path") from None
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, command: str, config: dict[str, Any], resume: bool) -> None:
         if resume and self.path.exists():
             self.data = load_results(self.path)
             self.data["complete"] = False
@@ -153,9 +175,32 @@ class ResultWriter:
     def finish(self) -> None:
         self.data["complete"] = True
         self.flush()
+        self.close()
+
+    def close(self) -> None:
+        """Release the file for other runs (the file itself stays as last written)."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def flush(self) -> None:
         write_json_atomic(self.path, self.data)
+
+
+def refuse_to_overwrite(path: Path, command: str) -> None:
+    """A UsageError unless ``path`` is free, or an attnbench ``command`` result file (a re-run's to replace)."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory; give the path of a result file (e.g. {path / 'run.json'})")
+    if not path.exists():
+        return
+    try:
+        data = json.loads(path.read_text())
+        kind = f"an attnbench {data['command']} result file" if data.get("schema") == SCHEMA else "another JSON file"
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        kind = "not an attnbench result file"
+    if kind != f"an attnbench {command} result file":
+        raise UsageError(f"{path} exists and is {kind}; refusing to overwrite it with {command} results. "
+                         f"Choose another path, or pass --force to replace it")
 
 
 def cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:

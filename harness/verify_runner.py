@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Outcome, Task, WorkerPool
+from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
 from harness.results import ResultWriter
@@ -172,7 +172,11 @@ class VerifyRun:
         try:
             for future in futures:
                 future.result()
-        finally:  # on Ctrl-C: no new case starts; each thread ends after its current one
+        except BaseException:  # Ctrl-C: no new case starts, and the running ones are abandoned now
+            self._stop.set()
+            kill_all_workers()
+            raise
+        finally:
             self._stop.set()
             executor.shutdown(wait=False, cancel_futures=True)
 
@@ -202,6 +206,8 @@ class VerifyRun:
                     if outcome is None:
                         task = Task((impl.name, case.id), run_case, (self.plugins, impl.name, case, self.trials, threads))
                         outcome = pool.run(task)
+                    if self._stop.is_set():  # the run was interrupted and this worker killed: not a crash
+                        return
                     fresh = fresh or outcome.status in (CRASH, TIMEOUT)
                     self._record(impl, case, outcome)
                 with self._lock:

@@ -18,7 +18,7 @@ from typing import Any
 
 from harness.cli import add_plugin_argument
 from harness.commands.common import format_table, registry_from_args
-from harness.errors import UsageError
+from harness.errors import Interrupted, UsageError
 from harness.flops import MODES
 from harness.progress import Progress
 from harness.registry import DTYPES
@@ -63,6 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these implementations (comma-separated, repeatable)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--out", type=Path, metavar="FILE", help="result file (default results/<run-id>.json)")
+    parser.add_argument("--force", action="store_true",
+                        help="let --out replace an existing file that is not a bench result file")
     parser.add_argument("--resume", type=Path, metavar="FILE",
                         help="finish an interrupted run: its settings come from FILE, done cells are kept")
     parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-task timeout (default 300)")
@@ -205,7 +207,18 @@ def run(args: argparse.Namespace) -> int:
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     cells = plan(settings.suite, names, settings.overrides, settings.device)
-    writer = ResultWriter(path, "bench", settings.to_dict(), resume=args.resume is not None)
+    writer = ResultWriter(path, "bench", settings.to_dict(), resume=args.resume is not None, force=args.force)
+    try:
+        return _run_cells(args, settings, registry, names, cells, writer, path)
+    except KeyboardInterrupt:
+        raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
+                          f"finish with: attnbench bench --resume {path}") from None
+    finally:
+        writer.close()
+
+
+def _run_cells(args: argparse.Namespace, settings: Any, registry: Any, names: list[str], cells: list[Any],
+               writer: ResultWriter, path: Path) -> int:
     writer.set("implementations", {  # what reports know of each implementation: they never import plugins
         impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
         for impl in registry if impl.name in names})
@@ -223,12 +236,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         BenchRunner(settings, writer, registry, on_cell).run(todo)
-    except KeyboardInterrupt:
+    finally:
         progress.close()
-        print(f"attnbench bench: interrupted; {len(writer.cells)} cells are in {path}; "
-              f"finish with: attnbench bench --resume {path}", file=sys.stderr)
-        raise
-    progress.close()
     fits = cell_fits(writer.cells)
     writer.data["fits"] = fits
     writer.finish()

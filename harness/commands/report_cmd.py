@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.report import DEFAULT_BASELINE, build_report
+from harness.report import DEFAULT_BASELINE
 
 HELP = "write an HTML + Markdown report (plots, complexity table, correctness matrix) from result files"
 DESCRIPTION = (HELP + ". Reads attnbench result files (results/*.json) and pytest-benchmark JSON; "
@@ -28,6 +28,8 @@ def default_out(results: list[Path]) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     out = args.out or default_out(args.results)
+    from harness.report.builder import build_report  # pandas, matplotlib: only when a report is built
+
     report = build_report(args.results, out, baseline=args.baseline)
     flagged = int(report.complexity["flagged"].sum()) if not report.complexity.empty else 0
     if args.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:

@@ -16,7 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cli import add_plugin_argument
+from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_plugin_argument
+from harness.errors import Interrupted
 from harness.results import RESULTS_DIR, new_run_id
 
 HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
@@ -66,21 +67,44 @@ def _step(title: str, argv: list[str], *, quiet: bool = False) -> tuple[int, flo
     return code, seconds
 
 
+def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argparse.Namespace) -> Interrupted:
+    """What a Ctrl-C during ``step`` leaves, and the commands that finish the job from there."""
+    have = [str(p) for p in (verify, bench) if p is not None and p.exists()]
+    files = f"result files so far: {', '.join(have)}" if have else "no result file was written"
+    common = " ".join(_common(args))
+    bench_path = bench or args.results_dir / "<run-id>-bench.json"
+    todo = []
+    if step == "verify":
+        todo.append(f"attnbench verify --suite quick --json {verify} {common}".rstrip())
+    if step == "verify" and not args.skip_bench:
+        todo.append(f"attnbench bench --suite quick --out {bench_path} {common}".rstrip())
+    if step == "bench":
+        todo.append(f"attnbench bench --resume {bench_path}")
+    todo.append(f"attnbench report {' '.join(str(p) for p in (verify, bench_path) if p is not None)}")
+    return Interrupted(f"{files}; to finish: {'; then '.join(todo)}")
+
+
 def run(args: argparse.Namespace) -> int:
     run_id = new_run_id("run")
     results: list[Path] = []
     codes: dict[str, int] = {}
-    if not args.skip_verify:
-        path = args.results_dir / f"{run_id}-verify.json"
-        codes["verify"], _ = _step("verify", ["verify", "--suite", "quick", "--json", str(path), *_common(args)])
-        if path.exists():
-            results.append(path)
-    if not args.skip_bench:
-        path = args.results_dir / f"{run_id}-bench.json"
+    verify_path = None if args.skip_verify else args.results_dir / f"{run_id}-verify.json"
+    bench_path = None if args.skip_bench else args.results_dir / f"{run_id}-bench.json"
+    if verify_path is not None:
+        codes["verify"], _ = _step("verify", ["verify", "--suite", "quick", "--json", str(verify_path),
+                                              *_common(args)])
+        if codes["verify"] == EXIT_INTERRUPTED:
+            raise _stop_here("verify", verify_path, None, args)
+        if verify_path.exists():
+            results.append(verify_path)
+    if bench_path is not None:
         threads = ["--threads", str(args.threads)] if args.threads else []
-        codes["bench"], _ = _step("bench", ["bench", "--suite", "quick", "--out", str(path), *threads, *_common(args)])
-        if path.exists():
-            results.append(path)
+        codes["bench"], _ = _step("bench", ["bench", "--suite", "quick", "--out", str(bench_path), *threads,
+                                            *_common(args)])
+        if codes["bench"] == EXIT_INTERRUPTED:
+            raise _stop_here("bench", verify_path, bench_path, args)
+        if bench_path.exists():
+            results.append(bench_path)
     if not results:
         print("attnbench run: error: no step wrote a result file; nothing to report", file=sys.stderr)
         return 2
@@ -89,11 +113,15 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline:
         report_argv += ["--baseline", args.baseline]
     codes["report"], _ = _step("report", report_argv, quiet=True)  # run prints where the report is, once
+    if codes["report"] == EXIT_INTERRUPTED:
+        raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {' '.join(report_argv)}")
     print(f"report: {out / 'index.html'}")
     print(f"summary: {out / 'summary.md'}")
     for name, code in codes.items():
         if code != 0:
             print(f"attnbench run: {name} exited {code}", file=sys.stderr)
+    if EXIT_INTERNAL in codes.values():
+        return EXIT_INTERNAL
     if any(code not in (0, 1) for code in codes.values()):
         return 2
     return 1 if codes.get("verify") == 1 or codes.get("bench") == 1 else 0

@@ -19,11 +19,10 @@ from pathlib import Path
 
 from harness.cli import add_plugin_argument
 from harness.commands.common import format_table, registry_from_args
-from harness.errors import UsageError
+from harness.errors import Interrupted, UsageError
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import ResultWriter, new_run_id
 from harness.suites import SUITES
-from harness.tolerance import describe_rule, rule_config
 from harness.verify_runner import (
     VerifyRun,
     default_results_path,
@@ -45,6 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "for all built-ins; full: the whole case matrix (default: quick)")
     parser.add_argument("--json", metavar="FILE",
                         help="write the result file here instead of results/<run-id>.json; '-' prints it to stdout")
+    parser.add_argument("--force", action="store_true",
+                        help="let --json replace an existing file that is not a verify result file")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds one case may take before its worker is killed (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--trials", type=int, default=3, metavar="N",
@@ -59,6 +60,8 @@ def _fmt(x: object) -> str:
 
 def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
     """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
+    from harness.tolerance import describe_rule
+
     lines = [f"rule: {describe_rule()}", ""]
     rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
              r["skipped"], f"{r['worst_ratio']:.2f}", f"{r['seconds']:.1f}")
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
     if args.jobs < 1:
         raise UsageError(f"--jobs {args.jobs}: give at least 1")
+    from harness.tolerance import rule_config
+
     registry = registry_from_args(args)
     impls = registry.select(args.only)
     # Workers load the same plugins: absolute paths, so a worker's working directory never matters.
@@ -106,11 +111,17 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.json) if args.json else default_results_path(run_id)
     config = {"suite": args.suite, "trials": args.trials, "timeout_s": args.timeout, "jobs": args.jobs,
               "implementations": [i.name for i in impls], "plugins": list(plugins), **rule_config()}
-    writer = ResultWriter(path, "verify", config)
+    writer = ResultWriter(path, "verify", config, force=args.force)
     started = wall_clock()
-    cells = VerifyRun(impls, plugins, args.suite, args.trials, args.timeout, writer, jobs=args.jobs,
-                      progress_enabled=True).run()
-    writer.finish()
+    try:
+        cells = VerifyRun(impls, plugins, args.suite, args.trials, args.timeout, writer, jobs=args.jobs,
+                          progress_enabled=True).run()
+        writer.finish()
+    except KeyboardInterrupt:
+        raise Interrupted(f"{len(writer.cells)} checks so far are in {path} (complete: false); "
+                          f"run the same command again to verify everything") from None
+    finally:
+        writer.close()
     seconds = wall_clock() - started
     if to_stdout:
         print(json.dumps(writer.data, indent=1, default=str))

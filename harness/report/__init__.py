@@ -4,7 +4,21 @@
 only result files (attnbench JSON and pytest-benchmark JSON); it never runs a plugin.
 """
 
-from harness.report.builder import DEFAULT_BASELINE, Report, build_report
-from harness.report.load import Results, load
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+DEFAULT_BASELINE = "torch_sdpa"
+
+_LAZY = {"Report": "harness.report.builder", "build_report": "harness.report.builder",
+         "Results": "harness.report.load", "load": "harness.report.load"}
 
 __all__ = ["DEFAULT_BASELINE", "Report", "Results", "build_report", "load"]
+
+
+def __getattr__(name: str) -> Any:
+    """pandas and matplotlib load on first use, so ``attnbench --help`` does not pay for them."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'harness.report' has no attribute {name!r}")

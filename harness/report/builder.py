@@ -18,7 +18,7 @@ from harness.report import html, markdown, plots, tables
 from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
 from harness.report.load import Results, load
 
-DEFAULT_BASELINE = "torch_sdpa"
+from harness.report import DEFAULT_BASELINE
 
 
 @dataclass

@@ -11,6 +11,7 @@ the others still load.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -184,11 +185,15 @@ def _scan_builtins(registry: Registry, covered: set[str]) -> None:
 
 
 def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_points: bool = True) -> Registry:
-    """Build the registry: entry points, then built-ins not reached that way, then ``--plugin`` specs."""
+    """Build the registry: entry points, then built-ins not reached that way, then ``--plugin`` specs.
+
+    What plugin modules print while they import goes to stderr: stdout is the command's answer.
+    """
     registry = Registry()
-    covered = _load_entry_points(registry) if entry_points else set()
-    if builtins:
-        _scan_builtins(registry, covered)
-    for spec in plugins:
-        load_plugin(registry, spec)
+    with contextlib.redirect_stdout(sys.stderr):
+        covered = _load_entry_points(registry) if entry_points else set()
+        if builtins:
+            _scan_builtins(registry, covered)
+        for spec in plugins:
+            load_plugin(registry, spec)
     return registry

@@ -12,7 +12,9 @@ imported before, and can name the module's source in every error.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -119,7 +121,8 @@ def _takes_case(fn: Callable[..., Any] | None) -> bool:
 def _call_available(impl: Implementation, *args: Any) -> str | None:
     assert impl.available is not None
     try:
-        reason = impl.available(*args)
+        with contextlib.redirect_stdout(sys.stderr):  # a plugin's prints never reach the command's answer
+            reason = impl.available(*args)
     except Exception as exc:  # the check itself broke: that is the reason, stated in full
         return f"availability check raised {type(exc).__name__}: {exc}"
     if reason is not None and not isinstance(reason, str):

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness import interrupts
 from harness.cli import add_plugin_argument
 from harness.commands.common import format_table, registry_from_args
 from harness.errors import Interrupted, UsageError
@@ -82,7 +83,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    import torch
+    torch = interrupts.import_torch()
 
     from harness.bench_runner import BenchSettings
 
@@ -188,7 +189,7 @@ def _progress_line(cell: dict[str, Any], index: int, total: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench_runner import BenchRunner, BenchSettings
+    from harness.bench_runner import BenchSettings
 
     if args.resume is not None:
         data = load_results(args.resume)
@@ -233,6 +234,8 @@ def _run_cells(args: argparse.Namespace, settings: Any, registry: Any, names: li
         if not progress.interactive or cell["status"] not in ("ok", "skipped"):
             progress.line(_progress_line(cell, counter["n"], len(todo)))
         progress.advance(f"{cell['implementation']} {cell['case_id']}")
+
+    from harness.bench_runner import BenchRunner
 
     try:
         BenchRunner(settings, writer, registry, on_cell).run(todo)

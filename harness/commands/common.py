@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from harness import interrupts
 from harness.discovery import Registry, load_registry
 from harness.errors import PluginError
 
@@ -13,6 +14,7 @@ from harness.errors import PluginError
 def registry_from_args(args: argparse.Namespace) -> Registry:
     """Load every implementation; warn about broken plugins, fail on a broken ``--plugin``."""
     registry = load_registry(getattr(args, "plugin", []) or [])
+    interrupts.check()  # plugins import torch, whose C++ start-up swallows a Ctrl-C
     for note in registry.notes:
         print(f"attnbench: note: {note}", file=sys.stderr)
     for error in registry.errors:

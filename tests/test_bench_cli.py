@@ -107,30 +107,5 @@ def test_bad_input_is_a_usage_error(tmp_path: Path) -> None:
     assert exit_info.value.code == 2
 
 
-def test_a_real_interrupt_leaves_a_valid_file_that_resume_finishes(tmp_path: Path) -> None:
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    out = tmp_path / "interrupted.json"
-    cmd = [sys.executable, "-m", "harness", "bench", "--only", "numpy_naive", "--T", "64", "128", "256", "512",
-           "--heads", "2", "--budget", "0.3", "--no-memory", "--out", str(out), "--quiet", "--threads", "1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if out.exists() and load_results(out)["cells"]:
-            break
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    data = load_results(out)
-    assert proc.returncode == 130, err
-    assert "--resume" in err and not data["complete"] and 1 <= len(data["cells"]) < 4
-    assert main(["bench", "--resume", str(out), "--quiet"]) == 0
-    finished = load_results(out)
-    assert finished["complete"] and [c["case"]["tq"] for c in finished["cells"]] == [64, 128, 256, 512]
-    def measured(cells: list) -> list:  # % of peak is re-derived when the run's peak is confirmed at its end
-        return [{k: v for k, v in c.items() if k != "pct_peak"} for c in cells]
-
-    assert measured(finished["cells"][: len(data["cells"])]) == measured(data["cells"])
+# A real Ctrl-C mid-cell and --resume after it: tests/reliability/test_interrupts.py (the interrupt
+# lands by construction there, at a gate the test controls, instead of racing the run's progress).

@@ -45,8 +45,12 @@ def parse_threshold(text: str) -> float:
 
 
 def min_p_value(n_base: int, n_new: int) -> float:
-    """The smallest two-sided Mann-Whitney p-value possible with these sample counts (exact test)."""
-    return min(1.0, 2.0 / math.comb(n_base + n_new, n_base))
+    """The smallest two-sided Mann-Whitney p-value possible with these sample counts (exact test).
+
+    2 / C(n+m, n), computed in log space: C(1000+1000, 1000) is about 1e600, past a float.
+    """
+    log_comb = math.lgamma(n_base + n_new + 1) - math.lgamma(n_base + 1) - math.lgamma(n_new + 1)
+    return min(1.0, 2.0 * math.exp(-log_comb))
 
 
 @dataclass

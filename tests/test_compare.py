@@ -11,6 +11,7 @@ from test_report_data import bench_cases, write_bench_run, write_verify_run
 
 from harness.cli import main
 from harness.compare import (
+    min_p_value,
     REGRESSION,
     UNCHANGED,
     compare_cell,
@@ -128,3 +129,28 @@ def test_a_cell_that_now_crashes_fails_the_comparison(runs: dict[str, Path], tmp
     markdown = (tmp_path / "c.md").read_text()
     assert "1 cell(s) measured in the base run now fail" in markdown and "SIGSEGV" in markdown
     assert "xformers_memeff" not in markdown  # skipped in both runs: not worth a line
+
+
+def _many_samples_run(path: Path, seed: int, slow: float, n: int) -> Path:
+    from test_report_data import bench_cell
+
+    from harness.results import ResultWriter
+
+    rng = random.Random(seed)
+    writer = ResultWriter(path, "bench", {"suite": "synthetic"})
+    writer.cells.extend(bench_cell("tiled", case, rng, slow, n=n) for case in bench_cases()[:2])
+    writer.finish()
+    return path
+
+
+def test_runs_with_thousands_of_samples_per_cell_compare(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """2 / C(n+m, n) overflowed a float past ~515 samples a side: compare crashed with exit 1, "regression"."""
+    assert min_p_value(1200, 1200) == 0.0 and min_p_value(5, 5) == pytest.approx(2 / 252)
+    base = _many_samples_run(tmp_path / "base.json", seed=1, slow=1.0, n=1200)
+    again = _many_samples_run(tmp_path / "again.json", seed=2, slow=1.0, n=1200)
+    slow = _many_samples_run(tmp_path / "slow.json", seed=3, slow=1.5, n=1200)
+    assert main(["compare", str(base), str(again)]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(base), str(slow), "--json"]) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert result["regressions"] == 2 and all(c["n_base"] == 1200 for c in result["cells"])

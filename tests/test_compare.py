@@ -11,7 +11,6 @@ from test_report_data import bench_cases, write_bench_run, write_verify_run
 
 from harness.cli import main
 from harness.compare import (
-    min_p_value,
     REGRESSION,
     UNCHANGED,
     compare_cell,

@@ -39,9 +39,11 @@ class LoadError:
     error: str
     requested: bool = False
     """True when the user asked for this source by ``--plugin``: then it is fatal for the command."""
+    clash: bool = False
+    """Two implementations share a name: always fatal, since which one a name means is unknowable."""
 
     def __str__(self) -> str:
-        return f"{self.source}: {self.error}"
+        return self.error if self.clash else f"could not load {self.source}: {self.error}"
 
 
 @dataclass
@@ -82,15 +84,16 @@ class Registry:
                 return  # the same declaration reached us twice (entry point and scan)
             self.errors.append(LoadError(
                 origin,
-                f"PluginError: two implementations are named {impl.name!r}: one from {first.source}, "
-                f"one from {impl.source}; rename one of them (the first one is kept)",
+                f"two implementations are named {impl.name!r}: one from {first.source}, one from "
+                f"{impl.source}; rename one of them (a name must say which implementation it means)",
+                clash=True,
             ))
             return
         self.implementations[impl.name] = impl
 
     @property
     def fatal_errors(self) -> list[LoadError]:
-        return [e for e in self.errors if e.requested]
+        return [e for e in self.errors if e.requested or e.clash]
 
 
 def _describe(exc: BaseException) -> str:

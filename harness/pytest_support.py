@@ -33,7 +33,7 @@ def suite_registry(config: pytest.Config) -> Registry:
     if _REGISTRY is None:
         registry = load_registry(config.getoption("plugin"))
         if registry.fatal_errors:
-            raise pytest.UsageError("; ".join(f"could not load {e}" for e in registry.fatal_errors))
+            raise pytest.UsageError("; ".join(str(e) for e in registry.fatal_errors))
         _REGISTRY = registry
     return _REGISTRY
 

@@ -66,6 +66,18 @@ def test_two_plugins_with_one_name_names_both_sources(tmp_path: Path) -> None:
     registry = load_registry([str(first), str(second)])
     [error] = registry.errors
     assert str(first) in error.error and str(second) in error.error and "same_name" in error.error
+    assert registry.fatal_errors == [error]
+
+
+def test_a_plugin_reusing_a_builtin_name_is_an_error_naming_both_sources(tmp_path: Path) -> None:
+    impostor = tmp_path / "impostor.py"
+    impostor.write_text(PLUGIN.format(name="numpy_naive"))
+    for command in (["list"], ["verify", "--only", "numpy_naive", "--suite", "small"]):
+        result = _attnbench(*command, "--plugin", str(impostor))
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "two implementations are named 'numpy_naive'" in result.stderr
+        assert str(impostor) in result.stderr and "numpy_naive.py" in result.stderr
+        assert "could not load" not in result.stderr and "all passed" not in result.stdout
 
 
 def test_plugin_module_name_and_missing_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001

@@ -17,12 +17,12 @@ def registry_from_args(args: argparse.Namespace) -> Registry:
     interrupts.check()  # plugins import torch, whose C++ start-up swallows a Ctrl-C
     for note in registry.notes:
         print(f"attnbench: note: {note}", file=sys.stderr)
-    for error in registry.errors:
-        if not error.requested:
-            print(f"attnbench: warning: could not load {error}", file=sys.stderr)
     fatal = registry.fatal_errors
+    for error in registry.errors:
+        if error not in fatal:
+            print(f"attnbench: warning: {error}", file=sys.stderr)
     if fatal:
-        raise PluginError("; ".join(f"could not load {e}" for e in fatal))
+        raise PluginError("; ".join(str(e) for e in fatal))
     return registry
 
 

@@ -1,7 +1,8 @@
 """Run a bench plan: every cell timed in a worker, its memory measured in another, written as it comes.
 
-Two worker pools, used one at a time (two cores: a measure must never compete with another):
-the timing worker runs the GEMM peak and the timed calls; the memory worker, whose
+Worker pools, used one at a time (two cores: a measure must never compete with another): a
+peak worker that runs only the GEMM peak (no plugin code ever runs there), and per
+implementation a fresh timing worker for the timed calls and a memory worker, whose
 allocator is set up for exact RSS accounting (:mod:`harness.memory`), runs the separate
 memory measures. Each task has a timeout; a crash, a hang or an exception costs its cell
 only, and is recorded as such. Every cell is written to the result file the moment it is
@@ -10,6 +11,7 @@ known, so an interrupted run leaves a valid file that ``--resume`` finishes.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Callable
@@ -155,14 +157,16 @@ class BenchRunner:
                                       cell_dict["mode"])
                 memory = (cell_dict.get("memory") or {}).get("peak_extra_bytes")
                 self.budget.record(planned, cell_dict["stats"]["median"], memory)
-        with thread_environment(self.settings.threads), \
-                WorkerPool(timeout=self.settings.timeout_s) as timing_pool, \
-                WorkerPool(timeout=self.settings.timeout_s) as memory_pool:
-            for cell in cells:
-                if cell.key in done:
-                    continue
-                self._finish(self._measure(cell, timing_pool, memory_pool))
-            self._confirm_peaks(timing_pool)
+        with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
+            todo = [cell for cell in cells if cell.key not in done]
+            for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
+                # Fresh workers per implementation: a plugin that changes process state (torch's default
+                # dtype, NumPy's error mode, thread counts) must not change what the next one sees.
+                with WorkerPool(timeout=self.settings.timeout_s) as timing_pool, \
+                        WorkerPool(timeout=self.settings.timeout_s) as memory_pool:
+                    for cell in group:
+                        self._finish(self._measure(cell, timing_pool, memory_pool, peak_pool))
+            self._confirm_peaks(peak_pool)
 
     def _confirm_peaks(self, pool: WorkerPool) -> None:
         """Measure each peak again after the cells and keep the higher; re-derive every % of peak.
@@ -197,12 +201,13 @@ class BenchRunner:
             self.writer.set("peaks", peaks)
         return peaks[key].get("gflops")
 
-    def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool) -> dict[str, Any]:
+    def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool,
+                 peak_pool: WorkerPool) -> dict[str, Any]:
         impl = self.registry.get(cell.implementation)
         reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
         if reasons:
             return skipped_cell(cell, "; ".join(reasons))
-        peak = self._peak(cell.case.dtype, cell.case.device, timing_pool)
+        peak = self._peak(cell.case.dtype, cell.case.device, peak_pool)
         over = self.budget.check(cell, peak)
         if over:
             return skipped_cell(cell, over)

@@ -1,0 +1,51 @@
+"""bench gives every implementation fresh workers: one plugin's process state never reaches the next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gates import attnbench, finish
+
+from harness.results import load_results
+
+PLUGINS = '''
+import numpy as np
+import torch
+from harness import register
+
+
+def _attend(q, k, v, scale):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    return torch.softmax((q @ k.transpose(-1, -2)) * scale, dim=-1) @ v
+
+
+@register("poisoner", backend="torch")
+def poisoner(q, k, v, *, causal=False, mask=None, scale=None):
+    torch.set_default_dtype(torch.float64)   # global state a careless plugin leaves behind
+    np.seterr(all="raise")
+    torch.set_num_threads(1)
+    return _attend(q, k, v, scale)
+
+
+@register("observer", backend="torch")
+def observer(q, k, v, *, causal=False, mask=None, scale=None):
+    if torch.get_default_dtype() != torch.float32:
+        raise RuntimeError(f"saw torch default dtype {torch.get_default_dtype()}")
+    if np.geterr()["over"] != "warn":
+        raise RuntimeError(f"saw numpy error mode {np.geterr()}")
+    return _attend(q, k, v, scale)
+'''
+
+
+def test_a_plugin_that_changes_global_state_does_not_change_the_next_ones_cells(tmp_path: Path) -> None:
+    plugin = tmp_path / "stateful.py"
+    plugin.write_text(PLUGINS)
+    out = tmp_path / "run.json"
+    code, _, err = finish(attnbench("bench", "--plugin", str(plugin), "--only", "poisoner,observer", "--T", "16", "32",
+                                    "--heads", "1", "--d", "8", "--budget", "0.01", "--min-samples", "2", "--quiet",
+                                    "--threads", "2", "--out", str(out)))
+    cells = load_results(out)["cells"]
+    assert [(c["implementation"], c["status"]) for c in cells] == [("poisoner", "ok")] * 2 + [("observer", "ok")] * 2, err
+    assert code == 0
+    assert {c["threads"] for c in cells if c["implementation"] == "observer"} == {2}
+    assert all(c["memory"]["peak_extra_bytes"] is not None for c in cells)

@@ -106,7 +106,8 @@ class BenchSettings:
     timing: TimingConfig = field(default_factory=TimingConfig)
     memory: bool = True
     memory_budget_bytes: float = 0.0
-    cell_budget_s: float = 20.0
+    cell_budget_s: float | None = 20.0
+    """None: cells are never skipped for time (the user named them on the command line)."""
     threads: int = 1
     device: str = "cpu"
 
@@ -211,6 +212,7 @@ class BenchRunner:
         over = self.budget.check(cell, peak)
         if over:
             return skipped_cell(cell, over)
+        predicted_s = self.budget.cell_seconds_predicted(cell, peak)
         started = time.perf_counter()
         args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
@@ -232,6 +234,7 @@ class BenchRunner:
                 "peak_extra_bytes": None, "method": None, "error": _failed(mem)}
         self.budget.record(cell, stats["median"], (result["memory"] or {}).get("peak_extra_bytes"))
         result["seconds"] = time.perf_counter() - started
+        result["predicted_seconds"] = predicted_s
         result["load_average"] = _load_average()
         return result
 

@@ -7,12 +7,15 @@ time with the others at their middle value, causal on and off, forward and forwa
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
 cells that come out twice run once.
 
-Before a cell runs its cost is predicted: from the cells of the same implementation measured
-so far in this run (a power law through the last measured size), or, with none yet, from a
-pessimistic model (dense T x T buffers; 5% of the measured peak). Cells predicted to exceed
-the memory budget (default half of the free RAM) or the per-cell time budget are recorded as
-skipped with the prediction and the limit, not attempted. Cells run smallest first, so the
-predictions have history.
+Before a cell runs its cost is predicted: from the cells of the same implementation, mode,
+dtype and causality measured so far in this run (a power law through the last measured
+size); without those, from the FLOP rate this run measured (the implementation's own in other
+modes, else the other implementations'), and with nothing measured yet from 5% of the GEMM
+peak. Cells predicted to exceed the memory budget (default half of the free RAM) are recorded
+as skipped with the prediction and the limit. The per-cell time budget applies to the cells a
+suite generates; cells the user named on the command line (any axis flag such as ``--T``)
+always run, with their prediction recorded, unless ``--cell-budget`` is given too. Cells run
+smallest first, so the predictions have history.
 """
 
 from __future__ import annotations
@@ -119,14 +122,19 @@ class Budget:
     """Per-cell limits: peak bytes (inputs, outputs and extra) and seconds for the whole cell."""
 
     memory_bytes: float
-    cell_seconds: float
+    cell_seconds: float | None
+    """None: never skip a cell for time (the user named the cells)."""
     min_samples: int = 5
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
     history: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
     """(implementation, mode, dtype, causal) -> [(g, median seconds, peak extra bytes)] measured so far."""
+    rates: dict[str, list[float]] = field(default_factory=dict)
+    """implementation -> FLOP/s achieved by each cell measured so far (any mode, dtype, causality)."""
 
     def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
+        if median_s > 0:
+            self.rates.setdefault(cell.implementation, []).append(attention_flops(cell.case, cell.mode) / median_s)
         key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal)
         self.history.setdefault(key, []).append(
             (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
@@ -139,8 +147,8 @@ class Budget:
         history = self.history.get((cell.implementation, mode, case.dtype, case.causal), [])
         dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
-            rate = (peak_gflops or 10.0) * 1e9 * self.a_priori_efficiency
-            return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, "a-priori model"
+            rate, how = self._calibrated_rate(cell.implementation, peak_gflops)
+            return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, how
         g0, t0, _ = max(history)
         t_slope = _slope([(h[0], h[1]) for h in history], low=1.0, high=1.5)
         seconds = t0 * (g / g0) ** t_slope
@@ -153,6 +161,21 @@ class Budget:
             extra = dense_extra
         return seconds, io_bytes(case, mode) + extra, f"extrapolated from {len(history)} measured size(s) (x{s_ratio:.3g} work)"
 
+    def _calibrated_rate(self, implementation: str, peak_gflops: float | None) -> tuple[float, str]:
+        """FLOP/s for a cell with no history of its own: what this run measured, pessimistic where it can be."""
+        own = self.rates.get(implementation)
+        if own:
+            return min(own), f"at the slowest FLOP rate {implementation} reached in this run"
+        others = sorted(rate for rates in self.rates.values() for rate in rates)
+        if others:
+            return others[len(others) // 2], "at the median FLOP rate measured in this run"
+        return (peak_gflops or 10.0) * 1e9 * self.a_priori_efficiency, "a-priori model"
+
+    def cell_seconds_predicted(self, cell: PlannedCell, peak_gflops: float | None) -> float:
+        """Seconds the whole cell should take: warm-up plus the minimum samples and two more calls."""
+        seconds = self.predict(cell, peak_gflops)[0]
+        return max(seconds, self.warmup_s) + (self.min_samples + 2) * seconds
+
     def check(self, cell: PlannedCell, peak_gflops: float | None) -> str | None:
         """None when the cell fits the budgets, else the skip reason with the numbers."""
         seconds, peak_bytes, how = self.predict(cell, peak_gflops)
@@ -160,7 +183,7 @@ class Budget:
             return (f"predicted peak memory {peak_bytes / 2**30:.2f} GiB exceeds the memory budget "
                     f"{self.memory_bytes / 2**30:.2f} GiB ({how}; raise --memory-budget)")
         cell_s = max(seconds, self.warmup_s) + (self.min_samples + 2) * seconds
-        if cell_s > self.cell_seconds:
+        if self.cell_seconds is not None and cell_s > self.cell_seconds:
             return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
                     f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")
         return None

@@ -114,3 +114,39 @@ def test_budget_skips_cells_predicted_too_big_and_says_why() -> None:
     slow.record(small, median_s=0.01, extra_bytes=None)
     reason = slow.check(big, peak_gflops=100.0)
     assert reason is not None and "time budget" in reason
+
+
+def test_predictions_are_calibrated_from_what_this_run_measured() -> None:
+    """The issue's case: T=4096 cells predicted at 5% of peak (17x pessimistic) and skipped."""
+    budget = Budget(memory_bytes=2**40, cell_seconds=20.0)
+    measured = PlannedCell("tiled", AttentionCase(heads=8, tq=4096, d=64), "fwd")
+    true_rate = 160e9
+    budget.record(measured, median_s=attention_flops(measured.case, "fwd") / true_rate, extra_bytes=None)
+    for causal in (False, True):
+        for mode in ("fwd", "fwd+bwd"):
+            cell = PlannedCell("tiled", AttentionCase(heads=8, tq=4096, d=64, causal=causal), mode)
+            seconds, _, how = budget.predict(cell, peak_gflops=190.0)
+            assert seconds == pytest.approx(attention_flops(cell.case, mode) / true_rate), how
+            assert budget.check(cell, peak_gflops=190.0) is None
+    other = PlannedCell("torch_sdpa", AttentionCase(heads=8, tq=4096, d=64), "fwd")  # nothing of its own yet
+    seconds, _, how = budget.predict(other, peak_gflops=190.0)
+    assert seconds == pytest.approx(attention_flops(other.case, "fwd") / true_rate) and "this run" in how
+
+
+def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
+    from harness.cli import build_parser
+    from harness.commands.bench_cmd import _settings
+
+    def settings(*argv: str):  # noqa: ANN202
+        return _settings(build_parser().parse_args(["bench", *argv]))
+
+    assert settings().cell_budget_s == 20.0  # the quick suite's own cells keep its budget
+    assert settings("--T", "4096").cell_budget_s is None
+    assert settings("--causal", "both", "--mode", "fwd", "fwd+bwd").cell_budget_s is None
+    assert settings("--T", "4096", "--cell-budget", "5").cell_budget_s == 5.0
+    never = Budget(memory_bytes=2**50, cell_seconds=None)
+    huge = PlannedCell("slow", AttentionCase(heads=64, tq=65536, d=128), "fwd+bwd")
+    assert never.check(huge, peak_gflops=1.0) is None
+    assert never.cell_seconds_predicted(huge, peak_gflops=1.0) > 1e5  # the estimate is still reported
+    tight = Budget(memory_bytes=2**30, cell_seconds=None)
+    assert "memory budget" in (tight.check(huge, peak_gflops=1.0) or "")  # memory still protects the machine

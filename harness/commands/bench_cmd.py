@@ -74,7 +74,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of timed repeats per cell (quick 0.4, full 1.0)")
     parser.add_argument("--min-samples", type=int, metavar="N", help="at least N timed calls (quick 5, full 7)")
     parser.add_argument("--cell-budget", type=float, metavar="S",
-                        help="skip cells predicted to take longer than S seconds (quick 20, full 120)")
+                        help="skip cells predicted to take longer than S seconds (quick 20, full 120; with an "
+                             "axis flag such as --T the cells you named always run unless this is given)")
     parser.add_argument("--memory-budget", type=float, metavar="GiB",
                         help="skip cells predicted to need more (default: half of the free RAM)")
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
@@ -119,8 +120,15 @@ def _settings(args: argparse.Namespace) -> Any:
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
         timeout_s=args.timeout, timing=TimingConfig(**timing), memory=not args.no_memory,
         memory_budget_bytes=memory_budget,
-        cell_budget_s=args.cell_budget if args.cell_budget is not None else SUITE_CELL_BUDGET_S[args.suite],
+        cell_budget_s=_cell_budget(args, overrides),
         threads=threads, device=args.device)
+
+
+def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
+    """The per-cell time budget: given, or the suite's; none for cells the user named by an axis flag."""
+    if args.cell_budget is not None:
+        return float(args.cell_budget)
+    return None if overrides else SUITE_CELL_BUDGET_S[args.suite]
 
 
 def _fmt_time(seconds: float) -> str:

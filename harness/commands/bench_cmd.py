@@ -18,7 +18,7 @@ from typing import Any
 
 from harness import interrupts
 from harness.cli import add_plugin_argument
-from harness.commands.common import format_table, registry_from_args
+from harness.commands.common import format_table, positive_int, positive_number, registry_from_args
 from harness.errors import Interrupted, UsageError
 from harness.flops import MODES
 from harness.progress import Progress
@@ -68,15 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let --out replace an existing file that is not a bench result file")
     parser.add_argument("--resume", type=Path, metavar="FILE",
                         help="finish an interrupted run: its settings come from FILE, done cells are kept")
-    parser.add_argument("--timeout", type=float, default=300.0, metavar="S", help="per-task timeout (default 300)")
-    parser.add_argument("--threads", type=int, metavar="N", help="threads for torch and BLAS (default: torch's)")
-    parser.add_argument("--budget", type=float, metavar="S",
+    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
+    parser.add_argument("--threads", type=positive_int, metavar="N", help="threads for torch and BLAS (default: torch's)")
+    parser.add_argument("--budget", type=positive_number, metavar="S",
                         help="seconds of timed repeats per cell (quick 0.4, full 1.0)")
-    parser.add_argument("--min-samples", type=int, metavar="N", help="at least N timed calls (quick 5, full 7)")
-    parser.add_argument("--cell-budget", type=float, metavar="S",
+    parser.add_argument("--min-samples", type=positive_int, metavar="N", help="at least N timed calls (quick 5, full 7)")
+    parser.add_argument("--cell-budget", type=positive_number, metavar="S",
                         help="skip cells predicted to take longer than S seconds (quick 20, full 120; with an "
                              "axis flag such as --T the cells you named always run unless this is given)")
-    parser.add_argument("--memory-budget", type=float, metavar="GiB",
+    parser.add_argument("--memory-budget", type=positive_number, metavar="GiB",
                         help="skip cells predicted to need more (default: half of the free RAM)")
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
@@ -103,8 +103,6 @@ def _settings(args: argparse.Namespace) -> Any:
     if args.budget is not None:
         timing["budget_s"] = args.budget
     if args.min_samples is not None:
-        if args.min_samples < 1:
-            raise UsageError("--min-samples must be >= 1")
         timing["min_samples"] = args.min_samples
     free = free_ram_bytes()
     if args.memory_budget is not None:
@@ -114,8 +112,6 @@ def _settings(args: argparse.Namespace) -> Any:
     else:
         raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
     threads = args.threads if args.threads is not None else torch.get_num_threads()
-    if threads < 1:
-        raise UsageError("--threads must be >= 1")
     return BenchSettings(
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
         timeout_s=args.timeout, timing=TimingConfig(**timing), memory=not args.no_memory,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Sequence
 
@@ -24,6 +25,28 @@ def registry_from_args(args: argparse.Namespace) -> Registry:
     if fatal:
         raise PluginError("; ".join(str(e) for e in fatal))
     return registry
+
+
+def positive_number(text: str) -> float:
+    """An argparse type: a finite number > 0 (seconds, GiB); argparse turns the error into exit 2."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number greater than 0")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (threads, trials, samples)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
+    return value
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_plugin_argument
+from harness.commands.common import positive_int
 from harness.errors import Interrupted
 from harness.results import RESULTS_DIR, new_run_id
 
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"where the report directory goes (default: {REPORTS_DIR}/)")
     parser.add_argument("--baseline", default=None, metavar="NAME",
                         help="implementation the report's speedups divide by (default: torch_sdpa)")
-    parser.add_argument("--threads", type=int, metavar="N",
+    parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="threads for bench's timing (default: torch's); 1 is steadier on a busy machine")
     parser.add_argument("--skip-verify", action="store_true", help="benchmark and report only")
     parser.add_argument("--skip-bench", action="store_true", help="verify and report only")

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import add_plugin_argument
-from harness.commands.common import format_table, registry_from_args
-from harness.errors import Interrupted, UsageError
+from harness.commands.common import format_table, positive_int, positive_number, registry_from_args
+from harness.errors import Interrupted
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import ResultWriter, new_run_id
 from harness.suites import SUITES
@@ -46,11 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the result file here instead of results/<run-id>.json; '-' prints it to stdout")
     parser.add_argument("--force", action="store_true",
                         help="let --json replace an existing file that is not a verify result file")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds one case may take before its worker is killed (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--trials", type=int, default=3, metavar="N",
+    parser.add_argument("--trials", type=positive_int, default=3, metavar="N",
                         help="seeded trials per case, fresh inputs each (default 3)")
-    parser.add_argument("--jobs", type=int, default=2, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
                         help="implementations verified at the same time, each in its own worker (default 2)")
 
 
@@ -91,12 +91,6 @@ def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.trials < 1:
-        raise UsageError(f"--trials {args.trials}: give at least 1 trial (3 is the default)")
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout {args.timeout}: give a positive number of seconds")
-    if args.jobs < 1:
-        raise UsageError(f"--jobs {args.jobs}: give at least 1")
     from harness.tolerance import rule_config
 
     registry = registry_from_args(args)

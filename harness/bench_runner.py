@@ -184,6 +184,9 @@ class BenchRunner:
             again = outcome.value.get("gflops") if outcome.status == OK else None
             peak["first_gflops"], peak["confirmed_gflops"] = peak["gflops"], again
             peak["gflops"] = max(peak["gflops"], again or 0.0)
+            if outcome.status == OK:  # the fastest call of either reading, so it never falls below gflops
+                peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0),
+                                                  outcome.value.get("fastest_call_gflops", 0.0))
             for cell in self.writer.cells:
                 if cell.get("peak_key") == key and cell.get("gflops"):
                     cell["pct_peak"] = 100.0 * cell["gflops"] / peak["gflops"]

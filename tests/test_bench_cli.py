@@ -31,6 +31,8 @@ def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> Non
     assert {"cpu_model", "cores", "threads", "torch", "numpy", "git_commit", "command_line"} <= set(data["environment"])
     peak = data["peaks"]["float32/cpu"]
     assert peak["gflops"] > 0 and peak["threads"] == 1
+    assert peak["gflops"] == max(peak["first_gflops"], peak["confirmed_gflops"])
+    assert peak["fastest_call_gflops"] >= peak["gflops"]  # named for what it is: never below the median rate
     cells = {(c["implementation"], c["case_id"], c["mode"]): c for c in data["cells"]}
     assert len(cells) == 12
     skipped = cells[("numpy_naive", "B1-H4-T512-d64-float32", "fwd+bwd")]

@@ -1,10 +1,17 @@
-"""`attnbench list`: every implementation, its capabilities, and whether it can run here (or why not)."""
+"""`attnbench list`: every implementation, its capabilities, and whether it can run here (or why not).
+
+The table keeps one short line per implementation (a reason such as xformers' runs to 400
+characters): its ``available`` column holds the start of the reason, cut to fit. The full
+reason is in ``--json`` and in the per-implementation view, ``attnbench list NAME``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
+import textwrap
 
 from harness.cli import add_plugin_argument
 from harness.commands.common import format_table, registry_from_args
@@ -16,6 +23,8 @@ HELP = "list implementations, their capabilities and availability"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plugin_argument(parser)
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="show everything about these implementations, the full reason included")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
 
 
@@ -46,8 +55,36 @@ def _short(path: str) -> str:
         return path
 
 
+SHORT_REASON = 60
+"""Characters of a reason the table shows before it points at ``attnbench list NAME``."""
+
+
+def short_reason(reason: str, width: int = SHORT_REASON) -> str:
+    """The reason's first clause, cut to ``width`` characters with an ellipsis."""
+    first = reason.split("; ")[0]
+    if len(first) <= width and first == reason:
+        return first
+    return (first if len(first) <= width - 1 else first[: width - 1].rstrip()) + "…"
+
+
+def detail(entry: dict[str, object]) -> str:
+    """Every field of one implementation, long text wrapped to the terminal."""
+    width = max(60, shutil.get_terminal_size().columns)
+    lines = []
+    for key, value in entry.items():
+        text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+        lines.append(textwrap.fill(text, width=width, initial_indent=f"{key + ':':<13}", subsequent_indent=" " * 13))
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     registry: Registry = registry_from_args(args)
+    if args.names:
+        chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones
+        entries = [describe(impl) for impl in chosen]
+        print(json.dumps({"implementations": entries}, indent=2) if args.json
+              else "\n\n".join(detail(e) for e in entries))
+        return 0
     entries = [describe(impl) for impl in registry]
     if args.json:
         print(json.dumps({"implementations": entries,
@@ -56,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), _flags(impl),
-         _short(impl.source), "yes" if e["available"] else f"no: {e['reason']}")
+         _short(impl.source), "yes" if e["available"] else f"no: {short_reason(str(e['reason']))}")
         for impl, e in zip(registry, entries)
     ]
     print(format_table(("name", "backend", "devices", "dtypes", "supports", "source", "available"), rows))
+    if any(not e["available"] for e in entries):
+        print("\nfull reasons: attnbench list NAME (or --json)")
     return 0

@@ -1,0 +1,41 @@
+"""`attnbench list`: a table that stays readable, the full reasons in --json and in `list NAME`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from harness.commands.list_cmd import SHORT_REASON, short_reason
+
+LONG = "x" * 30 + " is not supported because: " + "y" * 300 + "; and another reason"
+
+
+def _attnbench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_short_reason_keeps_the_start_and_marks_the_cut() -> None:
+    assert short_reason("needs a CUDA device") == "needs a CUDA device"
+    cut = short_reason(LONG)
+    assert len(cut) <= SHORT_REASON and cut.endswith("…") and LONG.startswith(cut[:-1])
+    assert short_reason("short; second") == "short…"
+
+
+def test_the_table_holds_short_reasons_and_the_views_the_full_ones() -> None:
+    table = _attnbench("list")
+    assert table.returncode == 0, table.stderr
+    entries = {e["name"]: e for e in json.loads(_attnbench("list", "--json").stdout)["implementations"]}
+    unavailable = [name for name, e in entries.items() if not e["available"]]
+    assert unavailable, "this machine has no GPU: some built-in must be unavailable"
+    longest = max(unavailable, key=lambda name: len(entries[name]["reason"]))
+    for line in table.stdout.splitlines():
+        if " no: " in line:
+            assert len(line.split(" no: ", 1)[1]) <= SHORT_REASON
+    assert "attnbench list NAME" in table.stdout
+    view = _attnbench("list", longest)
+    assert view.returncode == 0 and " ".join(view.stdout.split()).count(" ".join(entries[longest]["reason"].split()))
+    one = json.loads(_attnbench("list", longest, "--json").stdout)["implementations"]
+    assert [e["name"] for e in one] == [longest] and one[0]["reason"] == entries[longest]["reason"]
+    unknown = _attnbench("list", "no_such_implementation")
+    assert unknown.returncode == 2 and "no implementation named 'no_such_implementation'" in unknown.stderr

@@ -28,12 +28,9 @@ def test_naive_peaks_at_one_to_three_score_matrices_and_tiled_at_a_few_tiles() -
     assert 1.0 * score_matrix <= naive_mem["peak_extra_bytes"] <= 3.0 * score_matrix, naive_mem
 
     assert big_mem["method"] == "vmhwm"
-    try:
-        from implementations._flash_cpu import pick_blocks
+    from implementations._flash_cpu import pick_blocks
 
-        block_q, block_k = pick_blocks(2048, 2048, 64, 4)
-    except ImportError:
-        block_q = block_k = 128
+    block_q, block_k = pick_blocks(2048, 2048, 64, 4)
     tile = 4 * block_q * block_k * 4  # B*H score tiles of float32
     assert big_mem["peak_extra_bytes"] <= 4 * tile, (big_mem, tile)
     big_scores = 4 * 2048 * 2048 * 4

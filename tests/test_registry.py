@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness import PluginError, register
+from harness import PluginError, UsageError, register
 from harness.cases import AttentionCase
 from harness.registry import make_implementation
 
@@ -70,9 +70,9 @@ def test_prepare_form_separates_setup_from_the_call() -> None:
 def test_case_ids_are_readable_and_validation_names_the_fix() -> None:
     case = AttentionCase(batch=3, heads=8, kv_heads=2, tq=113, tk=203, d=59, mask="random")
     assert case.id == "B3-H8/2-T113x203-d59-float32-mask=random"
-    with pytest.raises(Exception, match="multiple of kv_heads"):
+    with pytest.raises(UsageError, match="multiple of kv_heads"):
         AttentionCase(heads=3, kv_heads=2)
-    with pytest.raises(Exception, match="causal cases need tq == tk"):
+    with pytest.raises(UsageError, match="causal cases need tq == tk"):
         AttentionCase(tq=4, tk=5, causal=True)
 
 

@@ -14,12 +14,18 @@ from typing import Any, ClassVar, TypeVar
 from harness.errors import UsageError
 from harness.registry import DEVICES, DTYPES
 
-MASKS = ("none", "random", "key_padding", "empty_rows")
-"""none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False."""
+MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked")
+"""none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False;
+left padding (a prefix masked); padding with holes (scattered keys masked, the same for every query);
+exactly one key masked in every query row."""
+MASK_RANKS = ("full", "2d", "3d", "bcast_heads")
+"""The mask's shape: full (B, H, Tq, Tk) (key padding: (B, 1, 1, Tk)); 2d (Tq, Tk), one for every batch
+element and head; 3d (H, Tq, Tk), broadcast over the batch; bcast_heads (B, 1, Tq, Tk)."""
 INPUTS = ("randn", "large", "rand")
 """randn; randn scaled into large logits (q x5, k x3); rand (non-negative)."""
-LAYOUTS = ("contiguous", "transposed", "strided")
-"""contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer."""
+LAYOUTS = ("contiguous", "transposed", "strided", "offset")
+"""contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
+a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""
 BIASES = ("none", "alibi")
 
 
@@ -60,6 +66,7 @@ class AttentionCase(CaseRecord):
     device: str = "cpu"
     causal: bool = False
     mask: str = "none"
+    mask_rank: str = "full"
     scale: float | None = None
     inputs: str = "randn"
     layout: str = "contiguous"
@@ -86,10 +93,11 @@ class AttentionCase(CaseRecord):
         need(self.dtype in DTYPES, f"dtype {self.dtype!r} is not one of {DTYPES}")
         need(self.device in DEVICES, f"device {self.device!r} is not one of {DEVICES}")
         need(self.mask in MASKS, f"mask {self.mask!r} is not one of {MASKS}")
+        need(self.mask_rank in MASK_RANKS, f"mask_rank {self.mask_rank!r} is not one of {MASK_RANKS}")
+        need(self.mask_rank == "full" or self.mask != "none", "a mask rank needs a mask")
         need(self.inputs in INPUTS, f"inputs {self.inputs!r} is not one of {INPUTS}")
         need(self.layout in LAYOUTS, f"layout {self.layout!r} is not one of {LAYOUTS}")
         need(self.bias in BIASES, f"bias {self.bias!r} is not one of {BIASES}")
-        need(not (self.causal and self.tq != self.tk), "causal cases need tq == tk (top-left alignment is ambiguous otherwise)")
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
         need(self.scale is None or self.scale > 0, "scale must be positive")
@@ -104,7 +112,7 @@ class AttentionCase(CaseRecord):
         if self.causal:
             parts.append("causal")
         if self.mask != "none":
-            parts.append(f"mask={self.mask}")
+            parts.append(f"mask={self.mask}" + ("" if self.mask_rank == "full" else f"/{self.mask_rank}"))
         if self.bias != "none":
             parts.append(f"bias={self.bias}")
         if self.scale is not None:

@@ -13,7 +13,8 @@ Suites:
 
 - ``small``: every feature on tiny shapes (T <= 64): for very slow implementations such as
   a Triton kernel under ``TRITON_INTERPRET=1``, and the default of the pytest conformance suite.
-- ``quick``: every feature, T up to 257 plus one long pair; all built-ins within 60 s here.
+- ``quick``: every feature, T up to 257 plus one long pair, and a pairwise covering array
+  (:mod:`harness.pairwise`) over every declared axis; all built-ins within 60 s here.
 - ``full``: the whole matrix of the issue: T in 1 ... 1025, Tq != Tk pairs, d from 8 to 128
   with an odd 59, heads 1/3/8, GQA 8/2 and MQA 8/1, batch 1 and 3, every mask kind, every
   declared dtype, large/rand inputs, transposed/strided layouts, a non-default scale,
@@ -27,6 +28,7 @@ from typing import Any
 
 from harness.cases import AttentionCase
 from harness.errors import UsageError
+from harness.pairwise import SUITE_AXES, pairwise_cases
 from harness.registry import Implementation
 
 SUITES = ("small", "quick", "full")
@@ -88,6 +90,11 @@ def _common(tiny: bool) -> list[Template]:
         T("all", heads=2, tq=pair, d=32, causal=True),
         T("all", batch=2, heads=4, kv_heads=2, tq=tq, tk=tk, d=32, mask="empty_rows"),
         T("all", heads=2, tq=t, d=64, inputs="large"),
+        T("all", heads=2, tq=pair, d=64, inputs="large", scale=1.0),  # logits past exp's range in bf16/fp16
+        # causal with Tq != Tk (top-left: query i sees keys j <= i), both ways, and rows a mask empties
+        T(heads=2, tq=tq, tk=tk, d=32, causal=True),
+        T(heads=2, tq=tk, tk=tq, d=32, causal=True),
+        T(batch=2, heads=2, tq=tk, tk=tq, d=32, causal=True, mask="key_padding_left"),
         # gradients
         T("all", heads=2, tq=t, d=32, grad=True),
         T(batch=2, heads=4, kv_heads=2, tq=pair, d=32, causal=True, grad=True),
@@ -158,5 +165,8 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
             dtypes = impl.dtypes if template.dtypes == "all" else (primary,)
             for dtype in dtypes:
                 case = AttentionCase(**template.fields, dtype=dtype, device=device, kind="kernel")
+                cases.setdefault(case.id, case)
+        if suite in SUITE_AXES:  # every pair of declared axis values, beside the templates above
+            for case in pairwise_cases(impl, suite, device):
                 cases.setdefault(case.id, case)
     return list(cases.values())

@@ -64,8 +64,17 @@ def to_float64(x: Any) -> torch.Tensor:
     return torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
 
 
+OFFSET = 37
+"""Elements before an ``offset`` view's first one: odd, so no alignment assumption survives it."""
+
+
 def _layout(x: torch.Tensor, layout: str) -> torch.Tensor:
     """Same values as ``x`` (B, H, T, d), in the memory layout the case asks for."""
+    if layout == "offset":
+        buffer = torch.zeros(OFFSET + x.numel(), dtype=x.dtype, device=x.device)
+        view = buffer[OFFSET:].view(x.shape)
+        view.copy_(x)
+        return view
     if layout == "transposed":
         return x.transpose(1, 2).contiguous().transpose(1, 2)
     if layout == "strided":
@@ -79,6 +88,11 @@ def _to_backend(x: torch.Tensor, backend: str, layout: str) -> Any:
     if backend == "torch":
         return _layout(x, layout)
     array = x.cpu().numpy()
+    if layout == "offset":
+        buffer = np.zeros(OFFSET + array.size, dtype=array.dtype)
+        view = buffer[OFFSET:].reshape(array.shape)
+        view[...] = array
+        return view
     if layout == "transposed":
         return np.ascontiguousarray(array.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
     if layout == "strided":
@@ -88,11 +102,57 @@ def _to_backend(x: torch.Tensor, backend: str, layout: str) -> Any:
     return np.ascontiguousarray(array)
 
 
+def _key_validity(groups: int, tk: int, kind: str, gen: torch.Generator) -> torch.Tensor:
+    """(groups, Tk) booleans: which keys each group (batch element, or head) keeps.
+
+    The first group keeps every key (padding shows by contrast) and, with two groups or more,
+    the last keeps one key only (padding of length Tk - 1).
+    """
+    lengths = torch.randint(1, tk + 1, (groups,), generator=gen)
+    lengths[0] = tk
+    if groups > 1:
+        lengths[-1] = 1
+    keys = torch.arange(tk)[None, :]
+    if kind == "key_padding":
+        return keys < lengths[:, None]
+    if kind == "key_padding_left":
+        return keys >= (tk - lengths)[:, None]
+    holes = torch.rand(groups, tk, generator=gen, dtype=torch.float64) < 0.3  # key_padding_holes
+    holes[0] = False
+    if groups > 1:
+        holes[-1] = True
+        holes[-1, int(torch.randint(0, tk, (1,), generator=gen))] = False
+    return ~holes
+
+
+def _shaped_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor:
+    """Any mask kind at the case's rank: drawn as (Bm, Hm, Tq, Tk), leading dims dropped for 2d/3d."""
+    b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
+    bm, hm = {"full": (b, h), "2d": (1, 1), "3d": (1, h), "bcast_heads": (b, 1)}[case.mask_rank]
+    if case.mask.startswith("key_padding"):
+        if case.mask_rank == "full":  # as key padding is usually given: (B, 1, 1, Tk)
+            return _key_validity(b, tk, case.mask, gen).reshape(b, 1, 1, tk)
+        mask = _key_validity(bm * hm, tk, case.mask, gen).reshape(bm, hm, 1, tk).expand(bm, hm, tq, tk)
+    elif case.mask == "one_masked":
+        masked = torch.randint(0, tk, (bm, hm, tq, 1), generator=gen)
+        mask = torch.ones(bm, hm, tq, tk, dtype=torch.bool).scatter_(-1, masked, False)
+    else:
+        mask = torch.rand(bm, hm, tq, tk, generator=gen, dtype=torch.float64) < 0.7
+        if case.mask == "empty_rows":
+            empty = torch.rand(bm, hm, tq, generator=gen, dtype=torch.float64) < 0.25
+            empty.view(-1)[0] = True
+            mask &= ~empty[..., None]
+    mask = mask.contiguous()
+    return {"2d": mask[0, 0], "3d": mask[0]}.get(case.mask_rank, mask)
+
+
 def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
     """The boolean mask of the case (True = may attend), shaped to broadcast to (B, H, Tq, Tk)."""
     b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
     if case.mask == "none":
         return None
+    if case.mask_rank != "full" or case.mask not in ("random", "key_padding", "empty_rows"):
+        return _shaped_mask(case, gen)
     if case.mask == "key_padding":
         lengths = torch.randint(1, tk + 1, (b,), generator=gen)
         lengths[0] = tk  # one batch element unpadded, so padding is visible by contrast

@@ -1,0 +1,128 @@
+"""Cases by combination: a pairwise covering array over every axis an implementation declares.
+
+A one-feature-at-a-time suite never meets a bug that needs two conditions at once (a
+non-default scale *and* a mask, gradients *and* key padding, a GQA ratio of 7 *and* causal).
+Here every value of every axis meets every value of every other axis in at least one case:
+allpairspy builds the covering array, capabilities decide which axes and values apply (an
+implementation without ``mask=True`` gets only mask "none"), and :func:`coverage` counts
+the pairs a set of cases exercised, for the report.
+
+Rows are turned into cases deterministically (allpairspy is deterministic for a given
+input), so a suite is the same on every run and machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from allpairspy import AllPairs
+
+from harness.cases import MASK_RANKS, AttentionCase
+from harness.registry import Implementation
+
+GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), "mqa": (6, 1)}
+"""GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), and MQA."""
+MASK_KINDS = ("none", "random", "key_padding", "key_padding_left", "key_padding_holes", "one_masked", "empty_rows")
+
+
+@dataclass(frozen=True)
+class Axes:
+    """The values of each axis for one suite size; capabilities then narrow them per implementation."""
+
+    tq: tuple[int, ...]
+    tk: tuple[int, ...]
+    d: tuple[int, ...]
+    batch: tuple[int, ...] = (1, 2)
+
+
+QUICK = Axes(tq=(1, 15, 16, 33, 64, 127, 129), tk=(1, 17, 31, 64, 65, 128, 200), d=(8, 59, 80, 96, 128))
+"""Tq and Tk with residues 0, 1, 15 and others modulo 16/32/64/128, Tq < = > Tk; d odd, between 64 and 128."""
+FULL = Axes(tq=(1, 2, 15, 16, 33, 63, 64, 65, 127, 129, 255, 257), tk=(1, 17, 31, 32, 64, 65, 128, 200, 256, 300),
+            d=(8, 16, 59, 64, 80, 96, 128, 256))
+SUITE_AXES = {"quick": QUICK, "full": FULL}
+
+
+def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
+    """Every axis and the values ``impl`` declares for it (a single value where it declares nothing)."""
+    size = SUITE_AXES[suite]
+    return {
+        "dtype": list(impl.dtypes),
+        "scale": [None, 0.3, 1.0],
+        "causal": [False, True] if impl.causal else [False],
+        "mask": list(MASK_KINDS) if impl.mask else ["none"],
+        "mask_rank": list(MASK_RANKS) if impl.mask else ["full"],
+        "gqa": list(GQA) if impl.gqa else [1],
+        "tq": list(size.tq),
+        "tk": list(size.tk),
+        "d": list(size.d),
+        "inputs": ["randn", "large", "rand"],
+        "layout": ["contiguous", "transposed", "strided", "offset"],
+        "grad": [False, True] if impl.grad and impl.backend == "torch" else [False],
+        "batch": list(size.batch),
+    }
+
+
+def _valid(row: list[Any]) -> bool:
+    """allpairspy's filter, on partial rows too: a mask rank needs a mask."""
+    return not (len(row) > 4 and row[3] == "none" and row[4] != "full")
+
+
+def _case(names: list[str], row: Iterable[Any], device: str) -> AttentionCase:
+    fields = dict(zip(names, row))
+    heads, kv_heads = GQA[fields.pop("gqa")]
+    return AttentionCase(heads=heads, kv_heads=kv_heads, device=device, kind="kernel", **fields)
+
+
+def _wanted(axes: dict[str, list[Any]]) -> set[tuple[Any, ...]]:
+    """Every (axis, value, axis, value) pair a valid case can hold."""
+    return {(a, x, b, y) for a, b in itertools.combinations(list(axes), 2) for x in axes[a] for y in axes[b]
+            if not (a == "mask" and b == "mask_rank" and x == "none" and y != "full")}
+
+
+def _pairs(row: dict[str, Any]) -> set[tuple[Any, ...]]:
+    return {(a, row[a], b, row[b]) for a, b in itertools.combinations(list(row), 2)}
+
+
+def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """allpairspy's rows, then one patched row per pair its filter left out (a filter can cost pairs)."""
+    names = list(axes)
+    rows = [dict(zip(names, row)) for row in AllPairs([axes[n] for n in names], filter_func=_valid)]
+    seen = set().union(*(_pairs(r) for r in rows)) if rows else set()
+    for a, x, b, y in sorted(_wanted(axes) - seen, key=repr):
+        if (a, x, b, y) in seen:
+            continue
+        row = {**rows[0], a: x, b: y}
+        if row["mask"] == "none" and row["mask_rank"] != "full":  # keep the pair wanted, mend the other axis
+            row.update({"mask_rank": "full"} if "mask" in (a, b) else {"mask": "random"})
+        rows.append(row)
+        seen |= _pairs(row)
+    return rows
+
+
+def pairwise_cases(impl: Implementation, suite: str, device: str) -> list[AttentionCase]:
+    """The covering array's cases for ``impl`` on ``device``: every pair of axis values at least once."""
+    axes = axes_for(impl, suite)
+    return [_case(list(row), row.values(), device) for row in pairwise_rows(axes)]
+
+
+def case_values(case: AttentionCase) -> dict[str, Any]:
+    """A case's value on each axis (the inverse of the row -> case mapping, for coverage)."""
+    ratio: Any = "mqa" if case.kv_heads == 1 and case.heads > 1 else case.heads // case.kv_heads
+    return {"dtype": case.dtype, "scale": case.scale, "causal": case.causal, "mask": case.mask,
+            "mask_rank": case.mask_rank, "gqa": ratio, "tq": case.tq, "tk": case.tk, "d": case.d,
+            "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch}
+
+
+def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> dict[str, Any]:
+    """How many of the declared value pairs ``cases`` exercised: {"covered", "total", "fraction", "axes"}."""
+    axes = axes_for(impl, suite)
+    wanted = _wanted(axes)
+    seen: set[tuple[Any, ...]] = set()
+    for case in cases:
+        seen |= _pairs(case_values(case))
+    covered = len(wanted & seen)
+    return {"covered": covered, "total": len(wanted), "fraction": covered / len(wanted) if wanted else 1.0,
+            "axes": {n: len(v) for n, v in axes.items()}}

@@ -74,6 +74,9 @@ class AttentionCase(CaseRecord):
     grad: bool = False
     bias: str = "none"
     kind: str = "kernel"
+    pairwise: bool = False
+    """A row of the covering array (:mod:`harness.pairwise`): checked with one trial and the stateful
+    property only, since its worth is the combination it holds, not repeated draws. Not part of the id."""
 
     def __post_init__(self) -> None:
         if self.kv_heads == 0:

@@ -73,7 +73,7 @@ def _valid(row: list[Any]) -> bool:
 def _case(names: list[str], row: Iterable[Any], device: str) -> AttentionCase:
     fields = dict(zip(names, row))
     heads, kv_heads = GQA[fields.pop("gqa")]
-    return AttentionCase(heads=heads, kv_heads=kv_heads, device=device, kind="kernel", **fields)
+    return AttentionCase(heads=heads, kv_heads=kv_heads, device=device, kind="kernel", pairwise=True, **fields)
 
 
 def _wanted(axes: dict[str, list[Any]]) -> set[tuple[Any, ...]]:

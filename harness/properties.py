@@ -51,9 +51,13 @@ PropertyFn = Callable[[Implementation, AttentionCase], Result]
 
 def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tuple[str, PropertyFn]]:
     """The properties that make sense for this case, in a stable order."""
-    if case.grad or case.batch * case.heads * case.tq * case.tk > PROPERTY_MAX_SCORES:
+    from harness.stateful import stateful
+
+    if case.grad:
         return []
-    props: list[tuple[str, PropertyFn]] = []
+    props: list[tuple[str, PropertyFn]] = [("stateful", stateful)]
+    if case.pairwise or case.batch * case.heads * case.tq * case.tk > PROPERTY_MAX_SCORES:
+        return props
     if case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1:
         props.append(("permutation", permutation))
     if not case.self_attention and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
@@ -138,8 +142,12 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> Result:
                     {"hull_excess": worst})
 
 
-def _slice_mask(x: Any, dim: int, index: int) -> Any:
-    return x if x is None or x.shape[dim] == 1 else x[(slice(None),) * dim + (slice(index, index + 1),)]
+def _slice_mask(x: Any, dim: int, index: int, full: tuple[int, ...]) -> Any:
+    """Batch element or head ``index`` of a mask or bias of any broadcastable rank, as a 4-D view."""
+    if x is None:
+        return None
+    x = x.expand(full) if isinstance(x, torch.Tensor) else np.broadcast_to(x, full)
+    return x[(slice(None),) * dim + (slice(index, index + 1),)]
 
 
 def slices(impl: Implementation, case: AttentionCase) -> Result:
@@ -147,10 +155,11 @@ def slices(impl: Implementation, case: AttentionCase) -> Result:
     out = _out(impl, case, inputs)
     bound = 2 * _tolerance(case, inputs)
     worst, where = 0.0, ""
+    full = (case.batch, case.heads, case.tq, case.tk)
     if case.batch > 1:
         i = case.batch - 1
         part = case.with_(batch=1)
-        sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i),
+        sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i, full),
                      inputs.q64, inputs.k64, inputs.v64, None, inputs.bias, None)
         alone = _out(impl, part, sub)
         worst, where = float((alone - out[i:i + 1]).abs().max()), f"batch element {i}"
@@ -158,8 +167,8 @@ def slices(impl: Implementation, case: AttentionCase) -> Result:
         h = case.heads - 1
         g = h // (case.heads // case.kv_heads)
         part = case.with_(heads=1, kv_heads=1)
-        sub = Inputs(inputs.q[:, h:h + 1], inputs.k[:, g:g + 1], inputs.v[:, g:g + 1], _slice_mask(inputs.mask, 1, h),
-                     inputs.q64, inputs.k64, inputs.v64, None, _slice_mask(inputs.bias, 1, h), None)
+        sub = Inputs(inputs.q[:, h:h + 1], inputs.k[:, g:g + 1], inputs.v[:, g:g + 1], _slice_mask(inputs.mask, 1, h, full),
+                     inputs.q64, inputs.k64, inputs.v64, None, _slice_mask(inputs.bias, 1, h, full), None)
         alone = _out(impl, part, sub)
         diff = float((alone - out[:, h:h + 1]).abs().max())
         if diff > worst:

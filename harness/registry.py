@@ -53,6 +53,8 @@ class Implementation:
     kind: str = "kernel"
     memory: str | None = None
     """How peak memory grows with T: "quadratic" (materialises Tq x Tk), "linear" (tiled), None (undeclared)."""
+    deterministic: bool = True
+    """Two calls on identical inputs give bitwise identical outputs; False: they need only both pass the rule."""
     available: Callable[..., str | None] | None = None
     description: str = ""
     source: str = "?"
@@ -103,6 +105,7 @@ class Implementation:
             "kind": self.kind, "backend": self.backend, "dtypes": list(self.dtypes),
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
+            "deterministic": self.deterministic,
         }
 
 
@@ -201,7 +204,7 @@ def register(name: str, /, **keywords: Any) -> Callable[[Callable[..., Any]], Ca
 
 _FLAGS = ("causal", "mask", "gqa", "grad", "bias")
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             *_FLAGS}
+             "deterministic", *_FLAGS}
 MEMORY_GROWTH = ("quadratic", "linear")
 
 
@@ -250,6 +253,9 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     memory = keywords.get("memory")
     if memory is not None and memory not in MEMORY_GROWTH:
         raise PluginError(f"plugin {name!r} ({source}): memory={memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
+    deterministic = keywords.get("deterministic", True)
+    if not isinstance(deterministic, bool):
+        raise PluginError(f"plugin {name!r} ({source}): deterministic={deterministic!r} must be True or False")
     options = keywords.get("options", {})
     if not isinstance(options, dict):
         raise PluginError(f"plugin {name!r} ({source}): options= must be a dict")
@@ -261,7 +267,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
-        options=options, **flags,
+        options=options, deterministic=deterministic, **flags,
     )
 
 

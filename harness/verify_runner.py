@@ -186,7 +186,7 @@ class VerifyRun:
             self._progress.advance(impl.name)
             return
         fresh = True
-        with WorkerPool(timeout=self.timeout) as pool:
+        with WorkerPool(timeout=self.timeout, start_method="forkserver") as pool:
             for case in cases:
                 if self._stop.is_set():
                     return

@@ -55,8 +55,8 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 
 
 @functools.lru_cache(maxsize=None)
-def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool, gqa: bool, grad: bool,
-           layout: str) -> str | None:
+def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
+           grad: bool, layout: str) -> str | None:
     """Run the pinned backend on a tiny input of this kind; None if it ran, else PyTorch's reason."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -70,7 +70,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool,
 
     q, k, v = make(2), make(kv_heads), make(kv_heads)
     q.requires_grad_(grad)
-    bool_mask = torch.rand(8, 8, device=device) < 0.8 if mask else None
+    bool_mask = None if mask is None else torch.rand(mask, device=device) < 0.8  # the case's mask rank
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -86,13 +86,22 @@ def _probe(backend_name: str, device: str, dtype: str, mask: bool, causal: bool,
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
+def _mask_shape(case: "AttentionCase") -> tuple[int, ...] | None:
+    """The probe's mask: the case's rank on 8 x 8 (backends accept some mask shapes and not others)."""
+    if case.mask == "none":
+        return None
+    if case.mask_rank == "full":
+        return (1, 1, 1, 8) if case.mask.startswith("key_padding") else (1, 2, 8, 8)
+    return {"2d": (8, 8), "3d": (2, 8, 8), "bcast_heads": (1, 1, 8, 8)}[case.mask_rank]
+
+
 def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
     def available(case: "AttentionCase") -> str | None:
         if case.device == "cpu" and "cpu" not in devices:
             return None  # the declared devices already give the reason
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
-        return _probe(backend_name, case.device, case.dtype, case.mask != "none", case.causal,
+        return _probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
                       case.kv_heads != case.heads, case.grad, case.layout)
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:

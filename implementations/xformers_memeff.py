@@ -93,17 +93,25 @@ def from_xformers(out: torch.Tensor, q: torch.Tensor, *, causal: bool, mask: tor
 
 
 def _available(case: "AttentionCase") -> str | None:
+    return _dispatch_reason(case.device, case.dtype, case.heads, case.kv_heads, case.d, case.mask != "none",
+                            case.causal, case.grad)
+
+
+@functools.lru_cache(maxsize=None)
+def _dispatch_reason(device: str, dtype: str, heads: int, kv_heads: int, d: int, mask: bool, causal: bool,
+                     grad: bool) -> str | None:
+    """xformers' dispatcher asked about one kind of input (cached: it is slow and asked per case)."""
     fmha, reason = _import_fmha()
     if fmha is None:
         return reason
-    device = case.device if case.device != "cuda" or torch.cuda.is_available() else "cpu"
-    make = functools.partial(torch.zeros, dtype=getattr(torch, case.dtype), device=device)
-    q = make(1, case.heads, 8, case.d)
-    k = make(1, case.kv_heads, 8, case.d)
-    mask = torch.ones(1, 1, 8, 8, dtype=torch.bool, device=device) if case.mask != "none" else None
-    qx, kx, vx, bias = to_xformers(q, k, k, causal=case.causal, mask=mask)
+    device = device if device != "cuda" or torch.cuda.is_available() else "cpu"
+    make = functools.partial(torch.zeros, dtype=getattr(torch, dtype), device=device)
+    q = make(1, heads, 8, d)
+    k = make(1, kv_heads, 8, d)
+    bool_mask = torch.ones(1, 1, 8, 8, dtype=torch.bool, device=device) if mask else None
+    qx, kx, vx, bias = to_xformers(q, k, k, causal=causal, mask=bool_mask)
     try:
-        fmha._dispatch_fw(fmha.Inputs(qx, kx, vx, bias), case.grad)
+        fmha._dispatch_fw(fmha.Inputs(qx, kx, vx, bias), grad)
     except NotImplementedError as exc:
         lines = [line.strip() for line in str(exc).splitlines()]
         why = [line for line in lines if line and not line.startswith(("query", "key", "value", "attn_bias", "p "))]

@@ -1,0 +1,81 @@
+"""State across calls: an implementation must answer the inputs it is given now, the same way twice.
+
+A kernel can pass every single-call check and still keep state between calls: an output
+cached on the buffers' data pointers (or shapes) answers yesterday's question when new
+values are written into the same memory, as a training loop or a KV cache does. And a
+kernel whose reductions race gives different bits on identical inputs. One check:
+
+1. call on inputs A; call again on the same, untouched buffers: the outputs must be bitwise
+   equal (unless the implementation declared ``deterministic=False``; then both must pass
+   the rule on their own);
+2. write inputs B into the *same* buffers in place (q, k, v and the mask), call a third
+   time: the output must pass the rule against the oracle of B.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness.cases import AttentionCase
+from harness.checks import PASS, SEED_BASE, Result, call, cell, logit_max, oracle_and_base, structure_problem
+from harness.registry import Implementation
+from harness.tensors import Inputs, make_inputs, to_float64
+from harness.tolerance import OUTPUT_M, compare
+
+
+def _write_in_place(target: Any, source: Any) -> None:
+    if isinstance(target, torch.Tensor):
+        target.copy_(source)
+    else:
+        np.copyto(target, source)
+
+
+def _checked(impl: Implementation, case: AttentionCase, inputs: Inputs, what: str) -> tuple[Any, Result | None]:
+    out = call(impl, case, inputs)
+    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.d))
+    return out, None if problem is None else cell("property:stateful", "fail", f"{what}: {problem}")
+
+
+def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> Result | None:
+    oracle, base = oracle_and_base(case, inputs)
+    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs))
+    return None if verdict.ok else cell("property:stateful", "fail", f"{what}: {verdict.reason}", verdict.metrics)
+
+
+def stateful(impl: Implementation, case: AttentionCase) -> Result:
+    """Twice on the same inputs (bitwise equal), then new values written into the same buffers."""
+    inputs = make_inputs(case, SEED_BASE + 101, impl.backend)
+    first, problem = _checked(impl, case, inputs, "first call")
+    if problem:
+        return problem
+    first = first.clone() if isinstance(first, torch.Tensor) else np.array(first, copy=True)
+    second, problem = _checked(impl, case, inputs, "second call on identical inputs")
+    if problem:
+        return problem
+    if impl.deterministic:
+        a, b = to_float64(first), to_float64(second)
+        differ = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
+        if bool(differ.any()):
+            return cell("property:stateful", "fail",
+                        f"two calls on identical inputs differ bitwise in {int(differ.sum())} element(s) "
+                        f"(max|diff| {float((a - b).abs().nan_to_num(0.0).max()):.3g}); declare "
+                        f"deterministic=False if the implementation is nondeterministic on purpose",
+                        {"differing": int(differ.sum())})
+    else:
+        problem = _rule(case, inputs, second, "second call on identical inputs")
+        if problem:
+            return problem
+    fresh = make_inputs(case, SEED_BASE + 202, impl.backend)
+    same_buffers = (("q", "k", "v") if not case.self_attention else ("q",)) + (("mask",) if inputs.mask is not None else ())
+    for name in same_buffers:
+        _write_in_place(getattr(inputs, name), getattr(fresh, name))
+    for name in ("q64", "k64", "v64", "mask64"):
+        setattr(inputs, name, getattr(fresh, name))
+    third, problem = _checked(impl, case, inputs, "call after new values were written into the same buffers")
+    if problem:
+        return problem
+    problem = _rule(case, inputs, third, "call after new values were written into the same buffers (in place)")
+    return problem or cell("property:stateful", PASS, None, {})

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds one case may take before its worker is killed (default {DEFAULT_TIMEOUT_S:g})")
     parser.add_argument("--trials", type=positive_int, default=3, metavar="N",
                         help="seeded trials per case, fresh inputs each (default 3)")
+    parser.add_argument("--fuzz", type=positive_int, metavar="N",
+                        help="instead of a suite: search N random cases inside each implementation's declared "
+                             "capabilities (Hypothesis), shrink the first failure and print it as a Python reproducer")
+    parser.add_argument("--fuzz-seed", type=int, default=0, metavar="S",
+                        help="the search's seed (default 0); its example database is results/.hypothesis")
     parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
                         help="implementations verified at the same time, each in its own worker (default 2)")
 
@@ -105,8 +110,22 @@ def run(args: argparse.Namespace) -> int:
         path = Path(args.json) if args.json else default_results_path(run_id)
     config = {"suite": args.suite, "trials": args.trials, "timeout_s": args.timeout, "jobs": args.jobs,
               "implementations": [i.name for i in impls], "plugins": list(plugins), **rule_config()}
+    if args.fuzz:
+        config.update(suite=None, fuzz=args.fuzz, fuzz_seed=args.fuzz_seed)
     writer = ResultWriter(path, "verify", config, force=args.force)
     started = wall_clock()
+    if args.fuzz:
+        try:
+            from harness.fuzz import DATABASE_DIR, run_fuzz
+
+            database = (path.parent if args.json and not to_stdout else DATABASE_DIR.parent) / ".hypothesis"
+            cells = run_fuzz(impls, plugins, args.fuzz, args.fuzz_seed, args.timeout, writer, database)
+            writer.finish()
+        except KeyboardInterrupt:
+            raise Interrupted(f"the searches so far are in {path} (complete: false)") from None
+        finally:
+            writer.close()
+        return _present(args, writer, cells, wall_clock() - started, impls, path, to_stdout)
     try:
         cells = VerifyRun(impls, plugins, args.suite, args.trials, args.timeout, writer, jobs=args.jobs,
                           progress_enabled=True).run()
@@ -116,7 +135,11 @@ def run(args: argparse.Namespace) -> int:
                           f"run the same command again to verify everything") from None
     finally:
         writer.close()
-    seconds = wall_clock() - started
+    return _present(args, writer, cells, wall_clock() - started, impls, path, to_stdout)
+
+
+def _present(args: argparse.Namespace, writer: ResultWriter, cells: list[dict], seconds: float, impls: list,
+             path: Path, to_stdout: bool) -> int:
     if to_stdout:
         print(json.dumps(writer.data, indent=1, default=str))
         shutil.rmtree(path.parent, ignore_errors=True)

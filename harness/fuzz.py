@@ -1,0 +1,195 @@
+"""``attnbench verify --fuzz N``: search random cases inside what an implementation declares, and
+shrink the first failure to a minimal case printed as a Python reproducer.
+
+Hypothesis draws cases (batch, heads and the GQA group, Tq, Tk, d, dtype, scale, causal, mask
+kind and rank, inputs, layout, gradients) from the declared capabilities only, checks each
+with the output, gradient and stateful checks (one seeded trial), and on a failure shrinks
+toward the smallest B, H, T, d and the simplest mask, layout and inputs (each axis's first
+value is its simplest). The search is seeded (``--fuzz-seed``), so a run reproduces. Hypothesis
+keeps no database under a fixed seed, so attnbench keeps its own: every minimal failure goes
+to ``results/.hypothesis/<implementation>.json`` and is checked first next time, before any
+search (a fixed bug shows as a pass there, a regression at once).
+
+The whole search for one implementation runs in one worker process (:mod:`harness.isolation`):
+a crash or a hang costs that implementation's search, recorded as such.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
+from harness.registry import Implementation
+
+DATABASE_DIR = Path("results") / ".hypothesis"
+MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "key_padding_holes", "one_masked",
+                        "empty_rows")
+
+
+def case_strategy(impl: Implementation) -> Any:
+    """Hypothesis strategy of kernel cases ``impl`` declares, simplest values first (so they shrink there)."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def cases(draw: Any) -> AttentionCase:
+        kv_heads = draw(st.integers(1, 3))
+        group = draw(st.integers(1, 7)) if impl.gqa else 1
+        tq = draw(st.integers(1, 160))
+        tk = draw(st.one_of(st.just(tq), st.integers(1, 160)))
+        mask = draw(st.sampled_from(MASKS_SIMPLEST_FIRST)) if impl.mask else "none"
+        return AttentionCase(
+            batch=draw(st.integers(1, 3)), heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
+            d=draw(st.integers(1, 128)), dtype=draw(st.sampled_from(impl.dtypes)),
+            device="cpu" if "cpu" in impl.devices else impl.devices[0],
+            causal=draw(st.booleans()) if impl.causal else False,
+            mask=mask, mask_rank=draw(st.sampled_from(MASK_RANKS)) if mask != "none" else "full",
+            scale=draw(st.sampled_from((None, 0.3, 1.0))), inputs=draw(st.sampled_from(INPUTS)),
+            layout=draw(st.sampled_from(LAYOUTS)),
+            grad=draw(st.booleans()) if impl.grad and impl.backend == "torch" else False,
+        )
+
+    return cases()
+
+
+def failing_checks(impl: Implementation, case: AttentionCase) -> list[dict[str, Any]]:
+    """The output, gradient and stateful checks of one case (one trial); the ones that did not pass."""
+    from harness.checks import check_grad, check_output, guarded
+    from harness.stateful import stateful
+
+    results = [guarded("output", lambda: check_output(impl, case, 1))]
+    if case.grad:
+        results.append(guarded("grad", lambda: check_grad(impl, case, 1)))
+    else:
+        results.append(guarded("property:stateful", lambda: stateful(impl, case)))
+    return [r for r in results if r["status"] not in ("pass", "skipped")]
+
+
+def _found(case: AttentionCase, result: dict[str, Any], examples: int, replayed: bool) -> dict[str, Any]:
+    return {"status": result["status"], "case": case.to_dict(), "case_id": case.id, "check": result["check"],
+            "reason": result["reason"], "metrics": result.get("metrics") or {}, "examples": examples,
+            "replayed": replayed}
+
+
+def fuzz_task(plugins: tuple[str, ...], name: str, examples: int, seed: int, saved: list[dict[str, Any]]
+              ) -> dict[str, Any]:
+    """In a worker: the saved minimal failures first, then ``examples`` searched cases; the minimal
+    failure (case, check, reason) or a pass."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+
+    from harness.verify_runner import _worker_impl
+
+    impl, _ = _worker_impl(plugins, name, 1)
+    for fields in saved:
+        case = AttentionCase.from_dict(fields)
+        bad = [] if impl.not_supported_reasons(case) else failing_checks(impl, case)
+        if bad:
+            return _found(case, bad[0], 0, replayed=True)
+    last: dict[str, Any] = {}
+    tried = {"n": 0}
+
+    @hypothesis_seed(seed)
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              print_blob=False)
+    @given(case=case_strategy(impl))
+    def search(case: AttentionCase) -> None:
+        tried["n"] += 1
+        if impl.not_supported_reasons(case):
+            return  # declared but not runnable here (a backend's own limit): not a failure
+        bad = failing_checks(impl, case)
+        if bad:
+            last.update(case=case, result=bad[0])
+            raise AssertionError(bad[0]["reason"])
+
+    try:
+        search()
+    except AssertionError:  # Hypothesis replays the minimal example last: ``last`` holds it
+        return _found(last["case"], last["result"], tried["n"], replayed=False)
+    return {"status": "pass", "examples": tried["n"]}
+
+
+def _load_saved(path: Path) -> list[dict[str, Any]]:
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return saved if isinstance(saved, list) else []
+
+
+def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check: str) -> str:
+    """Copy-paste Python that rebuilds the seeded inputs, makes the call and compares it with the oracle."""
+    fields = ", ".join(f"{k}={v!r}" for k, v in case.items() if k not in ("kind", "pairwise")
+                       and v != AttentionCase.__dataclass_fields__[k].default)
+    lines = [
+        f"# attnbench verify --fuzz: the minimal failing case of {name} ({check})",
+        "from harness.cases import AttentionCase",
+        "from harness.checks import SEED_BASE, call, logit_max, oracle_and_base",
+        "from harness.discovery import load_registry",
+        "from harness.tensors import make_inputs, to_float64",
+        "from harness.tolerance import OUTPUT_M, compare",
+        "",
+        f"impl = load_registry({json.dumps(list(plugins))}).get({name!r})",
+        f"case = AttentionCase({fields})",
+    ]
+    if check == "output":
+        lines += [
+            "inputs = make_inputs(case, SEED_BASE, impl.backend)  # seeded: the same numbers on every run",
+            "out = call(impl, case, inputs)  # q, k, v and causal=, mask=, scale= as the contract passes them",
+            "oracle, base = oracle_and_base(case, inputs)  # float64 oracle; the same formula in the case's dtype",
+            "verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, "
+            "logit_max=logit_max(case, inputs))",
+            'print(case.id, "->", verdict.reason or "passes")',
+        ]
+    else:
+        function = "check_grad(impl, case, 1)" if check == "grad" else "stateful(impl, case)"
+        module = "harness.checks import check_grad" if check == "grad" else "harness.stateful import stateful"
+        lines += [f"from {module}", "", f"result = {function}  # the check, with its seeded inputs",
+                  'print(case.id, "->", result["status"], result["reason"])']
+    return "\n".join(lines) + "\n"
+
+
+def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], examples: int, seed: int, timeout: float,
+             writer: Any, database: Path = DATABASE_DIR) -> list[dict[str, Any]]:
+    """The parent side: one worker per implementation runs its search; a verify cell per implementation."""
+    import sys
+
+    from harness.isolation import OK, Task, WorkerPool
+
+    from harness.results import write_json_atomic
+
+    database.mkdir(parents=True, exist_ok=True)
+    for impl in impls:
+        cell: dict[str, Any] = {"type": "verify", "implementation": impl.name, "kind": impl.kind, "case": None,
+                                "case_id": "-", "group": "fuzz", "check": "fuzz", "status": "skipped",
+                                "reason": None, "metrics": {}, "seconds": 0.0}
+        if impl.kind != "kernel":
+            cell["reason"] = f"--fuzz searches kernel cases; {impl.name} is a {impl.kind} implementation"
+        else:
+            print(f"attnbench verify: fuzzing {impl.name} ({examples} cases, seed {seed})", file=sys.stderr)
+            saved_path = database / f"{impl.name}.json"
+            saved = _load_saved(saved_path)
+            with WorkerPool(timeout=timeout * 10 + 5.0 * examples, start_method="forkserver") as pool:
+                outcome = pool.run(Task(impl.name, fuzz_task, (plugins, impl.name, examples, seed, saved)))
+            cell["seconds"] = round(outcome.seconds, 3)
+            if outcome.status != OK:
+                cell.update(status=outcome.status, reason=f"the search's worker: {outcome.error}")
+            else:
+                found = outcome.value
+                cell["metrics"] = {**found.get("metrics", {}), "examples": found["examples"]}
+                if found["status"] == "pass":
+                    cell["status"] = "pass"
+                else:
+                    text = reproducer(impl.name, plugins, found["case"], found["check"])
+                    cell.update(status=found["status"], case=found["case"], case_id=found["case_id"],
+                                reason=f"minimal failing case ({found['check']}): {found['reason']}")
+                    cell["metrics"]["reproducer"] = text
+                    cell["metrics"]["replayed"] = found["replayed"]
+                    if found["case"] not in saved:
+                        write_json_atomic(saved_path, [*saved, found["case"]])
+                    print(f"\n{impl.name}: minimal failing case {found['case_id']}, reproduce with:\n\n{text}",
+                          file=sys.stderr)
+        writer.cells.append(cell)
+        writer.flush()
+    return list(writer.cells)

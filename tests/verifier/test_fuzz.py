@@ -1,0 +1,55 @@
+"""`attnbench verify --fuzz N`: a seeded search that shrinks a failure to a reproducer that runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+PLUGINS = Path(__file__).parent / "plugins"
+
+
+def _fuzz(tmp: Path, plugin: str, *extra: str) -> tuple[int, dict, str]:
+    out = tmp / "fuzz.json"
+    run = subprocess.run([sys.executable, "-m", "harness", "verify", "--plugin", str(PLUGINS / f"{plugin}.py"),
+                          "--only", plugin, "--fuzz", "200", "--json", str(out), "--force", *extra],
+                         capture_output=True, text=True, timeout=900)
+    return run.returncode, json.loads(out.read_text()), run.stderr
+
+
+def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path: Path) -> None:
+    code, data, err = _fuzz(tmp_path, "broken_query_tail_from_keys")
+    assert code == 1, err
+    [cell] = data["cells"]
+    assert cell["check"] == "fuzz" and cell["status"] == "fail"
+    case = cell["case"]
+    assert case["batch"] == 1 and case["heads"] == 1 and case["d"] == 1 and case["tq"] <= 2, cell["case_id"]
+    assert case["mask"] == "none" and case["layout"] == "contiguous" and case["inputs"] == "randn"
+    reproducer = cell["metrics"]["reproducer"]
+    assert reproducer in err  # printed for copy and paste
+    script = tmp_path / "reproduce.py"
+    script.write_text(reproducer)
+    shown = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(cell["case_id"]) and "max|err|" in shown.stdout and "> bound" in shown.stdout
+
+
+def test_the_search_is_seeded_and_a_found_case_is_replayed_first(tmp_path: Path) -> None:
+    first, second = tmp_path / "a", tmp_path / "b"
+    first.mkdir()
+    second.mkdir()
+    _, a, _ = _fuzz(first, "broken_pointer_cache", "--fuzz-seed", "7")
+    _, b, _ = _fuzz(second, "broken_pointer_cache", "--fuzz-seed", "7")
+    assert a["cells"][0]["case_id"] == b["cells"][0]["case_id"]
+    assert "property:stateful" in a["cells"][0]["reason"]
+    assert json.loads((first / ".hypothesis" / "broken_pointer_cache.json").read_text()) == [a["cells"][0]["case"]]
+    _, again, _ = _fuzz(first, "broken_pointer_cache", "--fuzz-seed", "7")
+    assert again["cells"][0]["metrics"]["replayed"] is True and again["cells"][0]["metrics"]["examples"] == 0
+
+
+def test_a_correct_implementation_survives_the_search(tmp_path: Path) -> None:
+    code, data, err = _fuzz(tmp_path, "unusual_logsumexp")
+    assert code == 0, err
+    [cell] = data["cells"]
+    assert cell["status"] == "pass" and cell["metrics"]["examples"] >= 100

@@ -149,6 +149,7 @@ class VerifyRun:
 
     def run(self) -> list[dict[str, Any]]:
         plans = self.plan()
+        self._record_coverage(plans)
         total = sum(max(len(cases), 1) for _, cases, _ in plans)
         self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
@@ -160,6 +161,17 @@ class VerifyRun:
             with self._lock:
                 self.writer.flush()
         return self.writer.cells
+
+    def _record_coverage(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
+        """How much of each kernel implementation's pairwise space its cases exercise (for the report)."""
+        from harness.pairwise import SUITE_AXES, coverage
+
+        if self.suite not in SUITE_AXES:
+            return
+        self.writer.data["coverage"] = {  # of the cases that run here: a skipped case exercises nothing
+            impl.name: {**coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)]),
+                        "suite": self.suite}
+            for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
         if self.jobs <= 1:

@@ -46,6 +46,8 @@ class Results:
     """One entry per file: path, kind, run_id, command, complete, environment."""
     implementations: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per implementation, whatever the files said about it (description, capabilities), if anything."""
+    coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
 
 
 def read_any(path: Path) -> tuple[str, dict[str, Any]]:
@@ -109,14 +111,15 @@ def load_cells(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     if kind == "attnbench":
         meta = {"path": str(path), "kind": kind, "run_id": data.get("run_id"), "command": data.get("command"),
                 "complete": data.get("complete"), "environment": data.get("environment") or {},
-                "peaks": data.get("peaks") or {}, "implementations": data.get("implementations") or {}}
+                "peaks": data.get("peaks") or {}, "implementations": data.get("implementations") or {},
+                "coverage": data.get("coverage") or {}}
         return meta, list(data.get("cells") or [])
     machine = data.get("machine_info") or {}
     meta = {"path": str(path), "kind": kind, "run_id": Path(path).stem, "command": "pytest-benchmark",
             "complete": True, "environment": {"cpu_model": (machine.get("cpu") or {}).get("brand_raw"),
                                               "python": machine.get("python_version"),
                                               "time": data.get("datetime")},
-            "peaks": {}, "implementations": {}}
+            "peaks": {}, "implementations": {}, "coverage": {}}
     return meta, cells_from_pytest_benchmark(data)
 
 
@@ -197,6 +200,7 @@ def load(paths: Iterable[Path]) -> Results:
     peaks: dict[str, dict[str, Any]] = {}
     sources: list[dict[str, Any]] = []
     implementations: dict[str, dict[str, Any]] = {}
+    coverage: dict[str, dict[str, Any]] = {}
     paths = list(paths)
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
@@ -205,6 +209,7 @@ def load(paths: Iterable[Path]) -> Results:
         sources.append(meta)
         peaks.update(meta.pop("peaks"))
         implementations.update(_implementation_info(meta.pop("implementations")))
+        coverage.update(meta.pop("coverage"))
         for cell in cells:
             if cell.get("type") == "bench":
                 bench_rows.append(bench_row(cell, meta["run_id"] or str(path)))
@@ -212,4 +217,5 @@ def load(paths: Iterable[Path]) -> Results:
                 verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
-    return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations)
+    return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
+                   coverage=coverage)

@@ -52,6 +52,12 @@ def render(report: Report) -> str:
         out.append(f"\nFlagged when off by more than {report.tolerance} (a tiled kernel's memory: only above). Sweeps: "
                    + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in report.complexity.itertuples()})))
     out.append("")
+    if report.results.coverage:
+        out.append("## Pairwise coverage (pairs of declared axis values the verify cases exercised)")
+        out.append(md_table(["implementation", "pairs covered", "of", "%", "suite"],
+                            [(name, c["covered"], c["total"], f"{100 * c['fraction']:.1f}", c.get("suite", ""))
+                             for name, c in sorted(report.results.coverage.items())]))
+        out.append("")
     if not report.matrix.empty:
         out.append("## Correctness matrix")
         rows = []

@@ -72,8 +72,9 @@ def test_case_ids_are_readable_and_validation_names_the_fix() -> None:
     assert case.id == "B3-H8/2-T113x203-d59-float32-mask=random"
     with pytest.raises(UsageError, match="multiple of kv_heads"):
         AttentionCase(heads=3, kv_heads=2)
-    with pytest.raises(UsageError, match="causal cases need tq == tk"):
-        AttentionCase(tq=4, tk=5, causal=True)
+    with pytest.raises(UsageError, match="a mask rank needs a mask"):
+        AttentionCase(mask_rank="2d")
+    assert AttentionCase(tq=4, tk=5, causal=True).id == "B1-H1-T4x5-d16-float32-causal"  # top-left aligned
 
 
 def test_memory_growth_is_declared_data_for_reports() -> None:

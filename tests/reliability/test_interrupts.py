@@ -40,7 +40,7 @@ def gated(q, k, v, *, causal=False, mask=None, scale=None):
     return _attend(q, k, v, causal, mask, scale)
 '''
 
-GATED_AT_CALL_10 = KERNEL + '''
+GATED_AT_CALL_60 = KERNEL + '''
 calls = 0
 
 
@@ -48,7 +48,7 @@ calls = 0
 def gated(q, k, v, *, causal=False, mask=None, scale=None):
     global calls
     calls += 1
-    if calls == 10:  # cases before this one are checked and recorded
+    if calls == 60:  # a few cases before this one are checked and recorded
         gate("cell")
     return _attend(q, k, v, causal, mask, scale)
 '''
@@ -79,7 +79,7 @@ def test_ctrl_c_mid_cell_stops_bench_with_130_once_and_resume_finishes(tmp_path:
 
 
 def test_ctrl_c_stops_run_at_once_and_says_how_to_finish(tmp_path: Path) -> None:
-    plugin = plugin_file(tmp_path, GATED_AT_CALL_10)
+    plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
     proc = attnbench("run", "--plugin", str(plugin), "--only", "gated", "--results-dir", str(tmp_path / "results"),
                      "--reports-dir", str(tmp_path / "reports"))
     wait_started(tmp_path, "cell", proc)  # verify is checking a case
@@ -127,7 +127,7 @@ def test_a_ctrl_c_that_library_code_swallows_still_stops_the_command(tmp_path: P
 
 
 def test_verify_interrupted_says_where_the_partial_file_is(tmp_path: Path) -> None:
-    plugin = plugin_file(tmp_path, GATED_AT_CALL_10)
+    plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
     out = tmp_path / "v.json"
     proc = attnbench("verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small", "--json", str(out))
     wait_started(tmp_path, "cell", proc)

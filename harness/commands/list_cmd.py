@@ -73,7 +73,8 @@ def detail(entry: dict[str, object]) -> str:
     lines = []
     for key, value in entry.items():
         text = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
-        lines.append(textwrap.fill(text, width=width, initial_indent=f"{key + ':':<13}", subsequent_indent=" " * 13))
+        lines.append(textwrap.fill(text, width=width, initial_indent=f"{key + ':':<13}", subsequent_indent=" " * 13,
+                                   break_long_words=False, break_on_hyphens=False))  # wrap at spaces only
     return "\n".join(lines)
 
 

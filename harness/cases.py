@@ -3,7 +3,7 @@
 The id is the pytest id and the report label, so it is short, stable and says what
 differs from the defaults (``B3-H8/2-T113x203-d59-float32-causal-mask=random``).
 Suites of cases are generated from an implementation's declared capabilities
-elsewhere (:mod:`harness.suites`); this module only defines what a case is.
+elsewhere (:mod:`harness.verify.suites`); this module only defines what a case is.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class AttentionCase(CaseRecord):
     bias: str = "none"
     kind: str = "kernel"
     pairwise: bool = False
-    """A row of the covering array (:mod:`harness.pairwise`): checked with one trial and the stateful
+    """A row of the covering array (:mod:`harness.verify.pairwise`): checked with one trial and the stateful
     property only, since its worth is the combination it holds, not repeated draws. Not part of the id."""
 
     def __post_init__(self) -> None:

@@ -149,7 +149,7 @@ class _Worker:
 
 _LIVE: set[_Worker] = set()
 
-FORKSERVER_PRELOAD = ["torch", "numpy", "harness.checks"]
+FORKSERVER_PRELOAD = ["torch", "numpy", "harness.verify.checks"]
 """What a forkserver imports once, so each verify worker starts in milliseconds instead of seconds."""
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench_runner import memory_task
+from harness.bench.runner import memory_task
 from harness.cases import AttentionCase
 from harness.isolation import OK, Task, run_isolated
 

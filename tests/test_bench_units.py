@@ -9,9 +9,9 @@ import pytest
 from harness.cases import AttentionCase
 from harness.errors import UsageError
 from harness.flops import attended_pairs, attention_flops
-from harness.scaling import cell_fits, fit_complexity, fit_exponent
-from harness.stats import is_noisy, summarize
-from harness.sweeps import Budget, PlannedCell, plan, sweep_cases
+from harness.analysis.scaling import cell_fits, fit_complexity, fit_exponent
+from harness.analysis.stats import is_noisy, summarize
+from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
 
 
 def test_forward_flops_are_two_matmuls() -> None:
@@ -135,7 +135,7 @@ def test_predictions_are_calibrated_from_what_this_run_measured() -> None:
 
 def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
     from harness.cli import build_parser
-    from harness.commands.bench_cmd import _settings
+    from harness.cli.bench_cmd import _settings
 
     def settings(*argv: str):  # noqa: ANN202
         return _settings(build_parser().parse_args(["bench", *argv]))

@@ -10,7 +10,7 @@ import pytest
 from test_report_data import bench_cases, write_bench_run, write_verify_run
 
 from harness.cli import main
-from harness.compare import (
+from harness.report.compare import (
     REGRESSION,
     UNCHANGED,
     compare_cell,

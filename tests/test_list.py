@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from harness.commands.list_cmd import SHORT_REASON, short_reason
+from harness.cli.list_cmd import SHORT_REASON, short_reason
 
 LONG = "x" * 30 + " is not supported because: " + "y" * 300 + "; and another reason"
 

@@ -13,8 +13,8 @@ from harness.discovery import load_registry
 from harness.errors import PluginError, UsageError
 from harness.modules.cases import ModuleCase
 from harness.modules.lift import lift
-from harness.modules.reference import composed_mha, reference_output
-from harness.modules.verify import check_module_case, module_cases
+from harness.verify.module_reference import composed_mha, reference_output
+from harness.verify.modules import check_module_case, module_cases
 from harness.modules.weights import MultiheadWeights, make_module_inputs
 from harness.oracle import reference_attention
 from harness.registry import Implementation, make_implementation

@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-import harness.verify_runner  # noqa: F401  (attnbench's own module: a failure to import is a failure)
+import harness.verify.runner  # noqa: F401  (attnbench's own module: a failure to import is a failure)
 
 WRONG_PLUGIN = textwrap.dedent('''
     import numpy as np

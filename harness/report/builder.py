@@ -48,7 +48,7 @@ class Report:
     @property
     def noisy_cells(self) -> tuple[int, int]:
         """(timed cells with IQR/median >= 10%, timed cells): how far to trust small differences."""
-        from harness.stats import NOISY_IQR_OVER_MEDIAN
+        from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
 
         bench = self.results.bench
         if bench.empty:

@@ -3,7 +3,7 @@
 A sweep is the set of cells that differ only along one axis (all other case fields and the
 mode fixed). Of all candidate slices the one with the most points is the report's sweep,
 preferring the forward pass without causal masking, so that a plot shows one clean line per
-implementation. Exponents are the log-log slopes from :func:`harness.scaling.fit_exponent`,
+implementation. Exponents are the log-log slopes from :func:`harness.analysis.scaling.fit_exponent`,
 which leaves out the small sizes where fixed overhead dominates and says which.
 
 Theory: time grows as T^2, d and heads; peak memory as T^2 for an implementation that
@@ -155,7 +155,7 @@ class Row:
 def fit_rows(s: Sweep, quantity: str, value: str,
              implementations: dict[str, dict[str, Any]] | None = None) -> list[Row]:
     """One fitted exponent per implementation along the sweep's axis."""
-    from harness.scaling import fit_exponent
+    from harness.analysis.scaling import fit_exponent
 
     rows = []
     for name, group in s.frame.groupby("implementation", sort=True):

@@ -141,7 +141,7 @@ def _stats(cell: dict[str, Any]) -> dict[str, Any]:
     stats = dict(cell.get("stats") or {})
     samples = cell.get("samples_s") or []
     if samples and stats.get("median") is None:
-        from harness.stats import summarize
+        from harness.analysis.stats import summarize
 
         stats = summarize(samples)
     return stats

@@ -6,7 +6,7 @@
 
 The test id is ``<implementation>-<case id>``; a case the implementation cannot run here is
 skipped with its reason. The checks and the rule are those of ``attnbench verify`` (see
-harness.checks and harness.tolerance), run in this process: a plugin that crashes takes
+harness.verify.checks and harness.verify.tolerance), run in this process: a plugin that crashes takes
 pytest down with it, so use ``attnbench verify`` (worker isolation) to triage a crash.
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.pytest_support import selected_implementations
-from harness.verify_runner import kind_functions
+from harness.pytest_plugin import selected_implementations
+from harness.verify.runner import kind_functions
 
 DEFAULT_SUITE = "small"
 TRIALS = 3

@@ -4,7 +4,7 @@
 shape (``benchmark.group`` is the case id), so each compares implementations at one shape.
 ``extra_info`` carries the shape, the FLOPs of one call and the achieved GFLOP/s (median).
 Set-up (inputs, the implementation's ``prepare``) happens before the timed function. The
-timer synchronises CUDA before reading the clock (:func:`harness.timing.synchronized_perf_counter`).
+timer synchronises CUDA before reading the clock (:func:`harness.bench.timing.synchronized_perf_counter`).
 For the full treatment (peak, memory, fits, isolation) use ``attnbench bench``.
 """
 
@@ -14,9 +14,9 @@ import pytest
 
 from harness.cases import AttentionCase
 from harness.flops import attention_flops
-from harness.pytest_support import selected_implementations
+from harness.pytest_plugin import selected_implementations
 from harness.tensors import make_inputs
-from harness.timing import synchronized_perf_counter
+from harness.bench.timing import synchronized_perf_counter
 
 SHAPES = (
     AttentionCase(batch=1, heads=4, tq=256, d=64),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import itertools
 
 from harness.cases import AttentionCase
-from harness.pairwise import GQA, axes_for, case_values, coverage, pairwise_cases
+from harness.verify.pairwise import GQA, axes_for, case_values, coverage, pairwise_cases
 from harness.registry import make_implementation
-from harness.suites import kernel_cases
+from harness.verify.suites import kernel_cases
 from harness.tensors import make_inputs
 
 

@@ -10,7 +10,7 @@
 - ``block_sizes``: an implementation that declares ``options={"block_q": (...),
   "block_k": (...)}`` gives a result within the rule for several block sizes.
 
-Tolerances come from the same rule as the output check (:mod:`harness.tolerance`): a
+Tolerances come from the same rule as the output check (:mod:`harness.verify.tolerance`): a
 difference between two calls of the implementation may be the sum of two allowed errors,
 ``2 * (m * baseline error + floor)``. Properties run on one seeded trial, and only on
 cases small enough (B*H*Tq*Tk <= PROPERTY_MAX_SCORES) to keep the suites fast.
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
-from harness.checks import (
+from harness.verify.checks import (
     FAIL,
     PASS,
     SEED_BASE,
@@ -41,7 +41,7 @@ from harness.checks import (
 from harness.oracle import allowed_keys, expand_kv
 from harness.registry import Implementation
 from harness.tensors import Inputs, make_inputs, to_float64
-from harness.tolerance import OUTPUT_M, compare, floor_for
+from harness.verify.tolerance import OUTPUT_M, compare, floor_for
 
 PROPERTY_MAX_SCORES = 300_000
 HULL_MAX_ELEMENTS = 3_000_000
@@ -51,7 +51,7 @@ PropertyFn = Callable[[Implementation, AttentionCase], Result]
 
 def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tuple[str, PropertyFn]]:
     """The properties that make sense for this case, in a stable order."""
-    from harness.stateful import stateful
+    from harness.verify.stateful import stateful
 
     if case.grad:
         return []

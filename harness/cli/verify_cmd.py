@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import add_plugin_argument
-from harness.commands.common import format_table, positive_int, positive_number, registry_from_args
+from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
 from harness.errors import Interrupted
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import ResultWriter, new_run_id
-from harness.suites import SUITES
-from harness.verify_runner import (
+from harness.verify.suites import SUITES
+from harness.verify.runner import (
     VerifyRun,
     default_results_path,
     problems,
@@ -65,7 +65,7 @@ def _fmt(x: object) -> str:
 
 def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
     """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
-    from harness.tolerance import describe_rule
+    from harness.verify.tolerance import describe_rule
 
     lines = [f"rule: {describe_rule()}", ""]
     rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
@@ -96,7 +96,7 @@ def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.tolerance import rule_config
+    from harness.verify.tolerance import rule_config
 
     registry = registry_from_args(args)
     impls = registry.select(args.only)
@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     started = wall_clock()
     if args.fuzz:
         try:
-            from harness.fuzz import DATABASE_DIR, run_fuzz
+            from harness.verify.fuzz import DATABASE_DIR, run_fuzz
 
             database = (path.parent if args.json and not to_stdout else DATABASE_DIR.parent) / ".hypothesis"
             cells = run_fuzz(impls, plugins, args.fuzz, args.fuzz_seed, args.timeout, writer, database)

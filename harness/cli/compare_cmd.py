@@ -6,8 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.commands.common import format_table
-from harness.compare import (
+from harness.cli.common import format_table
+from harness.report.compare import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
     HEADERS,

@@ -55,8 +55,8 @@ def case_strategy(impl: Implementation) -> Any:
 
 def failing_checks(impl: Implementation, case: AttentionCase) -> list[dict[str, Any]]:
     """The output, gradient and stateful checks of one case (one trial); the ones that did not pass."""
-    from harness.checks import check_grad, check_output, guarded
-    from harness.stateful import stateful
+    from harness.verify.checks import check_grad, check_output, guarded
+    from harness.verify.stateful import stateful
 
     results = [guarded("output", lambda: check_output(impl, case, 1))]
     if case.grad:
@@ -79,7 +79,7 @@ def fuzz_task(plugins: tuple[str, ...], name: str, examples: int, seed: int, sav
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    from harness.verify_runner import _worker_impl
+    from harness.verify.runner import _worker_impl
 
     impl, _ = _worker_impl(plugins, name, 1)
     for fields in saved:
@@ -125,10 +125,10 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check:
     lines = [
         f"# attnbench verify --fuzz: the minimal failing case of {name} ({check})",
         "from harness.cases import AttentionCase",
-        "from harness.checks import SEED_BASE, call, logit_max, oracle_and_base",
+        "from harness.verify.checks import SEED_BASE, call, logit_max, oracle_and_base",
         "from harness.discovery import load_registry",
         "from harness.tensors import make_inputs, to_float64",
-        "from harness.tolerance import OUTPUT_M, compare",
+        "from harness.verify.tolerance import OUTPUT_M, compare",
         "",
         f"impl = load_registry({json.dumps(list(plugins))}).get({name!r})",
         f"case = AttentionCase({fields})",
@@ -144,7 +144,7 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check:
         ]
     else:
         function = "check_grad(impl, case, 1)" if check == "grad" else "stateful(impl, case)"
-        module = "harness.checks import check_grad" if check == "grad" else "harness.stateful import stateful"
+        module = "harness.verify.checks import check_grad" if check == "grad" else "harness.verify.stateful import stateful"
         lines += [f"from {module}", "", f"result = {function}  # the check, with its seeded inputs",
                   'print(case.id, "->", result["status"], result["reason"])']
     return "\n".join(lines) + "\n"

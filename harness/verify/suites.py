@@ -14,7 +14,7 @@ Suites:
 - ``small``: every feature on tiny shapes (T <= 64): for very slow implementations such as
   a Triton kernel under ``TRITON_INTERPRET=1``, and the default of the pytest conformance suite.
 - ``quick``: every feature, T up to 257 plus one long pair, and a pairwise covering array
-  (:mod:`harness.pairwise`) over every declared axis; all built-ins within 60 s here.
+  (:mod:`harness.verify.pairwise`) over every declared axis; all built-ins within 60 s here.
 - ``full``: the whole matrix of the issue: T in 1 ... 1025, Tq != Tk pairs, d from 8 to 128
   with an odd 59, heads 1/3/8, GQA 8/2 and MQA 8/1, batch 1 and 3, every mask kind, every
   declared dtype, large/rand inputs, transposed/strided layouts, a non-default scale,
@@ -28,7 +28,7 @@ from typing import Any
 
 from harness.cases import AttentionCase
 from harness.errors import UsageError
-from harness.pairwise import SUITE_AXES, pairwise_cases
+from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 from harness.registry import Implementation
 
 SUITES = ("small", "quick", "full")

@@ -8,7 +8,7 @@ by name. Every outcome becomes verify cells written to the :class:`ResultWriter`
 arrives, so nothing measured is lost when a later case kills the run.
 
 Case generation and checking dispatch on ``impl.kind`` through :data:`KINDS`; the
-``module`` entry is imported lazily from ``harness.modules.verify`` (``module_cases``,
+``module`` entry is imported lazily from ``harness.verify.modules`` (``module_cases``,
 ``check_module_case``), and module implementations are skipped with the reason when it
 is not there.
 """
@@ -37,14 +37,14 @@ PROBLEMS = ("fail", "error", "crash", "timeout")
 
 
 def _kernel() -> tuple[CasesFn, CheckFn]:
-    from harness.checks import check_kernel_case
-    from harness.suites import kernel_cases
+    from harness.verify.checks import check_kernel_case
+    from harness.verify.suites import kernel_cases
 
     return kernel_cases, check_kernel_case
 
 
 def _module() -> tuple[CasesFn, CheckFn]:
-    module = importlib.import_module("harness.modules.verify")
+    module = importlib.import_module("harness.verify.modules")
     return module.module_cases, module.check_module_case
 
 
@@ -164,7 +164,7 @@ class VerifyRun:
 
     def _record_coverage(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
         """How much of each kernel implementation's pairwise space its cases exercise (for the report)."""
-        from harness.pairwise import SUITE_AXES, coverage
+        from harness.verify.pairwise import SUITE_AXES, coverage
 
         if self.suite not in SUITE_AXES:
             return

@@ -1,4 +1,4 @@
-"""`attnbench`: the command line. Subcommands live in :mod:`harness.commands`, one module each.
+"""`attnbench`: the command line. Subcommands live in :mod:`harness.cli`, one module each (``<name>_cmd``).
 
 Exit status: 0 success; 1 the command worked and found a problem (a failed case, a
 regression); 2 bad usage or input (unknown flag, missing file, a ``--plugin`` that does
@@ -31,9 +31,9 @@ EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3,
 
 def _command_module(name: str):  # type: ignore[no-untyped-def]
     try:
-        return importlib.import_module(f"harness.commands.{name}_cmd")
+        return importlib.import_module(f"harness.cli.{name}_cmd")
     except ModuleNotFoundError as exc:
-        if exc.name == f"harness.commands.{name}_cmd":
+        if exc.name == f"harness.cli.{name}_cmd":
             return None  # not built yet
         raise
 

@@ -2,7 +2,7 @@
 
 The verify runner dispatches on ``impl.kind`` and calls :func:`module_cases` and
 :func:`check_module_case` for ``kind="module"``. The pass rule is the kernels' rule
-(:func:`harness.tolerance.compare`): ``max|out - ref| <= m * max|base - ref| + floor(dtype)``,
+(:func:`harness.verify.tolerance.compare`): ``max|out - ref| <= m * max|base - ref| + floor(dtype)``,
 with ``ref`` the PyTorch module in float64 and ``base`` the same module in the case's
 dtype (e.g. ``nn.MultiheadAttention`` in float32), and the kernels' ``m`` (2) and floors.
 Measured over the full module suite, correct modules stay within 1.7x PyTorch's own error
@@ -21,11 +21,11 @@ from typing import Any
 import torch
 
 from harness.modules.cases import ModuleCase, module_layers
-from harness.modules.reference import baseline_output, reference_output
+from harness.verify.module_reference import baseline_output, reference_output
 from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.registry import Implementation
 from harness.tensors import dtype_name, to_float64
-from harness.tolerance import OUTPUT_M, compare
+from harness.verify.tolerance import OUTPUT_M, compare
 
 MODULE_M = OUTPUT_M
 SUITES = ("small", "quick", "full")

@@ -111,7 +111,7 @@ def _timing(cell: dict[str, Any]) -> tuple[list[float], float | None]:
     samples = [float(x) for x in cell.get("samples_s") or []]
     median = (cell.get("stats") or {}).get("median")
     if median is None and samples:
-        from harness.stats import summarize
+        from harness.analysis.stats import summarize
 
         median = summarize(samples)["median"]
     return samples, None if median is None else float(median)

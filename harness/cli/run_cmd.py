@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_plugin_argument
-from harness.commands.common import positive_int
+from harness.cli.common import positive_int
 from harness.errors import Interrupted
 from harness.results import RESULTS_DIR, new_run_id
 

@@ -3,7 +3,7 @@
 Worker pools, used one at a time (two cores: a measure must never compete with another): a
 peak worker that runs only the GEMM peak (no plugin code ever runs there), and per
 implementation a fresh timing worker for the timed calls and a memory worker, whose
-allocator is set up for exact RSS accounting (:mod:`harness.memory`), runs the separate
+allocator is set up for exact RSS accounting (:mod:`harness.bench.memory`), runs the separate
 memory measures. Each task has a timeout; a crash, a hang or an exception costs its cell
 only, and is recorded as such. Every cell is written to the result file the moment it is
 known, so an interrupted run leaves a valid file that ``--resume`` finishes.
@@ -22,11 +22,11 @@ from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
 from harness.flops import attention_flops
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.peak import measure_gemm_peak, peak_key
+from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.results import ResultWriter
-from harness.stats import summarize
-from harness.sweeps import Budget, PlannedCell
-from harness.timing import TimingConfig, pin_threads, thread_environment, time_call
+from harness.analysis.stats import summarize
+from harness.bench.sweeps import Budget, PlannedCell
+from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 
 # ---------------------------------------------------------------- worker side
 
@@ -77,7 +77,7 @@ def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode:
 def memory_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
                 threads: int | None) -> dict[str, Any]:
     """Worker (the memory one): peak extra bytes of one call."""
-    from harness.memory import measure, prepare_process
+    from harness.bench.memory import measure, prepare_process
 
     prepare_process()
     pin_threads(threads)

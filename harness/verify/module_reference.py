@@ -75,7 +75,7 @@ def torch_module_output(case: ModuleCase, inputs: ModuleInputs, dtype: str = "fl
 def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: torch.Tensor | None,
                  bias: torch.Tensor | None, *, exact: bool) -> torch.Tensor:
     """Multi-head attention written out; ``exact`` uses the float64 oracle, else the same-dtype formula."""
-    from harness.tolerance import baseline_attention
+    from harness.verify.tolerance import baseline_attention
 
     b, t, h = case.batch, case.seq, case.heads
     q, k, v = F.linear(x, w.in_proj_weight, w.in_proj_bias).chunk(3, dim=-1)

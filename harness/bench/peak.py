@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.stats import summarize
-from harness.timing import TimingConfig, pin_threads, time_call
+from harness.analysis.stats import summarize
+from harness.bench.timing import TimingConfig, pin_threads, time_call
 
 GEMM_SIZE = {"float64": 2048, "float32": 2048, "float16": 1024, "bfloat16": 1024}
 """Side of the square GEMM: large enough to reach the plateau, small enough to take a second or two."""

@@ -18,22 +18,22 @@ from typing import Any
 
 from harness import interrupts
 from harness.cli import add_plugin_argument
-from harness.commands.common import format_table, positive_int, positive_number, registry_from_args
+from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
 from harness.errors import Interrupted, UsageError
 from harness.flops import MODES
 from harness.progress import Progress
 from harness.registry import DTYPES
 from harness.results import RESULTS_DIR, ResultWriter, load_results, new_run_id
-from harness.scaling import OVERHEAD_RULE, cell_fits
-from harness.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
-from harness.sweeps import (
+from harness.analysis.scaling import OVERHEAD_RULE, cell_fits
+from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
+from harness.bench.sweeps import (
     SUITE_CELL_BUDGET_S,
     SUITE_TIMING,
     SUITES,
     free_ram_bytes,
     plan,
 )
-from harness.timing import TimingConfig
+from harness.bench.timing import TimingConfig
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
 DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]
@@ -86,7 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _settings(args: argparse.Namespace) -> Any:
     torch = interrupts.import_torch()
 
-    from harness.bench_runner import BenchSettings
+    from harness.bench.runner import BenchSettings
 
     overrides: dict[str, list[Any]] = {}
     for axis in ("T", "d", "heads", "batch"):
@@ -193,7 +193,7 @@ def _progress_line(cell: dict[str, Any], index: int, total: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench_runner import BenchSettings
+    from harness.bench.runner import BenchSettings
 
     if args.resume is not None:
         data = load_results(args.resume)
@@ -239,7 +239,7 @@ def _run_cells(args: argparse.Namespace, settings: Any, registry: Any, names: li
             progress.line(_progress_line(cell, counter["n"], len(todo)))
         progress.advance(f"{cell['implementation']} {cell['case_id']}")
 
-    from harness.bench_runner import BenchRunner
+    from harness.bench.runner import BenchRunner
 
     try:
         BenchRunner(settings, writer, registry, on_cell).run(todo)

@@ -24,7 +24,7 @@ from harness.cases import AttentionCase
 from harness.oracle import allowed_keys, expand_kv, reference_attention
 from harness.registry import Implementation
 from harness.tensors import TORCH_DTYPES, Inputs, dtype_name, make_inputs, to_float64
-from harness.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
+from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 SEED_BASE = 1000
@@ -231,7 +231,7 @@ def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> Result
 
 def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[Result]:
     """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
-    from harness.properties import applicable_properties
+    from harness.verify.properties import applicable_properties
 
     trials = 1 if case.pairwise else trials  # a covering-array row is worth its combination, not its draws
     results = [guarded("output", lambda: check_output(impl, case, trials))]

@@ -14,7 +14,7 @@ import shutil
 import textwrap
 
 from harness.cli import add_plugin_argument
-from harness.commands.common import format_table, registry_from_args
+from harness.cli.common import format_table, registry_from_args
 from harness.discovery import Registry
 from harness.registry import Implementation
 

@@ -198,6 +198,6 @@ def _slope(points: list[tuple[float, float]], low: float, high: float) -> float:
     pts = sorted(p for p in points if p[0] > 0 and p[1] > 0)
     if len({x for x, _ in pts}) < 2:
         return low if low > 0 else 1.0
-    from harness.scaling import fit_exponent
+    from harness.analysis.scaling import fit_exponent
 
     return min(max(fit_exponent([x for x, _ in pts], [y for _, y in pts]).slope, low), high)

@@ -1,6 +1,6 @@
 """Checks of one kernel case: the output and gradients against the oracle, and the properties.
 
-:func:`check_kernel_case` runs every check that applies to a case and returns one verify
+:func:`harness.verify.case_checks.check_kernel_case` runs every check that applies to a case and returns one verify
 cell body per check: ``{"check", "status", "reason", "metrics"}`` (see
 :mod:`harness.results`). A check that raises becomes ``error`` with the exception's type,
 message and the line that raised; the other checks of the case still run.
@@ -227,16 +227,3 @@ def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> Result
         if not all(v.ok for _, v in verdicts):
             break
     return finish("grad", verdicts, trials)
-
-
-def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[Result]:
-    """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
-    from harness.verify.properties import applicable_properties
-
-    trials = 1 if case.pairwise else trials  # a covering-array row is worth its combination, not its draws
-    results = [guarded("output", lambda: check_output(impl, case, trials))]
-    if case.grad:
-        results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
-    for name, fn in applicable_properties(impl, case):
-        results.append(guarded(f"property:{name}", lambda fn=fn: fn(impl, case)))
-    return results

@@ -37,7 +37,7 @@ PROBLEMS = ("fail", "error", "crash", "timeout")
 
 
 def _kernel() -> tuple[CasesFn, CheckFn]:
-    from harness.verify.checks import check_kernel_case
+    from harness.verify.case_checks import check_kernel_case
     from harness.verify.suites import kernel_cases
 
     return kernel_cases, check_kernel_case

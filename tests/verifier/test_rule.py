@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from harness.cases import AttentionCase
-from harness.verify.checks import check_kernel_case
+from harness.verify.case_checks import check_kernel_case
 from harness.discovery import load_registry
 from harness.oracle import reference_attention
 from harness.registry import make_implementation

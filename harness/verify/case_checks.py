@@ -1,0 +1,23 @@
+"""Every check of one kernel case, in order: the output, the gradients (grad cases), the properties.
+
+Apart from :mod:`harness.verify.checks` because the properties build on those checks: the
+composition sits above both, and neither imports the other's user.
+"""
+
+from __future__ import annotations
+
+from harness.cases import AttentionCase
+from harness.registry import Implementation
+from harness.verify.checks import Result, check_grad, check_output, guarded
+from harness.verify.properties import applicable_properties
+
+
+def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[Result]:
+    """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
+    trials = 1 if case.pairwise else trials  # a covering-array row is worth its combination, not its draws
+    results = [guarded("output", lambda: check_output(impl, case, trials))]
+    if case.grad:
+        results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
+    for name, fn in applicable_properties(impl, case):
+        results.append(guarded(f"property:{name}", lambda fn=fn: fn(impl, case)))
+    return results

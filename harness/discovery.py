@@ -18,11 +18,11 @@ import importlib.util
 import pkgutil
 import sys
 import traceback
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Iterator
 
 from harness.errors import PluginError, UsageError
 from harness.registry import Implementation, declared_in
@@ -147,7 +147,7 @@ def load_plugin(registry: Registry, spec: str) -> None:
             module = importlib.import_module(spec)
         if _collect(registry, module, origin) == 0:
             raise PluginError(f"{origin} registered no implementation; decorate a function with @harness.register")
-    except Exception as exc:  # a broken plugin must never take the others down
+    except Exception as exc:  # noqa: BLE001 - a broken plugin must never take the others down
         registry.errors.append(LoadError(origin, _describe(exc), requested=True))
 
 
@@ -160,7 +160,7 @@ def _load_entry_points(registry: Registry) -> set[str]:
         covered.add(ep.module)
         try:
             _collect(registry, ep.load(), origin)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
             registry.errors.append(LoadError(origin, _describe(exc)))
     return covered
 
@@ -168,7 +168,7 @@ def _load_entry_points(registry: Registry) -> set[str]:
 def _scan_builtins(registry: Registry, covered: set[str]) -> None:
     try:
         package = importlib.import_module(BUILTIN_PACKAGE)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
         registry.errors.append(LoadError(f"package {BUILTIN_PACKAGE}", _describe(exc)))
         return
     missing = [
@@ -183,7 +183,7 @@ def _scan_builtins(registry: Registry, covered: set[str]) -> None:
     for module_name in missing:
         try:
             _collect(registry, importlib.import_module(module_name), f"built-in module {module_name}")
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
             registry.errors.append(LoadError(f"built-in module {module_name}", _describe(exc)))
 
 

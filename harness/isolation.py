@@ -22,9 +22,10 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any, Callable, Iterable
+from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
 OK, ERROR, CRASH, TIMEOUT = "ok", "error", "crash", "timeout"
@@ -98,7 +99,7 @@ def _serve(conn: Connection) -> None:
             reply = (ERROR, None, f"{type(exc).__name__}: {exc}", traceback.format_exc())
         try:
             conn.send(reply)
-        except Exception as exc:  # an unpicklable result is the task's error, not the worker's death
+        except Exception as exc:  # noqa: BLE001 - an unpicklable result is the task's error, not the worker's death
             conn.send((ERROR, None, f"result could not be sent back: {type(exc).__name__}: {exc}", None))
 
 
@@ -120,7 +121,7 @@ class _Worker:
     conn: Connection
 
     @classmethod
-    def start(cls, method: str = "spawn") -> "_Worker":
+    def start(cls, method: str = "spawn") -> _Worker:
         context = _context(method)
         parent, child = context.Pipe()
         process = context.Process(target=_worker_main, args=(child,), daemon=True)
@@ -216,7 +217,7 @@ class WorkerPool:
     def close(self) -> None:
         self._discard(kill=False)
 
-    def __enter__(self) -> "WorkerPool":
+    def __enter__(self) -> WorkerPool:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -60,7 +60,7 @@ class Progress:
             self.stream.flush()
             self._width = 0
 
-    def __enter__(self) -> "Progress":
+    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

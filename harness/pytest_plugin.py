@@ -13,7 +13,6 @@ from harness.errors import UsageError
 from harness.registry import Implementation
 
 
-
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("attnbench")
     group.addoption("--plugin", action="append", default=[], metavar="PATH.py|MODULE",

@@ -15,8 +15,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from harness.errors import PluginError
 
@@ -32,7 +33,7 @@ NUMPY_DTYPES = ("float64", "float32", "float16")
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]
 
-_DECLARED: dict[str, list["Implementation"]] = {}
+_DECLARED: dict[str, list[Implementation]] = {}
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class Implementation:
         """None when the implementation can run on this machine, else the reason it cannot."""
         return _availability(self)
 
-    def not_supported_reasons(self, case: "AttentionCase") -> list[str]:
+    def not_supported_reasons(self, case: AttentionCase) -> list[str]:
         """Every reason this implementation cannot run ``case``; empty when it can."""
         reasons: list[str] = []
         if case.kind != self.kind:
@@ -126,7 +127,7 @@ def _call_available(impl: Implementation, *args: Any) -> str | None:
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a plugin's prints never reach the command's answer
             reason = impl.available(*args)
-    except Exception as exc:  # the check itself broke: that is the reason, stated in full
+    except Exception as exc:  # noqa: BLE001 - the check itself broke: that is the reason, stated in full
         return f"availability check raised {type(exc).__name__}: {exc}"
     if reason is not None and not isinstance(reason, str):
         return f"availability check returned {reason!r}; expected None or a reason string"

@@ -197,7 +197,7 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         qb = _to_backend(q, "numpy", case.layout)
         kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout)
         vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout)
-        mb = None if mask is None else mask.numpy()
+        mb = None if mask is None else mask.numpy()  # type: ignore[assignment]  # numpy backend: arrays throughout
     bias = bias64 = None
     if case.bias == "alibi":
         from harness.positional import alibi_bias

@@ -47,7 +47,8 @@ def pick_blocks(tq: int, tk: int, d: int, heads: int | None = None) -> tuple[int
 
     Measured at d = 64, T = 4096 (B1-H8), on a machine shared with other jobs: 256 x 512 was
     5-30% faster than 128 x 512, 128 x 1024 and 512 x 512 (a 256 x 512 tile is a GEMM big
-    enough for MKL to run near its peak, and a work item's score tile stays within a few MiB). Larger d makes each tile's GEMMs heavier, so the key
+    enough for MKL to run near its peak, and a work item's score tile stays within a few MiB).
+    Larger d makes each tile's GEMMs heavier, so the key
     block shrinks to keep the tile's bytes per core about the same; short sequences use one
     block.
     """

@@ -10,7 +10,8 @@ The weights are loaded in :func:`prepare` (set-up), so only the forward call is 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

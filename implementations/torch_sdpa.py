@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 import re
 import warnings
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
     return sdpa(q, k, v, **kwargs)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
            grad: bool, layout: str) -> str | None:
     """Run the pinned backend on a tiny input of this kind; None if it ran, else PyTorch's reason."""
@@ -86,7 +87,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
-def _mask_shape(case: "AttentionCase") -> tuple[int, ...] | None:
+def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
     """The probe's mask: the case's rank on 8 x 8 (backends accept some mask shapes and not others)."""
     if case.mask == "none":
         return None
@@ -96,7 +97,7 @@ def _mask_shape(case: "AttentionCase") -> tuple[int, ...] | None:
 
 
 def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
-    def available(case: "AttentionCase") -> str | None:
+    def available(case: AttentionCase) -> str | None:
         if case.device == "cpu" and "cpu" not in devices:
             return None  # the declared devices already give the reason
         if case.device == "cuda" and not torch.cuda.is_available():

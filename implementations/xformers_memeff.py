@@ -92,12 +92,12 @@ def from_xformers(out: torch.Tensor, q: torch.Tensor, *, causal: bool, mask: tor
     return torch.where(allowed.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
-def _available(case: "AttentionCase") -> str | None:
+def _available(case: AttentionCase) -> str | None:
     return _dispatch_reason(case.device, case.dtype, case.heads, case.kv_heads, case.d, case.mask != "none",
                             case.causal, case.grad)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _dispatch_reason(device: str, dtype: str, heads: int, kv_heads: int, d: int, mask: bool, causal: bool,
                      grad: bool) -> str | None:
     """xformers' dispatcher asked about one kind of input (cached: it is slow and asked per case)."""

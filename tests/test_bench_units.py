@@ -6,12 +6,12 @@ import math
 
 import pytest
 
-from harness.cases import AttentionCase
-from harness.errors import UsageError
-from harness.flops import attended_pairs, attention_flops
 from harness.analysis.scaling import cell_fits, fit_complexity, fit_exponent
 from harness.analysis.stats import is_noisy, summarize
 from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
+from harness.cases import AttentionCase
+from harness.errors import UsageError
+from harness.flops import attended_pairs, attention_flops
 
 
 def test_forward_flops_are_two_matmuls() -> None:
@@ -137,7 +137,7 @@ def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
     from harness.cli import build_parser
     from harness.cli.bench_cmd import _settings
 
-    def settings(*argv: str):  # noqa: ANN202
+    def settings(*argv: str):
         return _settings(build_parser().parse_args(["bench", *argv]))
 
     assert settings().cell_budget_s == 20.0  # the quick suite's own cells keep its budget

@@ -10,6 +10,7 @@ import pytest
 from test_report_data import bench_cases, write_bench_run, write_verify_run
 
 from harness.cli import main
+from harness.errors import UsageError
 from harness.report.compare import (
     REGRESSION,
     UNCHANGED,
@@ -18,7 +19,6 @@ from harness.report.compare import (
     min_p_value,
     parse_threshold,
 )
-from harness.errors import UsageError
 
 CELLS = len(bench_cases())  # bench cells per implementation
 

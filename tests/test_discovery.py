@@ -80,7 +80,7 @@ def test_a_plugin_reusing_a_builtin_name_is_an_error_naming_both_sources(tmp_pat
         assert "could not load" not in result.stderr and "all passed" not in result.stdout
 
 
-def test_plugin_module_name_and_missing_file(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_plugin_module_name_and_missing_file(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "plugin_as_module.py").write_text(PLUGIN.format(name="by_module_name"))
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "by_module_name" in load_registry(["plugin_as_module"])

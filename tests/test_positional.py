@@ -7,8 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from harness.positional import (ROPE_CONVENTIONS, alibi_bias, alibi_slopes, apply_rope, rope_angles,
-                                rope_permutation, rope_tables)
+from harness.positional import (
+    ROPE_CONVENTIONS,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_angles,
+    rope_permutation,
+    rope_tables,
+)
 from implementations.module_numpy_mha import rope_numpy
 from implementations.module_torch_mha import rope_torch
 

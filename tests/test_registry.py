@@ -9,7 +9,7 @@ from harness.cases import AttentionCase
 from harness.registry import make_implementation
 
 
-def _fn(q, k, v, *, causal=False, mask=None, scale=None):  # noqa: ANN001, ANN202
+def _fn(q, k, v, *, causal=False, mask=None, scale=None):
     return q
 
 
@@ -56,7 +56,7 @@ def test_prepare_form_separates_setup_from_the_call() -> None:
     calls = []
 
     @register("prepared_example", backend="numpy", prepare=True)
-    def prepared(q, k, v, *, causal=False, mask=None, scale=None):  # noqa: ANN001, ANN202
+    def prepared(q, k, v, *, causal=False, mask=None, scale=None):
         calls.append("setup")
         return lambda: calls.append("call") or q
 

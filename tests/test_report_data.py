@@ -11,9 +11,9 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from harness.analysis.stats import summarize
 from harness.cases import AttentionCase
 from harness.results import ResultWriter
-from harness.analysis.stats import summarize
 
 SPEED = {"numpy_naive": 2.0e-10, "torch_eager": 1.0e-10, "tiled": 1.5e-10, "torch_sdpa": 0.4e-10}
 """Seconds per unit of H·T²·d (at B=1)."""

@@ -18,15 +18,15 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness.analysis.stats import summarize
+from harness.bench.peak import measure_gemm_peak, peak_key
+from harness.bench.sweeps import Budget, PlannedCell
+from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
 from harness.flops import attention_flops
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.results import ResultWriter
-from harness.analysis.stats import summarize
-from harness.bench.sweeps import Budget, PlannedCell
-from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 
 # ---------------------------------------------------------------- worker side
 

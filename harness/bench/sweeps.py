@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ SUITES: dict[str, list[dict[str, tuple[Any, ...]]]] = {
     ],
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
-SUITE_TIMING = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7}}
+SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7}}
 SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0}
 
 
@@ -62,7 +62,7 @@ class PlannedCell:
         return ("bench", self.implementation, self.case.id, self.mode)
 
 
-def sweep_cases(suite: str, overrides: dict[str, Sequence[Any]] | None = None,
+def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None,
                 device: str = "cpu") -> list[tuple[AttentionCase, str]]:
     """(case, mode) pairs of a suite with axis overrides applied, deduplicated, in order."""
     if suite not in SUITES:
@@ -84,7 +84,7 @@ def sweep_cases(suite: str, overrides: dict[str, Sequence[Any]] | None = None,
     return list(seen.values())
 
 
-def plan(suite: str, implementations: Iterable[str], overrides: dict[str, Sequence[Any]] | None = None,
+def plan(suite: str, implementations: Iterable[str], overrides: Mapping[str, Sequence[Any]] | None = None,
          device: str = "cpu") -> list[PlannedCell]:
     """Every implementation x every (case, mode) of the suite, smallest work first per implementation."""
     pairs = sweep_cases(suite, overrides, device)

@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import traceback
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness import __version__, interrupts
 from harness.errors import AttnbenchError

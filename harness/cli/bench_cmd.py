@@ -17,13 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from harness import interrupts
-from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
-from harness.errors import Interrupted, UsageError
-from harness.flops import MODES
-from harness.progress import Progress
-from harness.registry import DTYPES
-from harness.results import RESULTS_DIR, ResultWriter, load_results, new_run_id
 from harness.analysis.scaling import OVERHEAD_RULE, cell_fits
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.bench.sweeps import (
@@ -34,6 +27,13 @@ from harness.bench.sweeps import (
     plan,
 )
 from harness.bench.timing import TimingConfig
+from harness.cli import add_plugin_argument
+from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
+from harness.errors import Interrupted, UsageError
+from harness.flops import MODES
+from harness.progress import Progress
+from harness.registry import DTYPES
+from harness.results import RESULTS_DIR, ResultWriter, load_results, new_run_id
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
 DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]

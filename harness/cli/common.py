@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from harness import interrupts
 from harness.discovery import Registry, load_registry

@@ -22,7 +22,6 @@ from harness.cli.common import format_table, positive_int, positive_number, regi
 from harness.errors import Interrupted
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import ResultWriter, new_run_id
-from harness.verify.suites import SUITES
 from harness.verify.runner import (
     VerifyRun,
     default_results_path,
@@ -30,6 +29,7 @@ from harness.verify.runner import (
     summarize,
     wall_clock,
 )
+from harness.verify.suites import SUITES
 
 HELP = "check implementations against the float64 oracle (outputs, gradients, properties)"
 DESCRIPTION = __doc__

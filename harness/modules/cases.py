@@ -12,7 +12,7 @@ capability check skips what a module did not declare.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harness.cases import CaseRecord
 from harness.errors import UsageError
@@ -117,7 +117,7 @@ class ModuleCase(CaseRecord):
             parts.append("nobias")
         return "-".join(parts)
 
-    def unsupported_by(self, impl: "Implementation") -> list[str]:
+    def unsupported_by(self, impl: Implementation) -> list[str]:
         """Reasons beyond the registry's flags: the layer and RoPE conventions the module declared.
 
         Module plugins declare them as data in ``options``: ``layers`` (default ``("mha",)``)
@@ -133,11 +133,11 @@ class ModuleCase(CaseRecord):
         return reasons
 
 
-def module_layers(impl: "Implementation") -> tuple[str, ...]:
+def module_layers(impl: Implementation) -> tuple[str, ...]:
     """The layers a module implementation declared in ``options["layers"]`` (default: mha)."""
     return tuple(impl.options.get("layers", ("mha",)))
 
 
-def module_ropes(impl: "Implementation") -> tuple[str, ...]:
+def module_ropes(impl: Implementation) -> tuple[str, ...]:
     """The RoPE conventions a module implementation declared in ``options["rope"]`` (default: none)."""
     return tuple(impl.options.get("rope", ()))

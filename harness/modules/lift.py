@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
+from harness import registry as _registry
 from harness.cases import AttentionCase
 from harness.errors import PluginError
 from harness.positional import ROPE_CONVENTIONS, apply_rope
-from harness import registry as _registry
 from harness.registry import Implementation, make_implementation
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from harness.modules.weights import MultiheadWeights
 
 
-def kernel_case_for(case: "ModuleCase") -> AttentionCase:
+def kernel_case_for(case: ModuleCase) -> AttentionCase:
     """The kernel call a module case makes: (B, H, T, d_model/H), key padding as a boolean mask."""
     return AttentionCase(batch=case.batch, heads=case.heads, tq=case.seq, d=case.head_dim, dtype=case.dtype,
                          device=case.device, causal=case.causal,
@@ -62,7 +63,7 @@ def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
             return apply_rope(torch.from_numpy(np.ascontiguousarray(y)), rope).numpy()
         return apply_rope(y, rope)
 
-    def forward(x: Any, *, heads: int, weights: "MultiheadWeights", mask: Any = None, causal: bool = False,
+    def forward(x: Any, *, heads: int, weights: MultiheadWeights, mask: Any = None, causal: bool = False,
                 bias: Any = None, rope: str | None = None) -> Any:
         b, t, d_model = x.shape
         qkv = x @ weights.in_proj_weight.T

@@ -15,8 +15,9 @@ question the implementation was asked.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ class MultiheadWeights:
     out_proj_weight: Any
     out_proj_bias: Any | None
 
-    def map(self, fn: Callable[[Any], Any]) -> "MultiheadWeights":
+    def map(self, fn: Callable[[Any], Any]) -> MultiheadWeights:
         """The same weights with ``fn`` applied to every array (e.g. a dtype or backend change)."""
         return _map(self, fn)
 
@@ -67,7 +68,7 @@ class EncoderLayerWeights:
     ``x = x + attn(norm1(x)); x = x + ff(norm2(x))``."""
     eps: float = 1e-5
 
-    def map(self, fn: Callable[[Any], Any]) -> "EncoderLayerWeights":
+    def map(self, fn: Callable[[Any], Any]) -> EncoderLayerWeights:
         return _map(self, fn)
 
     def load_into(self, layer: torch.nn.TransformerEncoderLayer) -> None:
@@ -163,14 +164,14 @@ def make_module_inputs(case: ModuleCase, seed: int, backend: str = "torch") -> M
     w64 = draw_weights(case, gen)
     mask64 = key_padding(case, gen) if case.mask == "key_padding" else None
     bias64 = alibi_bias(case.heads, case.seq, case.seq) if case.bias == "alibi" else None
-    rounded = lambda t: t.to(dtype).to(torch.float64)  # noqa: E731 - the values the implementation sees
+    rounded = lambda t: t.to(dtype).to(torch.float64)
     x64, w64 = rounded(x64), w64.map(rounded)
     bias64 = None if bias64 is None else rounded(bias64)
     if backend == "torch":
-        to = lambda t: t.to(dtype).to(case.device)  # noqa: E731
+        to = lambda t: t.to(dtype).to(case.device)
         mask = None if mask64 is None else mask64.to(case.device)
     else:
-        to = lambda t: t.numpy().astype(case.dtype)  # noqa: E731
-        mask = None if mask64 is None else mask64.numpy()
+        to = lambda t: t.numpy().astype(case.dtype)
+        mask = None if mask64 is None else mask64.numpy()  # type: ignore[assignment]  # numpy backend
     bias = None if bias64 is None else to(bias64)
     return ModuleInputs(to(x64), w64.map(to), mask, bias, x64, w64, mask64, bias64)

@@ -14,11 +14,9 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report import html, markdown, plots, tables
+from harness.report import DEFAULT_BASELINE, html, markdown, plots, tables
 from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
 from harness.report.load import Results, load
-
-from harness.report import DEFAULT_BASELINE
 
 
 @dataclass

@@ -118,13 +118,13 @@ def render(report: Report) -> str:
     if not report.matrix.empty:
         parts.append("<h2>Correctness</h2>" + matrix_table(report.matrix))
         if report.results.coverage:
-            rows = "".join(f"<tr><td>{esc(name)}</td><td>{c['covered']} of {c['total']}</td>"
+            coverage = "".join(f"<tr><td>{esc(name)}</td><td>{c['covered']} of {c['total']}</td>"
                            f"<td>{100 * c['fraction']:.1f}%</td><td>{esc(c.get('suite', ''))}</td></tr>"
                            for name, c in sorted(report.results.coverage.items()))
             parts.append("<h3>Pairwise coverage</h3><p><small>Of every pair of values of two declared axes (dtype, "
                          "scale, causal, mask kind and rank, GQA ratio, Tq, Tk, d, inputs, layout, grad, batch), "
                          "how many the verify cases exercised together.</small></p><table><tr><th>implementation"
-                         f"</th><th>pairs</th><th>covered</th><th>suite</th></tr>{rows}</table>")
+                         f"</th><th>pairs</th><th>covered</th><th>suite</th></tr>{coverage}</table>")
         if not report.failures.empty:
             parts.append("<h3>Failing cases</h3>" + frame_table(report.failures, ["ratio", "max_abs_err", "rel_l2"]))
     if not report.speedup.empty:

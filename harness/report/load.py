@@ -156,7 +156,7 @@ def bench_row(cell: dict[str, Any], source: str) -> dict[str, Any]:
     row.update({c: case.get(c) for c in CASE_COLUMNS})
     row.update({c: stats.get(c) for c in STAT_COLUMNS})
     extra = memory.get("peak_extra_bytes")
-    out = memory.get("output_bytes") or output_bytes(case, row["mode"])
+    out = memory.get("output_bytes") or output_bytes(case, str(row["mode"]))
     row.update({"flops": cell.get("flops"), "gflops": cell.get("gflops"), "pct_peak": cell.get("pct_peak"),
                 "peak_extra_bytes": extra, "output_bytes": out,
                 "peak_bytes": None if extra is None or out is None else extra + out,

@@ -60,14 +60,14 @@ def render(report: Report) -> str:
         out.append("")
     if not report.matrix.empty:
         out.append("## Correctness matrix")
-        rows = []
+        matrix_rows: list[list[Any]] = []
         for impl in report.matrix.index:
             row: list[Any] = [impl]
             for group in report.matrix.columns:
                 cell = report.matrix.at[impl, group]
                 row.append(f"{ICON.get(cell['status'], '')} {cell['text']}" if isinstance(cell, dict) else "")
-            rows.append(row)
-        out += [md_table(["implementation", *report.matrix.columns], rows), ""]
+            matrix_rows.append(row)
+        out += [md_table(["implementation", *report.matrix.columns], matrix_rows), ""]
         if not report.failures.empty:
             out.append("### Failing cases")
             shown = report.failures.head(MAX_FAILURES)

@@ -33,8 +33,9 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from harness import __version__
 from harness.errors import UsageError

@@ -6,6 +6,8 @@ composition sits above both, and neither imports the other's user.
 
 from __future__ import annotations
 
+import functools
+
 from harness.cases import AttentionCase
 from harness.registry import Implementation
 from harness.verify.checks import Result, check_grad, check_output, guarded
@@ -19,5 +21,5 @@ def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) ->
     if case.grad:
         results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
     for name, fn in applicable_properties(impl, case):
-        results.append(guarded(f"property:{name}", lambda fn=fn: fn(impl, case)))
+        results.append(guarded(f"property:{name}", functools.partial(fn, impl, case)))
     return results

@@ -156,7 +156,6 @@ def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], examples: in
     import sys
 
     from harness.isolation import OK, Task, WorkerPool
-
     from harness.results import write_json_atomic
 
     database.mkdir(parents=True, exist_ok=True)

@@ -21,10 +21,10 @@ from typing import Any
 import torch
 
 from harness.modules.cases import ModuleCase, module_layers
-from harness.verify.module_reference import baseline_output, reference_output
 from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.registry import Implementation
 from harness.tensors import dtype_name, to_float64
+from harness.verify.module_reference import baseline_output, reference_output
 from harness.verify.tolerance import OUTPUT_M, compare
 
 MODULE_M = OUTPUT_M
@@ -104,7 +104,7 @@ def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> dict[s
         inputs = make_module_inputs(case, seed, impl.backend)
         try:
             out = run_module(impl, case, inputs)
-        except Exception as exc:  # the implementation's failure is the result, stated in full
+        except Exception as exc:  # noqa: BLE001 - the implementation's failure is the result, stated in full
             return _result("output", "error", f"{type(exc).__name__}: {exc}", {"trials": seed + 1})
         got_dtype = dtype_name(out)
         if got_dtype != case.dtype:
@@ -145,7 +145,7 @@ def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bo
         try:
             y1 = to_float64(run_module(impl, case, inputs))
             y2 = to_float64(run_module(impl, case, changed))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
             return _result("property:mask", "error", f"{type(exc).__name__}: {exc}", {"trials": seed + 1})
         keep = ~hidden[:, row, :] & (torch.arange(t) <= row)[None, :]  # untouched rows that read no touched x
         diff = float((y1 - y2)[keep].abs().max()) if keep.any() else 0.0

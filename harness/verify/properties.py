@@ -26,6 +26,9 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.oracle import allowed_keys, expand_kv
+from harness.registry import Implementation
+from harness.tensors import Inputs, make_inputs, to_float64
 from harness.verify.checks import (
     FAIL,
     PASS,
@@ -38,9 +41,6 @@ from harness.verify.checks import (
     oracle_and_base,
     structure_problem,
 )
-from harness.oracle import allowed_keys, expand_kv
-from harness.registry import Implementation
-from harness.tensors import Inputs, make_inputs, to_float64
 from harness.verify.tolerance import OUTPUT_M, compare, floor_for
 
 PROPERTY_MAX_SCORES = 300_000

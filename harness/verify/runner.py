@@ -138,7 +138,7 @@ class VerifyRun:
 
     def plan(self) -> list[tuple[Implementation, list[Any], str | None]]:
         """(implementation, its cases, or the reason it has none) for every implementation."""
-        plans = []
+        plans: list[tuple[Implementation, list[Any], str | None]] = []
         for impl in self.impls:
             functions = kind_functions(impl.kind)
             if isinstance(functions, str):

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
-from harness.verify.checks import PASS, SEED_BASE, Result, call, cell, logit_max, oracle_and_base, structure_problem
 from harness.registry import Implementation
 from harness.tensors import Inputs, make_inputs, to_float64
+from harness.verify.checks import PASS, SEED_BASE, Result, call, cell, logit_max, oracle_and_base, structure_problem
 from harness.verify.tolerance import OUTPUT_M, compare
 
 

@@ -28,8 +28,8 @@ from typing import Any
 
 from harness.cases import AttentionCase
 from harness.errors import UsageError
-from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 from harness.registry import Implementation
+from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 
 SUITES = ("small", "quick", "full")
 PRIMARY_DTYPES = ("float32", "float64", "bfloat16", "float16")

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import pytest
 
+from harness.bench.timing import synchronized_perf_counter
 from harness.cases import AttentionCase
 from harness.flops import attention_flops
 from harness.pytest_plugin import selected_implementations
 from harness.tensors import make_inputs
-from harness.bench.timing import synchronized_perf_counter
 
 SHAPES = (
     AttentionCase(batch=1, heads=4, tq=256, d=64),

@@ -15,6 +15,7 @@ from gates import attnbench, finish, plugin_file, release, wait_started
 
 from harness.results import load_results
 
+
 def _interrupted_lines(err: str) -> int:
     return sum(": interrupted" in line for line in err.splitlines())
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 
 from harness.cases import AttentionCase
-from harness.verify.pairwise import GQA, axes_for, case_values, coverage, pairwise_cases
 from harness.registry import make_implementation
-from harness.verify.suites import kernel_cases
 from harness.tensors import make_inputs
+from harness.verify.pairwise import GQA, axes_for, case_values, coverage, pairwise_cases
+from harness.verify.suites import kernel_cases
 
 
-def _impl(**capabilities: object):  # noqa: ANN202
+def _impl(**capabilities: object):
     return make_implementation("probe", lambda q, k, v, **kw: q, backend="torch", **capabilities)
 
 
@@ -62,7 +62,7 @@ def test_masks_of_every_rank_broadcast_and_paddings_have_their_shape() -> None:
     assert GQA[7] == (14, 2)
 
 
-def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) -> None:  # noqa: ANN001
+def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) -> None:
     from harness.cli import main
 
     result = tmp_path / "verify.json"

@@ -6,14 +6,14 @@ import pytest
 import torch
 
 from harness.cases import AttentionCase
-from harness.verify.case_checks import check_kernel_case
 from harness.discovery import load_registry
 from harness.oracle import reference_attention
 from harness.registry import make_implementation
-from harness.verify.suites import SUITES, kernel_cases
 from harness.tensors import make_inputs
-from harness.verify.tolerance import FLOORS, baseline_attention, compare
+from harness.verify.case_checks import check_kernel_case
 from harness.verify.runner import kind_functions
+from harness.verify.suites import SUITES, kernel_cases
+from harness.verify.tolerance import FLOORS, baseline_attention, compare
 
 REGISTRY = load_registry()
 

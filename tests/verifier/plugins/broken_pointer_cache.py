@@ -5,7 +5,7 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend  # noqa: E402
+from _reference import attend
 
 _CACHE = {}
 

@@ -7,7 +7,7 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend  # noqa: E402
+from _reference import attend
 
 
 @register("broken_right_padding_only", backend="torch", causal=True, mask=True, gqa=True)

@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.errors import PluginError, UsageError
-from harness.registry import Implementation, declared_in
+from harness.registry import Implementation
 
 ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
@@ -105,7 +105,7 @@ def _describe(exc: BaseException) -> str:
 def _collect(registry: Registry, obj: object, origin: str) -> int:
     """Add what ``obj`` (a module or a decorated function) declared; return how many."""
     if isinstance(obj, ModuleType):
-        impls = declared_in(obj.__name__)
+        impls = declared_in(obj)
     elif isinstance(getattr(obj, "__attnbench__", None), Implementation):
         impls = [obj.__attnbench__]  # type: ignore[attr-defined]
     else:
@@ -113,6 +113,28 @@ def _collect(registry: Registry, obj: object, origin: str) -> int:
     for impl in impls:
         registry.add(impl, origin)
     return len(impls)
+
+
+def declared_in(module: ModuleType) -> list[Implementation]:
+    """What ``module`` declares, in definition order: its functions decorated with ``@register``
+    and the implementations it holds as attributes (``my_attention_mha = lift(my_attention)``).
+
+    A decorated function another module defined and this one merely imports is not this
+    module's declaration; an Implementation object reached twice is the same declaration.
+    """
+    found: list[Implementation] = []
+    for value in list(vars(module).values()):
+        if isinstance(value, Implementation):
+            impl = value
+        elif callable(value) and isinstance(getattr(value, "__attnbench__", None), Implementation):
+            if getattr(value, "__module__", None) != module.__name__:
+                continue
+            impl = value.__attnbench__
+        else:
+            continue
+        if not any(impl is seen for seen in found):
+            found.append(impl)
+    return found
 
 
 def _import_file(path: Path) -> ModuleType:

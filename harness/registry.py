@@ -4,10 +4,11 @@ Capabilities are data (as in xformers' ``ops/fmha``): the harness never calls an
 implementation on a case it declared it cannot run; it asks
 :meth:`Implementation.not_supported_reasons` and records the reasons as a skip.
 
-``register`` does not touch a global registry. It attaches an :class:`Implementation`
-to the function and files it under the defining module, so that discovery (see
-:mod:`harness.discovery`) can gather what a module declared even when the module was
-imported before, and can name the module's source in every error.
+``register`` keeps no registry, global or hidden: it checks the declaration against the
+function's signature (as pluggy checks a hook implementation against its spec), attaches
+the :class:`Implementation` to the function as ``__attnbench__`` and returns the function.
+Discovery (:mod:`harness.discovery`) finds declarations as a module's attributes, so a
+module imported before is read the same way, and every error names the plugin's source.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from harness.errors import PluginError
 
@@ -59,8 +60,9 @@ class Implementation:
     available: Callable[..., str | None] | None = None
     description: str = ""
     source: str = "?"
-    options: dict[str, Any] = field(default_factory=dict)
-    """Free-form keyword arguments a test may pass to ``prepare`` (e.g. tile sizes)."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Declared extras, each checked at registration (see :data:`OPTIONS`): tile sizes a property
+    check may pass to ``prepare``, a module's layers and RoPE conventions, a lifted module's kernel."""
 
     def __call__(self, q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
         """Run once, set-up included: the plain-function form of the contract."""
@@ -183,83 +185,108 @@ def _as_tuple(name: str, key: str, value: Any, allowed: tuple[str, ...], source:
     return items
 
 
-def register(name: str, /, **keywords: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FLAGS = ("causal", "mask", "gqa", "grad", "bias")
+MEMORY_GROWTH = ("quadratic", "linear")
+#: The keys ``options=`` may hold, and what each means.
+OPTIONS = {
+    "block_q": "tile sizes along the queries a property check may pass as prepare(..., block_q=)",
+    "block_k": "tile sizes along the keys, passed as block_k=",
+    "layers": "module implementations: the layers they implement (mha, encoder)",
+    "rope": "module implementations: the RoPE conventions they apply (rotate_half, interleaved)",
+    "kernel": "a lifted module: the name of the kernel inside it",
+}
+_MODULE_LAYERS = ("mha", "encoder")
+_ROPE_CONVENTIONS = ("rotate_half", "interleaved")
+
+
+def register(
+    name: str, /, *, backend: str, dtypes: Sequence[str] = ("float32",), devices: Sequence[str] = ("cpu",),
+    causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
+    kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
+    available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
+    options: Mapping[str, Any] | None = None, **unknown: NoReturn,
+) -> Callable[[F], F]:
     """Declare an attention implementation.
 
     ``@register("my_attention", backend="torch", dtypes=("float32",), causal=True)`` on
     ``def f(q, k, v, *, causal=False, mask=None, scale=None)``. With ``prepare=True`` the
     function instead does its set-up and returns a zero-argument closure: only the closure
-    is timed. Keywords: backend (required), dtypes, devices, causal, mask, gqa, grad, bias,
-    kind, available, description, prepare, options. Anything else is an error that names
-    the plugin and its source file.
+    is timed. The declaration is checked when the decorator runs, against the values allowed
+    and against the function's signature; a keyword that is not a parameter here is an
+    error too (and a type error to mypy), each naming the plugin and its source file.
     """
+    keywords: dict[str, Any] = dict(
+        backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
+        kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
+        prepare=prepare, options=options, **unknown)
 
-    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
-        _DECLARED.setdefault(fn.__module__, []).append(impl)
         fn.__attnbench__ = impl  # type: ignore[attr-defined]
         return fn
 
     return decorate
 
 
-_FLAGS = ("causal", "mask", "gqa", "grad", "bias")
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
              "deterministic", *_FLAGS}
-MEMORY_GROWTH = ("quadratic", "linear")
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
-    """Validate the keywords of :func:`register` and build the :class:`Implementation`."""
+    """Validate the keywords of :func:`register` against their allowed values and ``fn``'s
+    signature, and build the :class:`Implementation` (``register`` without the decorator)."""
     source = _source_of(fn)
+
+    def error(text: str) -> PluginError:
+        return PluginError(f"plugin {name!r} ({source}): {text}")
+
     if not isinstance(name, str) or not name.isidentifier():
-        raise PluginError(f"plugin {name!r} ({source}): the name must be an identifier such as 'my_attention'")
+        raise error("the name must be an identifier such as 'my_attention'")
     unknown = sorted(set(keywords) - _KEYWORDS)
     if unknown:
-        raise PluginError(
-            f"plugin {name!r} ({source}): unknown keyword(s) {unknown}; register accepts {sorted(_KEYWORDS)}"
-        )
-    if "backend" not in keywords:
-        raise PluginError(f"plugin {name!r} ({source}): backend= is required (one of {BACKENDS})")
+        raise error(f"unknown keyword(s) {unknown}; register accepts {sorted(_KEYWORDS)}")
+    if keywords.get("backend") is None:
+        raise error(f"backend= is required (one of {BACKENDS})")
     backend = keywords["backend"]
     if backend not in BACKENDS:
-        raise PluginError(f"plugin {name!r} ({source}): backend={backend!r}; choose one of {BACKENDS}")
+        raise error(f"backend={backend!r}; choose one of {BACKENDS}")
     dtypes = _as_tuple(name, "dtypes", keywords.get("dtypes", ("float32",)), DTYPES, source)
     if backend == "numpy":
         bad = [d for d in dtypes if d not in NUMPY_DTYPES]
         if bad:
-            raise PluginError(f"plugin {name!r} ({source}): NumPy has no {bad}; numpy plugins take {NUMPY_DTYPES}")
+            raise error(f"NumPy has no {bad}; numpy plugins take {NUMPY_DTYPES}")
     devices = _as_tuple(name, "devices", keywords.get("devices", ("cpu",)), DEVICES, source)
     if backend == "numpy" and devices != ("cpu",):
-        raise PluginError(f"plugin {name!r} ({source}): a numpy plugin runs on devices=('cpu',) only")
+        raise error("a numpy plugin runs on devices=('cpu',) only")
     flags = {}
     for flag in _FLAGS:
         value = keywords.get(flag, False)
         if not isinstance(value, bool):
-            raise PluginError(f"plugin {name!r} ({source}): {flag}={value!r} must be True or False")
+            raise error(f"{flag}={value!r} must be True or False")
         flags[flag] = value
     if flags["grad"] and backend != "torch":
-        raise PluginError(f"plugin {name!r} ({source}): grad=True needs backend='torch' (autograd)")
+        raise error("grad=True needs backend='torch' (autograd)")
     kind = keywords.get("kind", "kernel")
     if kind not in KINDS:
-        raise PluginError(f"plugin {name!r} ({source}): kind={kind!r}; choose one of {KINDS}")
+        raise error(f"kind={kind!r}; choose one of {KINDS}")
     available = keywords.get("available")
     if available is not None and not callable(available):
-        raise PluginError(f"plugin {name!r} ({source}): available= must be a callable returning None or a reason")
+        raise error("available= must be a callable returning None or a reason")
     description = keywords.get("description", "") or (inspect.getdoc(fn) or "").split("\n")[0]
     if not isinstance(description, str):
-        raise PluginError(f"plugin {name!r} ({source}): description= must be a string")
+        raise error("description= must be a string")
     if not callable(fn):
-        raise PluginError(f"plugin {name!r} ({source}): register decorates a function")
+        raise error("register decorates a function")
     memory = keywords.get("memory")
     if memory is not None and memory not in MEMORY_GROWTH:
-        raise PluginError(f"plugin {name!r} ({source}): memory={memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
+        raise error(f"memory={memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
     deterministic = keywords.get("deterministic", True)
     if not isinstance(deterministic, bool):
-        raise PluginError(f"plugin {name!r} ({source}): deterministic={deterministic!r} must be True or False")
-    options = keywords.get("options", {})
-    if not isinstance(options, dict):
-        raise PluginError(f"plugin {name!r} ({source}): options= must be a dict")
+        raise error(f"deterministic={deterministic!r} must be True or False")
+    options = _checked_options(keywords.get("options") or {}, error)
+    _check_signature(fn, kind, flags["bias"], options, error)
     if keywords.get("prepare", False):
         prepare = fn
     else:
@@ -272,6 +299,63 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     )
 
 
-def declared_in(module_name: str) -> list[Implementation]:
-    """The implementations that module ``module_name`` registered when it was imported."""
-    return list(_DECLARED.get(module_name, []))
+def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:
+    if not isinstance(options, Mapping):
+        raise error(f"options= must be a dict with keys from {sorted(OPTIONS)}")
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise error(f"options has unknown key(s) {unknown}; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
+    checked: dict[str, Any] = {}
+    for key, value in options.items():
+        if key == "kernel":
+            if not isinstance(value, str):
+                raise error(f"options['kernel']={value!r} must be the kernel's name")
+            checked[key] = value
+            continue
+        items = (value,) if isinstance(value, (str, int)) else tuple(value)
+        allowed = {"layers": _MODULE_LAYERS, "rope": _ROPE_CONVENTIONS}.get(key)
+        if allowed is not None and (not items or not set(items) <= set(allowed)):
+            raise error(f"options[{key!r}]={items!r}; choose from {allowed}")
+        if allowed is None and not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
+            raise error(f"options[{key!r}]={items!r} must be positive integers (tile sizes)")
+        checked[key] = items
+    return checked
+
+
+def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Any],
+                     error: Callable[[str], PluginError]) -> None:
+    """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to read, the call itself will tell
+    params = signature.parameters.values()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        keywords_taken: set[str] | None = None  # **kwargs takes every keyword
+    else:
+        keywords_taken = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    takes_rest = any(p.kind is p.VAR_POSITIONAL for p in params)
+    if kind == "kernel":
+        needs, arrays, call = {"causal", "mask", "scale"}, 3, "(q, k, v, *, causal, mask, scale)"
+    else:
+        needs, arrays, call = {"heads", "weights", "mask", "causal"}, 1, "(x, *, heads, weights, mask, causal)"
+    if bias:
+        needs.add("bias")
+    declared = {"bias": "bias=True is declared"}
+    for option in ("rope", "block_q", "block_k"):
+        if options.get(option):
+            needs.add(option)
+            declared[option] = f"options[{option!r}] is declared"
+    if len(positional) < arrays and not takes_rest:
+        raise error(f"{fn.__name__}{signature} takes {len(positional)} positional argument(s); the harness calls "
+                    f"it as {fn.__name__}{call}")
+    missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
+    if missing:
+        reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
+        raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "
+                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s), or **kwargs")
+    required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
+    if required:
+        raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "
+                    f"give them defaults")

@@ -111,7 +111,6 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
         with sdpa_kernel(getattr(SDPBackend, backend_name)):
             return sdpa(q, k, v, **kwargs)
 
-    run.__module__ = __name__
     return register(
         f"torch_sdpa_{backend_name.split('_')[0].lower()}", backend="torch", dtypes=ALL_DTYPES,
         devices=devices, causal=True, mask=True, gqa=True, grad=True, available=available, memory=memory,

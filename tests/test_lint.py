@@ -24,3 +24,12 @@ def _tool(name: str) -> str:
 def test_the_code_keeps_its_contracts(command: list[str]) -> None:
     run = subprocess.run([_tool(command[0]), *command[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{' '.join(command)} failed:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
+
+
+def test_mypy_catches_a_misspelled_capability_in_a_plugin(tmp_path: Path) -> None:
+    """The contract is typed (harness ships py.typed): a typo in @register is a type error before any run."""
+    plugin = tmp_path / "typo_plugin.py"
+    plugin.write_text('from harness import register\n\n\n@register("typo", backend="torch", cuasal=True)\n'
+                      'def typo(q, k, v, **kwargs):\n    return q\n')
+    run = subprocess.run([_tool("mypy"), str(plugin)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 1 and 'Argument "cuasal" to "register"' in run.stdout, run.stdout + run.stderr

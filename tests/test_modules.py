@@ -178,8 +178,8 @@ def test_a_user_kernel_lifts_into_the_module_suite() -> None:
         return reference_attention(q, k, v, causal=causal, mask=mask, scale=scale).to(q.dtype)
 
     kernel = make_implementation("my_kernel", my_kernel, backend="torch", causal=True, mask=True)
-    lifted = lift(kernel, module="tests.lifted_plugins")
-    assert lifted.name == "my_kernel_mha" and lifted.kind == "module" and "lifts my_kernel" in lifted.source
+    lifted = lift(kernel)
+    assert lifted.name == "my_kernel_mha" and lifted.kind == "module" and "test_modules.py" in lifted.source and "(lifted as my_kernel_mha)" in lifted.source
     case = CLASSIC.with_(causal=True, mask="key_padding", rope="rotate_half")
     assert lifted.not_supported_reasons(case) == []
     assert statuses(check_module_case(lifted, case)) == {"output": "pass", "property:mask": "pass"}
@@ -192,7 +192,7 @@ def test_a_lifted_kernel_that_reads_the_wrong_head_is_rejected() -> None:
     def shifted_heads(q, k, v, *, causal=False, mask=None, scale=None):
         return reference_attention(q, k.roll(1, dims=1), v, causal=causal, mask=mask).to(q.dtype)
 
-    lifted = lift(make_implementation("shifted", shifted_heads, backend="torch"), module="tests.lifted_plugins")
+    lifted = lift(make_implementation("shifted", shifted_heads, backend="torch"))
     assert check_module_case(lifted, CLASSIC)[0]["status"] == "fail"
 
 

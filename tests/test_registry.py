@@ -84,3 +84,65 @@ def test_memory_growth_is_declared_data_for_reports() -> None:
     assert registry.get("numpy_naive").capabilities()["memory"] == "quadratic"
     assert registry.get("tiled").capabilities()["memory"] == "linear"
     assert make_implementation("undeclared", _fn, backend="torch").capabilities()["memory"] is None
+
+
+def _no_mask(q, k, v, *, causal=False, scale=None):
+    return q
+
+
+def _no_bias(q, k, v, *, causal=False, mask=None, scale=None):
+    return q
+
+
+def _two_arrays(q, k, *, causal=False, mask=None, scale=None):
+    return q
+
+
+def _needs_more(q, k, v, *, causal=False, mask=None, scale=None, tile):
+    return q
+
+
+def _no_tiles(q, k, v, *, causal=False, mask=None, scale=None):
+    return q
+
+
+def _any_keywords(q, k, v, **kwargs):
+    return q
+
+
+@pytest.mark.parametrize("fn, keywords, words", [
+    (_no_mask, {"mask": True}, "no parameter `mask` (always passed)"),
+    (_no_bias, {"bias": True}, "no parameter `bias` (bias=True is declared)"),
+    (_two_arrays, {}, "takes 2 positional argument(s)"),
+    (_needs_more, {}, "requires keyword(s) ['tile']"),
+    (_no_tiles, {"options": {"block_q": (16,), "block_k": (16,)}}, "`block_k` (options['block_k'] is declared)"),
+    (_any_keywords, {"options": {"tiles": (16,)}}, "options has unknown key(s) ['tiles']"),
+    (_any_keywords, {"options": {"block_q": (0,)}}, "must be positive integers"),
+], ids=["mask", "bias", "positional", "required-keyword", "tiles", "unknown-option", "bad-tile"])
+def test_the_signature_is_checked_against_the_declaration_at_registration(fn, keywords, words) -> None:
+    """As pluggy checks a hook implementation: a mismatch fails when the decorator runs, not when a case first calls."""
+    with pytest.raises(PluginError) as info:
+        register("mismatched", backend="torch", **keywords)(fn)
+    message = str(info.value)
+    assert "'mismatched'" in message and "test_registry.py" in message and words in message, message
+
+
+def test_register_is_keyword_only_and_returns_the_function() -> None:
+    with pytest.raises(PluginError, match=r"unknown keyword\(s\) \['cuasal'\]"):
+        register("typo", backend="torch", cuasal=True)(_any_keywords)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        register("positional", "torch")(_any_keywords)  # type: ignore[misc]
+    decorated = register("fine", backend="torch", causal=True, mask=True)(_any_keywords)
+    assert decorated is _any_keywords and decorated.__attnbench__.name == "fine"
+
+
+def test_a_plugin_file_with_a_mismatch_fails_to_load_naming_the_file(tmp_path) -> None:
+    from harness.discovery import load_registry
+
+    plugin = tmp_path / "mine.py"
+    plugin.write_text("from harness import register\n\n"
+                      "@register('mine', backend='torch', mask=True)\n"
+                      "def mine(q, k, v, *, causal=False, scale=None):\n    return q\n")
+    registry = load_registry([str(plugin)], builtins=False, entry_points=False)
+    (error,) = registry.fatal_errors
+    assert "mine.py" in str(error) and "'mine'" in str(error) and "`mask`" in str(error), error

@@ -15,14 +15,12 @@ A plugin file lifts its kernel with one line: ``my_attention_mha = lift(my_atten
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from harness import registry as _registry
 from harness.cases import AttentionCase
 from harness.errors import PluginError
 from harness.positional import ROPE_CONVENTIONS, apply_rope
@@ -84,18 +82,14 @@ def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
     return forward
 
 
-def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None,
-         module: str | None = None) -> Implementation:
-    """Register and return the module form of ``kernel``, named ``<kernel>_mha`` unless ``name`` is given.
+def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None) -> Implementation:
+    """The module form of ``kernel``, named ``<kernel>_mha`` unless ``name`` is given.
 
-    ``module`` is the module the declaration is filed under for discovery (default: the
-    caller's), so ``lift`` at the top level of a plugin file makes the lifted module load
-    with that file.
+    Discovery finds it as an attribute of the plugin module that holds it, like a decorated
+    function: ``my_attention_mha = lift(my_attention)`` at the top level of the file.
     """
     impl = _as_impl(kernel)
     forward = lifted_forward(impl)
-    caller = sys._getframe(1)
-    forward.__module__ = module or caller.f_globals.get("__name__", __name__)
     forward.__qualname__ = forward.__name__ = name or f"{impl.name}_mha"
 
     def available(case: Any) -> str | None:
@@ -110,9 +104,5 @@ def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None
         options={"layers": ("mha",), "rope": ROPE_CONVENTIONS, "kernel": impl.name},
         description=f"kernel {impl.name} inside multi-head attention (projections around it)",
     )
-    # Name the line that lifted it (and the kernel's own source), not this file.
-    where = f"{caller.f_code.co_filename}:{caller.f_lineno}"
-    lifted = dataclasses.replace(lifted, source=f"{where} (lifts {impl.name})")
-    _registry._DECLARED.setdefault(forward.__module__, []).append(lifted)  # as register() files it
-    forward.__attnbench__ = lifted  # type: ignore[attr-defined]
-    return lifted
+    # Errors point at the kernel's own source: that is the code a user would fix.
+    return dataclasses.replace(lifted, source=f"{impl.source} (lifted as {lifted.name})")

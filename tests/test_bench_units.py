@@ -12,6 +12,7 @@ from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
 from harness.cases import AttentionCase
 from harness.errors import UsageError
 from harness.flops import attended_pairs, attention_flops
+from harness.results import BenchCell
 
 
 def test_forward_flops_are_two_matmuls() -> None:
@@ -72,11 +73,10 @@ def test_complexity_fit_is_google_benchmark_style() -> None:
     assert 0.01 < rough.rms_rel < 0.2
 
 
-def _cell(t: int, median: float, memory: float | None) -> dict:
+def _cell(t: int, median: float, memory: float | None) -> BenchCell:
     case = AttentionCase(heads=8, tq=t, d=64)
-    return {"type": "bench", "implementation": "x", "case": case.to_dict(), "case_id": case.id, "mode": "fwd",
-            "status": "ok", "stats": {"median": median},
-            "memory": None if memory is None else {"peak_extra_bytes": memory}}
+    return BenchCell(implementation="x", case=case.to_dict(), case_id=case.id, mode="fwd", status="ok",
+                     stats={"median": median}, memory=None if memory is None else {"peak_extra_bytes": memory})
 
 
 def test_cell_fits_group_by_axis() -> None:

@@ -19,14 +19,16 @@ from harness.report.compare import (
     min_p_value,
     parse_threshold,
 )
+from harness.results import BenchCell
 
 CELLS = len(bench_cases())  # bench cells per implementation
 
 KEY = ("impl", "B1-H1-T16-d16-float32", "fwd")
 
 
-def cell(samples: list[float], status: str = "ok") -> dict:
-    return {"type": "bench", "status": status, "samples_s": samples, "stats": None}
+def cell(samples: list[float], status: str = "ok") -> BenchCell:
+    return BenchCell(implementation=KEY[0], case={}, case_id=KEY[1], mode=KEY[2], status=status,
+                     samples_s=tuple(samples))
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +139,8 @@ def _many_samples_run(path: Path, seed: int, slow: float, n: int) -> Path:
 
     rng = random.Random(seed)
     writer = ResultWriter(path, "bench", {"suite": "synthetic"})
-    writer.cells.extend(bench_cell("tiled", case, rng, slow, n=n) for case in bench_cases()[:2])
+    for case in bench_cases()[:2]:
+        writer.append(bench_cell("tiled", case, rng, slow, n=n))
     writer.finish()
     return path
 

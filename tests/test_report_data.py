@@ -13,7 +13,8 @@ from pathlib import Path
 
 from harness.analysis.stats import summarize
 from harness.cases import AttentionCase
-from harness.results import ResultWriter
+from harness.results import BenchCell, ResultWriter, VerifyCell
+from harness.results.schema import cell_from_json
 
 SPEED = {"numpy_naive": 2.0e-10, "torch_eager": 1.0e-10, "tiled": 1.5e-10, "torch_sdpa": 0.4e-10}
 """Seconds per unit of H·T²·d (at B=1)."""
@@ -37,15 +38,15 @@ def memory_bytes(name: str, case: AttentionCase) -> int:
     return 3 * 4 * h * t * d + 4 * h * t * 2 + 128 * 1024
 
 
-def bench_cell(name: str, case: AttentionCase, rng: random.Random, slow: float = 1.0, n: int = 15) -> dict:
+def bench_cell(name: str, case: AttentionCase, rng: random.Random, slow: float = 1.0, n: int = 15) -> BenchCell:
     median = (SPEED[name] * case.batch * case.heads * case.tq * case.tk * case.d + OVERHEAD_S) * slow
     samples = [median * (1 + rng.gauss(0, 0.02)) for _ in range(n)]
     flops = 4 * case.batch * case.heads * case.tq * case.tk * case.d
     stats = summarize(samples)
-    return {"type": "bench", "implementation": name, "case": case.to_dict(), "case_id": case.id, "mode": "fwd",
-            "status": "ok", "reason": None, "samples_s": samples, "stats": stats, "flops": flops,
-            "gflops": flops / stats["median"] / 1e9, "pct_peak": 100 * flops / stats["median"] / 1e9 / 175.0,
-            "memory": {"peak_extra_bytes": memory_bytes(name, case), "method": "synthetic"}, "threads": 2}
+    return BenchCell(implementation=name, case=case.to_dict(), case_id=case.id, mode="fwd", status="ok",
+                     samples_s=tuple(samples), stats=stats, flops=flops, gflops=flops / stats["median"] / 1e9,
+                     peak_key="float32/cpu", threads=2,
+                     memory={"peak_extra_bytes": memory_bytes(name, case), "method": "synthetic"})
 
 
 def write_bench_run(path: Path, *, seed: int = 0, slow: dict[str, float] | None = None,
@@ -58,23 +59,20 @@ def write_bench_run(path: Path, *, seed: int = 0, slow: dict[str, float] | None 
                                    for name in names})
     for name in names:
         for case in bench_cases():
-            writer.cells.append(bench_cell(name, case, rng, (slow or {}).get(name, 1.0)))
-    writer.cells.append({"type": "bench", "implementation": "xformers_memeff", "case": bench_cases()[0].to_dict(),
-                         "case_id": bench_cases()[0].id, "mode": "fwd", "status": "skipped",
-                         "reason": "xformers has no CPU kernels", "samples_s": [], "stats": None, "flops": None,
-                         "gflops": None, "pct_peak": None, "memory": None, "threads": 2})
+            writer.append(bench_cell(name, case, rng, (slow or {}).get(name, 1.0)))
+    writer.append(cell_from_json({"type": "bench", "implementation": "xformers_memeff",
+                                  "case": bench_cases()[0].to_dict(), "case_id": bench_cases()[0].id, "mode": "fwd",
+                                  "status": "skipped", "reason": "xformers has no CPU kernels", "threads": 2}))
     writer.finish()
     return path
 
 
 def verify_cell(name: str, group: str, case: AttentionCase, status: str, ratio: float | None,
-                reason: str | None = None) -> dict:
-    return {"type": "verify", "implementation": name, "case": case.to_dict(), "case_id": case.id, "group": group,
-            "check": "output", "status": status, "reason": reason,
-            "metrics": None if ratio is None else {"max_abs_err": 1e-6 * ratio, "rel_l2": 1e-7, "base_err": 1e-6,
-                                                   "ratio": ratio, "bound": 2e-6, "m": 2, "floor": 1e-6,
-                                                   "worst_index": [0, 0, 0, 0], "trials": 3},
-            "seconds": 0.01}
+                reason: str | None = None) -> VerifyCell:
+    metrics = {} if ratio is None else {"max_abs_err": 1e-6 * ratio, "rel_l2": 1e-7, "base_err": 1e-6, "ratio": ratio,
+                                        "bound": 2e-6, "m": 2, "floor": 1e-6, "worst_index": [0, 0, 0, 0], "trials": 3}
+    return VerifyCell(implementation=name, case=case.to_dict(), case_id=case.id, group=group, check="output",
+                      status=status, reason=reason, metrics=metrics, seconds=0.01)
 
 
 def write_verify_run(path: Path, *, broken: str | None = None) -> Path:
@@ -88,11 +86,11 @@ def write_verify_run(path: Path, *, broken: str | None = None) -> Path:
                                      kv_heads=1 if group == "gqa" else 0,
                                      dtype="float64" if group == "dtypes" else "float32")
                 bad = name == broken and group == "causal"
-                writer.cells.append(verify_cell(name, group, case, "fail" if bad else "pass",
+                writer.append(verify_cell(name, group, case, "fail" if bad else "pass",
                                                 41.5 if bad else 0.3 + 0.1 * i))
     for group in GROUPS:
         case = AttentionCase(heads=2, tq=17, d=32)
-        writer.cells.append(verify_cell("xformers_memeff", group, case, "skipped", None,
+        writer.append(verify_cell("xformers_memeff", group, case, "skipped", None,
                                         "needs a CUDA device; torch.cuda.is_available() is False here"))
     writer.finish()
     return path

@@ -13,8 +13,11 @@ to the mean time (google-benchmark prints it as a percentage).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+from harness.results.schema import BenchCell, Cell, Status
 
 MIN_POINTS = 3
 OVERHEAD_FRACTION = 0.75
@@ -112,13 +115,12 @@ AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads")}
 """Fit axes and the case fields that move together along them."""
 
 
-def _group_key(cell: dict, axis_fields: tuple[str, ...]) -> tuple:
-    case = cell["case"]
-    fixed = tuple(sorted((k, str(v)) for k, v in case.items() if k not in axis_fields))
-    return (cell["implementation"], cell["mode"], fixed)
+def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> tuple:
+    fixed = tuple(sorted((k, str(v)) for k, v in cell.case.items() if k not in axis_fields))
+    return (cell.implementation, cell.mode, fixed)
 
 
-def _fixed_label(case: dict, axis_fields: tuple[str, ...]) -> str:
+def _fixed_label(case: Mapping[str, Any], axis_fields: tuple[str, ...]) -> str:
     parts = {"batch": "B", "heads": "H", "tq": "T", "d": "d"}
     label = [f"{p}{case[k]}" for k, p in parts.items() if k not in axis_fields]
     label.append(case["dtype"])
@@ -127,37 +129,42 @@ def _fixed_label(case: dict, axis_fields: tuple[str, ...]) -> str:
     return "-".join(label)
 
 
-def call_footprint(cell: dict) -> int | None:
+def call_footprint(cell: BenchCell) -> int | None:
     """The memory a call needs: what it returns plus the extra at its peak (None when not measured).
 
     Memory exponents are fitted on this, not on the extra alone: a tiled kernel's extra is a few
     fixed-size tiles, O(1), and only with its O(T) output does it show FlashAttention's O(T).
     """
-    memory = cell.get("memory") or {}
+    memory = cell.memory or {}
     extra = memory.get("peak_extra_bytes")
     if extra is None:
         return None
     return int(extra) + int(memory.get("output_bytes") or 0) or None
 
 
-def cell_fits(cells: Sequence[dict]) -> list[dict[str, object]]:
+def _median(cell: BenchCell) -> float:
+    assert cell.median is not None  # only cells with statistics are fitted
+    return float(cell.median)
+
+
+def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
     """Every fit the ok bench cells allow: time vs T, d, heads; memory vs T; time vs g (O(g) coef).
 
     A fit needs at least three distinct sizes along its axis with everything else fixed.
     """
-    ok = [c for c in cells if c.get("type") == "bench" and c.get("status") == "ok" and c.get("stats")]
+    ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median]
     fits: list[dict[str, object]] = []
     for axis, fields in AXIS_FIELDS.items():
-        groups: dict[tuple, list[dict]] = {}
+        groups: dict[tuple, list[BenchCell]] = {}
         for cell in ok:
             groups.setdefault(_group_key(cell, fields), []).append(cell)
         for (impl, mode, _), members in groups.items():
-            if len({c["case"][fields[0]] for c in members}) < MIN_POINTS:
+            if len({c.case[fields[0]] for c in members}) < MIN_POINTS:
                 continue
-            xs = [c["case"][fields[0]] for c in members]
+            xs = [c.case[fields[0]] for c in members]
             base = {"implementation": impl, "mode": mode, "axis": axis,
-                    "fixed": _fixed_label(members[0]["case"], fields)}
-            fit = fit_exponent(xs, [c["stats"]["median"] for c in members])
+                    "fixed": _fixed_label(members[0].case, fields)}
+            fit = fit_exponent(xs, [_median(c) for c in members])
             fits.append({**base, "quantity": "time", **fit.to_dict()})
             if axis != "T":
                 continue
@@ -165,16 +172,15 @@ def cell_fits(cells: Sequence[dict]) -> list[dict[str, object]]:
             if len({x for x, _ in mem}) >= MIN_POINTS:
                 mfit = fit_exponent([x for x, _ in mem], [y for _, y in mem])
                 fits.append({**base, "quantity": "memory", **mfit.to_dict()})
-    by_impl: dict[tuple, list[dict]] = {}
+    by_impl: dict[tuple, list[BenchCell]] = {}
     for cell in ok:
-        case = cell["case"]
-        by_impl.setdefault((cell["implementation"], cell["mode"], case["dtype"], case["causal"]), []).append(cell)
+        case = cell.case
+        by_impl.setdefault((cell.implementation, cell.mode, case["dtype"], case["causal"]), []).append(cell)
     for (impl, mode, dtype, causal), members in by_impl.items():
         if len(members) < 2:
             continue
-        gs = [c["case"]["batch"] * c["case"]["heads"] * c["case"]["tq"] * c["case"]["tk"] * c["case"]["d"]
-              for c in members]
-        cfit = fit_complexity(gs, [c["stats"]["median"] for c in members])
+        gs = [c.case["batch"] * c.case["heads"] * c.case["tq"] * c.case["tk"] * c.case["d"] for c in members]
+        cfit = fit_complexity(gs, [_median(c) for c in members])
         fits.append({"implementation": impl, "mode": mode, "axis": "g", "quantity": "time",
                      "fixed": dtype + ("-causal" if causal else ""), **cfit.to_dict()})
     return fits

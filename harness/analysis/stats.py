@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 NOISY_IQR_OVER_MEDIAN = 0.10
 """IQR/median at or above this marks a measurement as noisy (bench warns)."""
@@ -46,6 +47,6 @@ def summarize(samples: Sequence[float]) -> dict[str, float | int]:
     }
 
 
-def is_noisy(stats: dict[str, float | int]) -> bool:
+def is_noisy(stats: Mapping[str, Any] | None) -> bool:
     """True when the spread is too large to trust small differences (IQR/median >= 10%)."""
-    return float(stats["iqr_over_median"]) >= NOISY_IQR_OVER_MEDIAN
+    return stats is not None and float(stats["iqr_over_median"]) >= NOISY_IQR_OVER_MEDIAN

@@ -15,7 +15,7 @@ import itertools
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
@@ -26,7 +26,7 @@ from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
 from harness.flops import attention_flops
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.results import ResultWriter
+from harness.results import BenchCell, ResultWriter, Status
 
 # ---------------------------------------------------------------- worker side
 
@@ -121,16 +121,14 @@ class BenchSettings:
         return cls(**known)
 
 
-def skipped_cell(cell: PlannedCell, reason: str) -> dict[str, Any]:
-    return _cell(cell, "skipped", reason)
+def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
+    return _cell(cell, Status.SKIPPED, reason)
 
 
-def _cell(cell: PlannedCell, status: str, reason: str | None) -> dict[str, Any]:
-    return {"type": "bench", "implementation": cell.implementation, "case": cell.case.to_dict(),
-            "case_id": cell.case.id, "mode": cell.mode, "status": status, "reason": reason,
-            "samples_s": [], "stats": None, "flops": attention_flops(cell.case, cell.mode),
-            "gflops": None, "pct_peak": None, "memory": None, "threads": None,
-            "peak_key": peak_key(cell.case.dtype, cell.case.device)}
+def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
+    return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
+                     mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
+                     peak_key=peak_key(cell.case.dtype, cell.case.device), **measured)
 
 
 def _failed(outcome: Outcome) -> str:
@@ -141,7 +139,7 @@ class BenchRunner:
     """Measures planned cells into a :class:`ResultWriter`; ``on_cell`` sees each finished cell."""
 
     def __init__(self, settings: BenchSettings, writer: ResultWriter, registry: Registry,
-                 on_cell: Callable[[dict[str, Any]], None] = lambda cell: None) -> None:
+                 on_cell: Callable[[BenchCell], None] = lambda cell: None) -> None:
         self.settings = settings
         self.writer = writer
         self.registry = registry
@@ -152,12 +150,10 @@ class BenchRunner:
 
     def run(self, cells: list[PlannedCell]) -> None:
         done = self.writer.done_keys()
-        for cell_dict in self.writer.cells:  # a resumed run predicts from what it measured before
-            if cell_dict.get("status") == "ok" and cell_dict.get("stats"):
-                planned = PlannedCell(cell_dict["implementation"], AttentionCase.from_dict(cell_dict["case"]),
-                                      cell_dict["mode"])
-                memory = (cell_dict.get("memory") or {}).get("peak_extra_bytes")
-                self.budget.record(planned, cell_dict["stats"]["median"], memory)
+        for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
+            if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
+                planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
+                self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
             todo = [cell for cell in cells if cell.key not in done]
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
@@ -170,12 +166,13 @@ class BenchRunner:
             self._confirm_peaks(peak_pool)
 
     def _confirm_peaks(self, pool: WorkerPool) -> None:
-        """Measure each peak again after the cells and keep the higher; re-derive every % of peak.
+        """Measure each peak again after the cells and keep the higher, in the run's peaks record.
 
         A transient slowdown (frequency scaling, a neighbour on the cores) only ever lowers a
-        GEMM's rate, so one low reading at the start would inflate every cell's % of peak.
+        GEMM's rate, so one low reading at the start would inflate every cell's % of peak. Cells
+        are not touched: their % of peak is computed on reading, from this record.
         """
-        peaks = self.writer.data.get("peaks", {})
+        peaks = {key: dict(peak) for key, peak in self.writer.run.peaks.items()}
         for key, peak in peaks.items():
             if not peak.get("gflops") or peak.get("confirmed_gflops") is not None:
                 continue
@@ -187,26 +184,24 @@ class BenchRunner:
             if outcome.status == OK:  # the fastest call of either reading, so it never falls below gflops
                 peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0),
                                                   outcome.value.get("fastest_call_gflops", 0.0))
-            for cell in self.writer.cells:
-                if cell.get("peak_key") == key and cell.get("gflops"):
-                    cell["pct_peak"] = 100.0 * cell["gflops"] / peak["gflops"]
         self.writer.set("peaks", peaks)
 
-    def _finish(self, cell: dict[str, Any]) -> None:
+    def _finish(self, cell: BenchCell) -> None:
         self.writer.add(cell)
         self.on_cell(cell)
 
     def _peak(self, dtype: str, device: str, pool: WorkerPool) -> float | None:
         key = peak_key(dtype, device)
-        peaks = self.writer.data.setdefault("peaks", {})
+        peaks = self.writer.run.peaks
         if key not in peaks:
             outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
-            peaks[key] = outcome.value if outcome.status == OK else {"gflops": None, "error": _failed(outcome)}
+            measured = outcome.value if outcome.status == OK else {"gflops": None, "error": _failed(outcome)}
+            peaks = {**peaks, key: measured}
             self.writer.set("peaks", peaks)
         return peaks[key].get("gflops")
 
     def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool,
-                 peak_pool: WorkerPool) -> dict[str, Any]:
+                 peak_pool: WorkerPool) -> BenchCell:
         impl = self.registry.get(cell.implementation)
         reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
         if reasons:
@@ -220,25 +215,19 @@ class BenchRunner:
         args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
         if outcome.status != OK:
-            result = _cell(cell, outcome.status, outcome.error)
-            result["traceback"] = outcome.traceback
-            result["seconds"] = time.perf_counter() - started
-            return result
-        result = _cell(cell, "ok", None)
+            return _cell(cell, Status(outcome.status), outcome.error, traceback=outcome.traceback,
+                         seconds=time.perf_counter() - started)
         samples = outcome.value["samples_s"]
         stats = summarize(samples)
-        result.update(samples_s=samples, stats=stats, threads=outcome.value["threads"],
-                      gflops=result["flops"] / stats["median"] / 1e9)
-        if peak:
-            result["pct_peak"] = 100.0 * result["gflops"] / peak
+        memory = None
         if self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
-            result["memory"] = mem.value if mem.status == OK else {
-                "peak_extra_bytes": None, "method": None, "error": _failed(mem)}
-        self.budget.record(cell, stats["median"], (result["memory"] or {}).get("peak_extra_bytes"))
-        result["seconds"] = time.perf_counter() - started
-        result["predicted_seconds"] = predicted_s
-        result["load_average"] = _load_average()
+            memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
+        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=outcome.value["threads"],
+                       memory=memory, predicted_seconds=predicted_s, load_average=_load_average())
+        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9,
+                         seconds=time.perf_counter() - started)
+        self.budget.record(cell, stats["median"], result.peak_extra_bytes)
         return result
 
 

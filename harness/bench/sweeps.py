@@ -30,6 +30,7 @@ from typing import Any
 from harness.cases import AttentionCase
 from harness.errors import UsageError
 from harness.flops import MODES, attention_flops, work_g
+from harness.results.schema import CellKey
 
 AXES = ("T", "d", "heads", "batch", "dtype", "causal", "mode")
 
@@ -58,8 +59,9 @@ class PlannedCell:
     mode: str
 
     @property
-    def key(self) -> tuple[str, str, str, str]:
-        return ("bench", self.implementation, self.case.id, self.mode)
+    def key(self) -> CellKey:
+        """The key of the cell this plan makes (``BenchCell.key``): what --resume compares."""
+        return CellKey("bench", self.implementation, self.case.id, self.mode)
 
 
 def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None,

@@ -13,27 +13,27 @@ import json
 import math
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import interrupts
-from harness.analysis.scaling import OVERHEAD_RULE, cell_fits
+from harness.analysis.scaling import OVERHEAD_RULE
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.bench.sweeps import (
     SUITE_CELL_BUDGET_S,
     SUITE_TIMING,
     SUITES,
     free_ram_bytes,
-    plan,
 )
 from harness.bench.timing import TimingConfig
 from harness.cli import add_plugin_argument
 from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
-from harness.errors import Interrupted, UsageError
+from harness.errors import UsageError
 from harness.flops import MODES
 from harness.progress import Progress
 from harness.registry import DTYPES
-from harness.results import RESULTS_DIR, ResultWriter, load_results, new_run_id
+from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
 DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]
@@ -144,33 +144,32 @@ def _fmt_bytes(n: float | None) -> str:
     return f"{int(n)} B"
 
 
-def _memory_text(cell: dict[str, Any]) -> str:
-    memory = cell.get("memory")
-    if not memory:
+def _memory_text(cell: BenchCell) -> str:
+    if not cell.memory:
         return "-"
-    if memory.get("peak_extra_bytes") is None:
+    if cell.peak_extra_bytes is None:
         return "error"
-    return _fmt_bytes(memory["peak_extra_bytes"])
+    return _fmt_bytes(cell.peak_extra_bytes)
 
 
-def results_table(cells: list[dict[str, Any]]) -> str:
+def results_table(run: Run) -> str:
     rows = []
-    for c in cells:
-        if c["status"] == "skipped":
+    for c in run.bench_cells():
+        if c.status == Status.SKIPPED:
             continue
-        if c["status"] != "ok":
-            rows.append((c["implementation"], c["case_id"], c["mode"], c["status"], "-", "-", "-", "-"))
+        if c.status != Status.OK or not c.stats:
+            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", "-"))
             continue
-        s = c["stats"]
+        s = c.stats
         spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
-        pct = "-" if c.get("pct_peak") is None else f"{c['pct_peak']:.0f}%"
-        rows.append((c["implementation"], c["case_id"], c["mode"], _fmt_time(s["median"]), spread,
-                     f"{c['gflops']:.1f}", pct, _memory_text(c)))
+        pct = run.pct_peak(c)
+        rows.append((c.implementation, c.case_id, c.mode, _fmt_time(s["median"]), spread,
+                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", _memory_text(c)))
     return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
                          "peak extra mem"), rows)
 
 
-def fits_table(fits: list[dict[str, Any]]) -> str:
+def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for f in fits:
         if f["axis"] == "g":
@@ -185,70 +184,48 @@ def fits_table(fits: list[dict[str, Any]]) -> str:
                          "left out (overhead)"), rows)
 
 
-def _progress_line(cell: dict[str, Any], index: int, total: int) -> str:
-    head = f"[{index}/{total}] {cell['implementation']} {cell['case_id']} {cell['mode']}: {cell['status']}"
-    if cell["status"] == "ok":
-        return f"{head} {_fmt_time(cell['stats']['median'])} ({cell['gflops']:.1f} GFLOP/s)"
-    return f"{head} ({cell['reason']})" if cell.get("reason") else head
+def _progress_line(cell: BenchCell, index: int, total: int) -> str:
+    head = f"[{index}/{total}] {cell.implementation} {cell.case_id} {cell.mode}: {cell.status}"
+    if cell.status == Status.OK and cell.median is not None:
+        return f"{head} {_fmt_time(cell.median)} ({cell.gflops:.1f} GFLOP/s)"
+    return f"{head} ({cell.reason})" if cell.reason else head
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench.runner import BenchSettings
+    from harness.bench import resume_settings
+    from harness.bench import run as run_bench
 
     if args.resume is not None:
-        data = load_results(args.resume)
-        if data.get("command") != "bench":
-            raise UsageError(f"{args.resume} is a {data.get('command')!r} result file, not a bench run")
-        settings = BenchSettings.from_dict(data.get("config", {}))
+        settings = resume_settings(args.resume)
         path = args.resume
         if not args.quiet:
-            print(f"attnbench bench: resuming {path} ({len(data['cells'])} cells done); settings come from the file",
-                  file=sys.stderr)
+            print(f"attnbench bench: resuming {path}; settings come from the file", file=sys.stderr)
     else:
         settings = _settings(args)
         path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
     args.plugin = settings.plugins
     registry = registry_from_args(args)
-    # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
-    names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
-    cells = plan(settings.suite, names, settings.overrides, settings.device)
-    writer = ResultWriter(path, "bench", settings.to_dict(), resume=args.resume is not None, force=args.force)
-    try:
-        return _run_cells(args, settings, registry, names, cells, writer, path)
-    except KeyboardInterrupt:
-        raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
-                          f"finish with: attnbench bench --resume {path}") from None
-    finally:
-        writer.close()
-
-
-def _run_cells(args: argparse.Namespace, settings: Any, registry: Any, names: list[str], cells: list[Any],
-               writer: ResultWriter, path: Path) -> int:
-    writer.set("implementations", {  # what reports know of each implementation: they never import plugins
-        impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
-        for impl in registry if impl.name in names})
-    done = writer.done_keys()
-    todo = [c for c in cells if c.key not in done]
-    progress = Progress(len(todo), title="bench", enabled=not args.quiet)
     _warn_if_loaded(settings.threads, args.quiet)
-    counter = {"n": 0}
+    progress: list[Progress] = []
+    counter = {"n": 0, "total": 0}
 
-    def on_cell(cell: dict[str, Any]) -> None:
+    def on_start(todo: int) -> None:
+        counter["total"] = todo
+        progress.append(Progress(todo, title="bench", enabled=not args.quiet))
+
+    def on_cell(cell: BenchCell) -> None:
         counter["n"] += 1
-        if not progress.interactive or cell["status"] not in ("ok", "skipped"):
-            progress.line(_progress_line(cell, counter["n"], len(todo)))
-        progress.advance(f"{cell['implementation']} {cell['case_id']}")
-
-    from harness.bench.runner import BenchRunner
+        if not progress[0].interactive or cell.status not in (Status.OK, Status.SKIPPED):
+            progress[0].line(_progress_line(cell, counter["n"], counter["total"]))
+        progress[0].advance(f"{cell.implementation} {cell.case_id}")
 
     try:
-        BenchRunner(settings, writer, registry, on_cell).run(todo)
+        result = run_bench(settings, path, resume=args.resume is not None, force=args.force, registry=registry,
+                           on_start=on_start, on_cell=on_cell)
     finally:
-        progress.close()
-    fits = cell_fits(writer.cells)
-    writer.data["fits"] = fits
-    writer.finish()
-    return _present(args, writer.data, path)
+        if progress:
+            progress[0].close()
+    return _present(args, result, path)
 
 
 def _warn_if_loaded(threads: int, quiet: bool) -> None:
@@ -265,13 +242,13 @@ def _warn_if_loaded(threads: int, quiet: bool) -> None:
               file=sys.stderr)
 
 
-def _present(args: argparse.Namespace, data: dict[str, Any], path: Path) -> int:
-    cells = data["cells"]
-    problems = [c for c in cells if c["status"] in ("error", "crash", "timeout")]
+def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
+    cells = run.bench_cells()
+    problems = [c for c in cells if c.status.is_problem]
     if args.json:
-        print(json.dumps({"path": str(path), **data}, indent=1, default=str))
+        print(json.dumps({"path": str(path), **run.to_json()}, indent=1, default=str))
         return 1 if problems else 0
-    for key, peak in sorted(data.get("peaks", {}).items()):
+    for key, peak in sorted(run.peaks.items()):
         if peak.get("gflops"):
             readings = ""
             if peak.get("confirmed_gflops"):
@@ -280,31 +257,30 @@ def _present(args: argparse.Namespace, data: dict[str, Any], path: Path) -> int:
         else:
             print(f"peak {key}: not measured ({peak.get('error')})")
     print()
-    print(results_table(cells))
-    skipped: dict[tuple[str, str], int] = {}
+    print(results_table(run))
+    skipped: dict[tuple[str, str | None], int] = {}
     for c in cells:
-        if c["status"] == "skipped":
-            skipped[(c["implementation"], c["reason"])] = skipped.get((c["implementation"], c["reason"]), 0) + 1
+        if c.status == Status.SKIPPED:
+            skipped[(c.implementation, c.reason)] = skipped.get((c.implementation, c.reason), 0) + 1
     if skipped:
         print("\nskipped:")
         for (name, reason), n in skipped.items():
             print(f"  {name} ({n} cell{'s' if n > 1 else ''}): {reason}")
-    fits = data.get("fits") or []
-    if fits:
+    if run.fits:
         print("\nscaling fits (log-log least squares; " + OVERHEAD_RULE + "):")
-        print(fits_table(fits))
-    noisy = [c for c in cells if c["status"] == "ok" and is_noisy(c["stats"])]
+        print(fits_table(run.fits))
+    measured = [c for c in cells if c.status == Status.OK and c.stats]
+    noisy = [c for c in measured if is_noisy(c.stats)]
     if noisy:
-        print(f"attnbench bench: warning: {len(noisy)} of {sum(c['status'] == 'ok' for c in cells)} cells have "
+        print(f"attnbench bench: warning: {len(noisy)} of {len(measured)} cells have "
               f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): the machine is noisy; compare ratios "
               f"within one run, or re-run with a larger --budget", file=sys.stderr)
-    spreads = [c["stats"]["iqr_over_median"] for c in cells if c["status"] == "ok"]
+    spreads = sorted(c.stats["iqr_over_median"] for c in measured if c.stats)
     if spreads and not math.isnan(max(spreads)):
-        spreads.sort()
         print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
     print(f"results: {path}")
     if problems:
         print(f"attnbench bench: {len(problems)} cell(s) failed: "
-              + ", ".join(f"{c['implementation']} {c['case_id']} {c['mode']}: {c['status']}" for c in problems[:5]),
+              + ", ".join(f"{c.implementation} {c.case_id} {c.mode}: {c.status}" for c in problems[:5]),
               file=sys.stderr)
     return 1 if problems else 0

@@ -19,11 +19,10 @@ from pathlib import Path
 
 from harness.cli import add_plugin_argument
 from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
-from harness.errors import Interrupted
 from harness.isolation import DEFAULT_TIMEOUT_S
-from harness.results import ResultWriter, new_run_id
+from harness.registry import Implementation
+from harness.results import Run, Status, VerifyCell, new_run_id
 from harness.verify.runner import (
-    VerifyRun,
     default_results_path,
     problems,
     summarize,
@@ -63,7 +62,7 @@ def _fmt(x: object) -> str:
     return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
-def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
+def report(cells: Sequence[VerifyCell], seconds: float, order: Sequence[str] = ()) -> str:
     """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
     from harness.verify.tolerance import describe_rule
 
@@ -77,16 +76,15 @@ def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
     if bad:
         lines += ["", f"{len(bad)} problem(s):"]
         for c in bad:
-            m = c["metrics"]
+            m = c.metrics
             numbers = "" if not m or m.get("bound") is None else (
                 f" [max_abs_err {_fmt(m.get('max_abs_err'))}, bound {_fmt(m.get('bound'))}, ratio {_fmt(m.get('ratio'))}, "
                 f"rel_l2 {_fmt(m.get('rel_l2'))}, base_err {_fmt(m.get('base_err'))}, worst_index {m.get('worst_index')}]")
-            lines.append(f"  {c['status'].upper():7} {c['implementation']} {c['case_id']} {c['check']}: "
-                         f"{c['reason']}{numbers}")
+            lines.append(f"  {c.status.value.upper():7} {c.implementation} {c.case_id} {c.check}: {c.reason}{numbers}")
     skips: dict[tuple[str, str], int] = {}
     for c in cells:
-        if c["status"] == "skipped":
-            key = (c["implementation"], c["reason"] or "")
+        if c.status == Status.SKIPPED:
+            key = (c.implementation, c.reason or "")
             skips[key] = skips.get(key, 0) + 1
     if skips:
         lines += ["", "skipped:"]
@@ -96,52 +94,34 @@ def report(cells: list[dict], seconds: float, order: Sequence[str] = ()) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.verify.tolerance import rule_config
+    from harness.verify import VerifySettings
+    from harness.verify import run as run_verify
+    from harness.verify.fuzz import DATABASE_DIR
 
     registry = registry_from_args(args)
-    impls = registry.select(args.only)
-    # Workers load the same plugins: absolute paths, so a worker's working directory never matters.
-    plugins = tuple(str(Path(p).resolve()) if p.endswith(".py") or Path(p).exists() else p for p in args.plugin)
     run_id = new_run_id("verify")
     to_stdout = args.json == "-"
     if to_stdout:
         path = Path(tempfile.mkdtemp(prefix="attnbench-")) / f"{run_id}.json"
     else:
         path = Path(args.json) if args.json else default_results_path(run_id)
-    config = {"suite": args.suite, "trials": args.trials, "timeout_s": args.timeout, "jobs": args.jobs,
-              "implementations": [i.name for i in impls], "plugins": list(plugins), **rule_config()}
-    if args.fuzz:
-        config.update(suite=None, fuzz=args.fuzz, fuzz_seed=args.fuzz_seed)
-    writer = ResultWriter(path, "verify", config, force=args.force)
+    settings = VerifySettings(
+        suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
+        timeout_s=args.timeout, jobs=args.jobs, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
+        fuzz_database=path.parent / ".hypothesis" if args.json and not to_stdout else DATABASE_DIR)
     started = wall_clock()
-    if args.fuzz:
-        try:
-            from harness.verify.fuzz import DATABASE_DIR, run_fuzz
-
-            database = (path.parent if args.json and not to_stdout else DATABASE_DIR.parent) / ".hypothesis"
-            cells = run_fuzz(impls, plugins, args.fuzz, args.fuzz_seed, args.timeout, writer, database)
-            writer.finish()
-        except KeyboardInterrupt:
-            raise Interrupted(f"the searches so far are in {path} (complete: false)") from None
-        finally:
-            writer.close()
-        return _present(args, writer, cells, wall_clock() - started, impls, path, to_stdout)
     try:
-        cells = VerifyRun(impls, plugins, args.suite, args.trials, args.timeout, writer, jobs=args.jobs,
-                          progress_enabled=True).run()
-        writer.finish()
-    except KeyboardInterrupt:
-        raise Interrupted(f"{len(writer.cells)} checks so far are in {path} (complete: false); "
-                          f"run the same command again to verify everything") from None
+        result = run_verify(settings, path, force=args.force, registry=registry)
     finally:
-        writer.close()
-    return _present(args, writer, cells, wall_clock() - started, impls, path, to_stdout)
+        if to_stdout and not path.exists():
+            shutil.rmtree(path.parent, ignore_errors=True)
+    return _present(result, wall_clock() - started, registry.select(args.only), path, to_stdout)
 
 
-def _present(args: argparse.Namespace, writer: ResultWriter, cells: list[dict], seconds: float, impls: list,
-             path: Path, to_stdout: bool) -> int:
+def _present(result: Run, seconds: float, impls: list[Implementation], path: Path, to_stdout: bool) -> int:
+    cells = result.verify_cells()
     if to_stdout:
-        print(json.dumps(writer.data, indent=1, default=str))
+        print(json.dumps(result.to_json(), indent=1, default=str))
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
         print(report(cells, seconds, [i.name for i in impls]))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
+from harness.results import BenchCell, Run, Status
 
 DEFAULT_THRESHOLD = 0.25
 DEFAULT_ALPHA = 0.05
@@ -27,7 +28,6 @@ REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 ONLY_BASE, ONLY_NEW, NOT_COMPARABLE = "only in base", "only in new", "not comparable"
 NEWLY_FAILING = "newly failing"
 """Measured in the base run; errored, crashed or timed out in the new one: worse than any slow-down."""
-FAILED = ("error", "crash", "timeout")
 
 
 def parse_threshold(text: str) -> float:
@@ -107,9 +107,9 @@ class Comparison:
                 "warnings": self.warnings, "cells": [asdict(c) for c in self.cells]}
 
 
-def _timing(cell: dict[str, Any]) -> tuple[list[float], float | None]:
-    samples = [float(x) for x in cell.get("samples_s") or []]
-    median = (cell.get("stats") or {}).get("median")
+def _timing(cell: BenchCell) -> tuple[list[float], float | None]:
+    samples = [float(x) for x in cell.samples_s]
+    median = cell.median
     if median is None and samples:
         from harness.analysis.stats import summarize
 
@@ -117,15 +117,15 @@ def _timing(cell: dict[str, Any]) -> tuple[list[float], float | None]:
     return samples, None if median is None else float(median)
 
 
-def compare_cell(key: tuple[str, str, str], base: dict[str, Any], new: dict[str, Any], threshold: float,
+def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, threshold: float,
                  alpha: float) -> CellComparison:
     """One cell's verdict from its two runs."""
-    out = CellComparison(*key, verdict=NOT_COMPARABLE, base_status=base.get("status"), new_status=new.get("status"))
-    if base.get("status") != "ok" or new.get("status") != "ok":
-        out.note = f"status: base {base.get('status')}, new {new.get('status')}"
-        if base.get("status") == "ok" and new.get("status") in FAILED:
+    out = CellComparison(*key, verdict=NOT_COMPARABLE, base_status=base.status.value, new_status=new.status.value)
+    if base.status != Status.OK or new.status != Status.OK:
+        out.note = f"status: base {base.status}, new {new.status}"
+        if base.status == Status.OK and new.status.is_problem:
             out.verdict = NEWLY_FAILING
-            out.note += f" ({new.get('reason')})"
+            out.note += f" ({new.reason})"
         return out
     (xs, out.base_median), (ys, out.new_median) = _timing(base), _timing(new)
     out.n_base, out.n_new = len(xs), len(ys)
@@ -154,15 +154,14 @@ def compare_cell(key: tuple[str, str, str], base: dict[str, Any], new: dict[str,
     return out
 
 
-def _index(cells: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
-    return {(str(c.get("implementation")), str(c.get("case_id")), str(c.get("mode") or "fwd")): c
-            for c in cells if c.get("type") == "bench"}
+def _index(run: Run) -> dict[tuple[str, str, str], BenchCell]:
+    return {(c.implementation, c.case_id, c.mode or "fwd"): c for c in run.bench_cells()}
 
 
-def _environment_warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+def _environment_warnings(base: Run, new: Run) -> list[str]:
     warnings = []
     for key in ("cpu_model", "threads", "torch", "gpu"):
-        a, b = (base.get("environment") or {}).get(key), (new.get("environment") or {}).get(key)
+        a, b = base.environment.get(key), new.environment.get(key)
         if a is not None and b is not None and a != b:
             warnings.append(f"the runs differ in {key}: {a} vs {b}; the comparison may reflect the machine")
     return warnings
@@ -171,11 +170,11 @@ def _environment_warnings(base: dict[str, Any], new: dict[str, Any]) -> list[str
 def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
                   alpha: float = DEFAULT_ALPHA) -> Comparison:
     """Compare every bench cell present in either file."""
-    from harness.report.load import load_cells  # pandas: loaded when a comparison runs
+    from harness.report.load import load_run  # pandas: loaded when a comparison runs
 
-    base_meta, base_cells = load_cells(Path(base))
-    new_meta, new_cells = load_cells(Path(new))
-    a, b = _index(base_cells), _index(new_cells)
+    _, base_run = load_run(Path(base))
+    _, new_run = load_run(Path(new))
+    a, b = _index(base_run), _index(new_run)
     if not a:
         raise UsageError(f"{base}: no bench cells to compare (is it a verify result file?)")
     if not b:
@@ -184,7 +183,7 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
         raise UsageError(f"{base} and {new} have no bench cell in common (implementation, case, mode); "
                          "compare runs of the same suite")
     result = Comparison(base=str(base), new=str(new), threshold=threshold, alpha=alpha,
-                        warnings=_environment_warnings(base_meta, new_meta))
+                        warnings=_environment_warnings(base_run, new_run))
     for key in sorted(set(a) | set(b)):
         if key not in b:
             result.cells.append(CellComparison(*key, verdict=ONLY_BASE))

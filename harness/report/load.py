@@ -13,7 +13,7 @@ Reports and comparisons read only these files; they never import or run a plugin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results import SCHEMA, load_results
+from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind")
@@ -72,7 +72,7 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[dict[str, Any]]:
+def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
     """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data)."""
     cells = []
     for bench in data["benchmarks"]:
@@ -90,43 +90,42 @@ def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[dict[str, Any]]:
                                 params.get("impl"), params.get("name"))
         name = str(bench.get("name", "?"))
         samples = stats.get("data")
-        cells.append({
-            "type": "bench", "implementation": str(implementation or name.split("[")[0]),
-            "case": case, "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
-            "mode": extra.get("mode", "fwd"), "status": "ok", "reason": None,
-            "samples_s": list(samples) if isinstance(samples, list) else [],
-            "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
-                      "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds"),
-                      "iqr_over_median": (stats["iqr"] / stats["median"])
-                      if stats.get("iqr") is not None and stats.get("median") else None},
-            "flops": extra.get("flops"), "gflops": extra.get("gflops"), "pct_peak": extra.get("pct_peak"),
-            "memory": None, "threads": extra.get("threads"), "benchmark_name": bench.get("fullname", name),
-        })
+        cells.append(BenchCell(
+            implementation=str(implementation or name.split("[")[0]), case=case,
+            case_id=str(_first(extra.get("case_id"), bench.get("param"), name)), mode=extra.get("mode", "fwd"),
+            status=Status.OK, samples_s=tuple(samples) if isinstance(samples, list) else (),
+            stats={"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
+                   "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds"),
+                   "iqr_over_median": (stats["iqr"] / stats["median"])
+                   if stats.get("iqr") is not None and stats.get("median") else None},
+            flops=extra.get("flops"), gflops=extra.get("gflops"), threads=extra.get("threads")))
     return cells
 
 
-def load_cells(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(file metadata, cells) for either input format."""
+def load_run(path: Path) -> tuple[str, Run]:
+    """(input format, the typed run) for either input format; pytest-benchmark JSON becomes a bench run."""
     kind, data = read_any(path)
     if kind == "attnbench":
-        meta = {"path": str(path), "kind": kind, "run_id": data.get("run_id"), "command": data.get("command"),
-                "complete": data.get("complete"), "environment": data.get("environment") or {},
-                "peaks": data.get("peaks") or {}, "implementations": data.get("implementations") or {},
-                "coverage": data.get("coverage") or {}}
-        return meta, list(data.get("cells") or [])
+        try:
+            return kind, Run.from_json(data)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise UsageError(f"{path}: a damaged result file: {exc}") from None
     machine = data.get("machine_info") or {}
-    meta = {"path": str(path), "kind": kind, "run_id": Path(path).stem, "command": "pytest-benchmark",
-            "complete": True, "environment": {"cpu_model": (machine.get("cpu") or {}).get("brand_raw"),
-                                              "python": machine.get("python_version"),
-                                              "time": data.get("datetime")},
-            "peaks": {}, "implementations": {}, "coverage": {}}
-    return meta, cells_from_pytest_benchmark(data)
+    environment = {"cpu_model": (machine.get("cpu") or {}).get("brand_raw"), "python": machine.get("python_version"),
+                   "time": data.get("datetime")}
+    return kind, Run(run_id=Path(path).stem, command="pytest-benchmark", complete=True, environment=environment,
+                     config={}, cells=tuple(cells_from_pytest_benchmark(data)))
+
+
+def _meta(path: Path, kind: str, run: Run) -> dict[str, Any]:
+    return {"path": str(path), "kind": kind, "run_id": run.run_id or None, "command": run.command,
+            "complete": run.complete, "environment": dict(run.environment)}
 
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def output_bytes(case: dict[str, Any], mode: str) -> int | None:
+def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
     """Bytes a call returns: the output (B, H, Tq, d); with a backward pass also dq, dk and dv."""
     try:
         item = ITEMSIZE[case["dtype"]]
@@ -137,9 +136,9 @@ def output_bytes(case: dict[str, Any], mode: str) -> int | None:
     return item * (q if mode == "fwd" else 2 * q + 2 * kv)
 
 
-def _stats(cell: dict[str, Any]) -> dict[str, Any]:
-    stats = dict(cell.get("stats") or {})
-    samples = cell.get("samples_s") or []
+def _stats(cell: BenchCell) -> dict[str, Any]:
+    stats = dict(cell.stats or {})
+    samples = cell.samples_s
     if samples and stats.get("median") is None:
         from harness.analysis.stats import summarize
 
@@ -147,33 +146,33 @@ def _stats(cell: dict[str, Any]) -> dict[str, Any]:
     return stats
 
 
-def bench_row(cell: dict[str, Any], source: str) -> dict[str, Any]:
-    case = cell.get("case") or {}
+def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str, Any]:
+    case = cell.case or {}
     stats = _stats(cell)
-    memory = cell.get("memory") or {}
-    row = {"source": source, "implementation": cell.get("implementation"), "case_id": cell.get("case_id"),
-           "mode": cell.get("mode") or "fwd", "status": cell.get("status"), "reason": cell.get("reason")}
+    memory = cell.memory or {}
+    row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
+                           "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
     row.update({c: case.get(c) for c in CASE_COLUMNS})
     row.update({c: stats.get(c) for c in STAT_COLUMNS})
     extra = memory.get("peak_extra_bytes")
     out = memory.get("output_bytes") or output_bytes(case, str(row["mode"]))
-    row.update({"flops": cell.get("flops"), "gflops": cell.get("gflops"), "pct_peak": cell.get("pct_peak"),
+    row.update({"flops": cell.flops, "gflops": cell.gflops, "pct_peak": pct_peak,
                 "peak_extra_bytes": extra, "output_bytes": out,
                 "peak_bytes": None if extra is None or out is None else extra + out,
                 "memory_method": memory.get("method"),
-                "threads": cell.get("threads"), "samples_s": list(cell.get("samples_s") or [])})
+                "threads": cell.threads, "samples_s": list(cell.samples_s)})
     return row
 
 
-def verify_row(cell: dict[str, Any], source: str) -> dict[str, Any]:
-    case = cell.get("case") or {}
-    metrics = cell.get("metrics") or {}
-    row = {"source": source, "implementation": cell.get("implementation"), "case_id": cell.get("case_id"),
-           "group": cell.get("group") or "default", "check": cell.get("check") or "output",
-           "status": cell.get("status"), "reason": cell.get("reason")}
+def verify_row(cell: VerifyCell, source: str) -> dict[str, Any]:
+    case = cell.case or {}
+    metrics = cell.metrics or {}
+    row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
+                           "group": cell.group or "default", "check": cell.check or "output",
+                           "status": cell.status.value, "reason": cell.reason}
     row.update({c: case.get(c) for c in CASE_COLUMNS})
     row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound")})
-    row["seconds"] = cell.get("seconds")
+    row["seconds"] = cell.seconds
     return row
 
 
@@ -205,15 +204,16 @@ def load(paths: Iterable[Path]) -> Results:
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
     for path in paths:
-        meta, cells = load_cells(Path(path))
+        kind, run = load_run(Path(path))
+        meta = _meta(Path(path), kind, run)
         sources.append(meta)
-        peaks.update(meta.pop("peaks"))
-        implementations.update(_implementation_info(meta.pop("implementations")))
-        coverage.update(meta.pop("coverage"))
-        for cell in cells:
-            if cell.get("type") == "bench":
-                bench_rows.append(bench_row(cell, meta["run_id"] or str(path)))
-            elif cell.get("type") == "verify":
+        peaks.update({key: dict(peak) for key, peak in run.peaks.items()})
+        implementations.update(_implementation_info(run.implementations))
+        coverage.update({name: dict(c) for name, c in (run.coverage or {}).items()})
+        for cell in run.cells:
+            if isinstance(cell, BenchCell):
+                bench_rows.append(bench_row(cell, meta["run_id"] or str(path), run.pct_peak(cell)))
+            else:
                 verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])

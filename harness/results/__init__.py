@@ -1,18 +1,27 @@
-"""Result files: the one place that knows their layout (see :mod:`harness.results.files`)."""
+"""Result files: their typed schema (:mod:`.schema`) and reading and writing them (:mod:`.files`)."""
 
 from harness.results.files import (
     RESULTS_DIR,
-    SCHEMA,
-    SCHEMA_VERSION,
     ResultWriter,
-    cell_key,
     environment,
-    iter_cells,
     load_results,
     new_run_id,
+    read_run,
     refuse_to_overwrite,
     write_json_atomic,
 )
+from harness.results.schema import (
+    PROBLEMS,
+    SCHEMA,
+    SCHEMA_VERSION,
+    BenchCell,
+    Cell,
+    CellKey,
+    Run,
+    Status,
+    VerifyCell,
+)
 
-__all__ = ["RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "ResultWriter", "cell_key", "environment", "iter_cells",
-           "load_results", "new_run_id", "refuse_to_overwrite", "write_json_atomic"]
+__all__ = ["PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
+           "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "refuse_to_overwrite",
+           "write_json_atomic"]

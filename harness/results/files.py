@@ -3,28 +3,13 @@
 Measure -> store -> present runs one way: commands write cells here as they finish;
 reports and comparisons read only these files. Every write replaces the file whole
 (temporary file, fsync, ``os.replace``), so an interrupted run leaves a valid file whose
-``complete`` is false, and ``--resume`` can finish it.
-
-Schema (``schema_version`` 1)::
-
-    {
-      "schema": "attnbench.results", "schema_version": 1,
-      "run_id": "20261121-101500-bench-ab12", "command": "bench", "complete": true,
-      "environment": {...},            # see environment()
-      "config": {...},                 # the command's settings (suite, axes, timeouts, m and floors, ...)
-      "peaks": {"float32/cpu": {...}}, # bench: measured GEMM peak per dtype/device
-      "cells": [ {...}, ... ]
-    }
-
-Every cell has ``type`` ("verify" or "bench"), ``implementation``, ``case`` (the
-AttentionCase as a dict), ``case_id``, ``status`` and ``reason`` (None unless skipped,
-error, crash or timeout). Verify cells add ``check`` (output, grad or property:NAME),
-``group`` and ``metrics``; bench cells add ``mode`` (fwd, bwd, fwd+bwd), ``samples_s``,
-``stats``, ``flops``, ``gflops``, ``pct_peak``, ``memory``.
+``complete`` is false, and ``--resume`` can finish it. The layout is
+:mod:`harness.results.schema`'s: writers hand it typed cells, :func:`read_run` gives them back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -33,16 +18,14 @@ import secrets
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.errors import UsageError
 from harness.filelock import RunLock
+from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
 
-SCHEMA = "attnbench.results"
-SCHEMA_VERSION = 1
 RESULTS_DIR = Path("results")
 
 
@@ -121,11 +104,15 @@ def write_json_atomic(path: Path, data: Any) -> None:
 class ResultWriter:
     """A result file that grows cell by cell; each ``add`` leaves a valid file on disk.
 
-    The writer holds an exclusive lock on the file (:class:`~harness.filelock.RunLock`) from
-    creation to :meth:`finish` or :meth:`close`, so two runs given one ``--out`` never
-    interleave: the second refuses at once. It never replaces a file that is not a result
-    file of the same command unless ``force`` is given.
+    Cells are appended, never changed; the run's records (peaks, fits, coverage,
+    implementations) are set whole with :meth:`set`. The writer holds an exclusive lock on
+    the file (:class:`~harness.filelock.RunLock`) from creation to :meth:`finish` or
+    :meth:`close`, so two runs given one ``--out`` never interleave: the second refuses at
+    once. It never replaces a file that is not a result file of the same command unless
+    ``force`` is given.
     """
+
+    RECORDS = ("implementations", "peaks", "fits", "coverage")
 
     def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False,
                  force: bool = False) -> None:
@@ -145,36 +132,44 @@ class ResultWriter:
 
     def _start(self, command: str, config: dict[str, Any], resume: bool) -> None:
         if resume and self.path.exists():
-            self.data = load_results(self.path)
-            self.data["complete"] = False
+            self._run = dataclasses.replace(read_run(self.path), complete=False)
         else:
-            self.data = {
-                "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.path.stem,
-                "command": command, "complete": False, "environment": environment(),
-                "config": config, "peaks": {}, "cells": [],
-            }
+            env = environment()
             if isinstance(config.get("threads"), int):  # the count workers pin, not this process's default
-                self.data["environment"]["threads"] = config["threads"]
+                env["threads"] = config["threads"]
+            self._run = Run(run_id=self.path.stem, command=command, complete=False, environment=env, config=config)
+        self._cells: list[Cell] = list(self._run.cells)
         self.flush()
 
     @property
-    def cells(self) -> list[dict[str, Any]]:
-        return self.data["cells"]
+    def cells(self) -> tuple[Cell, ...]:
+        return tuple(self._cells)
 
-    def done_keys(self) -> set[tuple[Any, ...]]:
-        """(type, implementation, case_id, mode-or-check) of every cell already recorded: for --resume."""
-        return {cell_key(c) for c in self.cells}
+    @property
+    def run(self) -> Run:
+        """The run as it stands: what :func:`read_run` would give back after the next flush."""
+        return dataclasses.replace(self._run, cells=tuple(self._cells))
 
-    def add(self, cell: dict[str, Any]) -> None:
-        self.cells.append(cell)
+    def done_keys(self) -> set[CellKey]:
+        """The key of every cell already recorded: what ``--resume`` skips."""
+        return {c.key for c in self._cells}
+
+    def add(self, cell: Cell) -> None:
+        self.append(cell)
         self.flush()
 
-    def set(self, key: str, value: Any) -> None:
-        self.data[key] = value
+    def append(self, cell: Cell) -> None:
+        """Add a cell without writing yet (a caller that writes in batches calls :meth:`flush`)."""
+        self._cells.append(cell)
+
+    def set(self, record: str, value: Any) -> None:
+        if record not in self.RECORDS:
+            raise ValueError(f"{record!r} is not a run record; records: {self.RECORDS}")
+        self._run = dataclasses.replace(self._run, **{record: value})
         self.flush()
 
     def finish(self) -> None:
-        self.data["complete"] = True
+        self._run = dataclasses.replace(self._run, complete=True)
         self.flush()
         self.close()
 
@@ -185,7 +180,7 @@ class ResultWriter:
             self._lock = None
 
     def flush(self) -> None:
-        write_json_atomic(self.path, self.data)
+        write_json_atomic(self.path, self.run.to_json())
 
 
 def refuse_to_overwrite(path: Path, command: str) -> None:
@@ -204,12 +199,12 @@ def refuse_to_overwrite(path: Path, command: str) -> None:
                          f"Choose another path, or pass --force to replace it")
 
 
-def cell_key(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return (cell.get("type"), cell.get("implementation"), cell.get("case_id"), cell.get("mode") or cell.get("check"))
-
-
 def load_results(path: Path) -> dict[str, Any]:
-    """Read and check an attnbench result file; a clear error for anything else."""
+    """Read and check an attnbench result file: its JSON document, any readable version.
+
+    For code that wants the stored form (``--json`` consumers, tests of the file itself);
+    everything else reads the typed run with :func:`read_run`.
+    """
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -219,14 +214,16 @@ def load_results(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not an attnbench result file (no \"schema\": \"{SCHEMA}\")")
-    if data.get("schema_version") != SCHEMA_VERSION:
+    if data.get("schema_version") not in READABLE_VERSIONS:
         raise UsageError(f"{path}: schema_version {data.get('schema_version')} is not supported "
-                         f"(this attnbench reads {SCHEMA_VERSION}); re-run with this version")
+                         f"(this attnbench reads {', '.join(map(str, READABLE_VERSIONS))}); re-run with this version")
     return data
 
 
-def iter_cells(paths: Iterable[Path], cell_type: str | None = None) -> Iterable[dict[str, Any]]:
-    for path in paths:
-        for cell in load_results(path)["cells"]:
-            if cell_type is None or cell.get("type") == cell_type:
-                yield cell
+def read_run(path: Path) -> Run:
+    """The typed run of a result file (version 1 files are upgraded as they are read)."""
+    data = load_results(path)
+    try:
+        return Run.from_json(data)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"{path}: a damaged result file: {exc}") from None

@@ -17,11 +17,13 @@ a crash or a hang costs that implementation's search, recorded as such.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
+from harness.results import ResultWriter, Status, VerifyCell
 
 DATABASE_DIR = Path("results") / ".hypothesis"
 MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "key_padding_holes", "one_masked",
@@ -151,44 +153,42 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check:
 
 
 def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], examples: int, seed: int, timeout: float,
-             writer: Any, database: Path = DATABASE_DIR) -> list[dict[str, Any]]:
+             writer: ResultWriter, database: Path = DATABASE_DIR) -> list[VerifyCell]:
     """The parent side: one worker per implementation runs its search; a verify cell per implementation."""
+    database.mkdir(parents=True, exist_ok=True)
+    for impl in impls:
+        writer.add(_fuzz_impl(impl, plugins, examples, seed, timeout, database))
+    return [c for c in writer.cells if isinstance(c, VerifyCell)]
+
+
+def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], examples: int, seed: int, timeout: float,
+               database: Path) -> VerifyCell:
+    """One implementation's search, in a worker: its verify cell (check "fuzz")."""
     import sys
 
     from harness.isolation import OK, Task, WorkerPool
     from harness.results import write_json_atomic
 
-    database.mkdir(parents=True, exist_ok=True)
-    for impl in impls:
-        cell: dict[str, Any] = {"type": "verify", "implementation": impl.name, "kind": impl.kind, "case": None,
-                                "case_id": "-", "group": "fuzz", "check": "fuzz", "status": "skipped",
-                                "reason": None, "metrics": {}, "seconds": 0.0}
-        if impl.kind != "kernel":
-            cell["reason"] = f"--fuzz searches kernel cases; {impl.name} is a {impl.kind} implementation"
-        else:
-            print(f"attnbench verify: fuzzing {impl.name} ({examples} cases, seed {seed})", file=sys.stderr)
-            saved_path = database / f"{impl.name}.json"
-            saved = _load_saved(saved_path)
-            with WorkerPool(timeout=timeout * 10 + 5.0 * examples, start_method="forkserver") as pool:
-                outcome = pool.run(Task(impl.name, fuzz_task, (plugins, impl.name, examples, seed, saved)))
-            cell["seconds"] = round(outcome.seconds, 3)
-            if outcome.status != OK:
-                cell.update(status=outcome.status, reason=f"the search's worker: {outcome.error}")
-            else:
-                found = outcome.value
-                cell["metrics"] = {**found.get("metrics", {}), "examples": found["examples"]}
-                if found["status"] == "pass":
-                    cell["status"] = "pass"
-                else:
-                    text = reproducer(impl.name, plugins, found["case"], found["check"])
-                    cell.update(status=found["status"], case=found["case"], case_id=found["case_id"],
-                                reason=f"minimal failing case ({found['check']}): {found['reason']}")
-                    cell["metrics"]["reproducer"] = text
-                    cell["metrics"]["replayed"] = found["replayed"]
-                    if found["case"] not in saved:
-                        write_json_atomic(saved_path, [*saved, found["case"]])
-                    print(f"\n{impl.name}: minimal failing case {found['case_id']}, reproduce with:\n\n{text}",
-                          file=sys.stderr)
-        writer.cells.append(cell)
-        writer.flush()
-    return list(writer.cells)
+    cell = VerifyCell(implementation=impl.name, kind=impl.kind, case=None, case_id="-", group="fuzz", check="fuzz",
+                      status=Status.SKIPPED)
+    if impl.kind != "kernel":
+        return replace(cell, reason=f"--fuzz searches kernel cases; {impl.name} is a {impl.kind} implementation")
+    print(f"attnbench verify: fuzzing {impl.name} ({examples} cases, seed {seed})", file=sys.stderr)
+    saved_path = database / f"{impl.name}.json"
+    saved = _load_saved(saved_path)
+    with WorkerPool(timeout=timeout * 10 + 5.0 * examples, start_method="forkserver") as pool:
+        outcome = pool.run(Task(impl.name, fuzz_task, (plugins, impl.name, examples, seed, saved)))
+    cell = replace(cell, seconds=round(outcome.seconds, 3))
+    if outcome.status != OK:
+        return replace(cell, status=Status(outcome.status), reason=f"the search's worker: {outcome.error}")
+    found = outcome.value
+    metrics = {**found.get("metrics", {}), "examples": found["examples"]}
+    if found["status"] == "pass":
+        return replace(cell, status=Status.PASS, metrics=metrics)
+    text = reproducer(impl.name, plugins, found["case"], found["check"])
+    if found["case"] not in saved:
+        write_json_atomic(saved_path, [*saved, found["case"]])
+    print(f"\n{impl.name}: minimal failing case {found['case_id']}, reproduce with:\n\n{text}", file=sys.stderr)
+    return replace(cell, status=Status(found["status"]), case=found["case"], case_id=found["case_id"],
+                   reason=f"minimal failing case ({found['check']}): {found['reason']}",
+                   metrics={**metrics, "reproducer": text, "replayed": found["replayed"]})

@@ -29,11 +29,10 @@ from typing import Any
 from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
-from harness.results import ResultWriter
+from harness.results import ResultWriter, Status, VerifyCell
 
 CasesFn = Callable[[Implementation, str], list[Any]]
 CheckFn = Callable[[Implementation, Any, int], list[dict[str, Any]]]
-PROBLEMS = ("fail", "error", "crash", "timeout")
 
 
 def _kernel() -> tuple[CasesFn, CheckFn]:
@@ -147,7 +146,7 @@ class VerifyRun:
                 plans.append((impl, list(functions[0](impl, self.suite)), None))
         return plans
 
-    def run(self) -> list[dict[str, Any]]:
+    def run(self) -> list[VerifyCell]:
         plans = self.plan()
         self._record_coverage(plans)
         total = sum(max(len(cases), 1) for _, cases, _ in plans)
@@ -160,7 +159,7 @@ class VerifyRun:
             self._progress.close()
             with self._lock:
                 self.writer.flush()
-        return self.writer.cells
+        return [c for c in self.writer.cells if isinstance(c, VerifyCell)]
 
     def _record_coverage(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
         """How much of each kernel implementation's pairwise space its cases exercise (for the report)."""
@@ -168,10 +167,10 @@ class VerifyRun:
 
         if self.suite not in SUITE_AXES:
             return
-        self.writer.data["coverage"] = {  # of the cases that run here: a skipped case exercises nothing
+        self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
             impl.name: {**coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)]),
                         "suite": self.suite}
-            for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}
+            for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
         if self.jobs <= 1:
@@ -243,15 +242,13 @@ class VerifyRun:
             self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
 
     def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float) -> None:
-        cell = {
-            "type": "verify", "implementation": impl.name, "kind": impl.kind,
-            "case": None if case is None else case.to_dict(), "case_id": "-" if case is None else case.id,
-            "group": "-" if case is None else case_group(case), "check": result["check"],
-            "status": result["status"], "reason": result.get("reason"), "metrics": result.get("metrics") or {},
-            "seconds": round(float(seconds), 4),
-        }
+        cell = VerifyCell(
+            implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
+            case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
+            check=result["check"], status=Status(result["status"]), reason=result.get("reason"),
+            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4))
         with self._lock:
-            self.writer.cells.append(cell)
+            self.writer.append(cell)
         self._flush()
 
     def _flush(self, force: bool = False) -> None:
@@ -292,29 +289,29 @@ def _row(kind: str) -> dict[str, Any]:
             "skipped": 0, "worst_ratio": 0.0, "seconds": 0.0}
 
 
-def summarize(cells: Iterable[dict[str, Any]], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
     """Per implementation (in ``order``, then as met): counts by status, cases, worst passing ratio, seconds."""
     cells = list(cells)
-    present = {c["implementation"] for c in cells}
+    present = {c.implementation for c in cells}
     rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
     for cell in cells:
-        row = rows.get(cell["implementation"]) or _row(cell.get("kind", "kernel"))
-        rows[cell["implementation"]] = row
-        row["cases"].add(cell["case_id"])
+        row = rows.get(cell.implementation) or _row(cell.kind)
+        rows[cell.implementation] = row
+        row["cases"].add(cell.case_id)
         row["checks"] += 1
-        row[cell["status"]] = row.get(cell["status"], 0) + 1
-        ratio = (cell.get("metrics") or {}).get("ratio")
-        if cell["status"] == "pass" and isinstance(ratio, (int, float)) and ratio != float("inf"):
+        row[cell.status.value] = row.get(cell.status.value, 0) + 1
+        ratio = cell.metrics.get("ratio")
+        if cell.status == Status.PASS and isinstance(ratio, (int, float)) and ratio != float("inf"):
             row["worst_ratio"] = max(row["worst_ratio"], float(ratio))
-        row["seconds"] += float(cell.get("seconds") or 0.0)
+        row["seconds"] += float(cell.seconds or 0.0)
     table = {name: row for name, row in rows.items() if row is not None}
     for row in table.values():
         row["cases"] = len(row["cases"])
     return table
 
 
-def problems(cells: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [c for c in cells if c["status"] in PROBLEMS]
+def problems(cells: Iterable[VerifyCell]) -> list[VerifyCell]:
+    return [c for c in cells if c.status.is_problem]
 
 
 def default_results_path(run_id: str) -> Path:

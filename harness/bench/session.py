@@ -1,0 +1,65 @@
+"""One bench run, start to finish: plan the cells, measure them into a result file, fit, finish.
+
+:func:`run` is what ``attnbench bench`` calls and what a library user calls; the command only
+turns flags into :class:`~harness.bench.runner.BenchSettings` and prints the typed run it gets back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from harness.analysis.scaling import cell_fits
+from harness.bench.runner import BenchRunner, BenchSettings
+from harness.bench.sweeps import plan
+from harness.discovery import Registry, load_registry
+from harness.errors import Interrupted, PluginError
+from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
+
+
+def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = False, force: bool = False,
+        registry: Registry | None = None, on_start: Callable[[int], None] = lambda todo: None,
+        on_cell: Callable[[BenchCell], None] = lambda cell: None) -> Run:
+    """Measure what ``settings`` plan into ``out`` (default ``results/<run-id>.json``) and return the run.
+
+    With ``resume``, ``out`` is an interrupted run's file: its cells are kept and only the
+    missing ones measured. ``on_start`` hears how many cells are left to measure, ``on_cell``
+    each cell as it is written. A Ctrl-C leaves a valid file and raises
+    :class:`~harness.errors.Interrupted` saying how to finish it.
+    """
+    if registry is None:
+        registry = load_registry(settings.plugins)
+        if registry.fatal_errors:
+            raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
+    path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('bench')}.json"
+    # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
+    names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
+    cells = plan(settings.suite, names, settings.overrides, settings.device)
+    writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
+    try:
+        writer.set("implementations", {  # what reports know of each implementation: they never import plugins
+            impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
+            for impl in registry if impl.name in names})
+        done = writer.done_keys()
+        todo = [c for c in cells if c.key not in done]
+        on_start(len(todo))
+        BenchRunner(settings, writer, registry, on_cell).run(todo)
+        writer.set("fits", cell_fits(writer.cells))
+        writer.finish()
+        return writer.run
+    except KeyboardInterrupt:
+        raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
+                          f"finish with: attnbench bench --resume {path}") from None
+    finally:
+        writer.close()
+
+
+def resume_settings(path: Path) -> BenchSettings:
+    """The settings an interrupted bench file was started with (``--resume`` takes no others)."""
+    from harness.errors import UsageError
+    from harness.results import read_run
+
+    done = read_run(path)
+    if done.command != "bench":
+        raise UsageError(f"{path} is a {done.command!r} result file, not a bench run")
+    return BenchSettings.from_dict(dict(done.config))

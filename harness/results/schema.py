@@ -1,0 +1,230 @@
+"""The result file's schema: frozen dataclasses that every writer builds and every reader gets.
+
+One module owns the layout (as asv's ``Results`` and torch.utils.benchmark's ``Measurement``
+do): a run document, bench cells, verify cells, a status enum and one cell key. JSON is only
+the storage form: :meth:`Run.to_json` and :meth:`Run.from_json` convert, and ``from_json``
+upgrades every version this attnbench reads.
+
+Schema version 2 (written now)::
+
+    {
+      "schema": "attnbench.results", "schema_version": 2,
+      "run_id": "...", "command": "bench" | "verify", "complete": bool,
+      "environment": {...},          # machine, versions, command line, threads
+      "config": {...},               # the command's settings (resume reads them back)
+      "implementations": {...},      # bench: description, source and capabilities per implementation
+      "peaks": {"float32/cpu": {"gflops", "first_gflops", "confirmed_gflops", "fastest_call_gflops", ...}},
+      "fits": [...] | null,          # bench: scaling fits of the finished run
+      "coverage": {...} | null,      # verify: pairwise coverage per implementation
+      "cells": [BenchCell | VerifyCell, ...]
+    }
+
+Cells are append-only: a cell never changes once written. Whatever is only known at the end
+(the confirmed GEMM peak) lives in its own record, and a cell's share of it is computed on
+reading (:meth:`Run.pct_peak`). Version 1 also stored ``pct_peak`` in each bench cell,
+rewritten after the peak was confirmed; reading a v1 file drops it, since it equals what
+:meth:`Run.pct_peak` computes from the v1 file's own peaks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+SCHEMA = "attnbench.results"
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+class Status(str, Enum):
+    """A cell's outcome. A ``str`` enum: ``cell.status == "ok"`` holds, and JSON stores the word."""
+
+    OK = "ok"            # bench: measured
+    PASS = "pass"        # verify: within the rule
+    FAIL = "fail"        # verify: outside the rule
+    SKIPPED = "skipped"  # not run: the reason says why (capabilities, budget, availability)
+    ERROR = "error"      # the implementation raised
+    CRASH = "crash"      # its worker process died
+    TIMEOUT = "timeout"  # its worker was stopped at the time limit
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_problem(self) -> bool:
+        """A result that fails a run: the implementation is wrong or broke."""
+        return self in PROBLEMS
+
+
+PROBLEMS = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT})
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """What a cell measured: a later cell with the same key replaces an earlier one; resume skips it."""
+
+    type: str
+    implementation: str
+    case_id: str
+    variant: str
+    """bench: the mode (fwd, bwd, fwd+bwd); verify: the check (output, grad, property:NAME, fuzz)."""
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One (implementation, case, mode) timed, with its memory run."""
+
+    type: ClassVar[str] = "bench"
+    implementation: str
+    case: Mapping[str, Any]
+    case_id: str
+    mode: str
+    status: Status
+    reason: str | None = None
+    flops: float | None = None
+    peak_key: str | None = None
+    """Which record of ``Run.peaks`` this cell's % of peak divides by ("float32/cpu")."""
+    samples_s: tuple[float, ...] = ()
+    stats: Mapping[str, Any] | None = None
+    gflops: float | None = None
+    memory: Mapping[str, Any] | None = None
+    threads: int | None = None
+    seconds: float | None = None
+    predicted_seconds: float | None = None
+    load_average: float | None = None
+    traceback: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey("bench", self.implementation, self.case_id, self.mode)
+
+    @property
+    def median(self) -> float | None:
+        return None if not self.stats else self.stats.get("median")
+
+    @property
+    def peak_extra_bytes(self) -> float | None:
+        return None if not self.memory else self.memory.get("peak_extra_bytes")
+
+
+@dataclass(frozen=True)
+class VerifyCell:
+    """One check of one (implementation, case): output, grad, a property, or a fuzz search."""
+
+    type: ClassVar[str] = "verify"
+    implementation: str
+    case: Mapping[str, Any] | None
+    case_id: str
+    check: str
+    status: Status
+    reason: str | None = None
+    kind: str = "kernel"
+    group: str = "-"
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey("verify", self.implementation, self.case_id, self.check)
+
+
+Cell = BenchCell | VerifyCell
+
+
+@dataclass(frozen=True)
+class Run:
+    """One result file."""
+
+    run_id: str
+    command: str
+    complete: bool
+    environment: Mapping[str, Any]
+    config: Mapping[str, Any]
+    cells: tuple[Cell, ...] = ()
+    implementations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    peaks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    fits: tuple[Mapping[str, Any], ...] | None = None
+    coverage: Mapping[str, Mapping[str, Any]] | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    def bench_cells(self) -> list[BenchCell]:
+        return [c for c in self.cells if isinstance(c, BenchCell)]
+
+    def verify_cells(self) -> list[VerifyCell]:
+        return [c for c in self.cells if isinstance(c, VerifyCell)]
+
+    def pct_peak(self, cell: BenchCell) -> float | None:
+        """The cell's GFLOP/s as a percentage of its dtype's measured GEMM peak (None if either is missing)."""
+        peak = self.peaks.get(cell.peak_key or "", {}).get("gflops")
+        return None if not peak or cell.gflops is None else 100.0 * cell.gflops / peak
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "command": self.command,
+            "complete": self.complete, "environment": dict(self.environment), "config": dict(self.config),
+            "implementations": dict(self.implementations), "peaks": dict(self.peaks),
+            "fits": None if self.fits is None else list(self.fits),
+            "coverage": None if self.coverage is None else dict(self.coverage),
+            "cells": [cell_to_json(c) for c in self.cells],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Run:
+        """A run from its stored form, any readable version (the caller has checked ``schema``)."""
+        version = data.get("schema_version")
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"schema_version {version!r}; this attnbench reads {READABLE_VERSIONS}")
+        return cls(
+            run_id=str(data.get("run_id", "")), command=str(data.get("command", "")),
+            complete=bool(data.get("complete")), environment=data.get("environment") or {},
+            config=data.get("config") or {}, cells=tuple(cell_from_json(c) for c in data.get("cells") or ()),
+            implementations=data.get("implementations") or {}, peaks=data.get("peaks") or {},
+            fits=None if data.get("fits") is None else tuple(data["fits"]),
+            coverage=data.get("coverage"), schema_version=int(version),
+        )
+
+
+def cell_to_json(cell: Cell) -> dict[str, Any]:
+    stored: dict[str, Any] = {"type": cell.type}
+    for f in dataclasses.fields(cell):
+        value = getattr(cell, f.name)
+        stored[f.name] = value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple) else value
+    return stored
+
+
+_FIELDS = {kind.type: {f.name for f in dataclasses.fields(kind)} for kind in (BenchCell, VerifyCell)}
+_DROPPED = {"pct_peak"}  # v1 bench cells: now computed from the run's peaks record
+
+
+def cell_from_json(data: Mapping[str, Any]) -> Cell:
+    """A cell from its stored form; an unknown type or field is an error that names it."""
+    kind: type[BenchCell] | type[VerifyCell]
+    kind = {"bench": BenchCell, "verify": VerifyCell}.get(str(data.get("type")))  # type: ignore[assignment]
+    if kind is None:
+        raise ValueError(f"a cell of unknown type {data.get('type')!r} (expected 'bench' or 'verify')")
+    unknown = set(data) - _FIELDS[kind.type] - _DROPPED - {"type"}
+    if unknown:
+        raise ValueError(f"a {kind.type} cell with unknown field(s) {sorted(unknown)}")
+    values = {k: v for k, v in data.items() if k in _FIELDS[kind.type]}
+    values["status"] = Status(values["status"])
+    if "samples_s" in values:
+        values["samples_s"] = tuple(values["samples_s"] or ())
+    return kind(**values)
+
+
+def with_(cell: Cell, **changes: Any) -> Cell:
+    """A copy of ``cell`` with ``changes`` (cells are frozen: a writer builds, never mutates)."""
+    return dataclasses.replace(cell, **changes)
+
+
+def problems(cells: Sequence[Cell]) -> list[Cell]:
+    return [c for c in cells if c.status.is_problem]

@@ -1,0 +1,81 @@
+"""One verify run, start to finish: the cases of a suite (or a fuzz search) into a result file.
+
+:func:`run` is what ``attnbench verify`` calls and what a library user calls; the command only
+turns flags into :class:`VerifySettings` and prints the typed run it gets back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.discovery import Registry, load_registry
+from harness.errors import Interrupted, PluginError
+from harness.isolation import DEFAULT_TIMEOUT_S
+from harness.results import RESULTS_DIR, ResultWriter, Run, new_run_id
+
+
+@dataclass(frozen=True)
+class VerifySettings:
+    """What a verify run checks and how; stored (with the rule) as the result file's config."""
+
+    suite: str = "quick"
+    only: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+    trials: int = 3
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    jobs: int = 1
+    fuzz: int | None = None
+    """Search this many generated cases per implementation instead of running the suite."""
+    fuzz_seed: int = 0
+    fuzz_database: Path | None = None
+    """Where failing fuzz cases are kept for replay (default: results/.hypothesis)."""
+    progress: bool = field(default=True, compare=False)
+
+
+def _absolute(plugins: tuple[str, ...]) -> tuple[str, ...]:
+    """Workers load the same plugins: absolute paths, so a worker's working directory never matters."""
+    return tuple(str(Path(p).resolve()) if p.endswith(".py") or Path(p).exists() else p for p in plugins)
+
+
+def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
+        registry: Registry | None = None) -> Run:
+    """Verify what ``settings`` select into ``out`` (default ``results/<run-id>.json``); return the run.
+
+    A Ctrl-C leaves a valid file (``complete: false``) and raises
+    :class:`~harness.errors.Interrupted` saying where it is.
+    """
+    from harness.verify.runner import VerifyRun
+    from harness.verify.tolerance import rule_config
+
+    plugins = _absolute(settings.plugins)
+    if registry is None:
+        registry = load_registry(plugins)
+        if registry.fatal_errors:
+            raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
+    impls = registry.select(list(settings.only))
+    path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('verify')}.json"
+    config = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
+              "jobs": settings.jobs, "implementations": [i.name for i in impls], "plugins": list(plugins),
+              **rule_config()}
+    if settings.fuzz:
+        config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
+    writer = ResultWriter(path, "verify", config, force=force)
+    try:
+        if settings.fuzz:
+            from harness.verify.fuzz import DATABASE_DIR, run_fuzz
+
+            database = settings.fuzz_database or DATABASE_DIR
+            run_fuzz(impls, plugins, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
+        else:
+            VerifyRun(impls, plugins, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
+                      progress_enabled=settings.progress).run()
+        writer.finish()
+        return writer.run
+    except KeyboardInterrupt:
+        what = "the searches so far" if settings.fuzz else f"{len(writer.cells)} checks so far"
+        again = "" if settings.fuzz else "; run the same command again to verify everything"
+        raise Interrupted(f"{what} are in {path} (complete: false){again}") from None
+    finally:
+        writer.close()
+

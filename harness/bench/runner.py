@@ -105,7 +105,8 @@ class BenchSettings:
     timeout_s: float = 300.0
     timing: TimingConfig = field(default_factory=TimingConfig)
     memory: bool = True
-    memory_budget_bytes: float = 0.0
+    memory_budget_bytes: float | None = None
+    """Skip cells predicted to need more; None: half the RAM free when the run starts."""
     cell_budget_s: float | None = 20.0
     """None: cells are never skipped for time (the user named them on the command line)."""
     threads: int = 1
@@ -145,7 +146,7 @@ class BenchRunner:
         self.registry = registry
         self.on_cell = on_cell
         self.plugins = tuple(settings.plugins)
-        self.budget = Budget(settings.memory_budget_bytes, settings.cell_budget_s,
+        self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
 
     def run(self, cells: list[PlannedCell]) -> None:

@@ -6,14 +6,15 @@ turns flags into :class:`~harness.bench.runner.BenchSettings` and prints the typ
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
 from harness.analysis.scaling import cell_fits
 from harness.bench.runner import BenchRunner, BenchSettings
-from harness.bench.sweeps import plan
+from harness.bench.sweeps import free_ram_bytes, plan
 from harness.discovery import Registry, load_registry
-from harness.errors import Interrupted, PluginError
+from harness.errors import Interrupted, PluginError, UsageError
 from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
 
 
@@ -32,6 +33,11 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         if registry.fatal_errors:
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
     path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('bench')}.json"
+    if settings.memory_budget_bytes is None:
+        free = free_ram_bytes()
+        if free is None:
+            raise UsageError("cannot read the free RAM here (/proc/meminfo); set memory_budget_bytes")
+        settings = dataclasses.replace(settings, memory_budget_bytes=free / 2)
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     cells = plan(settings.suite, names, settings.overrides, settings.device)
@@ -56,7 +62,6 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
 
 def resume_settings(path: Path) -> BenchSettings:
     """The settings an interrupted bench file was started with (``--resume`` takes no others)."""
-    from harness.errors import UsageError
     from harness.results import read_run
 
     done = read_run(path)

@@ -29,6 +29,8 @@ from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
 OK, ERROR, CRASH, TIMEOUT = "ok", "error", "crash", "timeout"
+#: The environment variables that set BLAS/OpenMP thread counts in a worker (read at its start).
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from harness.isolation import THREAD_VARIABLES
+
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 """Bigger than any GPU's L2 (triton.testing.do_bench uses the same size)."""
 
@@ -65,9 +67,6 @@ def pin_threads(threads: int | None) -> int:
     if threads is not None and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return torch.get_num_threads()
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @contextmanager

@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
+
 AXES = {"T": "tq", "d": "d", "heads": "heads"}
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
          "layout", "bias", "kind", "mode")
@@ -29,8 +31,6 @@ MEMORY = "peak_bytes"
 """The memory a call needs: its output plus bench's ``peak_extra_bytes`` (the extra at the peak,
 above inputs and output). With the output counted, a tiled kernel is O(T) as FlashAttention
 states it, and a materialising one O(T^2); the extra alone of a tiled kernel is a few tiles, O(1)."""
-MIN_POINTS = 3
-"""Fewer fitted sizes than this: the slope is shown but not judged against theory."""
 
 MEMORY_EXPONENT = {"quadratic": 2.0, "linear": 1.0}
 """Theory for peak memory in T, from the ``memory=`` each implementation declares at registration

@@ -25,10 +25,10 @@ from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.registry import Implementation
 from harness.tensors import dtype_name, to_float64
 from harness.verify.module_reference import baseline_output, reference_output
+from harness.verify.suites import SUITES
 from harness.verify.tolerance import OUTPUT_M, compare
 
 MODULE_M = OUTPUT_M
-SUITES = ("small", "quick", "full")
 
 
 def module_cases(impl: Implementation, suite: str) -> list[ModuleCase]:

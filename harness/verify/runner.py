@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
+from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
@@ -257,9 +257,6 @@ class VerifyRun:
             if force or time.monotonic() - self._flushed >= self.flush_every_s:
                 self.writer.flush()
                 self._flushed = time.monotonic()
-
-
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 @contextlib.contextmanager

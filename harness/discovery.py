@@ -209,6 +209,12 @@ def _scan_builtins(registry: Registry, covered: set[str]) -> None:
             registry.errors.append(LoadError(f"built-in module {module_name}", _describe(exc)))
 
 
+def absolute_specs(plugins: Iterable[str]) -> tuple[str, ...]:
+    """``--plugin`` specs with file paths made absolute: worker processes and ``--resume`` load the
+    same files whatever their working directory; module names stay as given."""
+    return tuple(str(Path(p).resolve()) if p.endswith(".py") or Path(p).exists() else p for p in plugins)
+
+
 def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_points: bool = True) -> Registry:
     """Build the registry: entry points, then built-ins not reached that way, then ``--plugin`` specs.
 

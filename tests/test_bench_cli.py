@@ -114,3 +114,23 @@ def test_bad_input_is_a_usage_error(tmp_path: Path) -> None:
 
 # A real Ctrl-C mid-cell and --resume after it: tests/reliability/test_interrupts.py (the interrupt
 # lands by construction there, at a gate the test controls, instead of racing the run's progress).
+
+
+def test_a_relative_plugin_path_is_stored_absolute_so_resume_works_from_anywhere(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "mine.py").write_text(
+        "from harness import register\n\n@register('mine', backend='torch')\n"
+        "def mine(q, k, v, *, causal=False, mask=None, scale=None):\n    return q\n")
+    monkeypatch.chdir(tmp_path / "plugin")
+    out = tmp_path / "run.json"
+    assert main(["bench", "--plugin", "mine.py", "--only", "mine", "--T", "16", "--d", "8", "--heads", "1",
+                 "--no-memory", *FAST, "--out", str(out)]) == 0
+    stored = load_results(out)["config"]["plugins"]
+    assert stored == [str(tmp_path / "plugin" / "mine.py")]
+    monkeypatch.chdir(tmp_path)  # elsewhere: the stored path still loads the plugin
+    data = load_results(out)
+    data.update(cells=[], complete=False)
+    out.write_text(json.dumps(data))
+    assert main(["bench", "--resume", str(out), "--quiet"]) == 0
+    assert [c["implementation"] for c in load_results(out)["cells"]] == ["mine"]

@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.analysis.scaling import cell_fits
 from harness.bench.runner import BenchRunner, BenchSettings
 from harness.bench.sweeps import free_ram_bytes, plan
-from harness.discovery import Registry, load_registry
+from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
 from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
 
@@ -33,6 +33,7 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         if registry.fatal_errors:
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
     path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('bench')}.json"
+    settings = dataclasses.replace(settings, plugins=list(absolute_specs(settings.plugins)))  # resume from anywhere
     if settings.memory_budget_bytes is None:
         free = free_ram_bytes()
         if free is None:

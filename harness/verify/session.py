@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.discovery import Registry, load_registry
+from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import RESULTS_DIR, ResultWriter, Run, new_run_id
@@ -33,11 +33,6 @@ class VerifySettings:
     progress: bool = field(default=True, compare=False)
 
 
-def _absolute(plugins: tuple[str, ...]) -> tuple[str, ...]:
-    """Workers load the same plugins: absolute paths, so a worker's working directory never matters."""
-    return tuple(str(Path(p).resolve()) if p.endswith(".py") or Path(p).exists() else p for p in plugins)
-
-
 def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
         registry: Registry | None = None) -> Run:
     """Verify what ``settings`` select into ``out`` (default ``results/<run-id>.json``); return the run.
@@ -48,7 +43,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     from harness.verify.runner import VerifyRun
     from harness.verify.tolerance import rule_config
 
-    plugins = _absolute(settings.plugins)
+    plugins = absolute_specs(settings.plugins)
     if registry is None:
         registry = load_registry(plugins)
         if registry.fatal_errors:

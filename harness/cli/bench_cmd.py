@@ -13,7 +13,6 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +27,12 @@ from harness.bench.sweeps import (
 )
 from harness.bench.timing import TimingConfig
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
+from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.errors import UsageError
 from harness.flops import MODES
 from harness.progress import Progress
 from harness.registry import DTYPES
+from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
@@ -127,67 +127,10 @@ def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> f
     return None if overrides else SUITE_CELL_BUDGET_S[args.suite]
 
 
-def _fmt_time(seconds: float) -> str:
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds * 1e9:.3g} ns"
-
-
-def _fmt_bytes(n: float | None) -> str:
-    if n is None:
-        return "-"
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
-    return f"{int(n)} B"
-
-
-def _memory_text(cell: BenchCell) -> str:
-    if not cell.memory:
-        return "-"
-    if cell.peak_extra_bytes is None:
-        return "error"
-    return _fmt_bytes(cell.peak_extra_bytes)
-
-
-def results_table(run: Run) -> str:
-    rows = []
-    for c in run.bench_cells():
-        if c.status == Status.SKIPPED:
-            continue
-        if c.status != Status.OK or not c.stats:
-            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", "-"))
-            continue
-        s = c.stats
-        spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
-        pct = run.pct_peak(c)
-        rows.append((c.implementation, c.case_id, c.mode, _fmt_time(s["median"]), spread,
-                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", _memory_text(c)))
-    return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
-                         "peak extra mem"), rows)
-
-
-def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
-    rows = []
-    for f in fits:
-        if f["axis"] == "g":
-            rows.append((f["implementation"], f["mode"], "time ~ coef*g", f["fixed"], f"{f['coef'] * 1e9:.4g} ns/g",
-                         f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))
-            continue
-        left_out = ", ".join(f"{int(x)}" for x, _ in f["excluded"]) or "-"
-        quantity = "memory (output + peak extra)" if f["quantity"] == "memory" else f["quantity"]
-        rows.append((f["implementation"], f["mode"], f"{quantity} vs {f['axis']}", f["fixed"],
-                     f"slope {f['slope']:.2f}", f"R2 {f['r2']:.3f}", f["n"], left_out))
-    return format_table(("implementation", "mode", "fit", "fixed", "exponent/coef", "quality", "n",
-                         "left out (overhead)"), rows)
-
-
 def _progress_line(cell: BenchCell, index: int, total: int) -> str:
     head = f"[{index}/{total}] {cell.implementation} {cell.case_id} {cell.mode}: {cell.status}"
     if cell.status == Status.OK and cell.median is not None:
-        return f"{head} {_fmt_time(cell.median)} ({cell.gflops:.1f} GFLOP/s)"
+        return f"{head} {format_seconds(cell.median)} ({cell.gflops:.1f} GFLOP/s)"
     return f"{head} ({cell.reason})" if cell.reason else head
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
 
 from harness import interrupts
 from harness.discovery import Registry, load_registry
 from harness.errors import PluginError
+from harness.report.terminal import format_table
+
+__all__ = ["format_table", "positive_int", "positive_number", "registry_from_args"]
 
 
 def registry_from_args(args: argparse.Namespace) -> Registry:
@@ -48,11 +50,3 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
     return value
 
-
-def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table with columns padded to their widest cell."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)

@@ -14,20 +14,15 @@ import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, positive_int, positive_number, registry_from_args
+from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
-from harness.results import Run, Status, VerifyCell, new_run_id
-from harness.verify.runner import (
-    default_results_path,
-    problems,
-    summarize,
-    wall_clock,
-)
+from harness.report.terminal import problems, verify_table
+from harness.results import Run, new_run_id
+from harness.verify.runner import default_results_path, wall_clock
 from harness.verify.suites import SUITES
 
 HELP = "check implementations against the float64 oracle (outputs, gradients, properties)"
@@ -56,41 +51,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the search's seed (default 0); its example database is results/.hypothesis")
     parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
                         help="implementations verified at the same time, each in its own worker (default 2)")
-
-
-def _fmt(x: object) -> str:
-    return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
-
-
-def report(cells: Sequence[VerifyCell], seconds: float, order: Sequence[str] = ()) -> str:
-    """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
-    from harness.verify.tolerance import describe_rule
-
-    lines = [f"rule: {describe_rule()}", ""]
-    rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
-             r["skipped"], f"{r['worst_ratio']:.2f}", f"{r['seconds']:.1f}")
-            for name, r in summarize(cells, order).items()]
-    lines.append(format_table(("implementation", "kind", "cases", "checks", "pass", "fail", "error", "crash",
-                               "timeout", "skipped", "worst ratio", "seconds"), rows))
-    bad = problems(cells)
-    if bad:
-        lines += ["", f"{len(bad)} problem(s):"]
-        for c in bad:
-            m = c.metrics
-            numbers = "" if not m or m.get("bound") is None else (
-                f" [max_abs_err {_fmt(m.get('max_abs_err'))}, bound {_fmt(m.get('bound'))}, ratio {_fmt(m.get('ratio'))}, "
-                f"rel_l2 {_fmt(m.get('rel_l2'))}, base_err {_fmt(m.get('base_err'))}, worst_index {m.get('worst_index')}]")
-            lines.append(f"  {c.status.value.upper():7} {c.implementation} {c.case_id} {c.check}: {c.reason}{numbers}")
-    skips: dict[tuple[str, str], int] = {}
-    for c in cells:
-        if c.status == Status.SKIPPED:
-            key = (c.implementation, c.reason or "")
-            skips[key] = skips.get(key, 0) + 1
-    if skips:
-        lines += ["", "skipped:"]
-        lines += [f"  {name}: {count} case(s): {reason}" for (name, reason), count in skips.items()]
-    lines += ["", f"{len(cells)} checks in {seconds:.1f} s; " + ("all passed" if not bad else f"{len(bad)} problem(s)")]
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,6 +84,6 @@ def _present(result: Run, seconds: float, impls: list[Implementation], path: Pat
         print(json.dumps(result.to_json(), indent=1, default=str))
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
-        print(report(cells, seconds, [i.name for i in impls]))
+        print(verify_table(cells, seconds, [i.name for i in impls]))
         print(f"attnbench verify: results in {path}", file=sys.stderr)
     return 1 if problems(cells) else 0

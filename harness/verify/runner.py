@@ -20,7 +20,7 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,36 +279,6 @@ def _worker_environment(threads: int) -> Iterator[None]:
 
 def _cores() -> int:
     return os.cpu_count() or 1
-
-
-def _row(kind: str) -> dict[str, Any]:
-    return {"kind": kind, "cases": set(), "checks": 0, "pass": 0, "fail": 0, "error": 0, "crash": 0, "timeout": 0,
-            "skipped": 0, "worst_ratio": 0.0, "seconds": 0.0}
-
-
-def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """Per implementation (in ``order``, then as met): counts by status, cases, worst passing ratio, seconds."""
-    cells = list(cells)
-    present = {c.implementation for c in cells}
-    rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
-    for cell in cells:
-        row = rows.get(cell.implementation) or _row(cell.kind)
-        rows[cell.implementation] = row
-        row["cases"].add(cell.case_id)
-        row["checks"] += 1
-        row[cell.status.value] = row.get(cell.status.value, 0) + 1
-        ratio = cell.metrics.get("ratio")
-        if cell.status == Status.PASS and isinstance(ratio, (int, float)) and ratio != float("inf"):
-            row["worst_ratio"] = max(row["worst_ratio"], float(ratio))
-        row["seconds"] += float(cell.seconds or 0.0)
-    table = {name: row for name, row in rows.items() if row is not None}
-    for row in table.values():
-        row["cases"] = len(row["cases"])
-    return table
-
-
-def problems(cells: Iterable[VerifyCell]) -> list[VerifyCell]:
-    return [c for c in cells if c.status.is_problem]
 
 
 def default_results_path(run_id: str) -> Path:

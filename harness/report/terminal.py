@@ -1,0 +1,144 @@
+"""Plain-text tables for a terminal: what `attnbench bench` and `verify` print after a run.
+
+Text presentation of typed runs, like the HTML and Markdown writers beside it; the commands
+print these and add only their own warnings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from harness.analysis.stats import is_noisy
+from harness.results import BenchCell, Run, Status, VerifyCell
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table with columns padded to their widest cell."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def format_seconds(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds * 1e9:.3g} ns"
+
+
+def format_bytes(n: float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.3g} {unit}" if value < 1000 else f"{value:.0f} {unit}"
+    return f"{int(n)} B"
+
+
+def _memory_text(cell: BenchCell) -> str:
+    if not cell.memory:
+        return "-"
+    if cell.peak_extra_bytes is None:
+        return "error"
+    return format_bytes(cell.peak_extra_bytes)
+
+
+def results_table(run: Run) -> str:
+    rows = []
+    for c in run.bench_cells():
+        if c.status == Status.SKIPPED:
+            continue
+        if c.status != Status.OK or not c.stats:
+            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", "-"))
+            continue
+        s = c.stats
+        spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
+        pct = run.pct_peak(c)
+        rows.append((c.implementation, c.case_id, c.mode, format_seconds(s["median"]), spread,
+                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", _memory_text(c)))
+    return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
+                         "peak extra mem"), rows)
+
+
+def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
+    rows = []
+    for f in fits:
+        if f["axis"] == "g":
+            rows.append((f["implementation"], f["mode"], "time ~ coef*g", f["fixed"], f"{f['coef'] * 1e9:.4g} ns/g",
+                         f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))
+            continue
+        left_out = ", ".join(f"{int(x)}" for x, _ in f["excluded"]) or "-"
+        quantity = "memory (output + peak extra)" if f["quantity"] == "memory" else f["quantity"]
+        rows.append((f["implementation"], f["mode"], f"{quantity} vs {f['axis']}", f["fixed"],
+                     f"slope {f['slope']:.2f}", f"R2 {f['r2']:.3f}", f["n"], left_out))
+    return format_table(("implementation", "mode", "fit", "fixed", "exponent/coef", "quality", "n",
+                         "left out (overhead)"), rows)
+
+
+def _row(kind: str) -> dict[str, Any]:
+    return {"kind": kind, "cases": set(), "checks": 0, "pass": 0, "fail": 0, "error": 0, "crash": 0, "timeout": 0,
+            "skipped": 0, "worst_ratio": 0.0, "seconds": 0.0}
+
+
+def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    """Per implementation (in ``order``, then as met): counts by status, cases, worst passing ratio, seconds."""
+    cells = list(cells)
+    present = {c.implementation for c in cells}
+    rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
+    for cell in cells:
+        row = rows.get(cell.implementation) or _row(cell.kind)
+        rows[cell.implementation] = row
+        row["cases"].add(cell.case_id)
+        row["checks"] += 1
+        row[cell.status.value] = row.get(cell.status.value, 0) + 1
+        ratio = cell.metrics.get("ratio")
+        if cell.status == Status.PASS and isinstance(ratio, (int, float)) and ratio != float("inf"):
+            row["worst_ratio"] = max(row["worst_ratio"], float(ratio))
+        row["seconds"] += float(cell.seconds or 0.0)
+    table = {name: row for name, row in rows.items() if row is not None}
+    for row in table.values():
+        row["cases"] = len(row["cases"])
+    return table
+
+
+def problems(cells: Iterable[VerifyCell]) -> list[VerifyCell]:
+    return [c for c in cells if c.status.is_problem]
+
+
+def _fmt(x: object) -> str:
+    return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
+
+
+def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[str] = ()) -> str:
+    """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
+    from harness.verify.tolerance import describe_rule
+
+    lines = [f"rule: {describe_rule()}", ""]
+    rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
+             r["skipped"], f"{r['worst_ratio']:.2f}", f"{r['seconds']:.1f}")
+            for name, r in summarize(cells, order).items()]
+    lines.append(format_table(("implementation", "kind", "cases", "checks", "pass", "fail", "error", "crash",
+                               "timeout", "skipped", "worst ratio", "seconds"), rows))
+    bad = problems(cells)
+    if bad:
+        lines += ["", f"{len(bad)} problem(s):"]
+        for c in bad:
+            m = c.metrics
+            numbers = "" if not m or m.get("bound") is None else (
+                f" [max_abs_err {_fmt(m.get('max_abs_err'))}, bound {_fmt(m.get('bound'))}, ratio {_fmt(m.get('ratio'))}, "
+                f"rel_l2 {_fmt(m.get('rel_l2'))}, base_err {_fmt(m.get('base_err'))}, worst_index {m.get('worst_index')}]")
+            lines.append(f"  {c.status.value.upper():7} {c.implementation} {c.case_id} {c.check}: {c.reason}{numbers}")
+    skips: dict[tuple[str, str], int] = {}
+    for c in cells:
+        if c.status == Status.SKIPPED:
+            key = (c.implementation, c.reason or "")
+            skips[key] = skips.get(key, 0) + 1
+    if skips:
+        lines += ["", "skipped:"]
+        lines += [f"  {name}: {count} case(s): {reason}" for (name, reason), count in skips.items()]
+    lines += ["", f"{len(cells)} checks in {seconds:.1f} s; " + ("all passed" if not bad else f"{len(bad)} problem(s)")]
+    return "\n".join(lines)

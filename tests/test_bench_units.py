@@ -89,7 +89,13 @@ def test_cell_fits_group_by_axis() -> None:
 
 def test_sweeps_axes_and_order() -> None:
     quick = sweep_cases("quick")
-    assert [c.tq for c, _ in quick] == [256, 512, 1024, 2048] and {m for _, m in quick} == {"fwd"}
+    assert [c.tq for c, _ in quick if (c.d, c.heads) == (64, 8)] == [256, 512, 1024, 2048]
+    assert {m for _, m in quick} == {"fwd"} and {c.tq for c, _ in quick if (c.d, c.heads) != (64, 8)} == {1024}
+    assert {c.d for c, _ in quick} == {32, 64, 128} and {c.heads for c, _ in quick} == {1, 4, 8, 16}
+    by_impl = {}
+    for cell in plan("quick", ["torch_sdpa", "xformers_memeff"]):
+        by_impl.setdefault(cell.implementation, []).append(cell.case.id)
+    assert len(by_impl["torch_sdpa"]) == 9 and len(by_impl["xformers_memeff"]) == 4  # d and heads: main ones only
     full = sweep_cases("full")
     assert {c.tq for c, _ in full} == {2 ** i for i in range(7, 14)}
     assert {c.d for c, _ in full} == {32, 64, 128} and {c.heads for c, _ in full} == {1, 4, 8, 16}

@@ -169,3 +169,19 @@ def test_bad_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "neither an attnbench result file" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing.json")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_the_headline_names_the_machine_the_fastest_per_regime_and_the_failures(tmp_path: Path) -> None:
+    from test_report_data import write_bench_run, write_verify_run
+
+    write_bench_run(tmp_path / "bench.json")
+    write_verify_run(tmp_path / "verify.json", broken="torch_eager")
+    report = build_report([tmp_path / "bench.json", tmp_path / "verify.json"], tmp_path / "out")
+    lines = {line.label: line.text for line in report.headline}
+    assert "float32/cpu 175 GFLOP/s" in lines["Machine"]
+    # synthetic speeds (s per unit of work): torch_sdpa 0.4e-10, then torch_eager 1.0e-10: 2.5x at T = 2048
+    assert lines["Fastest, long T (2048), no mask, fwd"].startswith("torch_sdpa, 2.5")
+    assert "than torch_eager (4 measured)" in lines["Fastest, long T (2048), no mask, fwd"]
+    assert lines["Verification failed"].startswith("torch_eager (") and "causal" in lines["Verification failed"]
+    summary = report.summary.read_text()
+    assert summary.index("## Headline") < summary.index("**Correctness:**")

@@ -1,11 +1,14 @@
 """Bench suites (which cells to run) and the budget check that skips cells too big to attempt.
 
 A suite is a list of sweeps; a sweep is a cross product of axis values. ``quick`` sweeps T
-at d = 64, H = 8 (enough for the T exponent and the memory slope, in about two minutes);
+at d = 64, H = 8 for every implementation (the T exponent and the memory slope), and d over
+32/64/128 and heads over 1/4/16 at T = 1024 for the main implementations (:data:`MAIN`), so
+the main job shows the whole O(T^2 d H) in a few minutes;
 ``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
 time with the others at their middle value, causal on and off, forward and forward+backward.
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
-cells that come out twice run once.
+cells that come out twice run once. A sweep that names ``implementations`` runs for those only,
+and only when no axis flag is given: ``--T 512 1024`` asks for a T sweep, not for d and heads too.
 
 Before a cell runs its cost is predicted: from the cells of the same implementation, mode,
 dtype and causality measured so far in this run (a power law through the last measured
@@ -34,10 +37,15 @@ from harness.results.schema import CellKey
 
 AXES = ("T", "d", "heads", "batch", "dtype", "causal", "mode")
 
+MAIN = ("numpy_naive", "torch_eager", "torch_sdpa", "tiled", "tiled_fused")
+"""The implementations the quick suite also sweeps along d and heads (the others: T only)."""
+_QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode": ("fwd",)}
+
 SUITES: dict[str, list[dict[str, tuple[Any, ...]]]] = {
     "quick": [
-        {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
-         "causal": (False,), "mode": ("fwd",)},
+        {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
+        {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN},
+        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN},
     ],
     "full": [
         {"T": tuple(2 ** i for i in range(7, 14)), "d": (64,), "heads": (8,)},
@@ -67,6 +75,12 @@ class PlannedCell:
 def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None,
                 device: str = "cpu") -> list[tuple[AttentionCase, str]]:
     """(case, mode) pairs of a suite with axis overrides applied, deduplicated, in order."""
+    return [(case, mode) for case, mode, _ in _sweep_cells(suite, overrides, device)]
+
+
+def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
+                 device: str) -> list[tuple[AttentionCase, str, frozenset[str] | None]]:
+    """(case, mode, the implementations it is for, None for all), deduplicated, in order."""
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
@@ -76,21 +90,29 @@ def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None
     bad_modes = [m for m in overrides.get("mode", ()) if m not in MODES]
     if bad_modes:
         raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
-    seen: dict[tuple[str, str], tuple[AttentionCase, str]] = {}
+    seen: dict[tuple[str, str], tuple[AttentionCase, str, frozenset[str] | None]] = {}
     for sweep in SUITES[suite]:
+        only = sweep.get("implementations")
+        if only is not None and overrides:
+            continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
         for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
             case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
                                  causal=bool(causal), device=device)
-            seen.setdefault((case.id, mode), (case, mode))
+            key = (case.id, mode)
+            before = seen.get(key, (case, mode, frozenset()))[2]
+            for_whom = None if only is None or before is None else before | frozenset(only)
+            seen[key] = (case, mode, for_whom)
     return list(seen.values())
 
 
 def plan(suite: str, implementations: Iterable[str], overrides: Mapping[str, Sequence[Any]] | None = None,
          device: str = "cpu") -> list[PlannedCell]:
     """Every implementation x every (case, mode) of the suite, smallest work first per implementation."""
-    pairs = sweep_cases(suite, overrides, device)
-    cells = [PlannedCell(name, case, mode) for name in implementations for case, mode in pairs]
+    implementations = list(implementations)
+    triples = _sweep_cells(suite, overrides, device)
+    cells = [PlannedCell(name, case, mode) for name in implementations for case, mode, only in triples
+             if only is None or name in only]
     order = {name: i for i, name in enumerate(implementations)}
     return sorted(cells, key=lambda c: (order[c.implementation], c.mode, attention_flops(c.case, c.mode)))
 

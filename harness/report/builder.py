@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, tables
 from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
+from harness.report.headline import Line, headline
 from harness.report.load import Results, load
 
 
@@ -33,6 +34,7 @@ class Report:
     plots: list[plots.Plot] = field(default_factory=list)
     csvs: list[Path] = field(default_factory=list)
     tolerance: float = TOLERANCE
+    headline: list[Line] = field(default_factory=list)
 
     @property
     def sources(self) -> list[dict[str, Any]]:
@@ -82,7 +84,7 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
     _, speedup = plots.speedup_frame(bench, baseline) if not bench.empty else (None, pd.DataFrame())
     report = Report(name=out.name, out=out, results=results, baseline=baseline,
                     complexity=tables.complexity_frame(rows), matrix=matrix, failures=tables.failures(verify),
-                    speedup=speedup, bench_table=tables.bench_summary(bench))
+                    speedup=speedup, bench_table=tables.bench_summary(bench), headline=headline(results))
     plot_dir = out / "plots"
     for name in plots.PLOT_NAMES:  # a report written again into the same directory keeps no stale figure
         (plot_dir / f"{name}.png").unlink(missing_ok=True)

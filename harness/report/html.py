@@ -90,9 +90,17 @@ def image(path: Path, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
 
 
+def _headline(report: Report) -> str:
+    if not report.headline:
+        return ""
+    items = "".join(f"<li><b>{esc(line.label)}:</b> {esc(line.text)}</li>" for line in report.headline)
+    return f'<section id="headline"><h2>Headline</h2><ul>{items}</ul></section>'
+
+
 def render(report: Report) -> str:
     """The whole page as a string."""
-    parts = [f"<h1>attnbench report <small>{esc(report.name)}</small></h1>", _verdict(report), _sources(report)]
+    parts = [f"<h1>attnbench report <small>{esc(report.name)}</small></h1>", _headline(report), _verdict(report),
+             _sources(report)]
     parts.append("<h2>Complexity: fitted exponents against theory</h2>")
     if report.complexity.empty:
         parts.append("<p>No sweep with at least two sizes per implementation in these results.</p>")

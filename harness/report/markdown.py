@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 ICON = {"pass": "✅", "fail": "❌", "error": "❌", "crash": "💥", "timeout": "⏱️", "skipped": "➖"}
 MAX_FAILURES = 20
+HEADLINE = "## Headline"
 
 
 def md(value: Any) -> str:
@@ -33,6 +34,8 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 def render(report: Report) -> str:
     out = [f"# attnbench report `{md(report.name)}`", ""]
+    if report.headline:
+        out += [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}" for line in report.headline], ""]
     problems = report.problem_count
     out.append(f"**Correctness:** {problems} problem cell(s)." if problems else
                ("**Correctness:** every verified cell passed." if not report.matrix.empty else

@@ -1,0 +1,97 @@
+"""The headline: what a reader needs from a report in a few lines, before any table.
+
+The machine (CPU, threads, the GEMM peaks measured on it); the fastest implementation in each
+regime the bench results cover (the shortest and the longest T, causal or not, forward or
+forward+backward), with its margin over the next; and which implementations failed
+verification, with the first reason. Plain sentences: summary.md and index.html each escape
+and lay them out their own way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness.report.load import Results
+
+PROBLEMS = ("fail", "error", "crash", "timeout")
+REASON_CHARS = 160
+
+
+@dataclass(frozen=True)
+class Line:
+    label: str
+    text: str
+
+
+def _machine(results: Results) -> Line | None:
+    env = next((s["environment"] for s in reversed(results.sources) if s.get("environment")), None)
+    if not env and not results.peaks:
+        return None
+    env = env or {}
+    parts = [str(env.get("cpu_model") or "unknown CPU")]
+    if env.get("cores"):
+        parts.append(f"{env['cores']} cores")
+    if env.get("threads"):
+        parts.append(f"{env['threads']} thread(s) per timed call")
+    peaks = [f"{key} {peak['gflops']:.0f} GFLOP/s" for key, peak in sorted(results.peaks.items()) if peak.get("gflops")]
+    if peaks:
+        parts.append("measured GEMM peak " + ", ".join(peaks))
+    return Line("Machine", "; ".join(parts))
+
+
+def _regime_name(t: int, short: int, long: int, causal: bool, mode: str) -> str:
+    length = f"short T ({t})" if t == short and t != long else f"long T ({t})"
+    return f"{length}, {'causal' if causal else 'no mask'}, {mode}"
+
+
+def _fastest(bench: pd.DataFrame) -> list[Line]:
+    """Per regime, the fastest implementation at that regime's size, with its margin over the next."""
+    if bench.empty:
+        return []
+    ok = bench[(bench["status"] == "ok") & bench["median"].notna()].copy()
+    if ok.empty:
+        return []
+    ok["causal"] = ok["causal"].fillna(False).astype(bool)
+    lines = []
+    for (causal, mode), group in ok.groupby(["causal", "mode"], sort=True):
+        # the sizes of the widest T sweep in this regime: the other case fields at their most common values
+        fixed = group[["d", "heads", "batch", "dtype"]].astype(str).agg("-".join, axis=1)
+        group = group[fixed == fixed.mode().iloc[0]]
+        ts = sorted({int(t) for t in group["tq"]})
+        for t in sorted({ts[0], ts[-1]}):
+            at = group[group["tq"] == t].sort_values("median")
+            at = at.drop_duplicates("implementation")
+            if at.empty:
+                continue
+            best = at.iloc[0]
+            text = f"{best['implementation']}"
+            if len(at) > 1:
+                second = at.iloc[1]
+                text += f", {float(second['median']) / float(best['median']):.2f}x faster than {second['implementation']}"
+            text += f" ({len(at)} measured)"
+            lines.append(Line(f"Fastest, {_regime_name(t, ts[0], ts[-1], bool(causal), str(mode))}", text))
+    return lines
+
+
+def _failures(verify: pd.DataFrame) -> Line | None:
+    if verify.empty:
+        return None
+    bad = verify[verify["status"].isin(PROBLEMS)]
+    checked = verify[verify["status"] != "skipped"]["implementation"].nunique()
+    if bad.empty:
+        return Line("Verification", f"all {checked} verified implementation(s) passed every check")
+    parts = []
+    for name, group in bad.groupby("implementation", sort=True):
+        first = group.iloc[0]
+        reason = str(first["reason"] or first["status"])
+        if len(reason) > REASON_CHARS:
+            reason = reason[:REASON_CHARS - 1] + "…"
+        parts.append(f"{name} ({len(group)} problem cell(s); first: {first['case_id']} {first['check']}: {reason})")
+    return Line("Verification failed", "; ".join(parts))
+
+
+def headline(results: Results) -> list[Line]:
+    lines = [_machine(results), *_fastest(results.bench), _failures(results.verify)]
+    return [line for line in lines if line is not None]

@@ -77,6 +77,9 @@ class AttentionCase(CaseRecord):
     pairwise: bool = False
     """A row of the covering array (:mod:`harness.verify.pairwise`): checked with one trial and the stateful
     property only, since its worth is the combination it holds, not repeated draws. Not part of the id."""
+    growth: bool = False
+    """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
+    records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
 
     def __post_init__(self) -> None:
         if self.kv_heads == 0:

@@ -96,6 +96,8 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
         if not report.plots:  # no sweep at all (e.g. pytest-benchmark's shape set): one bar chart instead
             fallback = plots.per_case_plot(bench, plot_dir)
             report.plots += [fallback] if fallback is not None else []
+    growth = plots.error_growth_plot(results.growth, plot_dir)
+    report.plots += [growth] if growth is not None else []
     correctness = plots.correctness_plot(matrix, plot_dir)
     if correctness is not None:
         report.plots.append(correctness)

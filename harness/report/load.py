@@ -30,6 +30,7 @@ BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reaso
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
                  "threads", "samples_s")
+GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
 
@@ -48,6 +49,8 @@ class Results:
     """Per implementation, whatever the files said about it (description, capabilities), if anything."""
     coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
+    growth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GROWTH_COLUMNS))
+    """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
 
 
 def read_any(path: Path) -> tuple[str, dict[str, Any]]:
@@ -196,6 +199,7 @@ def load(paths: Iterable[Path]) -> Results:
     """All cells of all files; a later file's cell replaces an earlier one with the same key."""
     bench_rows: list[dict[str, Any]] = []
     verify_rows: list[dict[str, Any]] = []
+    growth_rows: list[dict[str, Any]] = []
     peaks: dict[str, dict[str, Any]] = {}
     sources: list[dict[str, Any]] = []
     implementations: dict[str, dict[str, Any]] = {}
@@ -215,7 +219,13 @@ def load(paths: Iterable[Path]) -> Results:
                 bench_rows.append(bench_row(cell, meta["run_id"] or str(path), run.pct_peak(cell)))
             else:
                 verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
+                if cell.check == "error_growth" and cell.case:
+                    growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.get("dtype"),
+                                        "T": cell.case.get("tq"), "status": cell.status.value,
+                                        "max_abs_err": cell.metrics.get("max_abs_err"),
+                                        "base_err": cell.metrics.get("base_err")})
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
+    growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
-                   coverage=coverage)
+                   coverage=coverage, growth=growth)

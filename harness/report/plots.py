@@ -22,7 +22,7 @@ from harness.report.complexity import MEMORY, Sweep, fit_rows, sweep
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
-              "correctness", "time_per_case")
+              "correctness", "time_per_case", "error_vs_T")
 AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H"}
 
 
@@ -50,10 +50,11 @@ def _style(i: int) -> dict[str, Any]:
             "markersize": 7 - (i % 3), "alpha": 0.9}
 
 
-def _save(fig: Any, out: Path, name: str, title: str, caption: str) -> Plot:
+def _save(fig: Any, out: Path, name: str, title: str, caption: str,
+          rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Plot:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     fig.savefig(path, dpi=DPI, metadata={"Software": "attnbench"})
     plt.close(fig)
     return Plot(name=name, title=title, path=path, caption=caption)
@@ -218,3 +219,39 @@ def per_case_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
     ax.set_title("Median time per case", fontsize=10)
     return _save(fig, out, "time_per_case", "Time per case",
                  f"Median time of each implementation at each case (first {MAX_CASES} cases by id).")
+
+
+def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
+    """Max error against the float64 oracle vs T, one panel per dtype, the same-dtype baseline dashed."""
+    growth = growth[growth["max_abs_err"].notna() & (growth["max_abs_err"] > 0)]
+    if growth.empty or growth["T"].nunique() < 2:
+        return None
+    dtypes = [d for d in ("float16", "bfloat16", "float32", "float64") if d in set(growth["dtype"])]
+    dtypes += sorted(set(growth["dtype"]) - set(dtypes))
+    names = sorted(set(growth["implementation"]))  # one style per implementation across the panels
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 4.4), squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes):
+        frame = growth[growth["dtype"] == dtype].sort_values("T")
+        for name, group in frame.groupby("implementation", sort=True):
+            index = names.index(str(name))
+            ax.plot(group["T"], group["max_abs_err"], label=_text(name), color=f"C{index % 10}", **_style(index))
+        base = frame[frame["base_err"] > 0].groupby("T")["base_err"].median()
+        if not base.empty:
+            ax.plot(base.index, base.values, color="black", linestyle="--", linewidth=1.5, label="baseline (same dtype)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(AXIS_LABEL["T"])
+        ax.set_title(_text(dtype), fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("max |out - oracle|")
+    handles: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    rows = -(-len(handles) // 6)
+    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8)
+    caption = ("Max absolute error against the float64 oracle as T grows (B1, H1, d64, forward), per dtype; "
+               "dashed: the textbook formula in the same dtype, the yardstick of the verify rule. "
+               "A line that rises away from the dashed one is error growing with sequence length.")
+    return _save(fig, out, "error_vs_T", "Error vs T", caption, rect=(0, 0.06 * rows, 1, 1))
+

@@ -104,6 +104,8 @@ def case_group(case: Any) -> str:
     """A coarse label of what a case exercises, for grouping in reports."""
     if getattr(case, "kind", "kernel") != "kernel":
         return str(case.kind)
+    if case.growth:
+        return "error_growth"
     for label, hit in (("grad", case.grad), ("bias", case.bias != "none"), ("mask", case.mask != "none"),
                        ("causal", case.causal), ("gqa", case.kv_heads != case.heads),
                        ("layout", case.layout != "contiguous"), ("inputs", case.inputs != "randn" or case.scale),

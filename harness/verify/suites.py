@@ -29,6 +29,7 @@ from typing import Any
 from harness.cases import AttentionCase
 from harness.errors import UsageError
 from harness.registry import Implementation
+from harness.verify.growth import growth_cases
 from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 
 SUITES = ("small", "quick", "full")
@@ -170,4 +171,5 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
         if suite in SUITE_AXES:  # every pair of declared axis values, beside the templates above
             for case in pairwise_cases(impl, suite, device):
                 cases.setdefault(case.id, case)
-    return list(cases.values())
+    # the error-growth sweep's cases share ids with ordinary ones; their check ("error_growth") differs
+    return list(cases.values()) + growth_cases(impl, suite, tuple(devices_here(impl)))

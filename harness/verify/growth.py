@@ -1,0 +1,55 @@
+"""How an implementation's error grows with the sequence length: a forward sweep over T.
+
+For every kernel and every dtype it declares, one case per T (B1, H1, d64, no mask) whose single
+check, ``error_growth``, records the max error against the float64 oracle beside the error of
+the same formula in the same dtype (the baseline the verify rule scales), and holds it to the
+rule. The report plots both against T per dtype, so a kernel whose error grows faster than the
+textbook formula's with T (a running sum kept in low precision, a rescale that drifts) shows
+it, long before a short case fails. At large T the oracle and the baseline are computed over
+query chunks: without a mask the rows are independent, and a (T, T) float64 matrix at
+T = 8,192 would take 512 MiB.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from harness.cases import AttentionCase
+from harness.oracle import reference_attention
+from harness.registry import Implementation
+from harness.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
+from harness.verify.checks import SEED_BASE, Result, call, cell, structure_problem
+from harness.verify.tolerance import OUTPUT_M, baseline_attention, compare
+
+GROWTH_T = {"small": (), "quick": (64, 256, 1024, 4096), "full": (64, 128, 256, 512, 1024, 2048, 4096, 8192)}
+"""The sizes each verify suite sweeps (the small suite, for pytest, none)."""
+CHUNK = 1024
+CHECK = "error_growth"
+
+
+def growth_cases(impl: Implementation, suite: str, devices: tuple[str, ...]) -> list[AttentionCase]:
+    """One case per (device, declared dtype, T) of the suite's sweep."""
+    return [AttentionCase(heads=1, tq=t, d=64, dtype=dtype, device=device, growth=True)
+            for device in devices for dtype in impl.dtypes for t in GROWTH_T.get(suite, ())]
+
+
+def _chunked(fn: Any, inputs: Inputs, dtype: torch.dtype, case: AttentionCase) -> torch.Tensor:
+    q, k, v = (x.to(dtype) for x in (inputs.q64, inputs.k64, inputs.v64))
+    parts = [fn(q[..., i:i + CHUNK, :], k, v, scale=case.scale) for i in range(0, case.tq, CHUNK)]
+    return torch.cat(parts, dim=-2).to(torch.float64)
+
+
+def check_growth(impl: Implementation, case: AttentionCase) -> Result:
+    """The implementation's error at this T against the oracle, beside the same-dtype baseline's."""
+    inputs = make_inputs(case, SEED_BASE, impl.backend)
+    out = call(impl, case, inputs)
+    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.d))
+    if problem:
+        return cell(CHECK, "fail", problem)
+    oracle = _chunked(reference_attention, inputs, torch.float64, case)
+    base = _chunked(baseline_attention, inputs, TORCH_DTYPES[case.dtype], case)
+    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, what=f"output at T={case.tq}")
+    metrics = {**verdict.metrics, "T": case.tq}
+    return cell(CHECK, "pass" if verdict.ok else "fail", verdict.reason, metrics)

@@ -7,7 +7,8 @@ rule. The report plots both against T per dtype, so a kernel whose error grows f
 textbook formula's with T (a running sum kept in low precision, a rescale that drifts) shows
 it, long before a short case fails. At large T the oracle and the baseline are computed over
 query chunks: without a mask the rows are independent, and a (T, T) float64 matrix at
-T = 8,192 would take 512 MiB.
+T = 8,192 would take 512 MiB. The sweep's cases (``GROWTH_T``, ``growth_cases``) live with the
+suites, which must stay free of torch: ``--help`` reads them.
 """
 
 from __future__ import annotations
@@ -23,16 +24,8 @@ from harness.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
 from harness.verify.checks import SEED_BASE, Result, call, cell, structure_problem
 from harness.verify.tolerance import OUTPUT_M, baseline_attention, compare
 
-GROWTH_T = {"small": (), "quick": (64, 256, 1024, 4096), "full": (64, 128, 256, 512, 1024, 2048, 4096, 8192)}
-"""The sizes each verify suite sweeps (the small suite, for pytest, none)."""
 CHUNK = 1024
 CHECK = "error_growth"
-
-
-def growth_cases(impl: Implementation, suite: str, devices: tuple[str, ...]) -> list[AttentionCase]:
-    """One case per (device, declared dtype, T) of the suite's sweep."""
-    return [AttentionCase(heads=1, tq=t, d=64, dtype=dtype, device=device, growth=True)
-            for device in devices for dtype in impl.dtypes for t in GROWTH_T.get(suite, ())]
 
 
 def _chunked(fn: Any, inputs: Inputs, dtype: torch.dtype, case: AttentionCase) -> torch.Tensor:

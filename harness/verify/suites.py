@@ -29,7 +29,6 @@ from typing import Any
 from harness.cases import AttentionCase
 from harness.errors import UsageError
 from harness.registry import Implementation
-from harness.verify.growth import growth_cases
 from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 
 SUITES = ("small", "quick", "full")
@@ -173,3 +172,13 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
                 cases.setdefault(case.id, case)
     # the error-growth sweep's cases share ids with ordinary ones; their check ("error_growth") differs
     return list(cases.values()) + growth_cases(impl, suite, tuple(devices_here(impl)))
+
+
+GROWTH_T = {"small": (), "quick": (64, 256, 1024, 4096), "full": (64, 128, 256, 512, 1024, 2048, 4096, 8192)}
+"""The sizes each verify suite sweeps (the small suite, for pytest, none)."""
+
+
+def growth_cases(impl: Implementation, suite: str, devices: tuple[str, ...]) -> list[AttentionCase]:
+    """One case per (device, declared dtype, T) of the suite's sweep."""
+    return [AttentionCase(heads=1, tq=t, d=64, dtype=dtype, device=device, growth=True)
+            for device in devices for dtype in impl.dtypes for t in GROWTH_T.get(suite, ())]

@@ -13,8 +13,8 @@ from harness.registry import make_implementation
 from harness.report.builder import build_report
 from harness.results import ResultWriter, VerifyCell
 from harness.verify.case_checks import check_kernel_case
-from harness.verify.growth import GROWTH_T, check_growth
-from harness.verify.suites import kernel_cases
+from harness.verify.growth import check_growth
+from harness.verify.suites import GROWTH_T, kernel_cases
 
 REGISTRY = load_registry()
 

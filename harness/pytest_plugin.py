@@ -1,47 +1,98 @@
-"""pytest support for the suites: ``--plugin`` and ``--only`` put implementations into the parametrization.
+"""attnbench's pytest plugin (entry point ``pytest11``): the conformance suite in any repository.
 
-``pytest suites/correctness --plugin my_plugin.py`` runs the conformance suite on a plugin;
-``--only NAME`` restricts the suites to some implementations.
+After ``pip install attnbench``, pytest loads this module in every session, so it imports nothing
+heavy and adds options only under the ``--attnbench-`` prefix::
+
+    pytest --attnbench-plugin my_kernel.py                # in any directory: the conformance suite
+    pytest --attnbench-plugin my_kernel.py --attnbench-only my_attention --attnbench-suite quick
+    pytest tests --pyargs harness.conformance --attnbench-plugin my_kernel.py   # beside your own tests
+
+Given an ``--attnbench-`` option and no test paths, the session also collects the packaged
+conformance module (:mod:`harness.conformance`); with explicit paths it collects what they name
+(add ``--pyargs harness.conformance`` for the suite). The project's own suites (``suites/``) use
+the same options: ``--attnbench-only`` selects implementations there too.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
-from harness.discovery import Registry, load_registry
-from harness.errors import UsageError
-from harness.registry import Implementation
+if TYPE_CHECKING:
+    from harness.discovery import Registry
+    from harness.registry import Implementation
+
+CONFORMANCE_MODULE = "harness.conformance"
+SUITES = ("small", "quick", "full")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("attnbench")
-    group.addoption("--plugin", action="append", default=[], metavar="PATH.py|MODULE",
-                    help="attnbench: load implementations from a file or module (repeatable)")
-    group.addoption("--only", action="append", default=[], metavar="NAMES",
-                    help="attnbench: run only these implementations (comma-separated, repeatable)")
-    group.addoption("--verify-suite", default=None, choices=("small", "quick", "full"),
-                    help="attnbench: the case suite of suites/correctness (default: small, or $ATTNBENCH_VERIFY_SUITE)")
+    group = parser.getgroup("attnbench", "attnbench: the attention conformance suite")
+    group.addoption("--attnbench-plugin", action="append", default=[], metavar="PATH.py|MODULE",
+                    help="load attention implementations from a file or module (repeatable); runs the conformance suite on them")
+    group.addoption("--attnbench-only", action="append", default=[], metavar="NAMES",
+                    help="run only these implementations (comma-separated, repeatable)")
+    group.addoption("--attnbench-suite", default=None, choices=SUITES,
+                    help="the conformance cases: small (default, or $ATTNBENCH_VERIFY_SUITE), quick or full")
+
+
+def _asked_for_attnbench(config: pytest.Config) -> bool:
+    return bool(config.getoption("attnbench_plugin") or config.getoption("attnbench_only")
+                or config.getoption("attnbench_suite"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """With an attnbench option: load the plugins now, and with no test paths collect the packaged
+    conformance module too."""
+    if not _asked_for_attnbench(config):
+        return
+    suite_registry(config)  # a plugin that does not load: pytest's usage error (exit 4) before collection
+    if config.args_source != pytest.Config.ArgsSource.ARGS:
+        import importlib.util
+
+        spec = importlib.util.find_spec(CONFORMANCE_MODULE)
+        if spec is not None and spec.origin and spec.origin not in config.args:
+            config.args.append(spec.origin)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One copy of each conformance test: the project's ``suites/correctness`` re-exports the
+    packaged module, and a session may collect both."""
+    seen: set[str] = set()
+    kept = []
+    for item in items:
+        function = getattr(item, "function", None)
+        if getattr(function, "__module__", None) == CONFORMANCE_MODULE:
+            if item.name in seen:
+                continue
+            seen.add(item.name)
+        kept.append(item)
+    items[:] = kept
 
 
 _REGISTRY: Registry | None = None
 
 
 def suite_registry(config: pytest.Config) -> Registry:
-    """The registry for this pytest run, loaded once; a broken ``--plugin`` stops the run with its error."""
+    """The registry for this pytest run, loaded once; a broken ``--attnbench-plugin`` stops the run with its error."""
+    from harness.discovery import load_registry
+
     global _REGISTRY
     if _REGISTRY is None:
-        registry = load_registry(config.getoption("plugin"))
+        registry = load_registry(config.getoption("attnbench_plugin"))
         if registry.fatal_errors:
-            raise pytest.UsageError("; ".join(str(e) for e in registry.fatal_errors))
+            raise pytest.UsageError("; ".join(str(e).replace("--plugin ", "--attnbench-plugin ") for e in registry.fatal_errors))
         _REGISTRY = registry
     return _REGISTRY
 
 
 def selected_implementations(config: pytest.Config) -> list[Implementation]:
+    from harness.errors import UsageError
+
     registry = suite_registry(config)
     try:
-        return registry.select(config.getoption("only"))
-    except UsageError as exc:  # an unknown --only name: pytest's own usage error, with the known names
-        raise pytest.UsageError(str(exc)) from exc
-
-
+        return registry.select(config.getoption("attnbench_only"))
+    except UsageError as exc:  # an unknown name: pytest's own usage error, with the known names
+        raise pytest.UsageError(f"--attnbench-only: {exc}") from exc

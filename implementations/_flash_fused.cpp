@@ -247,7 +247,17 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
+// _flash_bf16.cpp (compiled for AVX512_BF16 function by function; call only if has_avx512bf16()).
+bool has_avx512bf16();
+void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
+                       int64_t h, int64_t q0, int64_t q1, bool causal, double q_scale, int64_t block_k,
+                       int64_t diagonal_chunk);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
+  module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
              pybind11::call_guard<pybind11::gil_scoped_release>());
 }

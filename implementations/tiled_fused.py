@@ -17,6 +17,7 @@ hands one code it cannot run. No ``-ffast-math``: masked keys rely on IEEE infin
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from pathlib import Path
@@ -30,7 +31,9 @@ from implementations._flash_cpu import LOG2E, _Plan, backward, pick_blocks
 from implementations._workers import run_parallel
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
-SOURCE = Path(__file__).with_name("_flash_fused.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp")]
+FORCE_ISA = "ATTNBENCH_FUSED_ISA"
+"""Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 
@@ -51,7 +54,7 @@ def extension() -> ModuleType | str:
             name = f"attnbench_flash_fused_{isa}"
             if not _built_before(name):  # a silent half-minute would look like a hang
                 print("attnbench: building tiled_fused's C++ kernel (first use only, about 30 s)", file=sys.stderr)
-            _BUILD["result"] = build(SOURCE, name, flags)
+            _BUILD["result"] = build(SOURCES, name, flags)
         return _BUILD["result"]
 
 
@@ -66,8 +69,9 @@ def _built_before(name: str) -> bool:
         return False
 
 
-def build(source: Path, name: str, flags: list[str], build_directory: Path | None = None) -> ModuleType | str:
-    """Compile (or load from torch's cache) ``source`` as extension ``name``; on failure, the reason:
+def build(sources: Path | list[Path], name: str, flags: list[str],
+          build_directory: Path | None = None) -> ModuleType | str:
+    """Compile (or load from torch's cache) ``sources`` as extension ``name``; on failure, the reason:
     the compiler's error lines, so ``attnbench list`` and skipped cells say what went wrong."""
     from torch.utils import cpp_extension
 
@@ -75,7 +79,8 @@ def build(source: Path, name: str, flags: list[str], build_directory: Path | Non
         cpp_extension.verify_ninja_availability()
         if build_directory is not None:
             build_directory.mkdir(parents=True, exist_ok=True)
-        return cpp_extension.load(name=name, sources=[str(source)], extra_cflags=["-O3", *flags], verbose=False,
+        paths = [sources] if isinstance(sources, Path) else sources
+        return cpp_extension.load(name=name, sources=[str(p) for p in paths], extra_cflags=["-O3", *flags], verbose=False,
                                   build_directory=None if build_directory is None else str(build_directory))
     except (RuntimeError, OSError, ImportError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -96,22 +101,40 @@ DIAGONAL_CHUNK = 64
 see). M = 64 GEMMs run at ~90% of MKL's 256-row speed; 32, 64, 128 within 1%, no chunks 5% slower."""
 
 
+def bf16_kernel(ext: ModuleType, isa: str | None = None) -> bool:
+    """Whether bfloat16 input runs on the bf16 dot-product units: the CPU has AVX512_BF16 (checked at
+    run time) and neither ``isa`` nor the environment variable ``ATTNBENCH_FUSED_ISA`` says ``avx2``."""
+    isa = isa or os.environ.get(FORCE_ISA, "")
+    if isa not in ("", "avx2", "avx512_bf16"):
+        raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
+    return isa != "avx2" and bool(ext.has_avx512bf16())
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool,
-             scale: float, block_q: int, block_k: int, diagonal_chunk: int = DIAGONAL_CHUNK
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Output (B, H, Tq, d) and natural-log LSE (B, H, Tq), in float32 (float64 for float64 input)."""
+             scale: float, block_q: int, block_k: int, isa: str | None = None,
+             diagonal_chunk: int = DIAGONAL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output (B, H, Tq, d) and natural-log LSE (B, H, Tq): bf16 output and float32 LSE from the bf16
+    kernel, else both in float32 (float64 for float64 input)."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     b, h, tq, d = q.shape
-    q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
     m = None if mask is None else mask.to(torch.bool).expand(b, h, tq, k.shape[2]).view(torch.uint8)
-    out = torch.empty(b, h, tq, d, dtype=dtype)
-    lse = torch.empty(b, h, tq, dtype=dtype)
     items = [(bi, hi, q0) for q0 in range(0, tq, block_q) for bi in range(b) for hi in range(h)]
     if causal:  # the longest items first, so the workers finish together
         items.sort(key=lambda item: -item[2])
+    if q.dtype == torch.bfloat16 and bf16_kernel(ext, isa):
+        q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+        out = torch.empty(b, h, tq, d, dtype=torch.bfloat16)
+        lse = torch.empty(b, h, tq, dtype=torch.float32)
+        run_parallel(items, lambda item, _: ext.forward_item_bf16(
+            q2, k2, v2, m, out, lse, item[0], item[1], item[2], min(item[2] + block_q, tq), causal,
+            scale * LOG2E, block_k, diagonal_chunk))
+        return out, lse
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
+    out = torch.empty(b, h, tq, d, dtype=dtype)
+    lse = torch.empty(b, h, tq, dtype=dtype)
 
     def one(item: tuple[int, int, int], cache: dict) -> None:
         bi, hi, q0 = item
@@ -136,9 +159,9 @@ class FusedFlashAttention(torch.autograd.Function):
     """The fused forward; the backward is ``tiled``'s recomputation from the saved output and LSE."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k):  # type: ignore[override]
+    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k, isa):  # type: ignore[override]
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-        out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k)
+        out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, isa)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.args = (mask, causal, scale, block_q, block_k)
         ctx.mark_non_differentiable(lse)
@@ -152,19 +175,20 @@ class FusedFlashAttention(torch.autograd.Function):
         n, g, tq = plan.n, plan.g, plan.tq  # tiled's layout: (B * Hkv, G, Tq, ...), a view of ours
         dq, dk, dv = backward(plan, out.view(n, g, tq, -1), lse.view(n, g, tq), dout)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           mask: torch.Tensor | None = None, scale: float | None = None,
-                          block_q: int | None = None, block_k: int | None = None
+                          block_q: int | None = None, block_k: int | None = None, isa: str | None = None
                           ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq)."""
+    """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa="avx2"``
+    forces bf16 input onto the float32 path (see :func:`bf16_kernel`)."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled_fused: {name}={size!r}; block sizes are positive integers, e.g. 256")
     auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3])
-    return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k)
+    return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa)
 
 
 @register("tiled_fused", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),

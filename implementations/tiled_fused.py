@@ -31,7 +31,7 @@ from implementations._flash_cpu import LOG2E, _Plan, backward, pick_blocks
 from implementations._workers import run_parallel
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp", "_flash_backward.cpp")]
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 """Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
 _BUILD_LOCK = threading.Lock()
@@ -147,6 +147,36 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tens
     return out, lse
 
 
+def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+              dout: torch.Tensor, mask: torch.Tensor | None, causal: bool, scale: float, block_q: int,
+              block_k: int, isa: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV in float32: work items are key blocks of one kv head (dK, dV private to the item);
+    dQ accumulates in one buffer per worker, summed at the end."""
+    ext = extension()
+    assert not isinstance(ext, str)  # the forward ran
+    b, h, tq, d = q.shape
+    hk, tk = k.shape[1], k.shape[2]
+    lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
+    delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
+    m = None if mask is None else mask.to(torch.bool).expand(b, h, tq, tk).view(torch.uint8)
+    q2, k2, v2, do2 = (x.float() for x in (q, k, v, dout))
+    dk = torch.zeros(b, hk, tk, d)
+    dv = torch.zeros(b, hk, tk, d)
+    items = [(bi, hi, k0) for k0 in range(0, tk, block_k) for bi in range(b) for hi in range(hk)]
+
+    def one(item: tuple[int, int, int], cache: dict) -> None:
+        bi, hi, k0 = item
+        if "dq" not in cache:
+            cache["dq"] = torch.zeros(b, h, tq, d)
+        ext.backward_item(q2, k2, v2, do2, lse2, delta, m, cache["dq"], dk, dv, bi, hi, k0, min(k0 + block_k, tk),
+                          causal, scale * LOG2E, scale, block_q)
+
+    dqs = [cache["dq"] for cache in run_parallel(items, one) if "dq" in cache]
+    for other in dqs[1:]:
+        dqs[0].add_(other)
+    return dqs[0], dk, dv
+
+
 def fused_blocks(tq: int, tk: int, d: int) -> tuple[int, int]:
     """``tiled``'s per-shape blocks, with 512 query rows at d <= 64: each packed K and V tile then
     serves twice the rows. Measured at B1-H8-T4096-d64 (interleaved runs, 7 rounds): 512 x 512 was
@@ -163,17 +193,20 @@ class FusedFlashAttention(torch.autograd.Function):
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         out, lse = _forward(q, k, v, mask, causal, scale, block_q, block_k, isa)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (mask, causal, scale, block_q, block_k)
+        ctx.args = (mask, causal, scale, block_q, block_k, isa)
         ctx.mark_non_differentiable(lse)
         return out.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        mask, causal, scale, block_q, block_k = ctx.args
-        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k)
-        n, g, tq = plan.n, plan.g, plan.tq  # tiled's layout: (B * Hkv, G, Tq, ...), a view of ours
-        dq, dk, dv = backward(plan, out.view(n, g, tq, -1), lse.view(n, g, tq), dout)
+        if q.dtype == torch.float64:  # tiled's torch-ops backward keeps float64
+            mask, causal, scale, block_q, block_k, _ = ctx.args
+            plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k)
+            n, g, tq = plan.n, plan.g, plan.tq  # tiled's layout: (B * Hkv, G, Tq, ...), a view of ours
+            dq, dk, dv = backward(plan, out.view(n, g, tq, -1), lse.view(n, g, tq), dout)
+        else:
+            dq, dk, dv = _backward(q, k, v, out, lse, dout, *ctx.args)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
                 None, None, None, None, None, None)
 

@@ -31,7 +31,8 @@ from implementations._flash_cpu import LOG2E, _Plan, backward, pick_blocks
 from implementations._workers import run_parallel
 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp", "_flash_backward.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp", "_flash_backward.cpp",
+                                                          "_flash_bf16_backward.cpp")]
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 """Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
 _BUILD_LOCK = threading.Lock()
@@ -159,7 +160,9 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
     lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
     delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
     m = None if mask is None else mask.to(torch.bool).expand(b, h, tq, tk).view(torch.uint8)
-    q2, k2, v2, do2 = (x.float() for x in (q, k, v, dout))
+    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(ext, isa)
+    kernel = ext.backward_item_bf16 if bf16 else ext.backward_item
+    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if bf16 else x.float() for x in (q, k, v, dout))
     dk = torch.zeros(b, hk, tk, d)
     dv = torch.zeros(b, hk, tk, d)
     items = [(bi, hi, k0) for k0 in range(0, tk, block_k) for bi in range(b) for hi in range(hk)]
@@ -168,7 +171,7 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tens
         bi, hi, k0 = item
         if "dq" not in cache:
             cache["dq"] = torch.zeros(b, h, tq, d)
-        ext.backward_item(q2, k2, v2, do2, lse2, delta, m, cache["dq"], dk, dv, bi, hi, k0, min(k0 + block_k, tk),
+        kernel(q2, k2, v2, do2, lse2, delta, m, cache["dq"], dk, dv, bi, hi, k0, min(k0 + block_k, tk),
                           causal, scale * LOG2E, scale, block_q)
 
     dqs = [cache["dq"] for cache in run_parallel(items, one) if "dq" in cache]

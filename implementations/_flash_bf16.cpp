@@ -102,7 +102,7 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
   pbuf.resize(rows * pw);
   kbuf.resize(sw * dp / 2);
   vbuf.resize(dw * pw / 2);
-  sbuf.resize(rows * sw);
+  sbuf.resize(std::min(rows, diagonal_chunk) * sw);
   acc.assign(rows * dw, 0.0f);
   std::vector<float> m(rows, NEG_INF), l(rows, 0.0f);
   const auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()) + b * q.stride(0) + h * q.stride(1);
@@ -138,13 +138,11 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
     pack_kt(kp + k0 * k.stride(2), k.stride(2), cols, d, kbuf.data());
     pack_v(vp + k0 * v.stride(2), v.stride(2), cols, d, vbuf.data());
     v_pairs = (cols + 1) / 2;
-    if (!causal || k0 + cols - 1 <= q0) {
-      tile(0, rows, k0, cols);
-      continue;
-    }
-    for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {  // the block crosses the diagonal
+    // In chunks of diagonal_chunk rows, each against only the keys its last row may see (causal):
+    // a chunk's score tile stays in L2, and most of the diagonal block's upper triangle is skipped.
+    for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {
       const int64_t r1 = std::min(r0 + diagonal_chunk, rows);
-      const int64_t need = std::min(cols, q0 + r1 - k0);
+      const int64_t need = causal ? std::min(cols, q0 + r1 - k0) : cols;
       if (need > 0) tile(r0, r1, k0, need);
     }
   }

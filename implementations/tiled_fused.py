@@ -1,17 +1,20 @@
-"""FlashAttention-2 forward as a compiled C++ extension: tile GEMMs in MKL, the softmax fused.
+"""FlashAttention-2 forward and backward as a compiled C++ extension (``tiled`` is the readable version).
 
-Where ``tiled`` makes five torch passes over each score tile (max, subtract, exp2, sum, rescale),
-one C++ loop per tile row does them all (:file:`_flash_fused.cpp`); the GEMMs still go to MKL via
-ATen. Two more things measured: blocks crossing the causal diagonal are multiplied in 64-row chunks
-(most of the upper triangle is skipped), and Q is scaled inside each work item, because a torch op
-just before the workers leaves OpenMP threads spinning on the cores the workers need (causal:
-about -10%). The backward is ``tiled``'s (:func:`implementations._flash_cpu.backward`) on our output/LSE.
+float32: the tile GEMMs go to MKL through ATen; each tile row's softmax (mask, max, exp2, sum,
+rescale) is one C++ loop (:file:`_flash_fused.cpp`) instead of five torch passes; blocks crossing
+the causal diagonal are multiplied in 64-row chunks; Q is scaled inside each work item (a torch op
+just before the workers leaves OpenMP threads spinning on the cores they need).
+bfloat16 on a CPU with AVX512_BF16 (checked at run time): both GEMMs on VDPBF16PS with float32
+accumulation (:file:`_flash_bf16.cpp`), softmax and running sums in float32, the output rounded
+once. Elsewhere, or with ``ATTNBENCH_FUSED_ISA=avx2``, bf16/fp16 go through the float32 path. float16:
+this CPU family has no fp16 dot-product instruction (AVX512_FP16 is Intel's), so fp16 always does.
+Backward (:file:`_flash_backward.cpp`, :file:`_flash_bf16_backward.cpp`): FlashAttention-2's dQ, dK,
+dV recomputed from the saved log-sum-exp; work items are key blocks of one kv head (dK, dV private,
+GQA without copies, causal blocks skipped), dQ in one float32 buffer per worker, summed at the end.
+float64 keeps ``tiled``'s torch-ops backward.
 
-Built by ``torch.utils.cpp_extension.load`` on first use, never at import: discovery works without
-a compiler, and a failed build becomes this plugin's availability reason. Torch caches the build
-(``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``) under a name carrying the
-instruction set (AVX2 or generic, never -march=native), so a cache shared by different CPUs never
-hands one code it cannot run. No ``-ffast-math``: masked keys rely on IEEE infinities.
+Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
+compiler, and a failed build becomes this plugin's availability reason.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 
 from harness import register
 from harness.errors import UsageError
+from implementations._cpp_build import build, built_before, extension_name, isa_flags
 from implementations._flash_cpu import LOG2E, _Plan, backward, pick_blocks
 from implementations._workers import run_parallel
 
@@ -39,56 +43,16 @@ _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 
 
-def _isa_flags() -> tuple[str, list[str]]:
-    """The instruction set to compile for: AVX2 + FMA where this CPU (as torch sees it) has them."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability in ("AVX2", "AVX512"):
-        return "avx2", ["-mavx2", "-mfma"]
-    return "generic", []
-
-
 def extension() -> ModuleType | str:
     """The compiled module, or the reason it could not be built (tried once per process)."""
     with _BUILD_LOCK:
         if "result" not in _BUILD:
-            isa, flags = _isa_flags()
-            name = f"attnbench_flash_fused_{isa}"
-            if not _built_before(name):  # a silent half-minute would look like a hang
-                print("attnbench: building tiled_fused's C++ kernel (first use only, about 30 s)", file=sys.stderr)
+            isa, flags = isa_flags()
+            name = extension_name("attnbench_flash_fused", isa, SOURCES)
+            if not built_before(name):  # a silent minute would look like a hang
+                print("attnbench: building tiled_fused's C++ kernels (first use only, about a minute)", file=sys.stderr)
             _BUILD["result"] = build(SOURCES, name, flags)
         return _BUILD["result"]
-
-
-def _built_before(name: str) -> bool:
-    """Whether torch's extension cache already holds a build of ``name`` (it may still rebuild
-    if the source changed; then the note is missing, which is harmless)."""
-    from torch.utils.cpp_extension import _get_build_directory
-
-    try:
-        return any(Path(_get_build_directory(name, verbose=False)).glob(f"{name}*.so"))
-    except OSError:  # an unwritable cache directory: the build will say why
-        return False
-
-
-def build(sources: Path | list[Path], name: str, flags: list[str],
-          build_directory: Path | None = None) -> ModuleType | str:
-    """Compile (or load from torch's cache) ``sources`` as extension ``name``; on failure, the reason:
-    the compiler's error lines, so ``attnbench list`` and skipped cells say what went wrong."""
-    from torch.utils import cpp_extension
-
-    try:
-        cpp_extension.verify_ninja_availability()
-        if build_directory is not None:
-            build_directory.mkdir(parents=True, exist_ok=True)
-        paths = [sources] if isinstance(sources, Path) else sources
-        return cpp_extension.load(name=name, sources=[str(p) for p in paths], extra_cflags=["-O3", *flags], verbose=False,
-                                  build_directory=None if build_directory is None else str(build_directory))
-    except (RuntimeError, OSError, ImportError) as exc:
-        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-        noise = ("Error building", "FAILED:", "ninja: build stopped", "[")  # ninja's framing, the commands
-        useful = [line for line in lines if " -isystem " not in line and not line.startswith(noise)] or lines
-        errors = [line for line in useful if "error" in line.lower() or "not found" in line.lower()] or useful
-        return "C++ extension did not build: " + " | ".join(errors[:3])[:600]
 
 
 def available() -> str | None:

@@ -3,8 +3,9 @@
 // The work item and the partition are those of _flash_backward.cpp (keys [k0, k1) of kv head hk:
 // dK, dV private to the item, dQ into the worker's own float32 buffer). All five tile GEMMs run on
 // the VDPBF16PS kernel of _flash_bf16.h with float32 accumulation:
-//   S = Q K^T, dP = dO V^T (B = K^T, V^T packed once per item), dV += P^T dO, dK += dS^T Q
-//   (B = dO, Q packed per query block), dQ += dS K (B = K packed once per item).
+//   S = Q K^T, dP = dO V^T (B = K^T, V^T packed once per item), dQ += dS K (B = K packed once),
+//   dV^T += dO^T P, dK^T += Q^T dS (B = P, dS written straight into the packed layout, two rows at a
+//   time; computing the transposes avoids a strided scatter of P^T and dS^T), transposed at the end.
 // P = 2^(c S - lse2) and dS = P (dP - D) are computed in float32 and rounded to bf16 only as GEMM
 // operands (as FlashAttention-2 does on GPUs); the gradients are returned in float32.
 #include <torch/extension.h>
@@ -21,32 +22,55 @@ using namespace attnbench_bf16;  // NOLINT: this file is the kernel's other half
 
 namespace {
 
-// Row r of the tile: p = 2^(c s - lse2) on allowed keys (j < lim and the mask), else 0, and
-// ds = p (dp - delta); writes the dS row (bf16, zero-padded to pw) and column r of P^T and dS^T.
-BF16_TARGET void p_and_ds_row(const float* s, const float* dp, int64_t cols, int64_t lim, const uint8_t* mrow,
-                              int64_t ms, float c, float lse2, float delta, uint16_t* pt, uint16_t* dst, int64_t ldt,
-                              uint16_t* ds_row, int64_t pw) {
-  const __m512 cv = _mm512_set1_ps(c), lv = _mm512_set1_ps(lse2), dv = _mm512_set1_ps(delta);
-  alignas(64) uint16_t pb[16], db[16];
-  for (int64_t j = 0; j < cols; j += 16) {
-    const __mmask16 t = tail(cols - j);
-    __mmask16 ok = lim > j ? tail(lim - j) : __mmask16(0);
-    if (mrow != nullptr) {
-      for (int64_t u = 0; u < 16 && j + u < cols; ++u) ok &= mrow[(j + u) * ms] ? 0xFFFF : ~(1u << u);
-    }
-    const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, s + j), cv, lv);
-    const __m512 p = _mm512_maskz_mov_ps(ok, exp2_nonpositive(_mm512_min_ps(x, _mm512_setzero_ps())));
-    const __m512 ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, dp + j), dv));
-    const __m256i pbh = (__m256i)_mm512_cvtneps_pbh(p), dbh = (__m256i)_mm512_cvtneps_pbh(ds);
-    _mm256_mask_storeu_epi16(ds_row + j, t, dbh);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(pb), pbh);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(db), dbh);
-    for (int64_t u = 0; u < 16 && j + u < cols; ++u) {
-      pt[(j + u) * ldt] = pb[u];
-      dst[(j + u) * ldt] = db[u];
-    }
+// Two rows (r, r + 1; row1 false when r is the last, odd row): p = 2^(c s - lse2) on allowed keys
+// (j < lim and the mask), else 0, and ds = p (dp - delta). Writes each dS row as bf16 (zero-padded
+// to pw) and both rows of P and dS as one pair of k indices of the packed B operands of
+// dV^T += dO^T P and dK^T += Q^T dS (pair `pair` of panels holding `pairs` pairs each).
+struct Row {
+  const float* s;
+  const float* dp;
+  int64_t lim;
+  const uint8_t* mrow;
+  float lse2, delta;
+  uint16_t* ds_row;
+};
+
+BF16_TARGET inline void p_and_ds(const Row& row, int64_t j, int64_t cols, int64_t ms, __m512 cv, __m512& p, __m512& ds) {
+  const __mmask16 t = cols > j ? tail(cols - j) : __mmask16(0);
+  __mmask16 ok = row.lim > j ? tail(row.lim - j) : __mmask16(0);
+  if (row.mrow != nullptr) {
+    for (int64_t u = 0; u < 16 && j + u < cols; ++u) ok &= row.mrow[(j + u) * ms] ? 0xFFFF : ~(1u << u);
   }
-  std::fill(ds_row + cols, ds_row + pw, uint16_t(0));
+  const __m512 x = _mm512_fmsub_ps(_mm512_maskz_loadu_ps(t, row.s + j), cv, _mm512_set1_ps(row.lse2));
+  p = _mm512_maskz_mov_ps(ok, exp2_nonpositive(_mm512_min_ps(x, _mm512_setzero_ps())));
+  ds = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(t, row.dp + j), _mm512_set1_ps(row.delta)));
+}
+
+// 32 bf16 lanes of (a[0], b[0], a[1], b[1], ...): one pair of k indices for 16 columns.
+BF16_TARGET inline __m512i interleave(__m512 a, __m512 b) {
+  const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(a)),
+                                        (__m256i)_mm512_cvtneps_pbh(b), 1);
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                       21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(idx, ab);
+}
+
+BF16_TARGET void p_and_ds_pair(const Row& r0, const Row& r1, bool row1, int64_t cols, int64_t sw, int64_t pw,
+                               int64_t ms, float c, uint32_t* p_pack, uint32_t* ds_pack, int64_t pair, int64_t pairs) {
+  const __m512 cv = _mm512_set1_ps(c);
+  for (int64_t j = 0; j < sw; j += 16) {
+    __m512 p0, ds0, p1 = _mm512_setzero_ps(), ds1 = _mm512_setzero_ps();
+    p_and_ds(r0, j, cols, ms, cv, p0, ds0);
+    if (row1) p_and_ds(r1, j, cols, ms, cv, p1, ds1);
+    if (j < pw) {
+      const __mmask16 t = tail(pw - j);
+      _mm256_mask_storeu_epi16(r0.ds_row + j, t, (__m256i)_mm512_cvtneps_pbh(ds0));
+      if (row1) _mm256_mask_storeu_epi16(r1.ds_row + j, t, (__m256i)_mm512_cvtneps_pbh(ds1));
+    }
+    const int64_t at = (j / NR) * pairs * NR + pair * NR + j % NR;
+    _mm512_storeu_si512(p_pack + at, interleave(p0, p1));
+    _mm512_storeu_si512(ds_pack + at, interleave(ds0, ds1));
+  }
 }
 
 const uint16_t* bf16_ptr(const at::Tensor& t, int64_t b, int64_t h) {
@@ -69,21 +93,21 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), d = q.size(3), cols = k1 - k0;
   const int64_t dp2 = round_up(d, 2), dw = round_up(d, NR), sw = round_up(cols, NR), pw = round_up(cols, 2);
   const int64_t bq2 = round_up(block_q, 2), panels = sw / NR;
-  thread_local std::vector<uint32_t> kt, vt, kv, qv, dov;
-  thread_local std::vector<uint16_t> qbuf, dobuf, ptbuf, dstbuf, dsrow;
-  thread_local std::vector<float> sbuf, dpbuf, dqt, dk_acc, dv_acc;
+  thread_local std::vector<uint32_t> kt, vt, kv, p_pack, ds_pack;
+  thread_local std::vector<uint16_t> qbuf, dobuf, qt, dot, dsrow;
+  thread_local std::vector<float> sbuf, dpbuf, dqt, dkt, dvt;
   kt.resize(sw * dp2 / 2), vt.resize(sw * dp2 / 2), kv.resize(dw * pw / 2);
-  qv.resize(dw * bq2 / 2), dov.resize(dw * bq2 / 2);
-  qbuf.assign(block_q * dp2, 0), dobuf.assign(block_q * dp2, 0);
-  ptbuf.resize(cols * bq2), dstbuf.resize(cols * bq2), dsrow.resize(block_q * pw);
-  sbuf.resize(block_q * sw), dpbuf.resize(block_q * sw), dqt.resize(block_q * dw);
-  dk_acc.assign(cols * dw, 0.0f), dv_acc.assign(cols * dw, 0.0f);
+  p_pack.resize(sw * bq2 / 2), ds_pack.resize(sw * bq2 / 2);
+  qbuf.assign(block_q * dp2, 0), dobuf.assign(block_q * dp2, 0), qt.resize(d * bq2), dot.resize(d * bq2);
+  dsrow.resize(bq2 * pw), sbuf.resize(block_q * sw), dpbuf.resize(block_q * sw), dqt.resize(block_q * dw);
+  dkt.assign(d * sw, 0.0f), dvt.assign(d * sw, 0.0f);  // dK^T and dV^T (d x keys)
   const uint16_t* kp = bf16_ptr(k, b, hk) + k0 * k.stride(2);
   const uint16_t* vp = bf16_ptr(v, b, hk) + k0 * v.stride(2);
   pack_kt(kp, k.stride(2), cols, d, kt.data());
   pack_kt(vp, v.stride(2), cols, d, vt.data());
   pack_v(kp, k.stride(2), cols, d, kv.data());
   const __m512 sv = _mm512_set1_ps(static_cast<float>(scale));
+  const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse_p = lse2.data_ptr<float>() + (b * heads + h) * tq;
     const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
@@ -91,30 +115,32 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
       const int64_t rows = std::min(block_q, tq - q0), ldt = round_up(rows, 2);
       const uint16_t* qp = bf16_ptr(q, b, h) + q0 * q.stride(2);
       const uint16_t* dop = bf16_ptr(dout, b, h) + q0 * dout.stride(2);
-      for (int64_t r = 0; r < rows; ++r) {
-        std::memcpy(&qbuf[r * dp2], qp + r * q.stride(2), d * sizeof(uint16_t));
-        std::memcpy(&dobuf[r * dp2], dop + r * dout.stride(2), d * sizeof(uint16_t));
+      for (int64_t r = 0; r < ldt; ++r) {  // rows, and Q^T, dO^T (d x ldt, an odd last row's partner zero)
+        for (int64_t u = 0; u < d; ++u) {
+          const uint16_t qv = r < rows ? qp[r * q.stride(2) + u] : 0, dv = r < rows ? dop[r * dout.stride(2) + u] : 0;
+          if (r < rows) qbuf[r * dp2 + u] = qv, dobuf[r * dp2 + u] = dv;
+          qt[u * ldt + r] = qv, dot[u * ldt + r] = dv;
+        }
       }
-      pack_v(qp, q.stride(2), rows, d, qv.data());
-      pack_v(dop, dout.stride(2), rows, d, dov.data());
       gemm(rows, panels, dp2 / 2, dp2 / 2, qbuf.data(), dp2, kt.data(), sbuf.data(), sw, false);
       gemm(rows, panels, dp2 / 2, dp2 / 2, dobuf.data(), dp2, vt.data(), dpbuf.data(), sw, false);
-      for (int64_t r = 0; r < rows; ++r) {
+      auto row = [&](int64_t r) {
         const int64_t i = q0 + r;
-        const int64_t lim = causal ? std::max<int64_t>(0, std::min(cols, i - k0 + 1)) : cols;
         const uint8_t* mrow = nullptr;
         if (mask.has_value()) {
           mrow = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1) + i * mask->stride(2) +
                  k0 * mask->stride(3);
         }
-        p_and_ds_row(&sbuf[r * sw], &dpbuf[r * sw], cols, lim, mrow, mask.has_value() ? mask->stride(3) : 0,
-                     static_cast<float>(c), lse_p[i], delta_p[i], &ptbuf[r], &dstbuf[r], ldt, &dsrow[r * pw], pw);
+        return Row{&sbuf[r * sw], &dpbuf[r * sw], causal ? std::max<int64_t>(0, std::min(cols, i - k0 + 1)) : cols,
+                   mrow, lse_p[i], delta_p[i], &dsrow[r * pw]};
+      };
+      for (int64_t r = 0; r < rows; r += 2) {
+        const bool second = r + 1 < rows;
+        p_and_ds_pair(row(r), second ? row(r + 1) : row(r), second, cols, sw, pw, ms, static_cast<float>(c),
+                      p_pack.data(), ds_pack.data(), r / 2, ldt / 2);
       }
-      if (rows % 2 == 1) {  // the zero partner of the last row in each pair of P^T and dS^T
-        for (int64_t j = 0; j < cols; ++j) ptbuf[j * ldt + rows] = dstbuf[j * ldt + rows] = 0;
-      }
-      gemm(cols, dw / NR, ldt / 2, ldt / 2, ptbuf.data(), ldt, dov.data(), dv_acc.data(), dw, true);
-      gemm(cols, dw / NR, ldt / 2, ldt / 2, dstbuf.data(), ldt, qv.data(), dk_acc.data(), dw, true);
+      gemm(d, panels, ldt / 2, ldt / 2, dot.data(), ldt, p_pack.data(), dvt.data(), sw, true);
+      gemm(d, panels, ldt / 2, ldt / 2, qt.data(), ldt, ds_pack.data(), dkt.data(), sw, true);
       gemm(rows, dw / NR, pw / 2, pw / 2, dsrow.data(), pw, kv.data(), dqt.data(), dw, false);
       float* dq_p = dq.data_ptr<float>() + ((b * heads + h) * tq + q0) * d;
       for (int64_t r = 0; r < rows; ++r) {
@@ -131,8 +157,8 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
   float* dv_p = dv.data_ptr<float>() + ((b * k.size(1) + hk) * k.size(2) + k0) * d;
   for (int64_t j = 0; j < cols; ++j) {
     for (int64_t u = 0; u < d; ++u) {
-      dk_p[j * d + u] = static_cast<float>(scale) * dk_acc[j * dw + u];
-      dv_p[j * d + u] = dv_acc[j * dw + u];
+      dk_p[j * d + u] = static_cast<float>(scale) * dkt[u * sw + j];
+      dv_p[j * d + u] = dvt[u * sw + j];
     }
   }
 }

@@ -116,13 +116,13 @@ def main() -> None:
     memory = _bench(args.out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-targets-memory.json", "--T", "1024", "2048",
                     "4096", "--d", "64", "--dtype", "float32", "bfloat16", "--causal", "off", "--mode", "fwd",
                     "--budget", "0.2", "--min-samples", "2")
-    print("\nforward peak extra memory (MiB) at T = 1024, 2048, 4096, and its exponent in T:")
+    print("\nforward peak extra memory (KiB; beyond inputs and output) at T = 1024, 2048, 4096, exponent in T:")
     for name in ("tiled_fused", "torch_sdpa"):
         for dtype in ("float32", "bfloat16"):
             got = [_cells(memory).get((name, dtype, 64, t, False, "fwd")) for t in (1024, 2048, 4096)]
-            mib = [c["memory"]["peak_extra_bytes"] / 2**20 if c and c.get("memory") else math.nan for c in got]
-            slope = math.log(mib[2] / mib[0]) / math.log(4) if all(m > 0 for m in mib) else math.nan
-            print(f"  {name:12} {dtype:9} " + " ".join(f"{m:7.1f}" for m in mib) + f"   exponent {slope:.2f}")
+            kib = [c["memory"]["peak_extra_bytes"] / 1024 if c and c.get("memory") else math.nan for c in got]
+            fit = f"{math.log(kib[2] / kib[0]) / math.log(4):.2f}" if all(k >= 64 for k in kib) else "- (under 64 KiB)"
+            print(f"  {name:12} {dtype:9} " + " ".join(f"{k:8.0f}" for k in kib) + f"   exponent {fit}")
 
 
 if __name__ == "__main__":

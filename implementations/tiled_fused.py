@@ -200,7 +200,7 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
 @register("tiled_fused", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
           causal=True, mask=True, gqa=True, grad=True, available=available,
           options={"block_q": BLOCKS, "block_k": BLOCKS},
-          description="FlashAttention-2 forward as a C++ extension (MKL tile GEMMs, fused softmax); tiled's backward")
+          description="FlashAttention-2 compiled: fused softmax, MKL float32 / AVX512_BF16 tile GEMMs, compiled backward")
 def tiled_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                 mask: torch.Tensor | None = None, scale: float | None = None,
                 block_q: int | None = None, block_k: int | None = None) -> torch.Tensor:

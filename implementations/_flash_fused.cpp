@@ -20,50 +20,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "_flash_exp2.h"
+
 namespace {
 
-// 2^x for x <= 0 (scores minus their row max), exact 0 below -126 (masked keys are -inf).
-// A degree-5 least-squares fit of 2^f on the rounded remainder f in [-0.5, 0.5]: relative error
-// 2.2e-7 in float32 arithmetic (measured on 200k points), about two float32 ulps; no libm call.
-inline float exp2_nonpositive(float x) {
-  const float xc = x < -126.0f ? -126.0f : x;
-  const float n = (xc + 12582912.0f) - 12582912.0f;  // round to nearest (|x| < 2^22)
-  const float f = xc - n;                              // in [-0.5, 0.5]
-  float p = 1.3266970636323094e-3f;
-  p = p * f + 9.675459936261177e-3f;
-  p = p * f + 5.550742521882057e-2f;
-  p = p * f + 2.4022121727466583e-1f;
-  p = p * f + 6.931469440460205e-1f;
-  p = p * f + 1.0000001192092896e0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -126.0f ? 0.0f : p * scale;
-}
-
-inline double exp2_nonpositive(double x) { return std::exp2(x); }
-
 #ifdef __AVX2__
-#include <immintrin.h>
-
-// Eight lanes of exp2_nonpositive (same polynomial): GCC does not reliably vectorise the scalar
-// form inside the row loop (measured: the scalar path ran, 2.4 ns per score), so it is spelled out.
-inline __m256 exp2_nonpositive(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-126.0f);
-  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-  const __m256 xc = _mm256_max_ps(x, lo);
-  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m256 f = _mm256_sub_ps(xc, n);
-  __m256 p = _mm256_set1_ps(1.3266970636323094e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.675459936261177e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550742521882057e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022121727466583e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469440460205e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896e0f));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 inline float hsum(__m256 x) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -247,7 +208,30 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
+// _flash_bf16.cpp (compiled for AVX512_BF16 function by function; call only if has_avx512bf16()).
+bool has_avx512bf16();
+void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
+                       int64_t h, int64_t q0, int64_t q1, bool causal, double q_scale, int64_t block_k,
+                       int64_t diagonal_chunk);
+// _flash_backward.cpp and (AVX512_BF16) _flash_bf16_backward.cpp
+void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                   const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                   at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
+                   bool causal, double c, double scale, int64_t block_q);
+void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
+                        bool causal, double c, double scale, int64_t block_q);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("backward_item", &backward_item, "One work item (a key block of a kv head) of the backward",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
+  module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
              pybind11::call_guard<pybind11::gil_scoped_release>());
 }

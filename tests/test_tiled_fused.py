@@ -1,5 +1,6 @@
-"""`tiled_fused`: the compiled forward against the oracle for any block size, its LSE and empty rows,
-tiled's backward on its output, and a build that fails or is never attempted without breaking anything.
+"""`tiled_fused`: the compiled forward and backward against the oracle for any block size, in float32
+and in bf16 on both paths (the bf16 units where the CPU has them, and the forced AVX2/float32 fallback),
+its LSE and empty rows, and a build that fails or is never attempted without breaking anything.
 
 The first test that needs the extension compiles it (about 25 s here, once per machine: torch caches
 the build); on a machine where it cannot be built those tests skip with the compiler's reason.
@@ -101,7 +102,7 @@ def test_causal_never_reads_key_blocks_above_the_diagonal(impl) -> None:
     AttentionCase(batch=1, heads=4, kv_heads=2, tq=40, tk=45, d=16, mask="empty_rows", grad=True),
     AttentionCase(batch=2, heads=2, tq=50, d=16, causal=True, grad=True, layout="transposed"),
 ], ids=lambda c: c.id)
-def test_gradients_through_tiled_backward_match_the_oracle(impl, case: AttentionCase) -> None:
+def test_float32_gradients_of_the_compiled_backward_match_the_oracle(impl, case: AttentionCase) -> None:
     inputs = make_inputs(case, seed=5)
     grad_out = torch.randn(case.batch, case.heads, case.tq, case.d, dtype=torch.float64)
     q64, k64, v64 = (x.clone().requires_grad_() for x in (inputs.q64, inputs.k64, inputs.v64))
@@ -111,6 +112,66 @@ def test_gradients_through_tiled_backward_match_the_oracle(impl, case: Attention
     for got, want in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
         assert got.shape == want.shape
         assert (to_float64(got) - want).abs().max().item() < 1e-5 * max(1.0, want.abs().max().item())
+
+
+ISAS = ["avx2", "avx512_bf16"]
+
+
+def _need(isa: str) -> None:
+    ext = module.extension()
+    if isa == "avx512_bf16" and not isinstance(ext, str) and not ext.has_avx512bf16():
+        pytest.skip("this CPU has no AVX512_BF16: bf16 takes the float32 path")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("case", [
+    AttentionCase(batch=1, heads=4, kv_heads=2, tq=40, tk=45, d=16, dtype="bfloat16", mask="empty_rows", grad=True),
+    AttentionCase(batch=2, heads=2, tq=70, d=24, dtype="bfloat16", causal=True, grad=True, layout="transposed"),
+    AttentionCase(batch=1, heads=3, kv_heads=1, tq=33, d=7, dtype="bfloat16", causal=True, grad=True, scale=0.3),
+], ids=lambda c: c.id)
+def test_bf16_on_either_path_matches_the_oracle_with_gradients(impl, case: AttentionCase, isa: str) -> None:
+    """Output and dQ, dK, dV within bf16 rounding of the float64 oracle, for several block sizes
+    (odd d and key counts exercise the zero padding of the bf16 kernel's packed operands)."""
+    _need(isa)
+    inputs = make_inputs(case, seed=11)
+    grad_out = torch.randn(case.batch, case.heads, case.tq, case.d).to(torch.bfloat16)
+    q64, k64, v64 = (x.clone().requires_grad_() for x in (inputs.q64, inputs.k64, inputs.v64))
+    want_out = reference_attention(q64, k64, v64, causal=case.causal, mask=inputs.mask64, scale=case.scale)
+    want_out.backward(grad_out.double())
+    for block_q, block_k in [(16, 16), (32, 64), (None, None)]:
+        q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+        out, _ = module.fused_flash_attention(q, k, v, causal=case.causal, mask=inputs.mask, scale=case.scale,
+                                              block_q=block_q, block_k=block_k, isa=isa)
+        out.backward(grad_out)
+        assert out.dtype == torch.bfloat16 and q.grad is not None and q.grad.dtype == torch.bfloat16
+        for got, want in ((out, want_out), (q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+            err = (to_float64(got) - want).abs().max().item()
+            assert err < 2e-2 * max(1.0, want.abs().max().item()), (isa, block_q, block_k, err)
+
+
+def test_the_environment_variable_forces_the_fallback(impl, monkeypatch: pytest.MonkeyPatch) -> None:
+    ext = module.extension()
+    monkeypatch.setenv(module.FORCE_ISA, "avx2")
+    assert module.bf16_kernel(ext) is False
+    monkeypatch.setenv(module.FORCE_ISA, "sse9")
+    with pytest.raises(UsageError, match="sse9"):
+        module.bf16_kernel(ext)
+    monkeypatch.delenv(module.FORCE_ISA)
+    assert module.bf16_kernel(ext) is bool(ext.has_avx512bf16())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_error_does_not_grow_with_the_row_length(impl, isa: str) -> None:
+    """Sums in float32: at T = 2048 the error stays within twice that of SDPA in bf16 (itself float32
+    inside) plus a small floor; bf16 running sums (tests/verifier/plugins/broken_bf16_accumulate.py)
+    are several times worse here."""
+    _need(isa)
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 2048, 64).to(torch.bfloat16) for _ in range(3))
+    want = reference_attention(q.double(), k.double(), v.double(), causal=True)
+    base = (torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).double() - want).abs().max()
+    out, _ = module.fused_flash_attention(q, k, v, causal=True, isa=isa)
+    assert (out.double() - want).abs().max().item() <= 2 * base.item() + 2e-3
 
 
 def test_bad_block_sizes_are_a_usage_error() -> None:

@@ -58,6 +58,8 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_grad_ignores_mask": ("fail", "grad", "max|err|"),
     "broken_grad_default_scale": ("fail", "grad", "max|err|"),
     "broken_query_tail_from_keys": ("fail", "output", "max|err|"),
+    # bf16 running sums: fine on short rows, caught where the error grows with T (the error-growth sweep)
+    "broken_bf16_accumulate": ("fail", "error_growth", "max|err|"),
 }
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
     "broken_scale_ignored_with_mask": ("scale=", "mask="),
@@ -67,6 +69,7 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
     "broken_max_only_in_float32": ("float16|bfloat16",),  # a|b: either
     "broken_grad_ignores_mask": ("mask=",),
     "broken_grad_default_scale": ("scale=",),
+    "broken_bf16_accumulate": ("bfloat16",),
 }
 
 

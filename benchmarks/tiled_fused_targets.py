@@ -1,0 +1,129 @@
+"""Issue 15's targets for ``tiled_fused`` against ``torch_sdpa`` (B1-H8-T4096, d = 64 and 128).
+
+    PYTHONPATH=. python3 benchmarks/tiled_fused_targets.py [--rounds 5] [--bf16-peak 820] [--no-memory]
+
+Timing: in this one process, each configuration's two implementations are called alternately
+(sdpa, ours, sdpa, ours, ...; ``--rounds`` pairs after one warm-up pair) and compared by their median
+times, so a load change on a shared machine hits both alike (``attnbench bench`` runs all cells of one
+implementation before the next, minutes apart). The bf16 forward's GFLOP/s is also given as a share
+of the bf16 GEMM peak: the one given by --bf16-peak and the fastest 1024^3 torch.matmul measured here.
+Memory: ``attnbench bench`` (each cell in its own process) measures the forward's peak extra memory
+at T = 1024, 2048, 4096, and the script prints its exponent in T.
+Nothing here asserts anything: these are targets to report, not tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from harness.cli import main as attnbench
+from implementations.tiled_fused import fused_flash_attention
+
+TARGETS = [  # (dtype, mode, causal, the target ratio torch_sdpa time / tiled_fused time)
+    ("bfloat16", "fwd", False, 2.0), ("bfloat16", "fwd", True, 2.0),
+    ("float32", "fwd", False, 1.1), ("float32", "fwd", True, 1.2),
+    ("float32", "fwd+bwd", False, 1.05), ("float32", "fwd+bwd", True, 1.05),
+    ("bfloat16", "fwd+bwd", False, 1.5), ("bfloat16", "fwd+bwd", True, 1.5),
+]
+
+
+def _bench(out: Path, *args: str) -> dict:
+    argv = ["bench", "--only", "tiled_fused,torch_sdpa", "--heads", "8", "--batch", "1", "--out", str(out),
+            "--force", "--quiet", *args]
+    print("attnbench " + " ".join(argv), flush=True)
+    attnbench(argv)
+    return json.loads(out.read_text())
+
+
+def _cells(doc: dict) -> dict[tuple, dict]:
+    return {(c["implementation"], c["case"]["dtype"], c["case"]["d"], c["case"]["tq"], c["case"]["causal"],
+             c["mode"]): c for c in doc["cells"] if c.get("status") == "ok"}
+
+
+def _call(name: str, dtype: torch.dtype, d: int, causal: bool, mode: str) -> Callable[[], None]:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 8, 4096, d).to(dtype).requires_grad_(mode != "fwd") for _ in range(3))
+    grad = torch.randn(1, 8, 4096, d).to(dtype)
+
+    def run() -> None:
+        with torch.set_grad_enabled(mode != "fwd"):
+            if name == "torch_sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            else:
+                out = fused_flash_attention(q, k, v, causal=causal)[0]
+            if mode != "fwd":
+                out.backward(grad)
+                q.grad = k.grad = v.grad = None
+    return run
+
+
+def _interleaved(calls: list[Callable[[], None]], rounds: int) -> list[float]:
+    times: list[list[float]] = [[] for _ in calls]
+    for r in range(rounds + 1):
+        for i, call in enumerate(calls):
+            start = time.perf_counter()
+            call()
+            if r:  # the first round warms up
+                times[i].append(time.perf_counter() - start)
+    return [statistics.median(t) for t in times]
+
+
+def _bf16_peak() -> float:
+    a = torch.randn(1024, 1024).bfloat16()
+    best = math.inf
+    for _ in range(20):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * 1024**3 / best / 1e9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--bf16-peak", type=float, default=820.0, help="bf16 GEMM peak, GFLOP/s (issue: ~820)")
+    parser.add_argument("--out-dir", type=Path, default=Path("results"), help="for the memory run's result file")
+    parser.add_argument("--no-memory", action="store_true")
+    args = parser.parse_args()
+    measured = _bf16_peak()
+    print(f"B1-H8-T4096, {torch.get_num_threads()} threads; bf16 GEMM peak: given {args.bf16_peak:.0f}, "
+          f"fastest 1024^3 matmul here {measured:.0f} GFLOP/s")
+    print(f"{'d':>4} {'dtype':9} {'mode':8} {'causal':6} {'sdpa ms':>9} {'ours ms':>9} {'ratio':>6} {'target':>6}"
+          f" {'GFLOP/s':>8}  share of the bf16 peak (given, measured)", flush=True)
+    for d in (64, 128):
+        for dtype, mode, causal, target in TARGETS:
+            dt = getattr(torch, dtype)
+            t_sdpa, t_ours = _interleaved([_call(n, dt, d, causal, mode) for n in ("torch_sdpa", "tiled_fused")],
+                                          args.rounds)
+            flops = 4 * 8 * 4096**2 * d / (2 if causal else 1) * (3.5 if mode == "fwd+bwd" else 1)  # bwd: 2.5 x fwd
+            gflops, ratio = flops / t_ours / 1e9, t_sdpa / t_ours
+            share = f"  {100 * gflops / args.bf16_peak:.0f}%, {100 * gflops / measured:.0f}%" \
+                if dtype == "bfloat16" and mode == "fwd" else ""
+            print(f"{d:>4} {dtype:9} {mode:8} {causal!s:6} {1e3 * t_sdpa:9.1f} {1e3 * t_ours:9.1f} {ratio:6.2f}"
+                  f" {target:6.2f} {gflops:8.0f}{share}" + ("" if ratio >= target else "  (missed)"), flush=True)
+    if args.no_memory:
+        return
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    memory = _bench(args.out_dir / f"{time.strftime('%Y%m%d-%H%M%S')}-targets-memory.json", "--T", "1024", "2048",
+                    "4096", "--d", "64", "--dtype", "float32", "bfloat16", "--causal", "off", "--mode", "fwd",
+                    "--budget", "0.2", "--min-samples", "2")
+    print("\nforward peak extra memory (KiB; beyond inputs and output) at T = 1024, 2048, 4096, exponent in T:")
+    for name in ("tiled_fused", "torch_sdpa"):
+        for dtype in ("float32", "bfloat16"):
+            got = [_cells(memory).get((name, dtype, 64, t, False, "fwd")) for t in (1024, 2048, 4096)]
+            kib = [c["memory"]["peak_extra_bytes"] / 1024 if c and c.get("memory") else math.nan for c in got]
+            fit = f"{math.log(kib[2] / kib[0]) / math.log(4):.2f}" if all(k >= 64 for k in kib) else "- (under 64 KiB)"
+            print(f"  {name:12} {dtype:9} " + " ".join(f"{k:8.0f}" for k in kib) + f"   exponent {fit}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+// attnbench's bfloat16 FlashAttention-2 forward on the CPU's bf16 dot-product units (AVX512_BF16).
+//
+// Both tile GEMMs run on VDPBF16PS (_mm512_dpbf16_ps: pairs of bf16 products summed into float32
+// lanes) in a small register-blocked kernel; scores, the softmax, the running max/sum and the output
+// accumulator are float32; P is rounded to bf16 for the second GEMM (as FlashAttention does on GPUs)
+// and the output is rounded to bf16 once, at the end.
+// Every function that uses AVX-512 is compiled for it with a target attribute, the rest of the file
+// for the baseline ISA: the caller checks has_avx512bf16() at run time before calling forward_item_bf16.
+// The GEMM kernel and packing are in _flash_bf16.h: for S = Q K^T, B = K^T is packed from K's rows
+// (pack_kt); for O += P V, B = V (pack_v).
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "_flash_bf16.h"
+
+using namespace attnbench_bf16;  // NOLINT: this file is the kernel's other half
+
+namespace {
+
+// One row: x = c * s (base-2 scores; forbidden keys -inf, keys [lim, pw) zero in P), new max,
+// P = bf16(2^(x - m)), running sum in float32. Returns alpha for the accumulator row, or -1 when
+// the row has had no allowed key yet (P is all zeros, the accumulator stays zero).
+BF16_TARGET float softmax_row(float* s, uint16_t* prow, int64_t lim, int64_t pw, const uint8_t* mrow,
+                              int64_t mstride, float c, float& m, float& l) {
+  constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+  const __m512 cv = _mm512_set1_ps(c);
+  __m512 mx = _mm512_set1_ps(NEG_INF);
+  for (int64_t j = 0; j < lim; j += 16) {
+    const __mmask16 t = tail(lim - j);
+    __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, s + j), cv);
+    if (mrow != nullptr) {
+      __mmask16 bad = 0;
+      for (int64_t u = 0; u < 16 && j + u < lim; ++u) bad |= mrow[(j + u) * mstride] ? 0 : (1u << u);
+      x = _mm512_mask_mov_ps(x, bad, _mm512_set1_ps(NEG_INF));
+    }
+    _mm512_mask_storeu_ps(s + j, t, x);
+    mx = _mm512_mask_max_ps(mx, t, mx, x);
+  }
+  const float row_max = _mm512_reduce_max_ps(mx);
+  const float m_new = row_max > m ? row_max : m;
+  std::fill(prow + lim, prow + pw, uint16_t(0));
+  if (m_new == NEG_INF) {
+    std::fill(prow, prow + lim, uint16_t(0));
+    return -1.0f;
+  }
+  const __m512 mv = _mm512_set1_ps(m_new);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < lim; j += 16) {
+    const __mmask16 t = tail(lim - j);
+    const __m512 p = _mm512_maskz_mov_ps(t, exp2_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(t, s + j), mv)));
+    sum = _mm512_add_ps(sum, p);
+    _mm256_mask_storeu_epi16(prow + j, t, (__m256i)_mm512_cvtneps_pbh(p));
+  }
+  const float alpha = m == NEG_INF ? 0.0f : std::exp2(m - m_new);
+  l = l * alpha + _mm512_reduce_add_ps(sum);
+  m = m_new;
+  return alpha;
+}
+
+BF16_TARGET void scale_row(float* a, int64_t n, float f) {
+  const __m512 fv = _mm512_set1_ps(f);
+  for (int64_t j = 0; j < n; j += 16) _mm512_storeu_ps(a + j, _mm512_mul_ps(_mm512_loadu_ps(a + j), fv));
+}
+
+}  // namespace
+
+bool has_avx512bf16() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+// One work item, as forward_item in _flash_fused.cpp: query rows [q0, q1) of head h of batch b.
+// q, k, v: bfloat16 with contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
+BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                   const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
+                                   int64_t h, int64_t q0, int64_t q1, bool causal, double q_scale, int64_t block_k,
+                                   int64_t diagonal_chunk) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
+                  v.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
+                  lse.scalar_type() == at::kFloat, "forward_item_bf16: bf16 q, k, v, out and float32 lse");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && out.is_contiguous() && lse.is_contiguous(),
+              "forward_item_bf16: rows must be contiguous");
+  TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
+              "mask must be a uint8 (B, H, Tq, Tk) view");
+  constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+  const int64_t heads = q.size(1), kv_heads = k.size(1), tk = k.size(2), d = q.size(3);
+  const int64_t hk = h / (heads / kv_heads), rows = q1 - q0;
+  const int64_t k_end = causal ? std::min(tk, q1) : tk;
+  const int64_t dp = round_up(d, 2), dw = round_up(d, NR), bk = std::min(block_k, std::max<int64_t>(k_end, 1));
+  const int64_t sw = round_up(bk, NR), pw = round_up(bk, 2);
+  thread_local std::vector<uint16_t> qbuf, pbuf;
+  thread_local std::vector<uint32_t> kbuf, vbuf;
+  thread_local std::vector<float> sbuf, acc;
+  qbuf.assign(rows * dp, 0);
+  pbuf.resize(rows * pw);
+  kbuf.resize(sw * dp / 2);
+  vbuf.resize(dw * pw / 2);
+  sbuf.resize(std::min(rows, diagonal_chunk) * sw);
+  acc.assign(rows * dw, 0.0f);
+  std::vector<float> m(rows, NEG_INF), l(rows, 0.0f);
+  const auto* qp = reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()) + b * q.stride(0) + h * q.stride(1);
+  const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>()) + b * k.stride(0) + hk * k.stride(1);
+  const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>()) + b * v.stride(0) + hk * v.stride(1);
+  for (int64_t r = 0; r < rows; ++r) std::memcpy(&qbuf[r * dp], qp + (q0 + r) * q.stride(2), d * sizeof(uint16_t));
+  const uint8_t* mbase = nullptr;
+  int64_t ms_q = 0, ms_k = 0;
+  if (mask.has_value()) {
+    mbase = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1);
+    ms_q = mask->stride(2), ms_k = mask->stride(3);
+  }
+  const float c = static_cast<float>(q_scale);
+  // Rows [r0, r1) against keys [k0, k0 + need) of the packed block.
+  int64_t v_pairs = 0;  // pairs of keys per packed V panel (of the current block)
+  auto tile = [&](int64_t r0, int64_t r1, int64_t k0, int64_t need) {
+    const int64_t n = r1 - r0;
+    gemm(n, (need + NR - 1) / NR, dp / 2, dp / 2, &qbuf[r0 * dp], dp, kbuf.data(), sbuf.data(), sw, false);
+    bool any = false;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t i = q0 + r;
+      const int64_t lim = causal ? std::max<int64_t>(0, std::min(need, i - k0 + 1)) : need;
+      const uint8_t* mrow = mbase ? mbase + i * ms_q + k0 * ms_k : nullptr;
+      const float alpha = softmax_row(&sbuf[(r - r0) * sw], &pbuf[r * pw], lim, round_up(need, 2), mrow, ms_k, c,
+                                      m[r], l[r]);
+      if (alpha >= 0.0f) any = true;
+      if (alpha >= 0.0f && alpha != 1.0f) scale_row(&acc[r * dw], dw, alpha);
+    }
+    if (any) gemm(n, dw / NR, (need + 1) / 2, v_pairs, &pbuf[r0 * pw], pw, vbuf.data(), &acc[r0 * dw], dw, true);
+  };
+  for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
+    const int64_t cols = std::min(k0 + bk, k_end) - k0;
+    pack_kt(kp + k0 * k.stride(2), k.stride(2), cols, d, kbuf.data());
+    pack_v(vp + k0 * v.stride(2), v.stride(2), cols, d, vbuf.data());
+    v_pairs = (cols + 1) / 2;
+    // In chunks of diagonal_chunk rows, each against only the keys its last row may see (causal):
+    // a chunk's score tile stays in L2, and most of the diagonal block's upper triangle is skipped.
+    for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {
+      const int64_t r1 = std::min(r0 + diagonal_chunk, rows);
+      const int64_t need = causal ? std::min(cols, q0 + r1 - k0) : cols;
+      if (need > 0) tile(r0, r1, k0, need);
+    }
+  }
+  auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + (b * heads + h) * out.size(2) * d;
+  float* lse_p = lse.data_ptr<float>() + (b * heads + h) * out.size(2);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    uint16_t* orow = op + (q0 + r) * d;
+    for (int64_t j = 0; j < d; j += 16) {
+      const __mmask16 t = tail(d - j);
+      const __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, &acc[r * dw + j]), _mm512_set1_ps(inv));
+      _mm256_mask_storeu_epi16(orow + j, t, (__m256i)_mm512_cvtneps_pbh(x));
+    }
+    lse_p[q0 + r] = l[r] > 0.0f ? (m[r] + std::log2(l[r])) * static_cast<float>(M_LN2) : NEG_INF;
+  }
+}

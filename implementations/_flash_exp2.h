@@ -1,0 +1,50 @@
+// exp2 for x <= 0, shared by tiled_fused's forward (_flash_fused.cpp) and backward (_flash_backward.cpp).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+// 2^x for x <= 0 (scores minus their row max), exact 0 below -126 (masked keys are -inf).
+// A degree-5 least-squares fit of 2^f on the rounded remainder f in [-0.5, 0.5]: relative error
+// 2.2e-7 in float32 arithmetic (measured on 200k points), about two float32 ulps; no libm call.
+inline float exp2_nonpositive(float x) {
+  const float xc = x < -126.0f ? -126.0f : x;
+  const float n = (xc + 12582912.0f) - 12582912.0f;  // round to nearest (|x| < 2^22)
+  const float f = xc - n;                              // in [-0.5, 0.5]
+  float p = 1.3266970636323094e-3f;
+  p = p * f + 9.675459936261177e-3f;
+  p = p * f + 5.550742521882057e-2f;
+  p = p * f + 2.4022121727466583e-1f;
+  p = p * f + 6.931469440460205e-1f;
+  p = p * f + 1.0000001192092896e0f;
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -126.0f ? 0.0f : p * scale;
+}
+
+inline double exp2_nonpositive(double x) { return std::exp2(x); }
+
+#ifdef __AVX2__
+#include <immintrin.h>
+
+// Eight lanes of exp2_nonpositive (same polynomial): GCC does not reliably vectorise the scalar
+// form inside the row loop (measured: the scalar path ran, 2.4 ns per score), so it is spelled out.
+inline __m256 exp2_nonpositive(__m256 x) {
+  const __m256 lo = _mm256_set1_ps(-126.0f);
+  const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+  const __m256 xc = _mm256_max_ps(x, lo);
+  const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m256 f = _mm256_sub_ps(xc, n);
+  __m256 p = _mm256_set1_ps(1.3266970636323094e-3f);
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.675459936261177e-3f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550742521882057e-2f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022121727466583e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469440460205e-1f));
+  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896e0f));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+#endif  // __AVX2__

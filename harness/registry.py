@@ -30,6 +30,14 @@ DTYPES = ("float64", "float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda")
 KINDS = ("kernel", "module")
 NUMPY_DTYPES = ("float64", "float32", "float16")
+STRUCTURES = {
+    "window": "sliding windows, passed as window=(left, right) or None",
+    "bottom_right": "bottom-right aligned causal masking and windows, passed as causal_align='top_left'|'bottom_right'",
+}
+"""Structures an implementation may take natively (``register(structures=...)``) -> what it is passed."""
+STRUCTURE_PARAMETERS = {"window": "window", "bottom_right": "causal_align"}
+DENSE_MASK_BUDGET_BYTES = 1 << 30
+"""An undeclared structure reaches an implementation as a dense boolean mask; past this size the case is skipped."""
 
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]
@@ -53,6 +61,8 @@ class Implementation:
     grad: bool = False
     bias: bool = False
     kind: str = "kernel"
+    structures: tuple[str, ...] = ()
+    """Structures taken natively (:data:`STRUCTURES`); any other a case uses arrives folded into ``mask=``."""
     memory: str | None = None
     """How peak memory grows with T: "quadratic" (materialises Tq x Tk), "linear" (tiled), None (undeclared)."""
     deterministic: bool = True
@@ -91,6 +101,7 @@ class Implementation:
             reasons.append("gradients not supported")
         if getattr(case, "bias", "none") != "none" and not self.bias:
             reasons.append(f"additive bias not supported (case bias: {case.bias})")
+        reasons.extend(self._structure_reasons(case))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))
@@ -102,13 +113,28 @@ class Implementation:
                 reasons.append(reason)
         return reasons
 
+    def _structure_reasons(self, case: Any) -> list[str]:
+        """Structures the case uses that this implementation neither takes natively nor can get as a mask."""
+        folded = sorted(set(getattr(case, "structures", ())) - set(self.structures))
+        if not folded or case.kind != "kernel":
+            return []
+        if not self.mask:
+            return [f"{' and '.join(folded)} not supported: declare structures=({', '.join(repr(f) for f in folded)},) "
+                    f"or mask=True (the harness then passes it as a dense mask)"]
+        size = case.dense_mask_bytes()
+        if size > DENSE_MASK_BUDGET_BYTES:
+            return [f"{' and '.join(folded)} as a dense mask would take {size / 2**20:.0f} MiB, over the budget of "
+                    f"{DENSE_MASK_BUDGET_BYTES / 2**20:.0f} MiB; declare structures=({', '.join(repr(f) for f in folded)},) "
+                    f"to take it natively"]
+        return []
+
     def capabilities(self) -> dict[str, Any]:
         """The declared capabilities, as plain data for `attnbench list --json` and result files."""
         return {
             "kind": self.kind, "backend": self.backend, "dtypes": list(self.dtypes),
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
-            "deterministic": self.deterministic,
+            "deterministic": self.deterministic, "structures": list(self.structures),
         }
 
 
@@ -206,7 +232,7 @@ def register(
     causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
-    options: Mapping[str, Any] | None = None, **unknown: NoReturn,
+    options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -220,7 +246,7 @@ def register(
     keywords: dict[str, Any] = dict(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
-        prepare=prepare, options=options, **unknown)
+        prepare=prepare, options=options, structures=structures, **unknown)
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -231,7 +257,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", *_FLAGS}
+             "deterministic", "structures", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -286,7 +312,8 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     if not isinstance(deterministic, bool):
         raise error(f"deterministic={deterministic!r} must be True or False")
     options = _checked_options(keywords.get("options") or {}, error)
-    _check_signature(fn, kind, flags["bias"], options, error)
+    structures = _checked_structures(keywords.get("structures", ()), kind, error)
+    _check_signature(fn, kind, flags["bias"], options, error, structures)
     if keywords.get("prepare", False):
         prepare = fn
     else:
@@ -295,8 +322,24 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
-        options=options, deterministic=deterministic, **flags,
+        options=options, deterministic=deterministic, structures=structures, **flags,
     )
+
+
+def _checked_structures(value: Any, kind: str, error: Callable[[str], PluginError]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise error(f"structures={value!r} must be a tuple such as ('window', 'bottom_right')") from None
+    unknown = [x for x in items if x not in STRUCTURES]
+    if unknown:
+        raise error(f"structures has unknown value(s) {unknown}; known: "
+                    + "; ".join(f"{k}: {v}" for k, v in STRUCTURES.items()))
+    if items and kind != "kernel":
+        raise error("structures= is for kernel implementations (kind='kernel')")
+    return tuple(dict.fromkeys(items))
 
 
 def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:
@@ -323,7 +366,7 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
 
 
 def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Any],
-                     error: Callable[[str], PluginError]) -> None:
+                     error: Callable[[str], PluginError], structures: tuple[str, ...] = ()) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
     try:
         signature = inspect.signature(fn)
@@ -343,6 +386,9 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     if bias:
         needs.add("bias")
     declared = {"bias": "bias=True is declared"}
+    for structure in structures:
+        needs.add(STRUCTURE_PARAMETERS[structure])
+        declared[STRUCTURE_PARAMETERS[structure]] = f"structures=({structure!r},) is declared"
     for option in ("rope", "block_q", "block_k"):
         if options.get(option):
             needs.add(option)
@@ -353,8 +399,11 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
     if missing:
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
+        defaults = {"window": "window=None", "causal_align": "causal_align='top_left'"}
+        hint = ", ".join(defaults[m] for m in missing if m in defaults)
+        hint = f" (e.g. {hint})" if hint else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "
-                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s), or **kwargs")
+                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s){hint}, or **kwargs")
     required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
     if required:
         raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "

@@ -60,6 +60,10 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("grad")
     if fields.get("bias", "none") != "none":
         needs.add("bias")
+    if fields.get("window") is not None:
+        needs.add("window")
+    if fields.get("causal_align", "top_left") != "top_left":
+        needs.add("bottom_right")
     return Template(fields, dtypes, frozenset(needs))
 
 
@@ -105,6 +109,18 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=4, tq=pair, d=32, bias="alibi"),
         T(heads=8, kv_heads=2, tq=pair, d=32, bias="alibi", causal=True),
         T(heads=4, tq=t, d=32, bias="alibi", grad=True),
+        # structure: sliding windows (left, right) and bottom-right causal, natively or as a dense mask
+        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (t, t))],  # (t, t): every key
+        T(heads=4, kv_heads=2, tq=pair, d=32, causal=True, window=(17, 0)),
+        T("all", heads=2, tq=pair, d=32, causal=True, window=(33, 0)),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=32, window=(17, 5), mask="key_padding"),
+        T(heads=2, tq=tq, tk=tk, d=32, causal=True, causal_align="bottom_right"),  # Tq < Tk: chunked prefill
+        T(heads=2, tq=tk, tk=tq, d=32, causal=True, causal_align="bottom_right"),  # Tq > Tk: first rows see no key
+        T(heads=2, tq=tq, tk=tk, d=32, window=(17, 5), causal_align="bottom_right"),
+        T(batch=2, heads=2, tq=tk, tk=tq, d=32, causal=True, window=(9, 0), causal_align="bottom_right",
+          mask="key_padding"),
+        T(heads=2, tq=t, d=32, window=(5, 3), grad=True),
+        T(heads=4, kv_heads=2, tq=tk, tk=tq, d=16, causal=True, causal_align="bottom_right", grad=True),
     ]
 
 
@@ -157,6 +173,7 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
+    caps |= set(impl.structures) | ({"window", "bottom_right"} if impl.mask else set())  # else: a dense mask
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):

@@ -58,6 +58,10 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_grad_ignores_mask": ("fail", "grad", "max|err|"),
     "broken_grad_default_scale": ("fail", "grad", "max|err|"),
     "broken_query_tail_from_keys": ("fail", "output", "max|err|"),
+    # structures taken natively (README "Structured attention")
+    "broken_window_left_off_by_one": ("fail", "output", "max|err|"),
+    "broken_window_ignores_right": ("fail", "output", "max|err|"),
+    "broken_bottom_right_as_top_left": ("fail", "output", "max|err|"),
 }
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
     "broken_scale_ignored_with_mask": ("scale=", "mask="),
@@ -67,6 +71,9 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
     "broken_max_only_in_float32": ("float16|bfloat16",),  # a|b: either
     "broken_grad_ignores_mask": ("mask=",),
     "broken_grad_default_scale": ("scale=",),
+    "broken_window_left_off_by_one": ("window=",),
+    "broken_window_ignores_right": ("window=",),
+    "broken_bottom_right_as_top_left": ("bottom_right",),
 }
 
 

@@ -136,7 +136,7 @@ class AttentionCase(CaseRecord):
         if self.causal:
             parts.append("causal")
         if self.window is not None:
-            parts.append(f"window={self.window[0]},{self.window[1]}")
+            parts.append("window=" + ",".join(map(str, self.window)))
         if self.causal_align != "top_left":
             parts.append(self.causal_align)
         if self.mask != "none":

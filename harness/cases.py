@@ -84,6 +84,11 @@ class AttentionCase(CaseRecord):
     """A sliding window (left, right): query i attends keys j with i - left <= j' <= i + right, where
     j' = j - (Tk - Tq) under bottom-right alignment (FlashAttention's convention). With causal, right is 0
     in effect. Part of the id (``window=L,R``) only when set."""
+    varlen: tuple[tuple[int, int], ...] | None = None
+    """Packed variable-length sequences: per sequence (query length, key length), packed along T in a
+    batch of 1 (tq and tk are their sums). Block-diagonal: a query attends only its own sequence's keys,
+    with causality and the window applied inside each sequence. Part of the id (``varlen=5,3x9,...``)
+    only when set."""
     causal_align: str = "top_left"
     """Alignment of causal masking and of the window when Tq != Tk (:data:`CAUSAL_ALIGNS`). Part of the id
     (``bottom_right``) only when not the default."""
@@ -98,6 +103,8 @@ class AttentionCase(CaseRecord):
             object.__setattr__(self, "tk", self.tq)
         if isinstance(self.window, list):  # read back from a result file (JSON has no tuples)
             object.__setattr__(self, "window", tuple(self.window))
+        if isinstance(self.varlen, list):
+            object.__setattr__(self, "varlen", tuple(tuple(pair) for pair in self.varlen))
         self.validate()
 
     def validate(self) -> None:
@@ -123,6 +130,13 @@ class AttentionCase(CaseRecord):
             isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in self.window)),
              f"window {self.window!r} must be (left, right), two integers >= 0")
         need(self.causal_align in CAUSAL_ALIGNS, f"causal_align {self.causal_align!r} is not one of {CAUSAL_ALIGNS}")
+        if self.varlen is not None:
+            need(isinstance(self.varlen, tuple) and len(self.varlen) >= 1 and all(
+                isinstance(p, tuple) and len(p) == 2 and all(isinstance(n, int) and n >= 0 for n in p)
+                for p in self.varlen), "varlen must be ((query length, key length), ...), integers >= 0")
+            need(self.batch == 1, "packed sequences (varlen) have batch 1")
+            need((self.tq, self.tk) == (sum(p[0] for p in self.varlen), sum(p[1] for p in self.varlen)),
+                 "tq and tk must be the sums of the varlen query and key lengths")
         need(self.causal_align == "top_left" or self.causal or self.window is not None,
              "causal_align='bottom_right' aligns causal masking or a window: set causal=True or a window")
 
@@ -139,6 +153,8 @@ class AttentionCase(CaseRecord):
             parts.append("window=" + ",".join(map(str, self.window)))
         if self.causal_align != "top_left":
             parts.append(self.causal_align)
+        if self.varlen is not None:
+            parts.append("varlen=" + ",".join(str(a) if a == b else f"{a}x{b}" for a, b in self.varlen))
         if self.mask != "none":
             parts.append(f"mask={self.mask}" + ("" if self.mask_rank == "full" else f"/{self.mask_rank}"))
         if self.bias != "none":
@@ -159,14 +175,20 @@ class AttentionCase(CaseRecord):
 
     @property
     def structures(self) -> frozenset[str]:
-        """The structures this case uses ("window", "bottom_right"): what an implementation must take
+        """The structures this case uses ("window", "bottom_right", "varlen"): what an implementation must take
         natively (``register(structures=...)``) or receive as a dense mask instead."""
         used = set()
         if self.window is not None:
             used.add("window")
         if self.causal_align == "bottom_right":
             used.add("bottom_right")
+        if self.varlen is not None:
+            used.add("varlen")
         return frozenset(used)
+
+    def structure_kwargs(self) -> dict[str, Any]:
+        """``window``, ``causal_align`` and ``varlen`` as keywords of :func:`harness.oracle.reference_attention`."""
+        return {"window": self.window, "causal_align": self.causal_align, "varlen": self.varlen}
 
     def dense_mask_bytes(self) -> int:
         """Bytes of the boolean mask the harness builds when it folds this case's structure into ``mask=``:

@@ -41,7 +41,9 @@ def attended_pairs(tq: int, tk: int, causal: bool, window: tuple[int, int] | Non
 
 
 def case_pairs(case: AttentionCase) -> int:
-    """The attended pairs of one (batch element, head) of ``case``."""
+    """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them."""
+    if case.varlen is not None:
+        return sum(attended_pairs(a, b, case.causal, case.window, case.causal_align) for a, b in case.varlen)
     return attended_pairs(case.tq, case.tk, case.causal, case.window, case.causal_align)
 
 
@@ -64,6 +66,6 @@ def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
 
 def work_g(case: AttentionCase) -> int:
     """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a
-    sliding window, B * H * (attended pairs) * d, which grows as T, not T^2."""
-    pairs = case_pairs(case) if case.window is not None else case.tq * case.tk
+    sliding window or packed sequences, B * H * (attended pairs) * d (a window's grow as T, not T^2)."""
+    pairs = case_pairs(case) if case.window is not None or case.varlen is not None else case.tq * case.tk
     return case.batch * case.heads * pairs * case.d

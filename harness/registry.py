@@ -33,9 +33,11 @@ NUMPY_DTYPES = ("float64", "float32", "float16")
 STRUCTURES = {
     "window": "sliding windows, passed as window=(left, right) or None",
     "bottom_right": "bottom-right aligned causal masking and windows, passed as causal_align='top_left'|'bottom_right'",
+    "varlen": "packed variable-length sequences (batch 1), passed as cu_seqlens_q=, cu_seqlens_k= (None unpacked)",
 }
 """Structures an implementation may take natively (``register(structures=...)``) -> what it is passed."""
-STRUCTURE_PARAMETERS = {"window": "window", "bottom_right": "causal_align"}
+STRUCTURE_PARAMETERS = {"window": ("window",), "bottom_right": ("causal_align",),
+                        "varlen": ("cu_seqlens_q", "cu_seqlens_k")}
 DENSE_MASK_BUDGET_BYTES = 1 << 30
 """An undeclared structure reaches an implementation as a dense boolean mask; past this size the case is skipped."""
 
@@ -387,8 +389,9 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
         needs.add("bias")
     declared = {"bias": "bias=True is declared"}
     for structure in structures:
-        needs.add(STRUCTURE_PARAMETERS[structure])
-        declared[STRUCTURE_PARAMETERS[structure]] = f"structures=({structure!r},) is declared"
+        for parameter in STRUCTURE_PARAMETERS[structure]:
+            needs.add(parameter)
+            declared[parameter] = f"structures=({structure!r},) is declared"
     for option in ("rope", "block_q", "block_k"):
         if options.get(option):
             needs.add(option)
@@ -399,7 +402,8 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
     if missing:
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
-        defaults = {"window": "window=None", "causal_align": "causal_align='top_left'"}
+        defaults = {"window": "window=None", "causal_align": "causal_align='top_left'",
+                    "cu_seqlens_q": "cu_seqlens_q=None", "cu_seqlens_k": "cu_seqlens_k=None"}
         hint = ", ".join(defaults[m] for m in missing if m in defaults)
         hint = f" (e.g. {hint})" if hint else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "

@@ -68,22 +68,31 @@ def attention_one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.
 
 @register("tiled_numpy", backend="numpy", memory="linear", dtypes=("float32", "float64"),
           causal=True, mask=True, gqa=True, options={"block_q": BLOCKS, "block_k": BLOCKS},
-          structures=("window", "bottom_right"),
+          structures=("window", "bottom_right", "varlen"),
           description="textbook FlashAttention in NumPy: online softmax over key blocks, O(T) memory")
 def tiled_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,
                 mask: np.ndarray | None = None, scale: float | None = None,
                 block_q: int = 64, block_k: int = 64, window: tuple[int, int] | None = None,
-                causal_align: str = "top_left") -> np.ndarray:
+                causal_align: str = "top_left", cu_seqlens_q: np.ndarray | None = None,
+                cu_seqlens_k: np.ndarray | None = None) -> np.ndarray:
+    """Packed sequences (``cu_seqlens_*``): each sequence is attended alone, its structure inside it."""
     batch, heads, tq, d = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
     group = heads // kv_heads
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     allowed = None if mask is None else np.broadcast_to(mask, (batch, heads, tq, tk))  # a view
-    out = np.empty(q.shape, dtype=q.dtype)
-    for b in range(batch):
-        for h in range(heads):
-            kv = h // group  # GQA: query head h reads kv head h // (H / Hkv); nothing is copied
-            out[b, h] = attention_one_head(
-                q[b, h], k[b, kv], v[b, kv], None if allowed is None else allowed[b, h],
-                causal, scale, block_q, block_k, window, tk - tq if causal_align == "bottom_right" else 0)
+    out = np.zeros(q.shape, dtype=q.dtype)
+    cu_q = [0, tq] if cu_seqlens_q is None else [int(x) for x in cu_seqlens_q]
+    cu_k = [0, tk] if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k]
+    for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:]):
+        if q1 == q0 or k1 == k0:
+            continue  # no query, or no key: the rows stay zero
+        offset = (k1 - k0) - (q1 - q0) if causal_align == "bottom_right" else 0
+        for b in range(batch):
+            for h in range(heads):
+                kv = h // group  # GQA: query head h reads kv head h // (H / Hkv); nothing is copied
+                out[b, h, q0:q1] = attention_one_head(
+                    q[b, h, q0:q1], k[b, kv, k0:k1], v[b, kv, k0:k1],
+                    None if allowed is None else allowed[b, h, q0:q1, k0:k1],
+                    causal, scale, block_q, block_k, window, offset)
     return out

@@ -211,3 +211,46 @@ def test_window_bench_suite_and_its_complexity_fit() -> None:
     assert table["banded"].theory == 1.0 and table["banded"].slope == pytest.approx(1.0, abs=0.01)
     assert not table["banded"].flagged and "window=256,0" in table["banded"].sweep
     assert table["dense"].slope == pytest.approx(2.0, abs=0.01) and table["dense"].flagged
+
+
+PACKS = [((3, 3), (5, 5)), ((3, 9), (0, 4), (12, 4), (2, 0), (7, 7))]
+
+
+@pytest.mark.parametrize("seqlens", PACKS)
+@pytest.mark.parametrize("causal,window,align", [(False, None, "top_left"), (True, None, "top_left"),
+                                                 (True, None, "bottom_right"), (False, (2, 1), "bottom_right")])
+def test_packed_sequences_are_block_diagonal(seqlens: tuple, causal: bool, window: tuple | None, align: str) -> None:
+    tq, tk = sum(a for a, _ in seqlens), sum(b for _, b in seqlens)
+    case = AttentionCase(heads=2, tq=tq, tk=tk, d=8, varlen=seqlens, causal=causal, window=window, causal_align=align)
+    want = torch.zeros(tq, tk, dtype=torch.bool)
+    q0 = k0 = 0
+    for lq, lk in seqlens:  # the definition: each sequence alone
+        want[q0:q0 + lq, k0:k0 + lk] = _brute(lq, lk, causal, window, align)
+        q0, k0 = q0 + lq, k0 + lk
+    inputs = make_inputs(case, 2)
+    assert torch.equal(inputs.kwargs(case)["mask"], want)  # folded whole for a plugin that does not declare it
+    assert attention_flops(case) == 4 * 2 * 8 * int(want.sum())
+    for only in (("varlen",), ("varlen", "window"), ("varlen", "bottom_right")):  # the rest folded per sequence
+        kw = inputs.kwargs(case, only)
+        assert kw["cu_seqlens_q"].tolist() == [0, *itertools.accumulate(a for a, _ in seqlens)]
+        got = reference_attention(inputs.q64, inputs.k64, inputs.v64, mask=kw["mask"], causal=kw["causal"],
+                                  window=kw.get("window"), causal_align=kw.get("causal_align", "top_left"),
+                                  varlen=seqlens)
+        assert torch.equal(got, reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case)))
+    for name in ("tiled", "tiled_numpy"):
+        impl = REGISTRY.get(name)
+        c64 = case.with_(dtype="float64")
+        inp = make_inputs(c64, 2, impl.backend)
+        got = to_float64(impl(inp.q, inp.k, inp.v, **inp.kwargs(c64, impl.structures), block_q=16, block_k=16))
+        oracle = reference_attention(inp.q64, inp.k64, inp.v64, **inp.oracle_kwargs(c64))
+        assert float((got - oracle).abs().max()) < 1e-12, name
+
+
+def test_packed_case_ids_and_validation() -> None:
+    case = AttentionCase(heads=2, tq=16, tk=13, d=8, varlen=((3, 9), (0, 4), (13, 0)), causal=True)
+    assert case.id == "B1-H2-T16x13-d8-float32-causal-varlen=3x9,0x4,13x0" and case.structures == {"varlen"}
+    assert AttentionCase.from_dict({**case.to_dict(), "varlen": [[3, 9], [0, 4], [13, 0]]}) == case
+    with pytest.raises(UsageError, match="sums of the varlen"):
+        case.with_(tq=17)
+    with pytest.raises(UsageError, match="batch 1"):
+        case.with_(batch=2)

@@ -80,8 +80,7 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
     dt = TORCH_DTYPES[case.dtype]
     bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
     base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
-                              mask=kwargs["mask"], scale=case.scale, bias=bias, window=case.window,
-                              causal_align=case.causal_align)
+                              mask=kwargs["mask"], scale=case.scale, bias=bias, **case.structure_kwargs())
     return oracle, base.to(torch.float64)
 
 
@@ -92,8 +91,7 @@ def logit_max(case: AttentionCase, inputs: Inputs) -> float:
     logits = torch.matmul(inputs.q64, k.transpose(-1, -2)) * case.effective_scale
     if kwargs["bias"] is not None:
         logits = logits + kwargs["bias"]
-    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"], window=case.window,
-                           causal_align=case.causal_align)
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
     return float(logits.abs().max())
@@ -204,7 +202,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(lambda *ls: reference_attention(*qkv(ls), **okw), leaves_of(inputs.q64, inputs.k64, inputs.v64),
                   dout64)
     base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
-                                                 bias=bias_dt, window=case.window, causal_align=case.causal_align),
+                                                 bias=bias_dt, **case.structure_kwargs()),
                   leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout64)
     logits = logit_max(case, inputs)
     magnitude = max(float(w.abs().max()) for w in want if w is not None)

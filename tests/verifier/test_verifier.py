@@ -62,8 +62,9 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_window_left_off_by_one": ("fail", "output", "max|err|"),
     "broken_window_ignores_right": ("fail", "output", "max|err|"),
     "broken_bottom_right_as_top_left": ("fail", "output", "max|err|"),
+    "broken_varlen_global_causal": ("fail", "output", "max|err|"),
 }
-MASKED = "mask=|window=|bottom_right"
+MASKED = "mask=|window=|bottom_right|varlen="
 """Cases that reach a plugin with a mask: its own, or a structure it does not declare, folded into a dense one."""
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
     "broken_scale_ignored_with_mask": ("scale=", "mask="),
@@ -76,6 +77,7 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
     "broken_window_left_off_by_one": ("window=",),
     "broken_window_ignores_right": ("window=",),
     "broken_bottom_right_as_top_left": ("bottom_right",),
+    "broken_varlen_global_causal": ("varlen=",),
 }
 
 

@@ -10,6 +10,8 @@ The kernel itself, and why it is written with torch operations on tiles, is in
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from harness import register
@@ -30,7 +32,7 @@ def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = F
     """Blocks default to the per-shape choice of ``pick_blocks``; any positive sizes give the same result.
     Sliding windows and bottom-right alignment are native: blocks outside them are skipped. Packed
     sequences (``cu_seqlens_*``) run one kernel call per sequence: no block across two is visited."""
-    kw = {"causal": causal, "scale": scale, "block_q": block_q, "block_k": block_k, "window": window,
+    kw: dict[str, Any] = {"causal": causal, "scale": scale, "block_q": block_q, "block_k": block_k, "window": window,
           "causal_align": causal_align}
     if cu_seqlens_q is None or cu_seqlens_k is None:
         return flash_attention(q, k, v, mask=mask, **kw)[0]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from harness.errors import PluginError
+from harness.structures import STRUCTURE_PARAMETERS, checked_structures, structure_reasons
 
 if TYPE_CHECKING:
     from harness.cases import AttentionCase
@@ -30,16 +31,6 @@ DTYPES = ("float64", "float32", "float16", "bfloat16")
 DEVICES = ("cpu", "cuda")
 KINDS = ("kernel", "module")
 NUMPY_DTYPES = ("float64", "float32", "float16")
-STRUCTURES = {
-    "window": "sliding windows, passed as window=(left, right) or None",
-    "bottom_right": "bottom-right aligned causal masking and windows, passed as causal_align='top_left'|'bottom_right'",
-    "varlen": "packed variable-length sequences (batch 1), passed as cu_seqlens_q=, cu_seqlens_k= (None unpacked)",
-}
-"""Structures an implementation may take natively (``register(structures=...)``) -> what it is passed."""
-STRUCTURE_PARAMETERS = {"window": ("window",), "bottom_right": ("causal_align",),
-                        "varlen": ("cu_seqlens_q", "cu_seqlens_k")}
-DENSE_MASK_BUDGET_BYTES = 1 << 30
-"""An undeclared structure reaches an implementation as a dense boolean mask; past this size the case is skipped."""
 
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]
@@ -103,7 +94,7 @@ class Implementation:
             reasons.append("gradients not supported")
         if getattr(case, "bias", "none") != "none" and not self.bias:
             reasons.append(f"additive bias not supported (case bias: {case.bias})")
-        reasons.extend(self._structure_reasons(case))
+        reasons.extend(structure_reasons(self.structures, self.mask, case))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))
@@ -114,21 +105,6 @@ class Implementation:
             if reason:
                 reasons.append(reason)
         return reasons
-
-    def _structure_reasons(self, case: Any) -> list[str]:
-        """Structures the case uses that this implementation neither takes natively nor can get as a mask."""
-        folded = sorted(set(getattr(case, "structures", ())) - set(self.structures))
-        if not folded or case.kind != "kernel":
-            return []
-        if not self.mask:
-            return [f"{' and '.join(folded)} not supported: declare structures=({', '.join(repr(f) for f in folded)},) "
-                    f"or mask=True (the harness then passes it as a dense mask)"]
-        size = case.dense_mask_bytes()
-        if size > DENSE_MASK_BUDGET_BYTES:
-            return [f"{' and '.join(folded)} as a dense mask would take {size / 2**20:.0f} MiB, over the budget of "
-                    f"{DENSE_MASK_BUDGET_BYTES / 2**20:.0f} MiB; declare structures=({', '.join(repr(f) for f in folded)},) "
-                    f"to take it natively"]
-        return []
 
     def capabilities(self) -> dict[str, Any]:
         """The declared capabilities, as plain data for `attnbench list --json` and result files."""
@@ -314,7 +290,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     if not isinstance(deterministic, bool):
         raise error(f"deterministic={deterministic!r} must be True or False")
     options = _checked_options(keywords.get("options") or {}, error)
-    structures = _checked_structures(keywords.get("structures", ()), kind, error)
+    structures = checked_structures(keywords.get("structures", ()), kind, error)
     _check_signature(fn, kind, flags["bias"], options, error, structures)
     if keywords.get("prepare", False):
         prepare = fn
@@ -326,22 +302,6 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         kind=kind, memory=memory, available=available, description=description, source=source,
         options=options, deterministic=deterministic, structures=structures, **flags,
     )
-
-
-def _checked_structures(value: Any, kind: str, error: Callable[[str], PluginError]) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = (value,)
-    try:
-        items = tuple(value)
-    except TypeError:
-        raise error(f"structures={value!r} must be a tuple such as ('window', 'bottom_right')") from None
-    unknown = [x for x in items if x not in STRUCTURES]
-    if unknown:
-        raise error(f"structures has unknown value(s) {unknown}; known: "
-                    + "; ".join(f"{k}: {v}" for k, v in STRUCTURES.items()))
-    if items and kind != "kernel":
-        raise error("structures= is for kernel implementations (kind='kernel')")
-    return tuple(dict.fromkeys(items))
 
 
 def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from harness.discovery import load_registry
 from harness.errors import PluginError, UsageError
 from harness.flops import attended_pairs, attention_flops, work_g
 from harness.oracle import reference_attention, structure_allowed
-from harness.registry import DENSE_MASK_BUDGET_BYTES, make_implementation
+from harness.registry import make_implementation
+from harness.structures import DENSE_MASK_BUDGET_BYTES
 from harness.tensors import make_inputs, to_float64
 from harness.verify.suites import kernel_cases
 from implementations._flash_cpu import _Plan

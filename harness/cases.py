@@ -27,6 +27,9 @@ LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 """contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
 a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""
 BIASES = ("none", "alibi")
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+"""Where the diagonal of causal masking (and the centre of a window) sits when Tq != Tk: top-left (SDPA's
+``is_causal``: query i sees keys j <= i) or bottom-right (FlashAttention, chunked prefill: j <= i + Tk - Tq)."""
 
 
 CaseT = TypeVar("CaseT", bound="CaseRecord")
@@ -77,6 +80,18 @@ class AttentionCase(CaseRecord):
     pairwise: bool = False
     """A row of the covering array (:mod:`harness.verify.pairwise`): checked with one trial and the stateful
     property only, since its worth is the combination it holds, not repeated draws. Not part of the id."""
+    window: tuple[int, int] | None = None
+    """A sliding window (left, right): query i attends keys j with i - left <= j' <= i + right, where
+    j' = j - (Tk - Tq) under bottom-right alignment (FlashAttention's convention). With causal, right is 0
+    in effect. Part of the id (``window=L,R``) only when set."""
+    varlen: tuple[tuple[int, int], ...] | None = None
+    """Packed variable-length sequences: per sequence (query length, key length), packed along T in a
+    batch of 1 (tq and tk are their sums). Block-diagonal: a query attends only its own sequence's keys,
+    with causality and the window applied inside each sequence. Part of the id (``varlen=5,3x9,...``)
+    only when set."""
+    causal_align: str = "top_left"
+    """Alignment of causal masking and of the window when Tq != Tk (:data:`CAUSAL_ALIGNS`). Part of the id
+    (``bottom_right``) only when not the default."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -86,6 +101,10 @@ class AttentionCase(CaseRecord):
             object.__setattr__(self, "kv_heads", self.heads)
         if self.tk == 0:
             object.__setattr__(self, "tk", self.tq)
+        if isinstance(self.window, list):  # read back from a result file (JSON has no tuples)
+            object.__setattr__(self, "window", tuple(self.window))
+        if isinstance(self.varlen, list):
+            object.__setattr__(self, "varlen", tuple(tuple(pair) for pair in self.varlen))
         self.validate()
 
     def validate(self) -> None:
@@ -107,6 +126,19 @@ class AttentionCase(CaseRecord):
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
         need(self.scale is None or self.scale > 0, "scale must be positive")
+        need(self.window is None or (isinstance(self.window, tuple) and len(self.window) == 2 and all(
+            isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in self.window)),
+             f"window {self.window!r} must be (left, right), two integers >= 0")
+        need(self.causal_align in CAUSAL_ALIGNS, f"causal_align {self.causal_align!r} is not one of {CAUSAL_ALIGNS}")
+        if self.varlen is not None:
+            need(isinstance(self.varlen, tuple) and len(self.varlen) >= 1 and all(
+                isinstance(p, tuple) and len(p) == 2 and all(isinstance(n, int) and n >= 0 for n in p)
+                for p in self.varlen), "varlen must be ((query length, key length), ...), integers >= 0")
+            need(self.batch == 1, "packed sequences (varlen) have batch 1")
+            need((self.tq, self.tk) == (sum(p[0] for p in self.varlen), sum(p[1] for p in self.varlen)),
+                 "tq and tk must be the sums of the varlen query and key lengths")
+        need(self.causal_align == "top_left" or self.causal or self.window is not None,
+             "causal_align='bottom_right' aligns causal masking or a window: set causal=True or a window")
 
     @property
     def id(self) -> str:
@@ -117,6 +149,12 @@ class AttentionCase(CaseRecord):
             parts.append(self.device)
         if self.causal:
             parts.append("causal")
+        if self.window is not None:
+            parts.append("window=" + ",".join(map(str, self.window)))
+        if self.causal_align != "top_left":
+            parts.append(self.causal_align)
+        if self.varlen is not None:
+            parts.append("varlen=" + ",".join(str(a) if a == b else f"{a}x{b}" for a, b in self.varlen))
         if self.mask != "none":
             parts.append(f"mask={self.mask}" + ("" if self.mask_rank == "full" else f"/{self.mask_rank}"))
         if self.bias != "none":
@@ -134,6 +172,34 @@ class AttentionCase(CaseRecord):
         if self.kind != "kernel":
             parts.insert(0, self.kind)
         return "-".join(parts)
+
+    @property
+    def structures(self) -> frozenset[str]:
+        """The structures this case uses ("window", "bottom_right", "varlen"): what an implementation must take
+        natively (``register(structures=...)``) or receive as a dense mask instead."""
+        used = set()
+        if self.window is not None:
+            used.add("window")
+        if self.causal_align == "bottom_right":
+            used.add("bottom_right")
+        if self.varlen is not None:
+            used.add("varlen")
+        return frozenset(used)
+
+    def structure_kwargs(self) -> dict[str, Any]:
+        """``window``, ``causal_align`` and ``varlen`` as keywords of :func:`harness.oracle.reference_attention`."""
+        return {"window": self.window, "causal_align": self.causal_align, "varlen": self.varlen}
+
+    def dense_mask_bytes(self) -> int:
+        """Bytes of the boolean mask the harness builds when it folds this case's structure into ``mask=``:
+        (Tq, Tk) broadcast against the case's own mask."""
+        b, h = self.batch, self.heads
+        lead = {"none": 1, "2d": 1, "3d": h, "bcast_heads": b}.get(self.mask_rank, b * h)
+        if self.mask == "none":
+            lead = 1
+        elif self.mask_rank == "full" and self.mask == "key_padding":
+            lead = b
+        return lead * self.tq * self.tk
 
     @property
     def effective_scale(self) -> float:

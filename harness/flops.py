@@ -4,8 +4,10 @@ Forward: two matmuls, ``Q K^T`` and ``P V``, each ``2 * Tq * Tk * d`` multiply-a
 head, so ``4 * B * H * Tq * Tk * d``; softmax and scaling are O(T^2) and left out, as
 FlashAttention's papers and benchmarks do. With causal masking only the unmasked
 query/key pairs count (``sum_i min(i + 1, Tk)`` of them), so a causal kernel that skips
-masked blocks is not credited with work it did not need to do. Other masks count in
-full: a dense kernel does that work regardless. Backward: 2.5x the forward (five
+masked blocks is not credited with work it did not need to do; the same holds for the
+structures of a case (bottom-right causal alignment, sliding windows): only the pairs they
+allow count, whether the kernel takes them natively or gets them as a dense mask. Other
+masks count in full: a dense kernel does that work regardless. Backward: 2.5x the forward (five
 matmuls of the same size instead of two), the usual convention.
 """
 
@@ -17,18 +19,37 @@ MODES = ("fwd", "bwd", "fwd+bwd")
 BWD_OVER_FWD = 2.5
 
 
-def attended_pairs(tq: int, tk: int, causal: bool) -> int:
-    """Query/key pairs that take part: all of them, or the lower triangle (top-left aligned)."""
-    if not causal:
-        return tq * tk
-    # row i sees keys 0..i (capped at tk)
-    full = min(tq, tk)
-    return full * (full + 1) // 2 + max(tq - tk, 0) * tk
+def attended_pairs(tq: int, tk: int, causal: bool, window: tuple[int, int] | None = None,
+                   causal_align: str = "top_left") -> int:
+    """Query/key pairs that take part: all of them, the lower triangle (top-left aligned), or those
+    causality and a window ``(left, right)`` leave under ``causal_align`` (see :mod:`harness.oracle`)."""
+    if window is None and causal_align == "top_left":
+        if not causal:
+            return tq * tk
+        # row i sees keys 0..i (capped at tk)
+        full = min(tq, tk)
+        return full * (full + 1) // 2 + max(tq - tk, 0) * tk
+    offset = tk - tq if causal_align == "bottom_right" else 0
+    total = 0
+    for i in range(offset, tq + offset):  # row i - offset sees keys lo..hi-1
+        lo = 0 if window is None else max(0, i - window[0])
+        hi = tk if not causal else min(tk, i + 1)
+        if window is not None:
+            hi = min(hi, i + window[1] + 1)
+        total += max(0, hi - lo)
+    return total
+
+
+def case_pairs(case: AttentionCase) -> int:
+    """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them."""
+    if case.varlen is not None:
+        return sum(attended_pairs(a, b, case.causal, case.window, case.causal_align) for a, b in case.varlen)
+    return attended_pairs(case.tq, case.tk, case.causal, case.window, case.causal_align)
 
 
 def forward_flops(case: AttentionCase) -> int:
     """4 * B * H * (attended pairs) * d."""
-    return 4 * case.batch * case.heads * attended_pairs(case.tq, case.tk, case.causal) * case.d
+    return 4 * case.batch * case.heads * case_pairs(case) * case.d
 
 
 def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
@@ -44,5 +65,7 @@ def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
 
 
 def work_g(case: AttentionCase) -> int:
-    """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored)."""
-    return case.batch * case.heads * case.tq * case.tk * case.d
+    """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a
+    sliding window or packed sequences, B * H * (attended pairs) * d (a window's grow as T, not T^2)."""
+    pairs = case_pairs(case) if case.window is not None or case.varlen is not None else case.tq * case.tk
+    return case.batch * case.heads * pairs * case.d

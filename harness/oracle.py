@@ -11,16 +11,64 @@ from typing import Any
 import torch
 
 
+def structure_allowed(
+    tq: int, tk: int, *, causal: bool, window: tuple[int, int] | None = None, causal_align: str = "top_left",
+    device: torch.device | str = "cpu",
+) -> torch.Tensor | None:
+    """Boolean (Tq, Tk) of the keys causal masking and a sliding window leave each query, or None (all).
+
+    Query i sees key j when, with j' = j - (Tk - Tq) for bottom-right alignment and j' = j for top-left,
+    ``j' <= i`` (causal) and ``i - left <= j' <= i + right`` (window ``(left, right)``).
+    """
+    if not causal and window is None:
+        return None
+    if causal_align not in ("top_left", "bottom_right"):
+        raise ValueError(f"causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
+    offset = tk - tq if causal_align == "bottom_right" else 0
+    i = torch.arange(tq, device=device)[:, None]
+    j = torch.arange(tk, device=device)[None, :] - offset  # j'
+    allowed = torch.ones(tq, tk, dtype=torch.bool, device=device)
+    if causal:
+        allowed &= j <= i
+    if window is not None:
+        left, right = window
+        allowed &= (j >= i - left) & (j <= i + right)
+    return allowed
+
+
+def packed_allowed(
+    seqlens: tuple[tuple[int, int], ...], *, causal: bool, window: tuple[int, int] | None = None,
+    causal_align: str = "top_left", device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Boolean (sum Tq, sum Tk) of packed sequences: block-diagonal, each block (a sequence's own
+    queries and keys) under :func:`structure_allowed`; a sequence with no key leaves its queries none."""
+    tq, tk = sum(a for a, _ in seqlens), sum(b for _, b in seqlens)
+    allowed = torch.zeros(tq, tk, dtype=torch.bool, device=device)
+    q0 = k0 = 0
+    for lq, lk in seqlens:
+        if lq and lk:
+            block = structure_allowed(lq, lk, causal=causal, window=window, causal_align=causal_align, device=device)
+            allowed[q0:q0 + lq, k0:k0 + lk] = True if block is None else block
+        q0, k0 = q0 + lq, k0 + lk
+    return allowed
+
+
 def allowed_keys(
-    tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu"
+    tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu",
+    window: tuple[int, int] | None = None, causal_align: str = "top_left",
+    varlen: tuple[tuple[int, int], ...] | None = None,
 ) -> torch.Tensor | None:
     """Boolean (…, Tq, Tk) of the keys each query may attend to, or None when all are allowed.
 
-    Causal is top-left aligned (SDPA's ``is_causal``): query i sees keys j <= i.
+    Causal is top-left aligned by default (SDPA's ``is_causal``): query i sees keys j <= i; see
+    :func:`structure_allowed` for bottom-right alignment and sliding windows, :func:`packed_allowed`
+    for packed sequences (``varlen``).
     """
-    allowed = None
-    if causal:
-        allowed = torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
+    if varlen is not None:
+        allowed: torch.Tensor | None = packed_allowed(varlen, causal=causal, window=window,
+                                                      causal_align=causal_align, device=device)
+    else:
+        allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device)
     if mask is not None:
         mask = mask.to(device=device, dtype=torch.bool)
         allowed = mask if allowed is None else (allowed & mask)
@@ -35,10 +83,13 @@ def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
 
 def reference_attention(
     q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
-    scale: float | None = None, bias: Any = None,
+    scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
+    causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + bias, masked) v in float64; rows with no allowed key are zero.
 
+    ``window`` and ``causal_align`` are the structure of :func:`structure_allowed`; ``varlen`` the
+    (query length, key length) of packed sequences (:func:`packed_allowed`).
     Inputs may be torch tensors (kept on their device, autograd preserved) or arrays.
     """
     q, k, v = (_as_f64(x) for x in (q, k, v))
@@ -51,7 +102,8 @@ def reference_attention(
     if bias is not None:
         scores = scores + _as_f64(bias)
     mask_t = None if mask is None else torch.as_tensor(mask)
-    allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device)
+    allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device, window=window,
+                           causal_align=causal_align, varlen=varlen)
     if allowed is None:
         return torch.softmax(scores, dim=-1) @ v
     allowed = allowed.expand(scores.shape)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from harness.errors import PluginError
+from harness.structures import STRUCTURE_PARAMETERS, checked_structures, structure_reasons
 
 if TYPE_CHECKING:
     from harness.cases import AttentionCase
@@ -53,6 +54,8 @@ class Implementation:
     grad: bool = False
     bias: bool = False
     kind: str = "kernel"
+    structures: tuple[str, ...] = ()
+    """Structures taken natively (:data:`STRUCTURES`); any other a case uses arrives folded into ``mask=``."""
     memory: str | None = None
     """How peak memory grows with T: "quadratic" (materialises Tq x Tk), "linear" (tiled), None (undeclared)."""
     deterministic: bool = True
@@ -91,6 +94,7 @@ class Implementation:
             reasons.append("gradients not supported")
         if getattr(case, "bias", "none") != "none" and not self.bias:
             reasons.append(f"additive bias not supported (case bias: {case.bias})")
+        reasons.extend(structure_reasons(self.structures, self.mask, case))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))
@@ -108,7 +112,7 @@ class Implementation:
             "kind": self.kind, "backend": self.backend, "dtypes": list(self.dtypes),
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
-            "deterministic": self.deterministic,
+            "deterministic": self.deterministic, "structures": list(self.structures),
         }
 
 
@@ -206,7 +210,7 @@ def register(
     causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
-    options: Mapping[str, Any] | None = None, **unknown: NoReturn,
+    options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -220,7 +224,7 @@ def register(
     keywords: dict[str, Any] = dict(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
-        prepare=prepare, options=options, **unknown)
+        prepare=prepare, options=options, structures=structures, **unknown)
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -231,7 +235,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", *_FLAGS}
+             "deterministic", "structures", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -286,7 +290,8 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     if not isinstance(deterministic, bool):
         raise error(f"deterministic={deterministic!r} must be True or False")
     options = _checked_options(keywords.get("options") or {}, error)
-    _check_signature(fn, kind, flags["bias"], options, error)
+    structures = checked_structures(keywords.get("structures", ()), kind, error)
+    _check_signature(fn, kind, flags["bias"], options, error, structures)
     if keywords.get("prepare", False):
         prepare = fn
     else:
@@ -295,7 +300,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
-        options=options, deterministic=deterministic, **flags,
+        options=options, deterministic=deterministic, structures=structures, **flags,
     )
 
 
@@ -323,7 +328,7 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
 
 
 def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Any],
-                     error: Callable[[str], PluginError]) -> None:
+                     error: Callable[[str], PluginError], structures: tuple[str, ...] = ()) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
     try:
         signature = inspect.signature(fn)
@@ -343,6 +348,10 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     if bias:
         needs.add("bias")
     declared = {"bias": "bias=True is declared"}
+    for structure in structures:
+        for parameter in STRUCTURE_PARAMETERS[structure]:
+            needs.add(parameter)
+            declared[parameter] = f"structures=({structure!r},) is declared"
     for option in ("rope", "block_q", "block_k"):
         if options.get(option):
             needs.add(option)
@@ -353,8 +362,12 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
     if missing:
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
+        defaults = {"window": "window=None", "causal_align": "causal_align='top_left'",
+                    "cu_seqlens_q": "cu_seqlens_q=None", "cu_seqlens_k": "cu_seqlens_k=None"}
+        hint = ", ".join(defaults[m] for m in missing if m in defaults)
+        hint = f" (e.g. {hint})" if hint else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "
-                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s), or **kwargs")
+                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s){hint}, or **kwargs")
     required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
     if required:
         raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "

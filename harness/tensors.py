@@ -7,6 +7,7 @@ device sees the same numbers; the float64 copies kept for the oracle are the
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.oracle import packed_allowed, structure_allowed
 
 TORCH_DTYPES = {
     "float64": torch.float64, "float32": torch.float32,
@@ -38,16 +40,60 @@ class Inputs:
     """Additive score bias (case.bias != "none"), in the case's dtype; passed as ``bias=``."""
     bias64: torch.Tensor | None = None
 
-    def kwargs(self, case: AttentionCase) -> dict[str, Any]:
-        """The keyword arguments of the contract for this case (``bias`` only when the case has one)."""
-        kwargs = {"causal": case.causal, "mask": self.mask, "scale": case.scale}
+    def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, Any]:
+        """The keyword arguments of the contract for this case (``bias`` only when the case has one).
+
+        ``structures`` are those the implementation takes natively (``register(structures=...)``):
+        ``window=`` and ``causal_align=`` are passed for those it declares; any structure of the case
+        it does not take is folded into a dense boolean mask (with the case's own mask), built here,
+        before any timing. Bottom-right alignment folded takes causal masking and the window with it;
+        packed sequences (``varlen``) folded take everything (a block-diagonal mask). Declared ``varlen``:
+        ``cu_seqlens_q=`` and ``cu_seqlens_k=`` (int32 tensors, int64 arrays; None for unpacked cases).
+        """
+        native = frozenset(structures)
+        fold_varlen = case.varlen is not None and "varlen" not in native
+        fold_br = case.causal_align == "bottom_right" and ("bottom_right" not in native or fold_varlen)
+        fold_window = case.window is not None and ("window" not in native or fold_br or fold_varlen)
+        fold_causal = case.causal and (fold_br or fold_varlen)
+        kwargs: dict[str, Any] = {"causal": case.causal and not fold_causal, "mask": self.mask, "scale": case.scale}
+        if case.varlen is not None and (fold_varlen or fold_window or fold_causal):  # inside each sequence
+            kwargs["mask"] = self._dense(case, packed_allowed(
+                case.varlen, causal=fold_causal, window=case.window if fold_window else None,
+                causal_align=case.causal_align, device=case.device))
+        elif fold_window or fold_causal:
+            kwargs["mask"] = self._dense(case, structure_allowed(
+                case.tq, case.tk, causal=fold_causal, window=case.window if fold_window else None,
+                causal_align=case.causal_align, device=case.device))
+        if "window" in native:
+            kwargs["window"] = None if fold_window else case.window
+        if "bottom_right" in native:
+            kwargs["causal_align"] = "top_left" if fold_br else case.causal_align
+        if "varlen" in native:
+            kwargs["cu_seqlens_q"], kwargs["cu_seqlens_k"] = self._cu_seqlens(case)
         if self.bias is not None:
             kwargs["bias"] = self.bias
         return kwargs
 
+    def _cu_seqlens(self, case: AttentionCase) -> tuple[Any, Any]:
+        """Cumulative query and key lengths (S + 1 each, from 0) of packed sequences, or (None, None)."""
+        if case.varlen is None:
+            return None, None
+        cu = [np.concatenate([[0], np.cumsum([pair[i] for pair in case.varlen])]) for i in (0, 1)]
+        if isinstance(self.q, torch.Tensor):
+            return tuple(torch.tensor(c, dtype=torch.int32, device=case.device) for c in cu)  # type: ignore[return-value]
+        return cu[0].astype(np.int64), cu[1].astype(np.int64)
+
+    def _dense(self, case: AttentionCase, allowed: Any) -> Any:
+        """``allowed`` (Tq, Tk) combined with the case's mask, as the implementation's kind of array."""
+        if isinstance(self.q, torch.Tensor):
+            return allowed if self.mask is None else (allowed & self.mask.to(torch.bool))
+        dense = allowed.cpu().numpy()
+        return dense if self.mask is None else np.logical_and(dense, self.mask)
+
     def oracle_kwargs(self, case: AttentionCase) -> dict[str, Any]:
-        """The same call for :func:`harness.oracle.reference_attention`, in float64."""
-        return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64}
+        """The same call for :func:`harness.oracle.reference_attention`, in float64 (structure given natively)."""
+        return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64,
+                **case.structure_kwargs()}
 
 
 def dtype_name(x: Any) -> str:

@@ -19,8 +19,9 @@ The choices that matter for speed (measured; see README "The tiled kernel"):
   faults from fresh allocations, no extra passes over the tile).
 * GQA without copying K or V: the G query heads that share a kv head are stacked as rows
   of one tile, so one GEMM against the shared K tile serves all of them.
-* Causal: key blocks wholly above the diagonal are never visited; only blocks that cross
-  the diagonal build a (block_q x block_k) mask. A user mask is sliced per tile, never
+* Causal (either alignment) and sliding windows: key blocks with no allowed pair are never
+  visited (a window's work is O(T * window)); only blocks that cross an edge of the band
+  build a (block_q x block_k) mask. A user mask is sliced per tile, never
   expanded to (B, H, Tq, Tk).
 
 Layout: a batch-head index ``n`` runs over B * Hkv; a query tile is ``(n, G * rows, d)``.
@@ -61,7 +62,8 @@ class _Plan:
     """The shared bookkeeping of forward and backward: views, scale, per-tile masks."""
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 mask: torch.Tensor | None, scale: float | None, block_q: int, block_k: int) -> None:
+                 mask: torch.Tensor | None, scale: float | None, block_q: int, block_k: int,
+                 window: tuple[int, int] | None = None, causal_align: str = "top_left") -> None:
         b, h, self.tq, d = q.shape
         hkv, self.tk = k.shape[1], k.shape[2]
         self.g, self.n, self.d = h // hkv, b * hkv, d
@@ -77,11 +79,41 @@ class _Plan:
         self.mask = None
         if mask is not None:  # (B, Hkv, G, Tq, Tk) view with zero strides, sliced per tile
             self.mask = mask.to(torch.bool).expand(b, h, self.tq, self.tk).unflatten(1, (hkv, self.g))
+        # structure: query i sees keys j with j - offset <= i (causal), i - left <= j - offset <= i + right (window)
+        self.window = window
+        self.offset = self.tk - self.tq if causal_align == "bottom_right" else 0
+        self.may_empty = mask is not None or window is not None or self.offset != 0
+        """Some row may have no allowed key in a tile it visits: the running max is then -inf."""
 
-    def k_blocks(self, q1: int) -> list[tuple[int, int]]:
-        """The key blocks a query block ending at row q1 visits (causal: none above the diagonal)."""
-        end = min(self.tk, q1) if self.causal else self.tk
-        return [(k0, min(k0 + self.block_k, end)) for k0 in range(0, end, self.block_k)]
+    def key_range(self, q0: int, q1: int) -> tuple[int, int]:
+        """Keys [lo, hi) that some query of rows q0:q1 may attend (lo >= hi: none)."""
+        lo, hi = 0, self.tk
+        if self.causal:
+            hi = min(hi, q1 + self.offset)
+        if self.window is not None:
+            lo = max(lo, q0 + self.offset - self.window[0])
+            hi = min(hi, q1 + self.offset + self.window[1])
+        return lo, hi
+
+    def k_blocks(self, q0: int, q1: int) -> list[tuple[int, int]]:
+        """The key blocks rows q0:q1 visit: none wholly outside the causal triangle or the window."""
+        lo, hi = self.key_range(q0, q1)
+        return [(k0, min(k0 + self.block_k, hi)) for k0 in range(lo, hi, self.block_k)]
+
+    def _band(self, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
+        """(rows, keys) True where causality or the window forbids; None when the tile lies inside both."""
+        near, far = q0 + self.offset, q1 - 1 + self.offset  # the first and last row, in key coordinates
+        inside = not self.causal or k1 - 1 <= near
+        if self.window is not None:
+            inside = inside and k0 >= far - self.window[0] and k1 - 1 <= near + self.window[1]
+        if inside:
+            return None
+        i = torch.arange(near, far + 1)[:, None]
+        j = torch.arange(k0, k1)[None, :]
+        out = j > i if self.causal else torch.zeros(q1 - q0, k1 - k0, dtype=torch.bool)
+        if self.window is not None:
+            out |= (j < i - self.window[0]) | (j > i + self.window[1])
+        return out
 
     def rows(self, x: torch.Tensor, q0: int, q1: int, factor: float | None = None,
              n0: int = 0, n1: int | None = None) -> torch.Tensor:
@@ -93,9 +125,7 @@ class _Plan:
     def forbidden(self, n0: int, n1: int, q0: int, q1: int, k0: int, k1: int) -> torch.Tensor | None:
         """(n1-n0, G, rows, keys), or broadcastable to it, True where the tile must not attend;
         None when everything may (the common case: no tensor is built for it)."""
-        out = None
-        if self.causal and k1 - 1 > q0:  # the block crosses the diagonal
-            out = torch.ones(q1 - q0, k1 - k0, dtype=torch.bool).triu_(q0 - k0 + 1)
+        out = self._band(q0, q1, k0, k1) if self.causal or self.window is not None else None
         if self.mask is not None:
             tile = self.mask[:, :, :, q0:q1, k0:k1].reshape(self.n, self.g, q1 - q0, k1 - k0)[n0:n1]
             out = ~tile if out is None else (out | ~tile)
@@ -121,8 +151,8 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(p.n, p.g, p.tq, p.d, dtype=p.dtype)
     lse = torch.empty(p.n, p.g, p.tq, dtype=p.dtype)
     items = [(n0, n1, i) for i in range(len(p.q_blocks)) for n0, n1 in p.head_chunks(p.block_q * p.block_k)]
-    if p.causal:  # the longest items first, so the workers finish together
-        items.sort(key=lambda item: -item[2])
+    if p.causal or p.window is not None:  # the longest items first, so the workers finish together
+        items.sort(key=lambda item: -len(p.k_blocks(*p.q_blocks[item[2]])))
 
     def one(item: tuple[int, int, int], cache: dict) -> None:
         n0, n1, i = item
@@ -134,7 +164,7 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
         acc = torch.zeros(n, rows, p.d, dtype=p.dtype)
         m = torch.full((n, rows, 1), -math.inf, dtype=p.dtype)
         l = torch.zeros(n, rows, 1, dtype=p.dtype)
-        for k0, k1 in p.k_blocks(q1):
+        for k0, k1 in p.k_blocks(q0, q1):
             s = _buffer(cache, (n, rows, k1 - k0), p.dtype)
             torch.bmm(qi, p.k[n0:n1, k0:k1].transpose(1, 2), out=s)
             bad = p.forbidden(n0, n1, q0, q1, k0, k1)
@@ -142,7 +172,7 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
                 s.view(n, p.g, q1 - q0, k1 - k0).masked_fill_(bad, -math.inf)
             m_new = torch.maximum(m, s.amax(-1, keepdim=True))
             m_use = m_new
-            if p.mask is not None:  # rows with nothing allowed so far: subtract 0, not -inf
+            if p.may_empty:  # rows with nothing allowed so far: subtract 0, not -inf
                 m_use = torch.where(m_new == -math.inf, 0.0, m_new)
             s.sub_(m_use).exp2_()
             alpha = (m - m_use).exp2_()
@@ -187,8 +217,9 @@ def backward(p: _Plan, out: torch.Tensor, lse: torch.Tensor,
         if "dq" not in cache:
             cache["dq"] = torch.zeros(p.n, p.g, p.tq, p.d, dtype=p.dtype)
         for i, (q0, q1) in enumerate(blocks):
-            if p.causal and q1 - 1 < k0:
-                continue  # the whole query block lies above the diagonal for these keys
+            lo, hi = p.key_range(q0, q1)
+            if max(lo, k0) >= min(hi, k1):
+                continue  # causality or the window leaves this query block no key of this block
             rows = p.g * (q1 - q0)
             s = _buffer(cache, (n, rows, k1 - k0), p.dtype, 0)
             dp = _buffer(cache, (n, rows, k1 - k0), p.dtype, 1)
@@ -219,11 +250,12 @@ class FlashAttention(torch.autograd.Function):
     """Autograd wrapper: saves Q, K, V, the output and the LSE (O(T)), recomputes P in backward."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k):  # type: ignore[override]
-        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k)
+    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k, window=None,  # type: ignore[override]
+                causal_align="top_left"):
+        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align)
         out, lse = forward(plan)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (mask, causal, scale, block_q, block_k)
+        ctx.args = (mask, causal, scale, block_q, block_k, window, causal_align)
         result = out.view(q.shape).to(q.dtype)
         lse = lse.view(q.shape[:-1])
         ctx.mark_non_differentiable(lse)
@@ -232,23 +264,26 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        mask, causal, scale, block_q, block_k = ctx.args
-        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k)
+        mask, causal, scale, block_q, block_k, window, causal_align = ctx.args
+        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align)
         dq, dk, dv = backward(plan, out, lse, dout)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
-                None, None, None, None, None)
+                None, None, None, None, None, None, None)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     mask: torch.Tensor | None = None, scale: float | None = None,
-                    block_q: int | None = None, block_k: int | None = None
+                    block_q: int | None = None, block_k: int | None = None,
+                    window: tuple[int, int] | None = None, causal_align: str = "top_left",
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq).
 
     Differentiable in q, k and v. Block sizes default to :func:`pick_blocks` for the shape.
+    ``window=(left, right)`` and ``causal_align`` as in the contract: tiles outside them are never visited.
     """
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled: {name}={size!r}; block sizes are positive integers, e.g. 256")
     auto_q, auto_k = pick_blocks(q.shape[2], k.shape[2], q.shape[3])
-    return FlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k)
+    return FlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, window,
+                                causal_align)

@@ -24,8 +24,13 @@ BLOCKS = (16, 32, 64, 128, 256)
 
 
 def attention_one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.ndarray | None,
-                       causal: bool, scale: float, block_q: int, block_k: int) -> np.ndarray:
-    """softmax(q k^T * scale) v for one head: q (Tq, d), k and v (Tk, d); allowed (Tq, Tk) or None."""
+                       causal: bool, scale: float, block_q: int, block_k: int,
+                       window: tuple[int, int] | None = None, offset: int = 0) -> np.ndarray:
+    """softmax(q k^T * scale) v for one head: q (Tq, d), k and v (Tk, d); allowed (Tq, Tk) or None.
+
+    Query i sees key j when j - offset <= i (causal) and i - left <= j - offset <= i + right (window);
+    ``offset`` is Tk - Tq for bottom-right alignment, else 0.
+    """
     tq, tk = q.shape[0], k.shape[0]
     out = np.zeros_like(q)
     for q0 in range(0, tq, block_q):
@@ -34,13 +39,18 @@ def attention_one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.
         m = np.full((q1 - q0, 1), -np.inf, dtype=q.dtype)   # running max per row
         l = np.zeros((q1 - q0, 1), dtype=q.dtype)           # running sum of exp(score - m)
         acc = np.zeros((q1 - q0, q.shape[1]), dtype=q.dtype)  # running sum of exp(score - m) * v
-        last_key = min(tk, q1) if causal else tk  # causal: blocks right of the diagonal are skipped
-        for k0 in range(0, last_key, block_k):
+        # the keys some row of this block may see: blocks outside the triangle or the window are skipped
+        first_key, last_key = 0, min(tk, q1 + offset) if causal else tk
+        if window is not None:
+            first_key, last_key = max(0, q0 + offset - window[0]), min(last_key, q1 + offset + window[1])
+        for k0 in range(first_key, last_key, block_k):
             k1 = min(k0 + block_k, last_key)
             scores = q_tile @ k[k0:k1].T
-            if causal and k1 - 1 > q0:  # only blocks crossing the diagonal have keys to hide
-                rows = np.arange(q0, q1)[:, None]
-                scores = np.where(np.arange(k0, k1)[None, :] <= rows, scores, -np.inf)
+            rows, keys = np.arange(q0, q1)[:, None] + offset, np.arange(k0, k1)[None, :]
+            if causal and k1 - 1 > q0 + offset:  # only blocks crossing the diagonal have keys to hide
+                scores = np.where(keys <= rows, scores, -np.inf)
+            if window is not None:
+                scores = np.where((keys >= rows - window[0]) & (keys <= rows + window[1]), scores, -np.inf)
             if allowed is not None:
                 scores = np.where(allowed[q0:q1, k0:k1], scores, -np.inf)
             m_new = np.maximum(m, scores.max(axis=1, keepdims=True))
@@ -58,20 +68,31 @@ def attention_one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.
 
 @register("tiled_numpy", backend="numpy", memory="linear", dtypes=("float32", "float64"),
           causal=True, mask=True, gqa=True, options={"block_q": BLOCKS, "block_k": BLOCKS},
+          structures=("window", "bottom_right", "varlen"),
           description="textbook FlashAttention in NumPy: online softmax over key blocks, O(T) memory")
 def tiled_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,
                 mask: np.ndarray | None = None, scale: float | None = None,
-                block_q: int = 64, block_k: int = 64) -> np.ndarray:
+                block_q: int = 64, block_k: int = 64, window: tuple[int, int] | None = None,
+                causal_align: str = "top_left", cu_seqlens_q: np.ndarray | None = None,
+                cu_seqlens_k: np.ndarray | None = None) -> np.ndarray:
+    """Packed sequences (``cu_seqlens_*``): each sequence is attended alone, its structure inside it."""
     batch, heads, tq, d = q.shape
     kv_heads, tk = k.shape[1], k.shape[2]
     group = heads // kv_heads
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     allowed = None if mask is None else np.broadcast_to(mask, (batch, heads, tq, tk))  # a view
-    out = np.empty(q.shape, dtype=q.dtype)
-    for b in range(batch):
-        for h in range(heads):
-            kv = h // group  # GQA: query head h reads kv head h // (H / Hkv); nothing is copied
-            out[b, h] = attention_one_head(
-                q[b, h], k[b, kv], v[b, kv], None if allowed is None else allowed[b, h],
-                causal, scale, block_q, block_k)
+    out = np.zeros(q.shape, dtype=q.dtype)
+    cu_q = [0, tq] if cu_seqlens_q is None else [int(x) for x in cu_seqlens_q]
+    cu_k = [0, tk] if cu_seqlens_k is None else [int(x) for x in cu_seqlens_k]
+    for q0, q1, k0, k1 in zip(cu_q, cu_q[1:], cu_k, cu_k[1:]):
+        if q1 == q0 or k1 == k0:
+            continue  # no query, or no key: the rows stay zero
+        offset = (k1 - k0) - (q1 - q0) if causal_align == "bottom_right" else 0
+        for b in range(batch):
+            for h in range(heads):
+                kv = h // group  # GQA: query head h reads kv head h // (H / Hkv); nothing is copied
+                out[b, h, q0:q1] = attention_one_head(
+                    q[b, h, q0:q1], k[b, kv, k0:k1], v[b, kv, k0:k1],
+                    None if allowed is None else allowed[b, h, q0:q1, k0:k1],
+                    causal, scale, block_q, block_k, window, offset)
     return out

@@ -126,7 +126,28 @@ def _fixed_label(case: Mapping[str, Any], axis_fields: tuple[str, ...]) -> str:
     label.append(case["dtype"])
     if case.get("causal"):
         label.append("causal")
+    label += _structure_label(case)
     return "-".join(label)
+
+
+def _structure_label(case: Mapping[str, Any]) -> list[str]:
+    """``window=L,R``, ``bottom_right``, ``varlen``: what a case's structure adds to a label (nothing without)."""
+    window = case.get("window")
+    parts = [] if window is None else ["window=" + ",".join(map(str, window))]
+    if case.get("causal_align") not in (None, "top_left"):
+        parts.append(str(case["causal_align"]))
+    return parts + (["varlen"] if case.get("varlen") is not None else [])
+
+
+def _work(case: Mapping[str, Any]) -> float:
+    """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window,
+    packed sequences) B * H * (attended pairs) * d (:func:`harness.flops.work_g`)."""
+    if case.get("window") is None and case.get("varlen") is None:
+        return float(case["batch"] * case["heads"] * case["tq"] * case["tk"] * case["d"])
+    from harness.cases import AttentionCase
+    from harness.flops import work_g
+
+    return float(work_g(AttentionCase.from_dict(dict(case))))
 
 
 def call_footprint(cell: BenchCell) -> int | None:
@@ -175,12 +196,14 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
     by_impl: dict[tuple, list[BenchCell]] = {}
     for cell in ok:
         case = cell.case
-        by_impl.setdefault((cell.implementation, cell.mode, case["dtype"], case["causal"]), []).append(cell)
-    for (impl, mode, dtype, causal), members in by_impl.items():
+        structure = "-".join(_structure_label(case))
+        by_impl.setdefault((cell.implementation, cell.mode, case["dtype"], case["causal"], structure), []).append(cell)
+    for (impl, mode, dtype, causal, structure), members in by_impl.items():
         if len(members) < 2:
             continue
-        gs = [c.case["batch"] * c.case["heads"] * c.case["tq"] * c.case["tk"] * c.case["d"] for c in members]
+        gs = [_work(c.case) for c in members]
         cfit = fit_complexity(gs, [_median(c) for c in members])
         fits.append({"implementation": impl, "mode": mode, "axis": "g", "quantity": "time",
-                     "fixed": dtype + ("-causal" if causal else ""), **cfit.to_dict()})
+                     "fixed": dtype + ("-causal" if causal else "") + (f"-{structure}" if structure else ""),
+                     **cfit.to_dict()})
     return fits

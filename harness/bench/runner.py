@@ -49,11 +49,11 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
 
     inputs = make_inputs(case, seed, impl.backend)
     if mode == "fwd":
-        return impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case))
+        return impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
     import torch
 
     q, k, v = (x.detach().requires_grad_(True) for x in (inputs.q, inputs.k, inputs.v))
-    forward = impl.prepare(q, k, v, **inputs.kwargs(case))
+    forward = impl.prepare(q, k, v, **inputs.kwargs(case, impl.structures))
     gen = torch.Generator().manual_seed(seed + 1)
     out = forward()
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)

@@ -5,7 +5,9 @@ at d = 64, H = 8 for every implementation (the T exponent and the memory slope),
 32/64/128 and heads over 1/4/16 at T = 1024 for the main implementations (:data:`MAIN`), so
 the main job shows the whole O(T^2 d H) in a few minutes;
 ``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
-time with the others at their middle value, causal on and off, forward and forward+backward.
+time with the others at their middle value, causal on and off, forward and forward+backward;
+``window`` sweeps T from 2048 to 16384 under a causal sliding window of 256 (:data:`WINDOW`), where
+the work, and the time of a kernel that skips blocks outside the window, grows as T.
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
 cells that come out twice run once. A sweep that names ``implementations`` runs for those only,
 and only when no axis flag is given: ``--T 512 1024`` asks for a T sweep, not for d and heads too.
@@ -41,7 +43,10 @@ MAIN = ("numpy_naive", "torch_eager", "torch_sdpa", "tiled", "tiled_fused")
 """The implementations the quick suite also sweeps along d and heads (the others: T only)."""
 _QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode": ("fwd",)}
 
-SUITES: dict[str, list[dict[str, tuple[Any, ...]]]] = {
+WINDOW = (256, 0)
+"""The window suite's sliding window: causal with 256 keys to the left (Mistral-style local attention)."""
+
+SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
         {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
         {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN},
@@ -52,10 +57,17 @@ SUITES: dict[str, list[dict[str, tuple[Any, ...]]]] = {
         {"T": (1024,), "d": (32, 64, 128), "heads": (8,)},
         {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16)},
     ],
+    # a causal sliding window at fixed width: the work grows as T, so should a kernel that skips blocks;
+    # an implementation without native windows gets the window as a dense (T, T) mask
+    "window": [
+        {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (True,), "mode": ("fwd",), "structure": {"window": WINDOW}},
+    ],
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
-SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7}}
-SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0}
+SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7},
+                                           "window": {"budget_s": 0.4, "min_samples": 5}}
+SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0}
 
 
 @dataclass(frozen=True)
@@ -96,9 +108,10 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
         if only is not None and overrides:
             continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
+        structure = sweep.get("structure", {})  # fixed structure fields of every cell (window, causal_align)
         for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
             case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
-                                 causal=bool(causal), device=device)
+                                 causal=bool(causal), device=device, **structure)
             key = (case.id, mode)
             before = seen.get(key, (case, mode, frozenset()))[2]
             for_whom = None if only is None or before is None else before | frozenset(only)

@@ -24,8 +24,11 @@ from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this:
 
 AXES = {"T": "tq", "d": "d", "heads": "heads"}
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode")
+         "layout", "bias", "kind", "mode", "window", "causal_align")
 TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0}
+WINDOW_TIME_THEORY = 1.0
+"""Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
+blocks outside it, grow as T: cells with a window are fitted in a sweep of their own against this."""
 TOLERANCE = 0.3
 MEMORY = "peak_bytes"
 """The memory a call needs: its output plus bench's ``peak_extra_bytes`` (the extra at the peak,
@@ -44,6 +47,8 @@ class Sweep:
     column: str
     fixed: dict[str, Any]
     frame: pd.DataFrame
+    windowed: bool = False
+    """Cells with a sliding window (time theory :data:`WINDOW_TIME_THEORY` in T)."""
 
     @property
     def label(self) -> str:
@@ -53,15 +58,24 @@ class Sweep:
         extras = [str(f.get("dtype", "")), str(f.get("mode", ""))]
         if f.get("causal") in (True, "True"):
             extras.append("causal")
+        if f.get("window") is not None:
+            extras.append(f"window={f['window']}")
+        if f.get("causal_align") not in (None, "top_left"):
+            extras.append(str(f["causal_align"]))
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
         return ", ".join(parts + [e for e in extras if e])
 
 
-def sweep(frame: pd.DataFrame, axis: str, value: str = "median") -> Sweep | None:
-    """The largest slice of ``frame`` that varies along ``axis`` only (None when there is none)."""
+def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False) -> Sweep | None:
+    """The largest slice of ``frame`` that varies along ``axis`` only (None when there is none), among
+    the cells with a sliding window (``windowed``) or those without."""
     column = AXES[axis]
     data = frame[(frame["status"] == "ok") & frame[value].notna()] if not frame.empty else frame
+    if "window" in data.columns:
+        data = data[data["window"].notna() == windowed]
+    elif windowed:
+        return None
     if data.empty:
         return None
     if axis == "T":
@@ -69,7 +83,7 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median") -> Sweep | None
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
     fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk")
-             and not (axis == "heads" and c == "kv_heads")]
+             and not (axis == "heads" and c == "kv_heads") and c in data.columns]
     if data.empty:
         return None
     keys = pd.Series(["|".join(map(str, row)) for row in data[fixed].itertuples(index=False)], index=data.index)
@@ -87,7 +101,7 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median") -> Sweep | None
         return None
     group = best[2].sort_values(["implementation", column])
     first = group.iloc[0]
-    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group)
+    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed)
 
 
 def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None:
@@ -163,7 +177,11 @@ def fit_rows(s: Sweep, quantity: str, value: str,
         if group[s.column].nunique() < 2:
             continue
         fit = fit_exponent([float(x) for x in group[s.column]], [float(y) for y in group[value]])
-        theory = TIME_THEORY[s.axis] if quantity == "time" else memory_theory(str(name), (implementations or {}).get(str(name)))
+        theory: float | None
+        if quantity == "time":
+            theory = WINDOW_TIME_THEORY if s.windowed and s.axis == "T" else TIME_THEORY[s.axis]
+        else:
+            theory = memory_theory(str(name), (implementations or {}).get(str(name)))
         slope = getattr(fit, "slope", None)
         rows.append(Row(implementation=str(name), quantity=quantity, axis=s.axis,
                         slope=None if slope is None or math.isnan(slope) else float(slope),
@@ -190,5 +208,8 @@ def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, A
     s = sweep(bench, "T", MEMORY)
     if s is not None:
         rows += fit_rows(s, "memory", MEMORY, implementations)
+    s = sweep(bench, "T", "median", windowed=True)  # sliding-window cells: their own T sweep, theory T^1
+    if s is not None:
+        rows += fit_rows(s, "time", "median", implementations)
     order = {"time": 0, "memory": 1}
     return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))

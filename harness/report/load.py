@@ -24,7 +24,7 @@ from harness.errors import UsageError
 from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
-                "inputs", "layout", "bias", "kind")
+                "inputs", "layout", "bias", "kind", "window", "causal_align")
 STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS,
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
@@ -155,7 +155,7 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str,
     memory = cell.memory or {}
     row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
-    row.update({c: case.get(c) for c in CASE_COLUMNS})
+    row.update(_case_columns(case))
     row.update({c: stats.get(c) for c in STAT_COLUMNS})
     extra = memory.get("peak_extra_bytes")
     out = memory.get("output_bytes") or output_bytes(case, str(row["mode"]))
@@ -167,13 +167,23 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str,
     return row
 
 
+def _case_columns(case: Mapping[str, Any]) -> dict[str, Any]:
+    """The case's fields as columns; a window as "left,right" (hashable), files from before structures
+    read as their defaults (no window, top-left)."""
+    row = {c: case.get(c) for c in CASE_COLUMNS}
+    window = row["window"]
+    row["window"] = None if window is None else f"{window[0]},{window[1]}"
+    row["causal_align"] = row["causal_align"] or "top_left"
+    return row
+
+
 def verify_row(cell: VerifyCell, source: str) -> dict[str, Any]:
     case = cell.case or {}
     metrics = cell.metrics or {}
     row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "group": cell.group or "default", "check": cell.check or "output",
                            "status": cell.status.value, "reason": cell.reason}
-    row.update({c: case.get(c) for c in CASE_COLUMNS})
+    row.update(_case_columns(case))
     row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound")})
     row["seconds"] = cell.seconds
     return row

@@ -78,6 +78,13 @@ def complexity_frame(rows: list[Row]) -> pd.DataFrame:
     return frame
 
 
+def _without_default_structure(frame: pd.DataFrame) -> pd.DataFrame:
+    """Leave out the structure columns when no row has a structure, so a run without any reads as before."""
+    plain = ("window" not in frame or bool(frame["window"].isna().all())) and (
+        "causal_align" not in frame or bool(frame["causal_align"].isin(["top_left", None]).all()))
+    return frame.drop(columns=[c for c in ("window", "causal_align") if c in frame]) if plain else frame
+
+
 def write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> list[Path]:
     """Each non-empty table as ``<out>/<name>.csv``."""
     out.mkdir(parents=True, exist_ok=True)
@@ -86,6 +93,6 @@ def write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> list[Path]:
         if frame is None or frame.empty:
             continue
         path = out / f"{name}.csv"
-        frame.to_csv(path, index=False)
+        _without_default_structure(frame).to_csv(path, index=False)
         written.append(path)
     return written

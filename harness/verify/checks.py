@@ -67,7 +67,7 @@ def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = Non
     q = inputs.q if q is None else q
     k = inputs.k if k is None else k
     v = inputs.v if v is None else v
-    return impl.prepare(q, k, v, **inputs.kwargs(case), **extra)()
+    return impl.prepare(q, k, v, **inputs.kwargs(case, impl.structures), **extra)()
 
 
 def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | None = None,
@@ -80,7 +80,7 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
     dt = TORCH_DTYPES[case.dtype]
     bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
     base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
-                              mask=kwargs["mask"], scale=case.scale, bias=bias)
+                              mask=kwargs["mask"], scale=case.scale, bias=bias, **case.structure_kwargs())
     return oracle, base.to(torch.float64)
 
 
@@ -91,7 +91,7 @@ def logit_max(case: AttentionCase, inputs: Inputs) -> float:
     logits = torch.matmul(inputs.q64, k.transpose(-1, -2)) * case.effective_scale
     if kwargs["bias"] is not None:
         logits = logits + kwargs["bias"]
-    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"])
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
     return float(logits.abs().max())
@@ -186,7 +186,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
     dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
     dout64 = dout64.to(dt).to(torch.float64)  # representable in the case's dtype
-    kw, okw = inputs.kwargs(case), inputs.oracle_kwargs(case)
+    kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
 
     def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
@@ -202,7 +202,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(lambda *ls: reference_attention(*qkv(ls), **okw), leaves_of(inputs.q64, inputs.k64, inputs.v64),
                   dout64)
     base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
-                                                 bias=bias_dt),
+                                                 bias=bias_dt, **case.structure_kwargs()),
                   leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout64)
     logits = logit_max(case, inputs)
     magnitude = max(float(w.abs().max()) for w in want if w is not None)

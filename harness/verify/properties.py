@@ -58,7 +58,8 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
     props: list[tuple[str, PropertyFn]] = [("stateful", stateful)]
     if case.pairwise or case.batch * case.heads * case.tq * case.tk > PROPERTY_MAX_SCORES:
         return props
-    if case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1:
+    if (case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1
+            and not case.structures):  # positions matter under a mask, causality, a bias or a structure
         props.append(("permutation", permutation))
     if not case.self_attention and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
         props.append(("convex_hull", convex_hull))
@@ -115,7 +116,7 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> Result:
     inputs = _inputs(impl, case)
     out = _out(impl, case, inputs)
     tol = _tolerance(case, inputs)
-    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=inputs.mask64)
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=inputs.mask64, **case.structure_kwargs())
     b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
     allowed = torch.ones(b, h, tq, tk, dtype=torch.bool) if allowed is None else allowed.expand(b, h, tq, tk)
     v = expand_kv(inputs.v64, h)[:, :, None]  # (B, H, 1, Tk, d)

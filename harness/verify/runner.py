@@ -106,7 +106,8 @@ def case_group(case: Any) -> str:
         return str(case.kind)
     if case.growth:
         return "error_growth"
-    for label, hit in (("grad", case.grad), ("bias", case.bias != "none"), ("mask", case.mask != "none"),
+    for label, hit in (("grad", case.grad), ("bias", case.bias != "none"), ("structure", bool(case.structures)),
+                       ("mask", case.mask != "none"),
                        ("causal", case.causal), ("gqa", case.kv_heads != case.heads),
                        ("layout", case.layout != "contiguous"), ("inputs", case.inputs != "randn" or case.scale),
                        ("self", case.self_attention)):

@@ -60,7 +60,18 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("grad")
     if fields.get("bias", "none") != "none":
         needs.add("bias")
+    if fields.get("window") is not None:
+        needs.add("window")
+    if fields.get("causal_align", "top_left") != "top_left":
+        needs.add("bottom_right")
+    if fields.get("varlen") is not None:
+        needs.add("varlen")
     return Template(fields, dtypes, frozenset(needs))
+
+
+def packed(*seqlens: tuple[int, int]) -> dict[str, Any]:
+    """The fields of a packed case: ``varlen`` and the total query and key lengths."""
+    return {"varlen": seqlens, "tq": sum(a for a, _ in seqlens), "tk": sum(b for _, b in seqlens)}
 
 
 def _common(tiny: bool) -> list[Template]:
@@ -105,6 +116,26 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=4, tq=pair, d=32, bias="alibi"),
         T(heads=8, kv_heads=2, tq=pair, d=32, bias="alibi", causal=True),
         T(heads=4, tq=t, d=32, bias="alibi", grad=True),
+        # structure: sliding windows (left, right) and bottom-right causal, natively or as a dense mask
+        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (t, t))],  # (t, t): every key
+        T(heads=4, kv_heads=2, tq=pair, d=32, causal=True, window=(17, 0)),
+        T("all", heads=2, tq=pair, d=32, causal=True, window=(33, 0)),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=32, window=(17, 5), mask="key_padding"),
+        T(heads=2, tq=tq, tk=tk, d=32, causal=True, causal_align="bottom_right"),  # Tq < Tk: chunked prefill
+        T(heads=2, tq=tk, tk=tq, d=32, causal=True, causal_align="bottom_right"),  # Tq > Tk: first rows see no key
+        T(heads=2, tq=tq, tk=tk, d=32, window=(17, 5), causal_align="bottom_right"),
+        T(batch=2, heads=2, tq=tk, tk=tq, d=32, causal=True, window=(9, 0), causal_align="bottom_right",
+          mask="key_padding"),
+        T(heads=2, tq=t, d=32, window=(5, 3), grad=True),
+        T(heads=4, kv_heads=2, tq=tk, tk=tq, d=16, causal=True, causal_align="bottom_right", grad=True),
+        # packed variable-length sequences: block-diagonal, causal inside each, a sequence with no key
+        T(heads=4, kv_heads=2, d=32, **packed((5, 5), (t, t), (1, 1), (pair, pair))),
+        T(heads=2, d=32, causal=True, **packed((t, t), (3, 3), (pair - 1, pair - 1))),
+        T(heads=2, d=32, causal=True, **packed((3, 9), (12, 4), (t, t))),  # top-left inside each sequence
+        T(heads=2, d=32, causal=True, causal_align="bottom_right", **packed((3, 9), (8, 0), (12, 4), (tq, tk))),
+        T(heads=2, d=32, causal=True, window=(7, 0), **packed((t, t), (pair, pair))),
+        T(heads=2, d=32, mask="key_padding", **packed((9, 13), (t, 2 * t))),
+        T(heads=2, d=16, causal=True, grad=True, **packed((t, t), (0, 5), (pair, pair))),
     ]
 
 
@@ -157,6 +188,7 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
+    caps |= set(impl.structures) | ({"window", "bottom_right", "varlen"} if impl.mask else set())  # else: dense
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):

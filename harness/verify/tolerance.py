@@ -79,7 +79,9 @@ def floor_for(dtype: str, magnitude: float, logit_max: float = 0.0) -> float:
 
 def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                        mask: torch.Tensor | None = None, scale: float | None = None,
-                       bias: torch.Tensor | None = None) -> torch.Tensor:
+                       bias: torch.Tensor | None = None, window: tuple[int, int] | None = None,
+                       causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None
+                       ) -> torch.Tensor:
     """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere)."""
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
@@ -87,7 +89,8 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
-    allowed = allowed_keys(tq, k.shape[-2], causal=causal, mask=mask, device=q.device)
+    allowed = allowed_keys(tq, k.shape[-2], causal=causal, mask=mask, device=q.device, window=window,
+                           causal_align=causal_align, varlen=varlen)
     if allowed is None:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
     allowed = allowed.expand(scores.shape)

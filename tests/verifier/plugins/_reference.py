@@ -16,3 +16,26 @@ def attend(q, k, v, *, causal=False, mask=None, scale=None, fill=float("-inf")):
     allowed = allowed.expand(s.shape)
     p = torch.softmax(s.masked_fill(~allowed, fill), -1)
     return (p @ v).masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+
+
+def band(tq, tk, *, causal, window, causal_align, device="cpu", left_shift=0, use_right=True, align=True):
+    """(Tq, Tk) booleans of a causal mask and sliding window, with knobs the broken plugins turn:
+    ``left_shift`` moves the window's left edge, ``use_right=False`` treats right as 0, ``align=False``
+    ignores bottom-right alignment. With the defaults this is the contract's structure."""
+    offset = tk - tq if align and causal_align == "bottom_right" else 0
+    i = torch.arange(tq, device=device)[:, None]
+    j = torch.arange(tk, device=device)[None, :] - offset
+    allowed = torch.ones(tq, tk, dtype=torch.bool, device=device)
+    if causal:
+        allowed &= j <= i
+    if window is not None:
+        left, right = window
+        allowed &= (j >= i - left + left_shift) & (j <= i + (right if use_right else 0))
+    return allowed
+
+
+def attend_structured(q, k, v, *, causal, mask, scale, window, causal_align, **knobs):
+    """``attend`` with the structure given natively, built by ``band`` with ``knobs``."""
+    allowed = band(q.shape[-2], k.shape[-2], causal=causal, window=window, causal_align=causal_align,
+                   device=q.device, **knobs)
+    return attend(q, k, v, mask=allowed if mask is None else allowed & mask, scale=scale)

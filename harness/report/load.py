@@ -231,7 +231,7 @@ def load(paths: Iterable[Path]) -> Results:
                 verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
                 if cell.check == "error_growth" and cell.case:
                     growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.get("dtype"),
-                                        "T": cell.case.get("tq"), "status": cell.status.value,
+                                        "T": cell.metrics.get("T", cell.case.get("tk")), "status": cell.status.value,
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
                                         "base_err": cell.metrics.get("base_err")})
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])

@@ -1,14 +1,14 @@
 """How an implementation's error grows with the sequence length: a forward sweep over T.
 
-For every kernel and every dtype it declares, one case per T (B1, H1, d64, no mask) whose single
-check, ``error_growth``, records the max error against the float64 oracle beside the error of
-the same formula in the same dtype (the baseline the verify rule scales), and holds it to the
-rule. The report plots both against T per dtype, so a kernel whose error grows faster than the
-textbook formula's with T (a running sum kept in low precision, a rescale that drifts) shows
-it, long before a short case fails. At large T the oracle and the baseline are computed over
-query chunks: without a mask the rows are independent, and a (T, T) float64 matrix at
-T = 8,192 would take 512 MiB. The sweep's cases (``GROWTH_T``, ``growth_cases``) live with the
-suites, which must stay free of torch: ``--help`` reads them.
+For every kernel and every dtype it declares, one case per T (B1, H1, d64, no mask; T keys and
+at most 256 query rows, see ``GROWTH_QUERIES``) whose single check, ``error_growth``, records
+the max error against the float64 oracle beside the error of the same formula in the same dtype
+(the baseline the verify rule scales), and holds it to the rule. The report plots both against
+T per dtype, so a kernel whose error grows faster than the textbook formula's with T (a running
+sum kept in low precision, a rescale that drifts) shows it, long before a short case fails.
+The oracle and the baseline are computed over query chunks, so a case with many query rows
+never holds a (Tq, Tk) float64 matrix whole. The sweep's cases (``GROWTH_T``, ``growth_cases``)
+live with the suites, which must stay free of torch: ``--help`` reads them.
 """
 
 from __future__ import annotations
@@ -43,6 +43,6 @@ def check_growth(impl: Implementation, case: AttentionCase) -> Result:
         return cell(CHECK, "fail", problem)
     oracle = _chunked(reference_attention, inputs, torch.float64, case)
     base = _chunked(baseline_attention, inputs, TORCH_DTYPES[case.dtype], case)
-    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, what=f"output at T={case.tq}")
-    metrics = {**verdict.metrics, "T": case.tq}
+    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, what=f"output at T={case.tk}")
+    metrics = {**verdict.metrics, "T": case.tk}
     return cell(CHECK, "pass" if verdict.ok else "fail", verdict.reason, metrics)

@@ -4,14 +4,23 @@ carries that ISA and the sources' hash, and a failed build turned into a one-lin
 Torch caches builds in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) by name. The
 name carries the ISA the code is compiled for (AVX2 or generic, never -march=native), so a cache
 shared by different CPUs never hands one code it cannot run; AVX-512 code paths are compiled per
-function (target attributes) and chosen at run time. It also carries a hash of the sources, so two
-checkouts with different sources (say, two work trees) never rebuild over each other's cached module.
-No ``-ffast-math``: masked keys rely on IEEE infinities.
+function (target attributes) and chosen at run time. It also carries a hash of the sources and of
+the Python and torch that build it, so two checkouts with different sources (say, two work trees),
+or one checkout used from two environments (a venv beside the system Python), never rebuild over
+each other's cached module. No ``-ffast-math``: masked keys rely on IEEE infinities.
+
+Torch serialises builds with a file named ``lock`` that the builder deletes when done; a builder
+that is killed (a case's timeout, a test's SIGKILL) leaves it behind, and every later build of that
+name then waits for it forever. :func:`build` therefore holds an ``flock`` while it builds, which
+dies with its process: whoever holds it knows a ``lock`` file it finds is stale, and removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -27,8 +36,9 @@ def isa_flags() -> tuple[str, list[str]]:
 
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
-    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them."""
-    digest = hashlib.sha1()
+    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them,
+    the Python that runs and the torch it builds against (its version and where it is installed)."""
+    digest = hashlib.sha1(f"{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
     headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
     for path in [*sources, *headers]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
@@ -53,14 +63,32 @@ def build(sources: Path | list[Path], name: str, flags: list[str],
 
     try:
         cpp_extension.verify_ninja_availability()
-        if build_directory is not None:
-            build_directory.mkdir(parents=True, exist_ok=True)
+        directory = build_directory or Path(cpp_extension._get_build_directory(name, verbose=False))
         paths = [sources] if isinstance(sources, Path) else sources
-        return cpp_extension.load(name=name, sources=[str(p) for p in paths], extra_cflags=["-O3", *flags],
-                                  verbose=False, build_directory=None if build_directory is None else str(build_directory))
+        with builder_lock(directory):
+            return cpp_extension.load(name=name, sources=[str(p) for p in paths], extra_cflags=["-O3", *flags],
+                                      verbose=False, build_directory=str(directory))
     except (RuntimeError, OSError, ImportError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         noise = ("Error building", "FAILED:", "ninja: build stopped", "[")  # ninja's framing, the commands
         useful = [line for line in lines if " -isystem " not in line and not line.startswith(noise)] or lines
         errors = [line for line in useful if "error" in line.lower() or "not found" in line.lower()] or useful
         return "C++ extension did not build: " + " | ".join(errors[:3])[:600]
+
+
+@contextlib.contextmanager
+def builder_lock(directory: Path) -> Iterator[None]:
+    """Held by the one process building into ``directory``; removes torch's stale ``lock`` (see above)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # no flock (Windows): torch's own lock alone
+        yield
+        return
+    with open(directory / "attnbench.flock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # waits while another process builds; released if it dies
+        try:
+            (directory / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

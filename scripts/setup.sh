@@ -15,6 +15,10 @@ fi
 extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton]"
 "$PYTHON" -m pip install "${quiet[@]}" -e ".${extras}"
 
+# Build the built-ins' C++ kernels now (torch's extension cache; a minute or two), so that no first
+# command, and no test with a time limit, pays for the compiler. `list` says why if a build fails.
+"$PYTHON" -m harness list > /dev/null
+
 # The report's browser test opens index.html in headless Chromium (Debian's package). Best effort:
 # without apt or root the test skips and says why; the rest of the set-up has already succeeded.
 if [ "${1:-}" = "test" ] && ! command -v chromium >/dev/null 2>&1; then

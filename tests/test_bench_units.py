@@ -65,6 +65,17 @@ def test_fit_recovers_exponent_and_reports_overhead_points() -> None:
         fit_exponent([1, 2, 3], [1.0, 0.0, 2.0])
 
 
+def test_fit_takes_repeated_sizes_at_the_overhead_end() -> None:
+    """Cells of equal work (H4 d64 and H8 d32 at one T) give equal x: once the smallest point is left
+    out, the next two share their size. bench's cost prediction fits such history (it raised
+    ZeroDivisionError, an internal error, when load made the small end look like overhead)."""
+    xs = [64, 256, 256, 512, 1024]
+    ys = [1.0, 1.05, 1.1, 2.0, 4.0]  # flat start: 64 is left out, then 256 and 256 are the smallest
+    fit = fit_exponent(xs, ys)
+    assert [x for x, _ in fit.excluded][:1] == [64] and 0.5 < fit.slope < 1.5
+    assert fit_exponent([256, 256, 512, 512], [1.0, 1.0, 1.0, 1.0]).slope == 0  # only repeats left: no step
+
+
 def test_complexity_fit_is_google_benchmark_style() -> None:
     gs = [1e6, 2e6, 4e6]
     fit = fit_complexity(gs, [2e-9 * g for g in gs])

@@ -74,9 +74,10 @@ def fit_exponent(xs: Sequence[float], ys: Sequence[float], *, drop_overhead: boo
     if len({x for x, _ in points}) < 2:
         raise ValueError("a slope needs at least two distinct sizes")
     excluded: list[tuple[float, float]] = []
-    while drop_overhead and len(points) > MIN_POINTS:
+    while drop_overhead and len(points) > MIN_POINTS and len({x for x, _ in points[1:]}) >= 2:
         rest_slope = _least_squares(points[1:])[0]
-        (x0, y0), (x1, y1) = points[0], points[1]
+        (x0, y0) = points[0]
+        x1, y1 = next(p for p in points[1:] if p[0] > x0)  # repeated sizes (same work, other shape) are no step
         step = math.log(y1 / y0) / math.log(x1 / x0)
         if rest_slope > 0 and step < OVERHEAD_FRACTION * rest_slope:
             excluded.append(points.pop(0))

@@ -21,8 +21,11 @@ exactly one key masked in every query row."""
 MASK_RANKS = ("full", "2d", "3d", "bcast_heads")
 """The mask's shape: full (B, H, Tq, Tk) (key padding: (B, 1, 1, Tk)); 2d (Tq, Tk), one for every batch
 element and head; 3d (H, Tq, Tk), broadcast over the batch; bcast_heads (B, 1, Tq, Tk)."""
-INPUTS = ("randn", "large", "rand")
-"""randn; randn scaled into large logits (q x5, k x3); rand (non-negative)."""
+INPUTS = ("randn", "large", "rand", "wide")
+"""randn; randn scaled into large logits (q x5, k x3); rand (non-negative); wide: V scaled to the square root
+of the dtype's largest finite value (bf16/fp32 ~1.8e19, fp16 256, fp64 ~1.3e154), far past any narrower
+type's range, so a kernel that computes in a narrower type inside (bf16 through fp16, fp64 through fp32)
+overflows, while products of two such values stay finite. Q and K stay randn: the logits are ordinary."""
 LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 """contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
 a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""

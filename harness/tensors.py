@@ -7,6 +7,7 @@ device sees the same numbers; the float64 copies kept for the oracle are the
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -211,6 +212,11 @@ def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
     return mask
 
 
+def wide_scale(dtype: torch.dtype) -> float:
+    """V's scale for ``inputs="wide"``: the power of two nearest the square root of the dtype's largest value."""
+    return 2.0 ** round(math.log2(torch.finfo(dtype).max) / 2)
+
+
 def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Inputs:
     """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind)."""
     gen = torch.Generator().manual_seed(seed)
@@ -229,8 +235,10 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, d)
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
-    mask = make_mask(case, gen)
     dtype = TORCH_DTYPES[case.dtype]
+    if case.inputs == "wide" and not case.self_attention:  # self-attention: V is Q, whose logits must stay finite
+        v = v * wide_scale(dtype)
+    mask = make_mask(case, gen)
     q, k, v = (x.to(dtype) for x in (q, k, v))
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
     device = case.device

@@ -178,6 +178,17 @@ def _grads(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], dout: to
     return list(torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True))
 
 
+def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) -> float:
+    """The size of the terms dq and dk are the difference of: dS = P * (dO V^T - rowsum(dO * O)), then
+    dq = scale dS K and dk = scale dS^T Q. A dq that cancels to ~0 (a row with one key) still carries
+    rounding of scale * max|dO V^T| * max|K| in any correct kernel; with randn inputs this is about
+    max|dq|, but with large V (``inputs="wide"``) it is orders of magnitude more."""
+    v = expand_kv(inputs.v64, case.heads)
+    scale = case.d ** -0.5 if case.scale is None else case.scale
+    qk = max(float(inputs.q64.abs().max()), float(inputs.k64.abs().max()))
+    return abs(scale) * float((dout64 @ v.transpose(-1, -2)).abs().max()) * qk
+
+
 def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[Verdict]:
     """One trial of the gradient check: a verdict per input gradient, in order."""
     names = ["dx"] if case.self_attention else ["dq", "dk", "dv"]
@@ -206,8 +217,10 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
                   leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout64)
     logits = logit_max(case, inputs)
     magnitude = max(float(w.abs().max()) for w in want if w is not None)
+    magnitudes = [magnitude, max(magnitude, _cancelled_terms(case, inputs, dout64))]
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
+        magnitude = magnitudes[name != "dv"]
         if g is None:
             verdicts.append(Verdict(False, f"{name} is None: the output does not depend on {name[1:]} through autograd", {}))
         elif dtype_name(g) != case.dtype:

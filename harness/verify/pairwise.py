@@ -20,7 +20,7 @@ from typing import Any
 
 from allpairspy import AllPairs
 
-from harness.cases import MASK_RANKS, AttentionCase
+from harness.cases import INPUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
 
 GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), "mqa": (6, 1)}
@@ -58,7 +58,7 @@ def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
         "tq": list(size.tq),
         "tk": list(size.tk),
         "d": list(size.d),
-        "inputs": ["randn", "large", "rand"],
+        "inputs": list(INPUTS),
         "layout": ["contiguous", "transposed", "strided", "offset"],
         "grad": [False, True] if impl.grad and impl.backend == "torch" else [False],
         "batch": list(size.batch),

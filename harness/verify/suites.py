@@ -102,6 +102,7 @@ def _common(tiny: bool) -> list[Template]:
         T("all", batch=2, heads=4, kv_heads=2, tq=tq, tk=tk, d=32, mask="empty_rows"),
         T("all", heads=2, tq=t, d=64, inputs="large"),
         T("all", heads=2, tq=pair, d=64, inputs="large", scale=1.0),  # logits past exp's range in bf16/fp16
+        T("all", batch=2, heads=4, kv_heads=2, tq=tq, tk=tk, d=32, inputs="wide", causal=True),  # V past narrower types' range
         # causal with Tq != Tk (top-left: query i sees keys j <= i), both ways, and rows a mask empties
         T(heads=2, tq=tq, tk=tk, d=32, causal=True),
         T(heads=2, tq=tk, tk=tq, d=32, causal=True),

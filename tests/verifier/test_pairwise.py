@@ -69,5 +69,5 @@ def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) 
     assert main(["verify", "--only", "numpy_naive", "--trials", "1", "--json", str(result)]) == 0
     assert main(["report", str(result), "--out", str(tmp_path / "report")]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "## Pairwise coverage" in summary and "| numpy_naive | 1266 | 1266 | 100.0 | quick |" in summary
+    assert "## Pairwise coverage" in summary and "| numpy_naive | 1316 | 1316 | 100.0 | quick |" in summary
     assert "Pairwise coverage" in (tmp_path / "report" / "index.html").read_text()

@@ -7,7 +7,8 @@ the main job shows the whole O(T^2 d H) in a few minutes;
 ``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
 time with the others at their middle value, causal on and off, forward and forward+backward;
 ``window`` sweeps T from 2048 to 16384 under a causal sliding window of 256 (:data:`WINDOW`), where
-the work, and the time of a kernel that skips blocks outside the window, grows as T.
+the work, and the time of a kernel that skips blocks outside the window, grows as T; ``varlen`` packs
+16 sequences of ragged lengths (:func:`ragged`) summing to T = 2048 .. 16384, block-diagonal.
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
 cells that come out twice run once. A sweep that names ``implementations`` runs for those only,
 and only when no axis flag is given: ``--T 512 1024`` asks for a T sweep, not for d and heads too.
@@ -46,6 +47,17 @@ _QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode"
 WINDOW = (256, 0)
 """The window suite's sliding window: causal with 256 keys to the left (Mistral-style local attention)."""
 
+RAGGED_WEIGHTS = tuple((i * 5) % 16 + 4 for i in range(16))
+"""Relative lengths of the varlen suite's 16 packed sequences (4 .. 19, shuffled): ragged, never tiny."""
+
+
+def ragged(total: int, weights: Sequence[int] = RAGGED_WEIGHTS) -> tuple[tuple[int, int], ...]:
+    """``len(weights)`` (query length, key length) pairs, self-attention, proportional to the weights and
+    summing to ``total`` (the last takes the rounding): the packed sequences of the varlen suite."""
+    cuts = [round(total * sum(weights[:i]) / sum(weights)) for i in range(len(weights) + 1)]
+    return tuple((b - a, b - a) for a, b in zip(cuts, cuts[1:]))
+
+
 SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
         {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
@@ -63,11 +75,18 @@ SUITES: dict[str, list[dict[str, Any]]] = {
         {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
          "causal": (True,), "mode": ("fwd",), "structure": {"window": WINDOW}},
     ],
+    # 16 packed sequences of ragged lengths (block-diagonal, FlashAttention's varlen): the work is the sum
+    # of the squares of the lengths; an implementation without native varlen gets the dense (T, T) mask
+    "varlen": [
+        {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (False,), "mode": ("fwd",), "structure": {"varlen": ragged}},
+    ],
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
 SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7},
-                                           "window": {"budget_s": 0.4, "min_samples": 5}}
-SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0}
+                                           "window": {"budget_s": 0.4, "min_samples": 5},
+                                           "varlen": {"budget_s": 0.4, "min_samples": 5}}
+SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0, "varlen": 30.0}
 
 
 @dataclass(frozen=True)
@@ -108,10 +127,11 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
         if only is not None and overrides:
             continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
-        structure = sweep.get("structure", {})  # fixed structure fields of every cell (window, causal_align)
+        structure = sweep.get("structure", {})  # structure fields of every cell (window, causal_align, varlen)
         for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
+            fields = {k: (f(int(t)) if callable(f) else f) for k, f in structure.items()}  # varlen: lengths from T
             case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
-                                 causal=bool(causal), device=device, **structure)
+                                 causal=bool(causal), device=device, **fields)
             key = (case.id, mode)
             before = seen.get(key, (case, mode, frozenset()))[2]
             for_whom = None if only is None or before is None else before | frozenset(only)

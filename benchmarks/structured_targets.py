@@ -55,9 +55,25 @@ def _inputs(t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return torch.randn(1, 8, t, 64), torch.randn(1, 8, t, 64), torch.randn(1, 8, t, 64)
 
 
-def window_calls(t: int, with_sdpa: bool) -> dict[str, Call]:
+def flex_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **structure: object) -> Call:
+    """flex_attention's prepared call; the set-up (block mask, compile or cache load) timed apart."""
+    from implementations.flex_attention import flex_attention
+
+    start = time.perf_counter()
+    call = flex_attention(q, k, v, **structure)  # type: ignore[arg-type]
+    SETUP[q.shape[2]] = time.perf_counter() - start
+    return call
+
+
+SETUP: dict[int, float] = {}
+"""flex_attention's set-up seconds per T (the first includes the compile)."""
+
+
+def window_calls(t: int, with_sdpa: bool, flex: bool = False) -> dict[str, Call]:
     q, k, v = _inputs(t)
     calls: dict[str, Call] = {"tiled_fused": lambda: fused_flash_attention(q, k, v, causal=True, window=WINDOW)}
+    if flex:
+        calls["flex_attention"] = flex_call(q, k, v, causal=True, window=WINDOW)
     if with_sdpa:
         dense = structure_allowed(t, t, causal=True, window=WINDOW)
         calls["torch_sdpa"] = lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=dense)
@@ -81,17 +97,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--T", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
+    parser.add_argument("--no-flex", action="store_true", help="leave flex_attention (compiled in set-up) out")
     args = parser.parse_args()
     largest = max(args.T)
     print(f"B1-H8-d64 float32 forward, {torch.get_num_threads()} threads, load average "
           f"{os.getloadavg()[0]:.2f}; median of {args.rounds} interleaved rounds\n")
     print(f"causal window {WINDOW}:")
-    print(f"{'T':>6} {'tiled_fused ms':>15} {'tiled ms':>10}")
+    print(f"{'T':>6} {'tiled_fused ms':>15} {'tiled ms':>10} {'flex_attention ms':>18} {'(its set-up s)':>15}")
     fused: dict[int, float] = {}
     for t in sorted(args.T):
-        got = _interleaved(window_calls(t, False), args.rounds)
+        got = _interleaved(window_calls(t, False, not args.no_flex), args.rounds)
         fused[t] = got["tiled_fused"]
-        print(f"{t:>6} {1e3 * got['tiled_fused']:15.1f} {1e3 * got['tiled']:10.1f}", flush=True)
+        flex = f"{1e3 * got['flex_attention']:18.1f} {SETUP[t]:15.1f}" if "flex_attention" in got else ""
+        print(f"{t:>6} {1e3 * got['tiled_fused']:15.1f} {1e3 * got['tiled']:10.1f} {flex}", flush=True)
     exponent = fit_exponent(list(fused), list(fused.values()), drop_overhead=False).slope if len(fused) > 1 else math.nan
     print(f"tiled_fused time exponent in T: {exponent:.2f} (target <= 1.1: {'met' if exponent <= 1.1 else 'MISSED'})")
     got = _interleaved(window_calls(largest, True), args.rounds)

@@ -198,29 +198,74 @@ def test_flops_count_only_allowed_pairs() -> None:
     assert attended_pairs(3, 5, True, None, "bottom_right") == 3 + 4 + 5
 
 
-def test_window_bench_suite_and_its_complexity_fit() -> None:
-    import pandas as pd
-
-    from harness.bench.sweeps import sweep_cases
-    from harness.report.complexity import complexity_table
+def _bench_rows(cases: list, timings: dict) -> list[dict]:
+    """Bench rows as the report loads them, for made-up implementations whose time is ``timings[name](case)``."""
     from harness.report.load import BENCH_COLUMNS
 
-    cases = sweep_cases("window")
-    assert [c.tq for c, _ in cases] == [2048, 4096, 8192, 16384]
-    assert all(c.window == (256, 0) and c.causal and c.heads == 8 and c.d == 64 and m == "fwd" for c, m in cases)
     rows = []
-    for case, mode in cases:  # a kernel linear in T, and one quadratic (a dense mask), as bench would record
-        for name, seconds in (("banded", case.tq * 1e-6), ("dense", case.tq ** 2 * 1e-9)):
+    for case, mode in cases:
+        for name, seconds in timings.items():
             row = {c: None for c in BENCH_COLUMNS}
             row.update({k: v for k, v in case.to_dict().items() if k in BENCH_COLUMNS})
-            row.update(implementation=name, case_id=case.id, mode=mode, status="ok", median=seconds,
-                       window="256,0", causal_align="top_left")
+            row.update(implementation=name, case_id=case.id, mode=mode, status="ok", median=seconds(case),
+                       window=None if case.window is None else f"{case.window[0]},{case.window[1]}",
+                       causal_align="top_left", varlen=None if case.varlen is None else f"{len(case.varlen)} sequences")
             rows.append(row)
-    table = {r.implementation: r for r in complexity_table(pd.DataFrame(rows, columns=list(BENCH_COLUMNS)))
-             if r.quantity == "time" and r.axis == "T"}
-    assert table["banded"].theory == 1.0 and table["banded"].slope == pytest.approx(1.0, abs=0.01)
+    return rows
+
+
+def test_window_bench_suite_its_complexity_fit_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    from harness.bench.sweeps import WINDOW_WIDTHS, sweep_cases
+    from harness.report.complexity import complexity_table
+    from harness.report.load import BENCH_COLUMNS
+    from harness.report.structure_plots import window_vs_T_plot, window_width_plot
+
+    cases = sweep_cases("window")
+    windowed = [(c, m) for c, m in cases if c.window == (256, 0)]
+    assert [c.tq for c, _ in windowed] == [2048, 4096, 8192, 16384]
+    assert all(c.causal and c.heads == 8 and c.d == 64 and m == "fwd" for c, m in cases)
+    assert [c.tq for c, _ in cases if c.window is None] == [2048, 4096, 8192, 16384]  # dense causal beside it
+    assert sorted(c.window[0] for c, _ in cases if c.tq == 8192 and c.window) == sorted({*WINDOW_WIDTHS, 256})
+    # a kernel linear in the window's pairs, and one quadratic in T (a dense mask), as bench would record
+    rows = _bench_rows(cases, {"banded": lambda c: work_g(c) * 1e-12, "dense": lambda c: c.tq ** 2 * 1e-9})
+    frame = pd.DataFrame(rows, columns=list(BENCH_COLUMNS))
+    table = {r.implementation: r for r in complexity_table(frame) if r.quantity == "time" and r.axis == "T"
+             and "window" in r.sweep}
+    assert table["banded"].theory == 1.0 and table["banded"].slope == pytest.approx(1.0, abs=0.05)
     assert not table["banded"].flagged and "window=256,0" in table["banded"].sweep
     assert table["dense"].slope == pytest.approx(2.0, abs=0.01) and table["dense"].flagged
+    by_t = window_vs_T_plot(frame, tmp_path)
+    by_width = window_width_plot(frame, tmp_path)
+    assert by_t is not None and by_t.path.stat().st_size > 10_000 and "dense causal" in by_t.caption
+    assert by_width is not None and by_width.path.name == "time_vs_window.png" and "T=8192" in by_width.caption
+
+
+def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
+    import pandas as pd
+
+    from harness.analysis.scaling import cell_fits
+    from harness.bench.sweeps import ragged, sweep_cases
+    from harness.report.complexity import complexity_table
+    from harness.report.load import BENCH_COLUMNS
+    from harness.results import BenchCell, Status
+
+    cases = sweep_cases("varlen")
+    assert [c.tq for c, _ in cases] == [2048, 4096, 8192, 16384]
+    for case, _ in cases:
+        assert case.varlen == ragged(case.tq) and len(case.varlen) == 16 and not case.causal
+        lengths = [a for a, _ in case.varlen]
+        assert sum(lengths) == case.tq and max(lengths) > 4 * min(lengths)  # ragged
+    plain = [(AttentionCase(heads=8, tq=t, d=64), "fwd") for t in (2048, 4096, 8192, 16384)]
+    rows = _bench_rows(cases + plain, {"packed": lambda c: work_g(c) * 1e-12})
+    table = [r for r in complexity_table(pd.DataFrame(rows, columns=list(BENCH_COLUMNS)))
+             if r.quantity == "time" and r.axis == "T"]
+    assert {("varlen=16 sequences" in r.sweep) for r in table} == {True, False}  # never merged with plain cells
+    cells = [BenchCell(implementation="packed", case=c.to_dict(), case_id=c.id, mode="fwd", status=Status.OK,
+                       samples_s=(work_g(c) * 1e-12,) * 3, stats={"median": work_g(c) * 1e-12}) for c, _ in cases]
+    fits = [f for f in cell_fits(cells) if f.get("axis") == "T" and f.get("quantity") == "time"]
+    assert len(fits) == 1 and fits[0]["slope"] == pytest.approx(2.0, abs=0.05)  # proportional lengths: T^2 work
 
 
 PACKS = [((3, 3), (5, 5)), ((3, 9), (0, 4), (12, 4), (2, 0), (7, 7))]

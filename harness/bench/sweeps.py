@@ -7,7 +7,8 @@ the main job shows the whole O(T^2 d H) in a few minutes;
 ``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
 time with the others at their middle value, causal on and off, forward and forward+backward;
 ``window`` sweeps T from 2048 to 16384 under a causal sliding window of 256 (:data:`WINDOW`), where
-the work, and the time of a kernel that skips blocks outside the window, grows as T; ``varlen`` packs
+the work, and the time of a kernel that skips blocks outside the window, grows as T, beside dense
+causal at the same T, and the window's width at T = 8192 (:data:`WINDOW_WIDTHS`); ``varlen`` packs
 16 sequences of ragged lengths (:func:`ragged`) summing to T = 2048 .. 16384, block-diagonal.
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
 cells that come out twice run once. A sweep that names ``implementations`` runs for those only,
@@ -46,6 +47,8 @@ _QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode"
 
 WINDOW = (256, 0)
 """The window suite's sliding window: causal with 256 keys to the left (Mistral-style local attention)."""
+WINDOW_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+"""The window suite's widths (keys to the left, causal) at T = 8192: time against the window."""
 
 RAGGED_WEIGHTS = tuple((i * 5) % 16 + 4 for i in range(16))
 """Relative lengths of the varlen suite's 16 packed sequences (4 .. 19, shuffled): ragged, never tiny."""
@@ -74,6 +77,12 @@ SUITES: dict[str, list[dict[str, Any]]] = {
     "window": [
         {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
          "causal": (True,), "mode": ("fwd",), "structure": {"window": WINDOW}},
+        # beside it, dense causal at the same T (the report draws them together)
+        {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (True,), "mode": ("fwd",)},
+        # time against the window's width at one T (O(T * window) while the window is much narrower than T)
+        {"T": (8192,), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",), "causal": (True,),
+         "mode": ("fwd",), "structure": [{"window": (w, 0)} for w in WINDOW_WIDTHS]},
     ],
     # 16 packed sequences of ragged lengths (block-diagonal, FlashAttention's varlen): the work is the sum
     # of the squares of the lengths; an implementation without native varlen gets the dense (T, T) mask
@@ -127,8 +136,10 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
         if only is not None and overrides:
             continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
-        structure = sweep.get("structure", {})  # structure fields of every cell (window, causal_align, varlen)
-        for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
+        structures = sweep.get("structure", {})  # structure fields (window, causal_align, varlen), or a list of them
+        for structure, (t, d, h, b, dtype, causal, mode) in itertools.product(
+                structures if isinstance(structures, list) else [structures],
+                itertools.product(*(axes[a] for a in AXES))):
             fields = {k: (f(int(t)) if callable(f) else f) for k, f in structure.items()}  # varlen: lengths from T
             case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
                                  causal=bool(causal), device=device, **fields)

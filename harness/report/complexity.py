@@ -24,7 +24,7 @@ from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this:
 
 AXES = {"T": "tq", "d": "d", "heads": "heads"}
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode", "window", "causal_align")
+         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen")
 TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0}
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
@@ -49,6 +49,8 @@ class Sweep:
     frame: pd.DataFrame
     windowed: bool = False
     """Cells with a sliding window (time theory :data:`WINDOW_TIME_THEORY` in T)."""
+    packed: bool = False
+    """Cells of packed sequences (varlen; lengths proportional to T, so the work still grows as T^2)."""
 
     @property
     def label(self) -> str:
@@ -62,20 +64,24 @@ class Sweep:
             extras.append(f"window={f['window']}")
         if f.get("causal_align") not in (None, "top_left"):
             extras.append(str(f["causal_align"]))
+        if f.get("varlen") is not None:
+            extras.append(f"varlen={f['varlen']}")
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
         return ", ".join(parts + [e for e in extras if e])
 
 
-def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False) -> Sweep | None:
+def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False,
+          packed: bool = False) -> Sweep | None:
     """The largest slice of ``frame`` that varies along ``axis`` only (None when there is none), among
-    the cells with a sliding window (``windowed``) or those without."""
+    the cells with a sliding window (``windowed``) or those without, of packed sequences (``packed``) or not."""
     column = AXES[axis]
     data = frame[(frame["status"] == "ok") & frame[value].notna()] if not frame.empty else frame
-    if "window" in data.columns:
-        data = data[data["window"].notna() == windowed]
-    elif windowed:
-        return None
+    for name, wanted in (("window", windowed), ("varlen", packed)):
+        if name in data.columns:
+            data = data[data[name].notna() == wanted]
+        elif wanted:
+            return None
     if data.empty:
         return None
     if axis == "T":
@@ -101,7 +107,8 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
         return None
     group = best[2].sort_values(["implementation", column])
     first = group.iloc[0]
-    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed)
+    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
+                 packed=packed)
 
 
 def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None:
@@ -208,8 +215,9 @@ def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, A
     s = sweep(bench, "T", MEMORY)
     if s is not None:
         rows += fit_rows(s, "memory", MEMORY, implementations)
-    s = sweep(bench, "T", "median", windowed=True)  # sliding-window cells: their own T sweep, theory T^1
-    if s is not None:
-        rows += fit_rows(s, "time", "median", implementations)
+    for s in (sweep(bench, "T", "median", windowed=True),  # sliding-window cells: their own T sweep, theory T^1
+              sweep(bench, "T", "median", packed=True)):   # packed sequences: their own, theory T^2
+        if s is not None:
+            rows += fit_rows(s, "time", "median", implementations)
     order = {"time": 0, "memory": 1}
     return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))

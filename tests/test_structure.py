@@ -236,6 +236,9 @@ def test_window_bench_suite_its_complexity_fit_and_plots(tmp_path) -> None:  # t
     assert table["banded"].theory == 1.0 and table["banded"].slope == pytest.approx(1.0, abs=0.05)
     assert not table["banded"].flagged and "window=256,0" in table["banded"].sweep
     assert table["dense"].slope == pytest.approx(2.0, abs=0.01) and table["dense"].flagged
+    widths = {r.implementation: r for r in complexity_table(frame) if r.quantity == "time" and r.axis == "window"}
+    assert widths["banded"].theory == 1.0 and widths["banded"].slope == pytest.approx(1.0, abs=0.1)
+    assert widths["dense"].slope == pytest.approx(0.0, abs=0.01) and "T=8192" in widths["dense"].sweep
     by_t = window_vs_T_plot(frame, tmp_path)
     by_width = window_width_plot(frame, tmp_path)
     assert by_t is not None and by_t.path.stat().st_size > 10_000 and "dense causal" in by_t.caption

@@ -195,15 +195,15 @@ class Budget:
     min_samples: int = 5
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
-    history: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
-    """(implementation, mode, dtype, causal) -> [(g, median seconds, peak extra bytes)] measured so far."""
+    history: dict[tuple[Any, ...], list[tuple[float, float, float]]] = field(default_factory=dict)
+    """(implementation, mode, dtype, causal, structures) -> [(g, median seconds, peak extra bytes)] measured so far."""
     rates: dict[str, list[float]] = field(default_factory=dict)
     """implementation -> FLOP/s achieved by each cell measured so far (any mode, dtype, causality)."""
 
     def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
         if median_s > 0:
             self.rates.setdefault(cell.implementation, []).append(attention_flops(cell.case, cell.mode) / median_s)
-        key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal)
+        key = _history_key(cell.implementation, cell.mode, cell.case)
         self.history.setdefault(key, []).append(
             (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
              float(extra_bytes) if extra_bytes is not None else math.nan))
@@ -212,7 +212,7 @@ class Budget:
         """(seconds per call, peak bytes, how it was predicted)."""
         case, mode = cell.case, cell.mode
         g = float(work_g(case) * (3.5 if mode != "fwd" else 1.0))
-        history = self.history.get((cell.implementation, mode, case.dtype, case.causal), [])
+        history = self.history.get(_history_key(cell.implementation, mode, case), [])
         dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
             rate, how = self._calibrated_rate(cell.implementation, peak_gflops)
@@ -255,6 +255,12 @@ class Budget:
             return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
                     f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")
         return None
+
+
+def _history_key(implementation: str, mode: str, case: AttentionCase) -> tuple[Any, ...]:
+    """Cells whose time one power law of the work predicts: a window or packing keeps its own history
+    (a banded kernel's overheads differ from its dense causal cost at the same work)."""
+    return (implementation, mode, case.dtype, case.causal, case.structures)
 
 
 def _itemsize(dtype: str) -> int:

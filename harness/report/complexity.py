@@ -22,10 +22,11 @@ import pandas as pd
 
 from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
 
-AXES = {"T": "tq", "d": "d", "heads": "heads"}
+AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width"}
+"""Fit axes and their columns; ``window_width`` (left + right) is derived from the ``window`` column."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
          "layout", "bias", "kind", "mode", "window", "causal_align", "varlen")
-TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0}
+TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0}
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
 blocks outside it, grow as T: cells with a window are fitted in a sweep of their own against this."""
@@ -84,11 +85,15 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
             return None
     if data.empty:
         return None
+    if axis == "window":  # the window's width at fixed T: pairs, and a banded kernel's time, grow as the width
+        if not windowed or data.empty:
+            return None
+        data = data.assign(window_width=[sum(int(x) for x in str(w).split(",")) for w in data["window"]])
     if axis == "T":
         data = data[data["tq"] == data["tk"]]
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
-    fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk")
+    fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
              and not (axis == "heads" and c == "kv_heads") and c in data.columns]
     if data.empty:
         return None
@@ -216,6 +221,7 @@ def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, A
     if s is not None:
         rows += fit_rows(s, "memory", MEMORY, implementations)
     for s in (sweep(bench, "T", "median", windowed=True),  # sliding-window cells: their own T sweep, theory T^1
+              sweep(bench, "window", "median", windowed=True),  # and against the width at fixed T, theory 1
               sweep(bench, "T", "median", packed=True)):   # packed sequences: their own, theory T^2
         if s is not None:
             rows += fit_rows(s, "time", "median", implementations)

@@ -61,15 +61,20 @@ class Sweep:
         extras = [str(f.get("dtype", "")), str(f.get("mode", ""))]
         if f.get("causal") in (True, "True"):
             extras.append("causal")
-        if f.get("window") is not None:
+        if _set(f.get("window")):
             extras.append(f"window={f['window']}")
         if f.get("causal_align") not in (None, "top_left"):
             extras.append(str(f["causal_align"]))
-        if f.get("varlen") is not None:
+        if _set(f.get("varlen")):
             extras.append(f"varlen={f['varlen']}")
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
         return ", ".join(parts + [e for e in extras if e])
+
+
+def _set(value: Any) -> bool:
+    """A structure column holds a value (pandas reads a missing one as None or NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
 def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False,

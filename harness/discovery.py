@@ -71,10 +71,10 @@ class Registry:
             raise UsageError(f"no implementation named {name!r}; known: {known} (see `attnbench list`)") from None
 
     def select(self, names: Iterable[str] | None) -> list[Implementation]:
-        """The implementations named (all when ``names`` is empty), in registry order."""
+        """The implementations named; when ``names`` is empty, all but those declared ``on_request``."""
         wanted = [n.strip() for raw in (names or []) for n in raw.split(",") if n.strip()]
         if not wanted:
-            return list(self)
+            return [impl for impl in self if not impl.on_request]
         return [self.get(n) for n in wanted]
 
     def add(self, impl: Implementation, origin: str) -> None:

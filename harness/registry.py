@@ -61,6 +61,8 @@ class Implementation:
     deterministic: bool = True
     """Two calls on identical inputs give bitwise identical outputs; False: they need only both pass the rule."""
     available: Callable[..., str | None] | None = None
+    on_request: bool = False
+    """Runs only when named (``--only NAME``): its set-up is too slow for the default suites (a compiler)."""
     description: str = ""
     source: str = "?"
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -112,7 +114,7 @@ class Implementation:
             "kind": self.kind, "backend": self.backend, "dtypes": list(self.dtypes),
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
-            "deterministic": self.deterministic, "structures": list(self.structures),
+            "deterministic": self.deterministic, "structures": list(self.structures), "on_request": self.on_request,
         }
 
 
@@ -210,7 +212,8 @@ def register(
     causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
-    options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), **unknown: NoReturn,
+    options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), on_request: bool = False,
+    **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -220,11 +223,13 @@ def register(
     is timed. The declaration is checked when the decorator runs, against the values allowed
     and against the function's signature; a keyword that is not a parameter here is an
     error too (and a type error to mypy), each naming the plugin and its source file.
+    ``on_request=True``: the implementation runs only when named (``--only NAME``), never in the
+    default selection of verify, bench and run (a set-up that compiles for a minute, say).
     """
     keywords: dict[str, Any] = dict(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
-        prepare=prepare, options=options, structures=structures, **unknown)
+        prepare=prepare, options=options, structures=structures, on_request=on_request, **unknown)
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -235,7 +240,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", "structures", *_FLAGS}
+             "deterministic", "structures", "on_request", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -286,9 +291,10 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     memory = keywords.get("memory")
     if memory is not None and memory not in MEMORY_GROWTH:
         raise error(f"memory={memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
-    deterministic = keywords.get("deterministic", True)
-    if not isinstance(deterministic, bool):
-        raise error(f"deterministic={deterministic!r} must be True or False")
+    deterministic, on_request = keywords.get("deterministic", True), keywords.get("on_request", False)
+    for key, value in (("deterministic", deterministic), ("on_request", on_request)):
+        if not isinstance(value, bool):
+            raise error(f"{key}={value!r} must be True or False")
     options = _checked_options(keywords.get("options") or {}, error)
     structures = checked_structures(keywords.get("structures", ()), kind, error)
     _check_signature(fn, kind, flags["bias"], options, error, structures)
@@ -300,7 +306,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
-        options=options, deterministic=deterministic, structures=structures, **flags,
+        options=options, deterministic=deterministic, structures=structures, on_request=on_request, **flags,
     )
 
 

@@ -15,36 +15,42 @@
 #include <cstdint>
 #include <limits>
 
+#include "_flash_band.h"
 #include "_flash_exp2.h"
+
+using attnbench_band::Band;
+using attnbench_band::clip;
 
 namespace {
 
-// Row r of the tile in place: s = P = 2^(c s - lse2) on allowed keys [0, lim) (and mask), 0 elsewhere;
+// Row r of the tile in place: s = P = 2^(c s - lse2) on allowed keys [lo, hi) (and mask), 0 elsewhere;
 // dp = P * (dp - delta).
-void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lim, const uint8_t* mrow, int64_t mstride,
-                          float c, float lse2, float delta) {
-  int64_t j = 0;
+void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t hi, const uint8_t* mrow,
+                          int64_t mstride, float c, float lse2, float delta) {
+  int64_t j = lo;
 #ifdef __AVX2__
   const __m256 cv = _mm256_set1_ps(c), lv = _mm256_set1_ps(lse2), dv = _mm256_set1_ps(delta);
-  for (; j + 8 <= lim; j += 8) {
+  for (; j + 8 <= hi; j += 8) {
     const __m256 p = exp2_nonpositive(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), cv, lv));
     _mm256_storeu_ps(s + j, p);
     _mm256_storeu_ps(dp + j, _mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + j), dv)));
   }
 #endif
-  for (; j < lim; ++j) {
+  for (; j < hi; ++j) {
     const float x = s[j] * c - lse2;  // <= 0 up to rounding
     const float p = exp2_nonpositive(x > 0.0f ? 0.0f : x);
     s[j] = p;
     dp[j] = p * (dp[j] - delta);
   }
   if (mrow != nullptr) {
-    for (int64_t u = 0; u < lim; ++u) {
+    for (int64_t u = lo; u < hi; ++u) {
       if (!mrow[u * mstride]) s[u] = dp[u] = 0.0f;
     }
   }
-  std::fill(s + lim, s + cols, 0.0f);
-  std::fill(dp + lim, dp + cols, 0.0f);
+  std::fill(s, s + lo, 0.0f);
+  std::fill(dp, dp + lo, 0.0f);
+  std::fill(s + hi, s + cols, 0.0f);
+  std::fill(dp + hi, dp + cols, 0.0f);
 }
 
 }  // namespace
@@ -52,20 +58,23 @@ void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lim, const 
 void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
                    at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   bool causal, double c, double scale, int64_t block_q) {
+                   int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
+                   int64_t block_q) {
+  const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout, &lse2, &delta, &dq, &dk, &dv}) {
     TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_item: float32 tensors");
   }
   TORCH_CHECK(lse2.is_contiguous() && delta.is_contiguous(), "lse2 and delta must be contiguous");
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), cols = k1 - k0;
+  const int64_t first = band.first_row(qmin, k0), last = band.last_row(qmax, k1);  // the rows that see these keys
   at::Tensor kj = k[b][hk].narrow(0, k0, cols), vj = v[b][hk].narrow(0, k0, cols);
   at::Tensor dk_j = dk[b][hk].narrow(0, k0, cols), dv_j = dv[b][hk].narrow(0, k0, cols);
   at::Tensor s = at::empty({block_q, cols}, q.options()), dp = at::empty({block_q, cols}, q.options());
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse_p = lse2.data_ptr<float>() + (b * heads + h) * tq;
     const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
-    for (int64_t q0 = causal ? k0 / block_q * block_q : 0; q0 < tq; q0 += block_q) {
-      const int64_t rows = std::min(block_q, tq - q0);
+    for (int64_t q0 = first; q0 < last; q0 += block_q) {
+      const int64_t rows = std::min(block_q, last - q0);
       at::Tensor qi = q[b][h].narrow(0, q0, rows), doi = dout[b][h].narrow(0, q0, rows);
       at::Tensor st = s.narrow(0, 0, rows), dpt = dp.narrow(0, 0, rows);
       at::mm_out(st, qi, kj.t());
@@ -74,7 +83,8 @@ void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
       float* dp_p = dpt.data_ptr<float>();
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = q0 + r;
-        const int64_t lim = causal ? std::max<int64_t>(0, std::min(cols, i - k0 + 1)) : cols;
+        int64_t lo = 0, hi = 0;
+        clip(band, i, k0, cols, lo, hi);
         const uint8_t* mrow = nullptr;
         int64_t ms = 0;
         if (mask.has_value()) {
@@ -82,7 +92,7 @@ void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                  k0 * mask->stride(3);
           ms = mask->stride(3);
         }
-        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lim, mrow, ms, static_cast<float>(c), lse_p[i],
+        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, mrow, ms, static_cast<float>(c), lse_p[i],
                              delta_p[i]);
       }
       dv_j.addmm_(st.t(), doi);

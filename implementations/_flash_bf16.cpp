@@ -17,16 +17,19 @@
 #include <limits>
 #include <vector>
 
+#include "_flash_band.h"
 #include "_flash_bf16.h"
 
 using namespace attnbench_bf16;  // NOLINT: this file is the kernel's other half
+using attnbench_band::Band;
+using attnbench_band::clip;
 
 namespace {
 
-// One row: x = c * s (base-2 scores; forbidden keys -inf, keys [lim, pw) zero in P), new max,
-// P = bf16(2^(x - m)), running sum in float32. Returns alpha for the accumulator row, or -1 when
-// the row has had no allowed key yet (P is all zeros, the accumulator stays zero).
-BF16_TARGET float softmax_row(float* s, uint16_t* prow, int64_t lim, int64_t pw, const uint8_t* mrow,
+// One row: x = c * s (base-2 scores; keys outside [lo, lim) and forbidden keys -inf, keys [lim, pw) zero
+// in P), new max, P = bf16(2^(x - m)), running sum in float32. Returns alpha for the accumulator row, or
+// -1 when the row has had no allowed key yet (P is all zeros, the accumulator stays zero).
+BF16_TARGET float softmax_row(float* s, uint16_t* prow, int64_t lo, int64_t lim, int64_t pw, const uint8_t* mrow,
                               int64_t mstride, float c, float& m, float& l) {
   constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
   const __m512 cv = _mm512_set1_ps(c);
@@ -34,11 +37,11 @@ BF16_TARGET float softmax_row(float* s, uint16_t* prow, int64_t lim, int64_t pw,
   for (int64_t j = 0; j < lim; j += 16) {
     const __mmask16 t = tail(lim - j);
     __m512 x = _mm512_mul_ps(_mm512_maskz_loadu_ps(t, s + j), cv);
+    __mmask16 bad = lo > j ? tail(lo - j) : __mmask16(0);  // lanes below lo
     if (mrow != nullptr) {
-      __mmask16 bad = 0;
       for (int64_t u = 0; u < 16 && j + u < lim; ++u) bad |= mrow[(j + u) * mstride] ? 0 : (1u << u);
-      x = _mm512_mask_mov_ps(x, bad, _mm512_set1_ps(NEG_INF));
     }
+    x = _mm512_mask_mov_ps(x, bad, _mm512_set1_ps(NEG_INF));
     _mm512_mask_storeu_ps(s + j, t, x);
     mx = _mm512_mask_max_ps(mx, t, mx, x);
   }
@@ -80,8 +83,9 @@ bool has_avx512bf16() {
 // q, k, v: bfloat16 with contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
 BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
-                                   int64_t h, int64_t q0, int64_t q1, bool causal, double q_scale, int64_t block_k,
-                                   int64_t diagonal_chunk) {
+                                   int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec,
+                                   double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+  const Band band(band_spec);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
                   v.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
                   lse.scalar_type() == at::kFloat, "forward_item_bf16: bf16 q, k, v, out and float32 lse");
@@ -90,10 +94,11 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
   TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
               "mask must be a uint8 (B, H, Tq, Tk) view");
   constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-  const int64_t heads = q.size(1), kv_heads = k.size(1), tk = k.size(2), d = q.size(3);
+  const int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
   const int64_t hk = h / (heads / kv_heads), rows = q1 - q0;
-  const int64_t k_end = causal ? std::min(tk, q1) : tk;
-  const int64_t dp = round_up(d, 2), dw = round_up(d, NR), bk = std::min(block_k, std::max<int64_t>(k_end, 1));
+  const int64_t k_begin = band.lo(q0), k_end = band.hi(q1 - 1);  // the keys some row may see
+  const int64_t dp = round_up(d, 2), dw = round_up(d, NR);
+  const int64_t bk = std::min(block_k, std::max<int64_t>(k_end - k_begin, 1));
   const int64_t sw = round_up(bk, NR), pw = round_up(bk, 2);
   thread_local std::vector<uint16_t> qbuf, pbuf;
   thread_local std::vector<uint32_t> kbuf, vbuf;
@@ -116,34 +121,41 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
     ms_q = mask->stride(2), ms_k = mask->stride(3);
   }
   const float c = static_cast<float>(q_scale);
-  // Rows [r0, r1) against keys [k0, k0 + need) of the packed block.
+  // Rows [r0, r1) against keys [kb + c0, kb + c1) of the packed block starting at key kb; c0 is a multiple
+  // of NR (a panel of packed K^T, an even pair of packed V).
   int64_t v_pairs = 0;  // pairs of keys per packed V panel (of the current block)
-  auto tile = [&](int64_t r0, int64_t r1, int64_t k0, int64_t need) {
-    const int64_t n = r1 - r0;
-    gemm(n, (need + NR - 1) / NR, dp / 2, dp / 2, &qbuf[r0 * dp], dp, kbuf.data(), sbuf.data(), sw, false);
+  auto tile = [&](int64_t r0, int64_t r1, int64_t kb, int64_t c0, int64_t c1) {
+    const int64_t n = r1 - r0, need = c1 - c0;
+    gemm(n, (need + NR - 1) / NR, dp / 2, dp / 2, &qbuf[r0 * dp], dp, kbuf.data() + c0 / NR * (dp / 2) * NR,
+         sbuf.data(), sw, false);
     bool any = false;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = q0 + r;
-      const int64_t lim = causal ? std::max<int64_t>(0, std::min(need, i - k0 + 1)) : need;
-      const uint8_t* mrow = mbase ? mbase + i * ms_q + k0 * ms_k : nullptr;
-      const float alpha = softmax_row(&sbuf[(r - r0) * sw], &pbuf[r * pw], lim, round_up(need, 2), mrow, ms_k, c,
+      int64_t lo = 0, lim = 0;
+      clip(band, i, kb + c0, need, lo, lim);
+      const uint8_t* mrow = mbase ? mbase + i * ms_q + (kb + c0) * ms_k : nullptr;
+      const float alpha = softmax_row(&sbuf[(r - r0) * sw], &pbuf[r * pw], lo, lim, round_up(need, 2), mrow, ms_k, c,
                                       m[r], l[r]);
       if (alpha >= 0.0f) any = true;
       if (alpha >= 0.0f && alpha != 1.0f) scale_row(&acc[r * dw], dw, alpha);
     }
-    if (any) gemm(n, dw / NR, (need + 1) / 2, v_pairs, &pbuf[r0 * pw], pw, vbuf.data(), &acc[r0 * dw], dw, true);
+    if (any) {
+      gemm(n, dw / NR, (need + 1) / 2, v_pairs, &pbuf[r0 * pw], pw, vbuf.data() + c0 / 2 * NR, &acc[r0 * dw], dw,
+           true);
+    }
   };
-  for (int64_t k0 = 0; k0 < k_end; k0 += bk) {
-    const int64_t cols = std::min(k0 + bk, k_end) - k0;
-    pack_kt(kp + k0 * k.stride(2), k.stride(2), cols, d, kbuf.data());
-    pack_v(vp + k0 * v.stride(2), v.stride(2), cols, d, vbuf.data());
+  for (int64_t kb = k_begin; kb < k_end; kb += bk) {
+    const int64_t cols = std::min(kb + bk, k_end) - kb;
+    pack_kt(kp + kb * k.stride(2), k.stride(2), cols, d, kbuf.data());
+    pack_v(vp + kb * v.stride(2), v.stride(2), cols, d, vbuf.data());
     v_pairs = (cols + 1) / 2;
-    // In chunks of diagonal_chunk rows, each against only the keys its last row may see (causal):
-    // a chunk's score tile stays in L2, and most of the diagonal block's upper triangle is skipped.
+    // In chunks of diagonal_chunk rows, each against only the keys its rows may see (from the panel
+    // holding the first): a chunk's score tile stays in L2, and most of what lies outside the band
+    // (the causal diagonal's upper triangle, a window's edges) is skipped.
     for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {
       const int64_t r1 = std::min(r0 + diagonal_chunk, rows);
-      const int64_t need = causal ? std::min(cols, q0 + r1 - k0) : cols;
-      if (need > 0) tile(r0, r1, k0, need);
+      const int64_t a = std::max(kb, band.lo(q0 + r0)), e = std::min(kb + cols, band.hi(q0 + r1 - 1));
+      if (e > a) tile(r0, r1, kb, (a - kb) / NR * NR, e - kb);
     }
   }
   auto* op = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + (b * heads + h) * out.size(2) * d;

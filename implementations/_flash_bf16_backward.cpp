@@ -16,20 +16,23 @@
 #include <initializer_list>
 #include <vector>
 
+#include "_flash_band.h"
 #include "_flash_bf16.h"
 
 using namespace attnbench_bf16;  // NOLINT: this file is the kernel's other half
+using attnbench_band::Band;
+using attnbench_band::clip;
 
 namespace {
 
 // Two rows (r, r + 1; row1 false when r is the last, odd row): p = 2^(c s - lse2) on allowed keys
-// (j < lim and the mask), else 0, and ds = p (dp - delta). Writes each dS row as bf16 (zero-padded
+// (lo <= j < lim and the mask), else 0, and ds = p (dp - delta). Writes each dS row as bf16 (zero-padded
 // to pw) and both rows of P and dS as one pair of k indices of the packed B operands of
 // dV^T += dO^T P and dK^T += Q^T dS (pair `pair` of panels holding `pairs` pairs each).
 struct Row {
   const float* s;
   const float* dp;
-  int64_t lim;
+  int64_t lo, lim;  // allowed keys [lo, lim) of the key block
   const uint8_t* mrow;
   float lse2, delta;
   uint16_t* ds_row;
@@ -38,6 +41,7 @@ struct Row {
 BF16_TARGET inline void p_and_ds(const Row& row, int64_t j, int64_t cols, int64_t ms, __m512 cv, __m512& p, __m512& ds) {
   const __mmask16 t = cols > j ? tail(cols - j) : __mmask16(0);
   __mmask16 ok = row.lim > j ? tail(row.lim - j) : __mmask16(0);
+  if (row.lo > j) ok &= static_cast<__mmask16>(~tail(row.lo - j));
   if (row.mrow != nullptr) {
     for (int64_t u = 0; u < 16 && j + u < cols; ++u) ok &= row.mrow[(j + u) * ms] ? 0xFFFF : ~(1u << u);
   }
@@ -82,8 +86,10 @@ const uint16_t* bf16_ptr(const at::Tensor& t, int64_t b, int64_t h) {
 BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                     const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& delta,
                                     const c10::optional<at::Tensor>& mask, at::Tensor dq, at::Tensor dk,
-                                    at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1, bool causal,
-                                    double c, double scale, int64_t block_q) {
+                                    at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1, int64_t qmin,
+                                    int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
+                                    int64_t block_q) {
+  const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->stride(3) == 1, "backward_item_bf16: bf16 rows");
   }
@@ -92,6 +98,7 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
   }
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), d = q.size(3), cols = k1 - k0;
   const int64_t dp2 = round_up(d, 2), dw = round_up(d, NR), sw = round_up(cols, NR), pw = round_up(cols, 2);
+  const int64_t first = band.first_row(qmin, k0), last = band.last_row(qmax, k1);  // the rows that see these keys
   const int64_t bq2 = round_up(block_q, 2), panels = sw / NR;
   thread_local std::vector<uint32_t> kt, vt, kv, p_pack, ds_pack;
   thread_local std::vector<uint16_t> qbuf, dobuf, qt, dot, dsrow;
@@ -111,8 +118,8 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     const float* lse_p = lse2.data_ptr<float>() + (b * heads + h) * tq;
     const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
-    for (int64_t q0 = causal ? k0 / block_q * block_q : 0; q0 < tq; q0 += block_q) {
-      const int64_t rows = std::min(block_q, tq - q0), ldt = round_up(rows, 2);
+    for (int64_t q0 = first; q0 < last; q0 += block_q) {
+      const int64_t rows = std::min(block_q, last - q0), ldt = round_up(rows, 2);
       const uint16_t* qp = bf16_ptr(q, b, h) + q0 * q.stride(2);
       const uint16_t* dop = bf16_ptr(dout, b, h) + q0 * dout.stride(2);
       for (int64_t r = 0; r < ldt; ++r) {  // rows, and Q^T, dO^T (d x ldt, an odd last row's partner zero)
@@ -131,8 +138,9 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
           mrow = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1) + i * mask->stride(2) +
                  k0 * mask->stride(3);
         }
-        return Row{&sbuf[r * sw], &dpbuf[r * sw], causal ? std::max<int64_t>(0, std::min(cols, i - k0 + 1)) : cols,
-                   mrow, lse_p[i], delta_p[i], &dsrow[r * pw]};
+        int64_t lo = 0, lim = 0;
+        clip(band, i, k0, cols, lo, lim);
+        return Row{&sbuf[r * sw], &dpbuf[r * sw], lo, lim, mrow, lse_p[i], delta_p[i], &dsrow[r * pw]};
       };
       for (int64_t r = 0; r < rows; r += 2) {
         const bool second = r + 1 < rows;

@@ -1,6 +1,7 @@
 // attnbench's fused FlashAttention-2 forward for the CPU (the `tiled_fused` implementation).
 //
-// One call computes one work item: query rows [q0, q1) of heads [h0, h1) of batch b. The two tile
+// One call computes one work item: query rows [q0, q1) of heads [h0, h1) of batch b, whose row i may see
+// the keys [lo(i), hi(i)) of its band (_flash_band.h: causal, a window, a packed sequence). The two tile
 // GEMMs go to MKL through at::mm_out / at::addmm_ (the same cost SDPA pays); everything between them
 // (mask, row max, subtract, exp2, row sum, rescale of the accumulator) is done per tile row in C++
 // (AVX2 intrinsics for float32 where compiled with -mavx2, scalar otherwise) instead of five
@@ -20,7 +21,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "_flash_band.h"
 #include "_flash_exp2.h"
+
+using attnbench_band::Band;
+using attnbench_band::clip;
 
 namespace {
 
@@ -79,25 +84,26 @@ inline T exp2_row(T* s, int64_t n, T m) {
 }
 
 // One tile row in place: forbid keys (mask), new max, P = 2^(s - m), row sum, alpha for the
-// accumulator. `allowed` keys are [0, lim); keys [lim, cols) are above the causal diagonal.
+// accumulator. Allowed keys are [lo, hi); keys outside (causality, the window, another sequence) get P = 0.
 // Returns alpha (the factor for the accumulator row), or -1 when the row has had no allowed key
 // yet (the row of P is all zeros and the accumulator stays zero).
 template <typename T>
-inline T softmax_row(T* s, int64_t cols, int64_t lim, const uint8_t* mrow, int64_t mstride, T& m, T& l) {
+inline T softmax_row(T* s, int64_t cols, int64_t lo, int64_t hi, const uint8_t* mrow, int64_t mstride, T& m, T& l) {
   constexpr T NEG_INF = -std::numeric_limits<T>::infinity();
   if (mrow != nullptr) {
-    for (int64_t j = 0; j < lim; ++j) {
+    for (int64_t j = lo; j < hi; ++j) {
       if (!mrow[j * mstride]) s[j] = NEG_INF;
     }
   }
-  std::fill(s + lim, s + cols, T(0));
-  const T mx = row_max(s, lim);
+  std::fill(s, s + lo, T(0));
+  std::fill(s + hi, s + cols, T(0));
+  const T mx = row_max(s + lo, hi - lo);
   const T m_new = mx > m ? mx : m;
   if (m_new == NEG_INF) {
-    std::fill(s, s + lim, T(0));
+    std::fill(s + lo, s + hi, T(0));
     return T(-1);
   }
-  const T sum = exp2_row(s, lim, m_new);
+  const T sum = exp2_row(s + lo, hi - lo, m_new);
   const T alpha = m == NEG_INF ? T(0) : exp2_nonpositive(m - m_new);
   l = l * alpha + sum;
   m = m_new;
@@ -108,11 +114,11 @@ template <typename T>
 void forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const c10::optional<at::Tensor>& mask, at::Tensor& out, at::Tensor& lse,
                    at::Tensor& scratch, int64_t b, int64_t h0, int64_t h1, int64_t q0, int64_t q1,
-                   bool causal, double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+                   const Band& band, double q_scale, int64_t block_k, int64_t diagonal_chunk) {
   constexpr T NEG_INF = -std::numeric_limits<T>::infinity();
-  const int64_t heads = q.size(1), kv_heads = k.size(1), tk = k.size(2), d = q.size(3);
+  const int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
   const int64_t group = heads / kv_heads, rows = q1 - q0;
-  const int64_t k_end = causal ? std::min(tk, q1) : tk;  // top-left causal: key j <= query i
+  const int64_t k_begin = band.lo(q0), k_end = band.hi(q1 - 1);  // the keys some row may see
   const uint8_t* mbase = nullptr;
   int64_t ms_h = 0, ms_q = 0, ms_k = 0;
   if (mask.has_value()) {
@@ -142,9 +148,10 @@ void forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
       bool any = false;
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t i = q0 + r;
-        const int64_t lim = causal ? std::max<int64_t>(0, std::min(cols, i - k0 + 1)) : cols;
+        int64_t lo = 0, hi = 0;
+        clip(band, i, k0, cols, lo, hi);
         const uint8_t* mrow = mbase ? mbase + h * ms_h + i * ms_q + k0 * ms_k : nullptr;
-        const T alpha = softmax_row<T>(s_p + (r - r0) * cols, cols, lim, mrow, ms_k, m[r], l[r]);
+        const T alpha = softmax_row<T>(s_p + (r - r0) * cols, cols, lo, hi, mrow, ms_k, m[r], l[r]);
         if (alpha >= T(0)) any = true;
         if (alpha >= T(0) && alpha != T(1)) {
           T* a = acc_p + r * d;
@@ -153,18 +160,19 @@ void forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
       }
       if (any) acc.narrow(0, r0, n).addmm_(s, v_h.narrow(0, k0, cols));
     };
-    for (int64_t k0 = 0; k0 < k_end; k0 += block_k) {
-      const int64_t cols = std::min(k0 + block_k, k_end) - k0;
-      if (!causal || k0 + cols - 1 <= q0) {
-        tile(0, rows, k0, cols);
+    for (int64_t k0 = k_begin; k0 < k_end; k0 += block_k) {
+      const int64_t k1 = std::min(k0 + block_k, k_end);
+      if (band.lo(q1 - 1) <= k0 && band.hi(q0) >= k1) {  // every row sees every key of the block
+        tile(0, rows, k0, k1 - k0);
         continue;
       }
-      // The block crosses the diagonal: in chunks of diagonal_chunk rows, each against only the
-      // keys its last row may see, so most of the upper triangle is never multiplied.
+      // The block crosses an edge of the band (the causal diagonal, a window's edge): in chunks of
+      // diagonal_chunk rows, each against only the keys its rows may see, so most of what lies
+      // outside the band is never multiplied.
       for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {
         const int64_t r1 = std::min(r0 + diagonal_chunk, rows);
-        const int64_t need = std::min(cols, q0 + r1 - k0);  // keys j <= q0 + r1 - 1
-        if (need > 0) tile(r0, r1, k0, need);
+        const int64_t a = std::max(k0, band.lo(q0 + r0)), e = std::min(k1, band.hi(q0 + r1 - 1));
+        if (e > a) tile(r0, r1, a, e - a);
       }
     }
     T* lse_p = lse[b][h].data_ptr<T>() + q0;
@@ -184,7 +192,8 @@ void forward_heads(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                   const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse,
                   at::Tensor scratch, int64_t b, int64_t h0, int64_t h1, int64_t q0, int64_t q1,
-                  bool causal, double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+                  const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+  const Band band(band_spec);
   TORCH_CHECK(diagonal_chunk > 0, "diagonal_chunk must be positive");
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, "q, k, v must be (B, H, T, d)");
   TORCH_CHECK(q.scalar_type() == k.scalar_type() && q.scalar_type() == v.scalar_type() &&
@@ -198,9 +207,9 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
               "mask must be a uint8 (B, H, Tq, Tk) view");
   if (q.scalar_type() == at::kFloat) {
-    forward_heads<float>(q, k, v, mask, out, lse, scratch, b, h0, h1, q0, q1, causal, q_scale, block_k, diagonal_chunk);
+    forward_heads<float>(q, k, v, mask, out, lse, scratch, b, h0, h1, q0, q1, band, q_scale, block_k, diagonal_chunk);
   } else if (q.scalar_type() == at::kDouble) {
-    forward_heads<double>(q, k, v, mask, out, lse, scratch, b, h0, h1, q0, q1, causal, q_scale, block_k, diagonal_chunk);
+    forward_heads<double>(q, k, v, mask, out, lse, scratch, b, h0, h1, q0, q1, band, q_scale, block_k, diagonal_chunk);
   } else {
     TORCH_CHECK(false, "tiled_fused computes in float32 or float64, got ", q.scalar_type());
   }
@@ -212,17 +221,19 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 bool has_avx512bf16();
 void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                        const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
-                       int64_t h, int64_t q0, int64_t q1, bool causal, double q_scale, int64_t block_k,
-                       int64_t diagonal_chunk);
+                       int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band, double q_scale,
+                       int64_t block_k, int64_t diagonal_chunk);
 // _flash_backward.cpp and (AVX512_BF16) _flash_bf16_backward.cpp
 void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
                    at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   bool causal, double c, double scale, int64_t block_q);
+                   int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
+                   int64_t block_q);
 void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                         const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
                         at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        bool causal, double c, double scale, int64_t block_q);
+                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
+                        int64_t block_q);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",

@@ -2,10 +2,13 @@
 
 xformers works in (B, T, H, d) ("BMHK"); GQA goes through its 5-D (B, T, G, H/G, d)
 form with K and V expanded (a view, no copy) across the heads of a group; causal is
-``LowerTriangularMask``; a boolean mask becomes an additive bias (0 / -inf), stored in
-a buffer whose last dimension is padded to a multiple of 8 as xformers' CUDA kernels
-require. The translation (:func:`to_xformers`, :func:`from_xformers`) is plain torch,
-so it is tested here even though xformers has no CPU kernel.
+``LowerTriangularMask``; structures are xformers' own bias classes (:func:`structure_bias`:
+BlockDiagonal* for packed sequences, *FromBottomRight* for bottom-right alignment, local
+attention for windows) wherever one expresses the case; a boolean mask, or a structure no class
+expresses, becomes an additive bias (0 / -inf), stored in a buffer whose last dimension is padded
+to a multiple of 8 as xformers' CUDA kernels require. The translation (:func:`to_xformers`,
+:func:`from_xformers`, in :mod:`implementations._xformers_layout`) is plain torch, so it is tested here
+even though xformers has no CPU kernel.
 
 Why it cannot run is xformers' own answer: the import error, the reason its C++/CUDA
 extensions did not load, or its dispatcher's list of why each operator refused the input.
@@ -14,82 +17,17 @@ extensions did not load, or its dispatcher's list of why each operator refused t
 from __future__ import annotations
 
 import functools
-import importlib
-import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from harness import register
+from implementations._xformers_layout import _import_fmha, additive_bias, from_xformers, structure_bias, to_xformers
 
 if TYPE_CHECKING:
     from harness.cases import AttentionCase
 
-
-@functools.lru_cache(maxsize=1)
-def _import_fmha() -> tuple[Any, str | None]:
-    """(xformers.ops.fmha or None, reason). Silences xformers' import-time warning: we report it."""
-    logger = logging.getLogger("xformers")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
-    try:
-        fmha = importlib.import_module("xformers.ops.fmha")
-    except ImportError as exc:
-        return None, f"xformers is not installed ({exc}); pip install 'attnbench[xformers]'"
-    finally:
-        logger.setLevel(level)
-    cpp = importlib.import_module("xformers._cpp_lib")
-    failure = getattr(cpp, "_cpp_library_load_exception", None)
-    if failure is not None:
-        lines = [line.strip() for line in str(failure).splitlines()]
-        built_for = ", ".join(line for line in lines if line.startswith(("PyTorch", "Python")))
-        return fmha, f"xformers' C++/CUDA extensions did not load (built for {built_for or str(failure)})"
-    return fmha, None
-
-
-def to_xformers(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
-    """Contract tensors (B, H, T, d) to xformers' layout, plus its ``attn_bias``."""
-    b, h, tq, _ = q.shape
-    hkv, tk = k.shape[1], k.shape[2]
-    qx, kx, vx = (x.transpose(1, 2) for x in (q, k, v))  # (B, T, H, d) views
-    if hkv != h:  # 5-D (B, T, G, H/G, d): group g holds query heads g*H/G ... (g+1)*H/G - 1
-        group = h // hkv
-        qx = qx.reshape(b, tq, hkv, group, -1)
-        kx = kx.unsqueeze(3).expand(b, tk, hkv, group, -1)
-        vx = vx.unsqueeze(3).expand(b, tk, hkv, group, -1)
-    if mask is None:
-        if not causal:
-            return qx, kx, vx, None
-        fmha, _ = _import_fmha()
-        if fmha is not None:
-            return qx, kx, vx, fmha.attn_bias.LowerTriangularMask()
-    return qx, kx, vx, additive_bias(b, h, hkv, tq, tk, causal=causal, mask=mask, dtype=q.dtype, device=q.device)
-
-
-def additive_bias(b: int, h: int, hkv: int, tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None,
-                  dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """0 where a query may attend, -inf elsewhere; (B, H, Tq, Tk) or 5-D (B, G, H/G, Tq, Tk) for GQA."""
-    allowed = torch.ones(b, h, tq, tk, dtype=torch.bool, device=device)
-    if mask is not None:
-        allowed &= mask.to(device)
-    if causal:
-        allowed &= torch.ones(tq, tk, dtype=torch.bool, device=device).tril()
-    padded = torch.empty(b, h, tq, -(-tk // 8) * 8, dtype=dtype, device=device)[..., :tk]
-    padded.copy_(torch.zeros((), dtype=dtype, device=device).masked_fill(~allowed, float("-inf")))
-    return padded if hkv == h else padded.reshape(b, hkv, h // hkv, tq, tk)
-
-
-def from_xformers(out: torch.Tensor, q: torch.Tensor, *, causal: bool, mask: torch.Tensor | None) -> torch.Tensor:
-    """xformers' output back to (B, H, Tq, d); rows with no allowed key set to zero (the contract)."""
-    b, h, tq, d = q.shape
-    out = out.reshape(b, tq, h, d).transpose(1, 2)
-    if mask is None:
-        return out
-    allowed = mask.expand(b, h, tq, mask.shape[-1])
-    if causal:
-        allowed = allowed & torch.ones(tq, mask.shape[-1], dtype=torch.bool, device=q.device).tril()
-    return torch.where(allowed.any(-1, keepdim=True), out, torch.zeros((), dtype=out.dtype, device=out.device))
+__all__ = ["additive_bias", "from_xformers", "structure_bias", "to_xformers", "xformers_memeff"]
 
 
 def _available(case: AttentionCase) -> str | None:
@@ -122,12 +60,20 @@ def _dispatch_reason(device: str, dtype: str, heads: int, kv_heads: int, d: int,
 
 @register("xformers_memeff", backend="torch", memory="linear", dtypes=("float32", "bfloat16", "float16"),
           devices=("cuda", "cpu"), causal=True, mask=True, gqa=True, grad=True, available=_available,
+          structures=("window", "bottom_right", "varlen"),
           description="xformers.ops.memory_efficient_attention (CUDA kernels only)")
 def xformers_memeff(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
-                    mask: torch.Tensor | None = None, scale: float | None = None) -> torch.Tensor:
+                    mask: torch.Tensor | None = None, scale: float | None = None, window: tuple[int, int] | None = None,
+                    causal_align: str = "top_left", cu_seqlens_q: torch.Tensor | None = None,
+                    cu_seqlens_k: torch.Tensor | None = None) -> torch.Tensor:
     fmha, reason = _import_fmha()
     if fmha is None:
         raise RuntimeError(reason)
-    qx, kx, vx, bias = to_xformers(q, k, v, causal=causal, mask=mask)
+    varlen = None
+    if cu_seqlens_q is not None and cu_seqlens_k is not None:
+        cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+        varlen = tuple((q1 - q0, k1 - k0) for q0, q1, k0, k1 in zip(cq, cq[1:], ck, ck[1:]))
+    structure = {"window": window, "causal_align": causal_align, "varlen": varlen}
+    qx, kx, vx, bias = to_xformers(q, k, v, causal=causal, mask=mask, **structure)
     out = fmha.memory_efficient_attention(qx, kx, vx, attn_bias=bias, scale=scale)
-    return from_xformers(out, q, causal=causal, mask=mask)
+    return from_xformers(out, q, causal=causal, mask=mask, tk=k.shape[2], **structure)

@@ -50,6 +50,7 @@ def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> Non
         typed = cell_from_json(cell)
         assert math.isclose(Run.from_json(data).pct_peak(typed), 100 * cell["gflops"] / peak["gflops"])
         assert cell["threads"] == 1 and cell["memory"]["peak_extra_bytes"] is not None
+        assert cell["setup_s"] > 0  # inputs and set-up, in the timing worker, outside the samples
 
 
 def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:

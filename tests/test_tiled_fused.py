@@ -196,3 +196,59 @@ def test_discovery_and_import_never_compile() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+STRUCTURED = [
+    AttentionCase(heads=4, kv_heads=2, tq=70, d=16, window=(17, 5), grad=True),
+    AttentionCase(heads=4, kv_heads=2, tq=70, d=16, causal=True, window=(9, 0), grad=True),
+    AttentionCase(heads=2, tq=90, tk=37, d=16, causal=True, causal_align="bottom_right", window=(4, 0), grad=True),
+    AttentionCase(batch=2, heads=2, tq=37, tk=90, d=16, window=(6, 3), causal_align="bottom_right",
+                  mask="key_padding", grad=True),
+    AttentionCase(heads=4, kv_heads=2, tq=28, tk=24, d=16, varlen=((3, 9), (0, 4), (12, 4), (2, 0), (11, 7)),
+                  causal=True, causal_align="bottom_right", grad=True),
+    AttentionCase(heads=2, tq=28, tk=24, d=16, varlen=((3, 9), (0, 4), (12, 4), (2, 0), (11, 7)), window=(2, 1),
+                  mask="key_padding", grad=True),
+]
+
+
+@pytest.mark.parametrize("path", ["float32", "float64", "bfloat16-avx2", "bfloat16-avx512_bf16"])
+@pytest.mark.parametrize("case", STRUCTURED, ids=lambda c: c.id)
+def test_structures_are_native_on_every_path_with_gradients(impl, case: AttentionCase, path: str) -> None:
+    """Windows, bottom-right causal and packed sequences (with a sequence of no query and one of no key)
+    through the C++ forward and backward of each dtype and ISA, against the oracle, for several blocks."""
+    dtype, _, isa = path.partition("-")
+    _need(isa or "avx2")
+    case = case.with_(dtype=dtype)
+    assert set(impl.structures) == {"window", "bottom_right", "varlen"}
+    inputs = make_inputs(case, seed=4)
+    q64, k64, v64 = (x.clone().requires_grad_() for x in (inputs.q64, inputs.k64, inputs.v64))
+    want = reference_attention(q64, k64, v64, **inputs.oracle_kwargs(case))
+    grad_out = torch.randn(want.shape, dtype=torch.float64)
+    want.backward(grad_out)
+    tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 2e-2)
+    for block_q, block_k in [(16, 16), (32, 64), (None, None)]:
+        q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
+        out, _ = module.fused_flash_attention(q, k, v, **inputs.kwargs(case, impl.structures), block_q=block_q,
+                                              block_k=block_k, isa=isa or None)
+        out.backward(grad_out.to(out.dtype))
+        for got, ref in ((out, want), (q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+            err = (to_float64(got) - ref).abs().max().item()
+            assert err < tol * max(1.0, ref.abs().max().item()), (block_q, block_k, err)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_key_blocks_outside_the_band_are_never_read(impl, isa: str) -> None:
+    """NaN keys and values where no query of a block may look: a window's far past, another packed
+    sequence. A kernel that multiplied them (even by a zero probability) would return NaN."""
+    _need(isa)
+    for dtype in ("float32", "bfloat16"):
+        q, k, v = (torch.randn(1, 2, 128, 16).to(getattr(torch, dtype)) for _ in range(3))
+        k[:, :, :32] = v[:, :, :32] = float("nan")
+        for block_q, block_k in [(16, 16), (16, 64), (32, 1024)]:
+            out, _ = module.fused_flash_attention(q, k, v, causal=True, window=(8, 0), block_q=block_q,
+                                                  block_k=block_k, isa=isa)
+            assert torch.isfinite(out[:, :, 32 + 8 + block_q:]).all(), (dtype, block_q, block_k)  # blocks past the NaNs
+            cu = torch.tensor([0, 32, 128], dtype=torch.int32)
+            out, _ = module.fused_flash_attention(q, k, v, causal=True, cu_seqlens_q=cu, cu_seqlens_k=cu,
+                                                  block_q=block_q, block_k=block_k, isa=isa)
+            assert torch.isfinite(out[:, :, 32:]).all(), (dtype, block_q, block_k)

@@ -51,6 +51,52 @@ def test_translation_reproduces_the_oracle(case: AttentionCase) -> None:
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+STRUCTURED = [  # (case, the xformers class expected; None: the additive tensor bias)
+    (AttentionCase(heads=2, tq=9, tk=13, d=8, causal=True, causal_align="bottom_right"), "LowerTriangularFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=13, tk=9, d=8, causal=True, causal_align="bottom_right"), "LowerTriangularFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=16, d=8, causal=True, window=(3, 0)), "LowerTriangularFromBottomRightLocalAttentionMask"),
+    (AttentionCase(heads=2, tq=9, tk=13, d=8, causal=True, window=(3, 0), causal_align="bottom_right"),
+     "LowerTriangularFromBottomRightLocalAttentionMask"),
+    (AttentionCase(heads=2, tq=9, tk=13, d=8, window=(2, 3), causal_align="bottom_right"), "LocalAttentionFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=16, d=8, window=(0, 0)), "LocalAttentionFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=9, tk=13, d=8, window=(2, 3)), None),  # top-left window, Tq != Tk: no class
+    (AttentionCase(heads=4, kv_heads=2, tq=17, tk=25, d=8, varlen=((3, 9), (12, 12), (2, 4))), "BlockDiagonalMask"),
+    (AttentionCase(heads=2, tq=17, tk=25, d=8, varlen=((3, 9), (12, 12), (2, 4)), causal=True), "BlockDiagonalCausalMask"),
+    (AttentionCase(heads=2, tq=17, tk=25, d=8, varlen=((3, 9), (12, 12), (2, 4)), causal=True,
+                   causal_align="bottom_right"), "BlockDiagonalCausalFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=17, tk=25, d=8, varlen=((3, 9), (12, 12), (2, 4)), causal=True, window=(2, 0)),
+     "BlockDiagonalCausalLocalAttentionMask"),
+    (AttentionCase(heads=2, tq=17, tk=25, d=8, varlen=((3, 9), (12, 12), (2, 4)), causal=True, window=(2, 0),
+                   causal_align="bottom_right"), "BlockDiagonalCausalLocalAttentionFromBottomRightMask"),
+    (AttentionCase(heads=2, tq=17, tk=13, d=8, varlen=((3, 9), (12, 4), (2, 0)), causal=True,
+                   causal_align="bottom_right"), None),  # fewer keys than queries in a block: xformers refuses
+    (AttentionCase(batch=2, heads=2, tq=9, tk=13, d=8, causal=True, causal_align="bottom_right", mask="key_padding"), None),
+]
+
+
+@pytest.mark.parametrize("case,kind", STRUCTURED, ids=lambda x: x.id if isinstance(x, AttentionCase) else str(x))
+def test_structures_are_xformers_own_bias_classes(case: AttentionCase, kind: str | None) -> None:
+    """The structure as xformers' class where one expresses it (materialised by xformers itself), else the
+    additive tensor; either way, through xformers' semantics, the oracle's answer (empty rows zero)."""
+    inputs = make_inputs(case, seed=3)
+    structure = {"window": case.window, "causal_align": case.causal_align, "varlen": case.varlen}
+    qx, kx, vx, bias = to_xformers(inputs.q, inputs.k, inputs.v, causal=case.causal, mask=inputs.mask, **structure)
+    if kind is None:
+        assert isinstance(bias, torch.Tensor)
+    else:
+        assert type(bias).__name__ == kind and type(bias) is getattr(fmha.attn_bias, kind)
+    out = bmhk_reference(qx, kx, vx, bias, case.effective_scale)
+    out = from_xformers(out, inputs.q.to(torch.float64), causal=case.causal, mask=inputs.mask, tk=case.tk, **structure)
+    expected = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_plugin_takes_every_structure() -> None:
+    from harness.discovery import load_registry
+
+    assert set(load_registry().get("xformers_memeff").structures) == {"window", "bottom_right", "varlen"}
+
+
 def test_causal_is_xformers_lower_triangular_mask() -> None:
     q = torch.zeros(1, 2, 5, 8)
     _, _, _, bias = to_xformers(q, q, q, causal=True)

@@ -117,7 +117,10 @@ AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads")}
 
 
 def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> tuple:
-    fixed = tuple(sorted((k, str(v)) for k, v in cell.case.items() if k not in axis_fields))
+    def value(k: str, v: object) -> str:  # packed lengths grow with T: along T only their count is fixed
+        return f"{len(v)} sequences" if k == "varlen" and "tq" in axis_fields and isinstance(v, (list, tuple)) else str(v)
+
+    fixed = tuple(sorted((k, value(k, v)) for k, v in cell.case.items() if k not in axis_fields))
     return (cell.implementation, cell.mode, fixed)
 
 

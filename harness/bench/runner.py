@@ -70,8 +70,10 @@ def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode:
     used = pin_threads(threads)
     impl = _implementation(name, plugins)
     attention_case = AttentionCase.from_dict(case)
+    started = time.perf_counter()
     call = build_call(impl, attention_case, mode)
-    return {"samples_s": time_call(call, attention_case.device, config), "threads": used}
+    setup_s = time.perf_counter() - started  # inputs and the implementation's set-up (a compile, say)
+    return {"samples_s": time_call(call, attention_case.device, config), "threads": used, "setup_s": setup_s}
 
 
 def memory_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
@@ -225,7 +227,8 @@ class BenchRunner:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
             memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
         result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=outcome.value["threads"],
-                       memory=memory, predicted_seconds=predicted_s, load_average=_load_average())
+                       memory=memory, predicted_seconds=predicted_s, load_average=_load_average(),
+                       setup_s=outcome.value.get("setup_s"))
         result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9,
                          seconds=time.perf_counter() - started)
         self.budget.record(cell, stats["median"], result.peak_extra_bytes)

@@ -7,7 +7,9 @@ the main job shows the whole O(T^2 d H) in a few minutes;
 ``full`` sweeps T from 128 to 8192, d over 32/64/128 and heads over 1/4/8/16, one axis at a
 time with the others at their middle value, causal on and off, forward and forward+backward;
 ``window`` sweeps T from 2048 to 16384 under a causal sliding window of 256 (:data:`WINDOW`), where
-the work, and the time of a kernel that skips blocks outside the window, grows as T.
+the work, and the time of a kernel that skips blocks outside the window, grows as T, beside dense
+causal at the same T, and the window's width at T = 8192 (:data:`WINDOW_WIDTHS`); ``varlen`` packs
+16 sequences of ragged lengths (:func:`ragged`) summing to T = 2048 .. 16384, block-diagonal.
 An axis flag (``--T 512 1024``) replaces that axis's values in every sweep of the suite;
 cells that come out twice run once. A sweep that names ``implementations`` runs for those only,
 and only when no axis flag is given: ``--T 512 1024`` asks for a T sweep, not for d and heads too.
@@ -45,6 +47,19 @@ _QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode"
 
 WINDOW = (256, 0)
 """The window suite's sliding window: causal with 256 keys to the left (Mistral-style local attention)."""
+WINDOW_WIDTHS = (64, 128, 256, 512, 1024, 2048)
+"""The window suite's widths (keys to the left, causal) at T = 8192: time against the window."""
+
+RAGGED_WEIGHTS = tuple((i * 5) % 16 + 4 for i in range(16))
+"""Relative lengths of the varlen suite's 16 packed sequences (4 .. 19, shuffled): ragged, never tiny."""
+
+
+def ragged(total: int, weights: Sequence[int] = RAGGED_WEIGHTS) -> tuple[tuple[int, int], ...]:
+    """``len(weights)`` (query length, key length) pairs, self-attention, proportional to the weights and
+    summing to ``total`` (the last takes the rounding): the packed sequences of the varlen suite."""
+    cuts = [round(total * sum(weights[:i]) / sum(weights)) for i in range(len(weights) + 1)]
+    return tuple((b - a, b - a) for a, b in zip(cuts, cuts[1:]))
+
 
 SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
@@ -62,12 +77,25 @@ SUITES: dict[str, list[dict[str, Any]]] = {
     "window": [
         {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
          "causal": (True,), "mode": ("fwd",), "structure": {"window": WINDOW}},
+        # beside it, dense causal at the same T (the report draws them together)
+        {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (True,), "mode": ("fwd",)},
+        # time against the window's width at one T (O(T * window) while the window is much narrower than T)
+        {"T": (8192,), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",), "causal": (True,),
+         "mode": ("fwd",), "structure": [{"window": (w, 0)} for w in WINDOW_WIDTHS]},
+    ],
+    # 16 packed sequences of ragged lengths (block-diagonal, FlashAttention's varlen): the work is the sum
+    # of the squares of the lengths; an implementation without native varlen gets the dense (T, T) mask
+    "varlen": [
+        {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
+         "causal": (False,), "mode": ("fwd",), "structure": {"varlen": ragged}},
     ],
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
 SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7},
-                                           "window": {"budget_s": 0.4, "min_samples": 5}}
-SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0}
+                                           "window": {"budget_s": 0.4, "min_samples": 5},
+                                           "varlen": {"budget_s": 0.4, "min_samples": 5}}
+SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0, "varlen": 30.0}
 
 
 @dataclass(frozen=True)
@@ -108,10 +136,13 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
         if only is not None and overrides:
             continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
-        structure = sweep.get("structure", {})  # fixed structure fields of every cell (window, causal_align)
-        for t, d, h, b, dtype, causal, mode in itertools.product(*(axes[a] for a in AXES)):
+        structures = sweep.get("structure", {})  # structure fields (window, causal_align, varlen), or a list of them
+        for structure, (t, d, h, b, dtype, causal, mode) in itertools.product(
+                structures if isinstance(structures, list) else [structures],
+                itertools.product(*(axes[a] for a in AXES))):
+            fields = {k: (f(int(t)) if callable(f) else f) for k, f in structure.items()}  # varlen: lengths from T
             case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
-                                 causal=bool(causal), device=device, **structure)
+                                 causal=bool(causal), device=device, **fields)
             key = (case.id, mode)
             before = seen.get(key, (case, mode, frozenset()))[2]
             for_whom = None if only is None or before is None else before | frozenset(only)
@@ -164,15 +195,15 @@ class Budget:
     min_samples: int = 5
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
-    history: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
-    """(implementation, mode, dtype, causal) -> [(g, median seconds, peak extra bytes)] measured so far."""
+    history: dict[tuple[Any, ...], list[tuple[float, float, float]]] = field(default_factory=dict)
+    """(implementation, mode, dtype, causal, structures) -> [(g, median seconds, peak extra bytes)] measured so far."""
     rates: dict[str, list[float]] = field(default_factory=dict)
     """implementation -> FLOP/s achieved by each cell measured so far (any mode, dtype, causality)."""
 
     def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
         if median_s > 0:
             self.rates.setdefault(cell.implementation, []).append(attention_flops(cell.case, cell.mode) / median_s)
-        key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal)
+        key = _history_key(cell.implementation, cell.mode, cell.case)
         self.history.setdefault(key, []).append(
             (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
              float(extra_bytes) if extra_bytes is not None else math.nan))
@@ -181,7 +212,7 @@ class Budget:
         """(seconds per call, peak bytes, how it was predicted)."""
         case, mode = cell.case, cell.mode
         g = float(work_g(case) * (3.5 if mode != "fwd" else 1.0))
-        history = self.history.get((cell.implementation, mode, case.dtype, case.causal), [])
+        history = self.history.get(_history_key(cell.implementation, mode, case), [])
         dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
             rate, how = self._calibrated_rate(cell.implementation, peak_gflops)
@@ -224,6 +255,12 @@ class Budget:
             return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
                     f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")
         return None
+
+
+def _history_key(implementation: str, mode: str, case: AttentionCase) -> tuple[Any, ...]:
+    """Cells whose time one power law of the work predicts: a window or packing keeps its own history
+    (a banded kernel's overheads differ from its dense causal cost at the same work)."""
+    return (implementation, mode, case.dtype, case.causal, case.structures)
 
 
 def _itemsize(dtype: str) -> int:

@@ -94,10 +94,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     rows = [
         (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), _flags(impl),
-         _short(impl.source), "yes" if e["available"] else f"no: {short_reason(str(e['reason']))}")
+         _short(impl.source), ("yes" if e["available"] else f"no: {short_reason(str(e['reason']))}")
+         + (f" (on request: --only {impl.name})" if impl.on_request else ""))
         for impl, e in zip(registry, entries)
     ]
     print(format_table(("name", "backend", "devices", "dtypes", "supports", "source", "available"), rows))
     if any(not e["available"] for e in entries):
         print("\nfull reasons: attnbench list NAME (or --json)")
+    if any(impl.on_request for impl in registry):
+        print("on request: left out of verify, bench and run unless named with --only (a slow set-up, such as a compile)")
     return 0

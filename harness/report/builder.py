@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report import DEFAULT_BASELINE, html, markdown, plots, tables
+from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
 from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
 from harness.report.headline import Line, headline
 from harness.report.load import Results, load
@@ -86,12 +86,13 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
                     complexity=tables.complexity_frame(rows), matrix=matrix, failures=tables.failures(verify),
                     speedup=speedup, bench_table=tables.bench_summary(bench), headline=headline(results))
     plot_dir = out / "plots"
-    for name in plots.PLOT_NAMES:  # a report written again into the same directory keeps no stale figure
+    for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
         (plot_dir / f"{name}.png").unlink(missing_ok=True)
     if not bench.empty:
         candidates = [plots.scaling_plot(bench, plot_dir, "T"), plots.scaling_plot(bench, plot_dir, "T", MEMORY),
                       plots.scaling_plot(bench, plot_dir, "d"), plots.scaling_plot(bench, plot_dir, "heads"),
                       plots.throughput_plot(bench, plot_dir, results.peaks), plots.speedup_plot(bench, plot_dir, baseline)]
+        candidates += [structure_plots.window_vs_T_plot(bench, plot_dir), structure_plots.window_width_plot(bench, plot_dir)]
         report.plots += [p for p in candidates if p is not None]
         if not report.plots:  # no sweep at all (e.g. pytest-benchmark's shape set): one bar chart instead
             fallback = plots.per_case_plot(bench, plot_dir)

@@ -22,10 +22,11 @@ import pandas as pd
 
 from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
 
-AXES = {"T": "tq", "d": "d", "heads": "heads"}
+AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width"}
+"""Fit axes and their columns; ``window_width`` (left + right) is derived from the ``window`` column."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode", "window", "causal_align")
-TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0}
+         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen")
+TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0}
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
 blocks outside it, grow as T: cells with a window are fitted in a sweep of their own against this."""
@@ -49,6 +50,8 @@ class Sweep:
     frame: pd.DataFrame
     windowed: bool = False
     """Cells with a sliding window (time theory :data:`WINDOW_TIME_THEORY` in T)."""
+    packed: bool = False
+    """Cells of packed sequences (varlen; lengths proportional to T, so the work still grows as T^2)."""
 
     @property
     def label(self) -> str:
@@ -58,31 +61,44 @@ class Sweep:
         extras = [str(f.get("dtype", "")), str(f.get("mode", ""))]
         if f.get("causal") in (True, "True"):
             extras.append("causal")
-        if f.get("window") is not None:
+        if _set(f.get("window")):
             extras.append(f"window={f['window']}")
         if f.get("causal_align") not in (None, "top_left"):
             extras.append(str(f["causal_align"]))
+        if _set(f.get("varlen")):
+            extras.append(f"varlen={f['varlen']}")
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
         return ", ".join(parts + [e for e in extras if e])
 
 
-def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False) -> Sweep | None:
+def _set(value: Any) -> bool:
+    """A structure column holds a value (pandas reads a missing one as None or NaN)."""
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool = False,
+          packed: bool = False) -> Sweep | None:
     """The largest slice of ``frame`` that varies along ``axis`` only (None when there is none), among
-    the cells with a sliding window (``windowed``) or those without."""
+    the cells with a sliding window (``windowed``) or those without, of packed sequences (``packed``) or not."""
     column = AXES[axis]
     data = frame[(frame["status"] == "ok") & frame[value].notna()] if not frame.empty else frame
-    if "window" in data.columns:
-        data = data[data["window"].notna() == windowed]
-    elif windowed:
-        return None
+    for name, wanted in (("window", windowed), ("varlen", packed)):
+        if name in data.columns:
+            data = data[data[name].notna() == wanted]
+        elif wanted:
+            return None
     if data.empty:
         return None
+    if axis == "window":  # the window's width at fixed T: pairs, and a banded kernel's time, grow as the width
+        if not windowed or data.empty:
+            return None
+        data = data.assign(window_width=[sum(int(x) for x in str(w).split(",")) for w in data["window"]])
     if axis == "T":
         data = data[data["tq"] == data["tk"]]
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
-    fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk")
+    fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
              and not (axis == "heads" and c == "kv_heads") and c in data.columns]
     if data.empty:
         return None
@@ -101,7 +117,8 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
         return None
     group = best[2].sort_values(["implementation", column])
     first = group.iloc[0]
-    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed)
+    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
+                 packed=packed)
 
 
 def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None:
@@ -208,8 +225,10 @@ def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, A
     s = sweep(bench, "T", MEMORY)
     if s is not None:
         rows += fit_rows(s, "memory", MEMORY, implementations)
-    s = sweep(bench, "T", "median", windowed=True)  # sliding-window cells: their own T sweep, theory T^1
-    if s is not None:
-        rows += fit_rows(s, "time", "median", implementations)
+    for s in (sweep(bench, "T", "median", windowed=True),  # sliding-window cells: their own T sweep, theory T^1
+              sweep(bench, "window", "median", windowed=True),  # and against the width at fixed T, theory 1
+              sweep(bench, "T", "median", packed=True)):   # packed sequences: their own, theory T^2
+        if s is not None:
+            rows += fit_rows(s, "time", "median", implementations)
     order = {"time": 0, "memory": 1}
     return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))

@@ -26,7 +26,7 @@ from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_res
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
 STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
-BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS,
+BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
                  "threads", "samples_s")
@@ -156,6 +156,8 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str,
     row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
+    varlen = case.get("varlen")  # how many packed sequences (their lengths grow with T: the sweep's axis)
+    row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
     row.update({c: stats.get(c) for c in STAT_COLUMNS})
     extra = memory.get("peak_extra_bytes")
     out = memory.get("output_bytes") or output_bytes(case, str(row["mode"]))

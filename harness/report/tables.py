@@ -81,8 +81,9 @@ def complexity_frame(rows: list[Row]) -> pd.DataFrame:
 def _without_default_structure(frame: pd.DataFrame) -> pd.DataFrame:
     """Leave out the structure columns when no row has a structure, so a run without any reads as before."""
     plain = ("window" not in frame or bool(frame["window"].isna().all())) and (
-        "causal_align" not in frame or bool(frame["causal_align"].isin(["top_left", None]).all()))
-    return frame.drop(columns=[c for c in ("window", "causal_align") if c in frame]) if plain else frame
+        "causal_align" not in frame or bool(frame["causal_align"].isin(["top_left", None]).all())) and (
+        "varlen" not in frame or bool(frame["varlen"].isna().all()))
+    return frame.drop(columns=[c for c in ("window", "causal_align", "varlen") if c in frame]) if plain else frame
 
 
 def write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> list[Path]:

@@ -96,6 +96,10 @@ class BenchCell:
     predicted_seconds: float | None = None
     load_average: float | None = None
     traceback: str | None = None
+    setup_s: float | None = None
+    """Seconds of set-up before the timed calls, in the timing worker: the inputs and the implementation's
+    ``prepare`` (a compile, a block mask; a first cell may include a one-off build). Never timed in
+    the samples. Absent in files from before it was recorded."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status

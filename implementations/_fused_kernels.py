@@ -1,0 +1,165 @@
+"""tiled_fused's compiled kernels: the build, the CPU-feature check, and the work items of the forward
+and backward (:mod:`implementations.tiled_fused` is the plugin and its autograd wrapper).
+
+Structure (causal in either alignment, a sliding window, packed sequences) reaches the C++ as a *band*
+per packed sequence (:file:`_flash_band.h`): the sequence's keys ``[kmin, kmax)`` and the shift aligning
+its rows with them, so row i may see the contiguous key range ``[lo(i), hi(i))``. A forward work item
+is one query block of one sequence and head, and visits only the key blocks its rows may see; a
+backward item is one key block of one sequence and kv head, and visits only the query rows that see it.
+The work is O(T * window) under a window and the sum of the sequences' own under packing; nothing is
+O(T^2) unless the structure is, and memory stays O(T).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from harness.errors import UsageError
+from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._flash_cpu import LOG2E
+from implementations._workers import run_parallel
+
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp", "_flash_backward.cpp",
+                                                          "_flash_bf16_backward.cpp")]
+FORCE_ISA = "ATTNBENCH_FUSED_ISA"
+"""Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
+_BUILD_LOCK = threading.Lock()
+_BUILD: dict[str, ModuleType | str] = {}
+DIAGONAL_CHUNK = 64
+"""Rows per GEMM where a block crosses an edge of the band (the causal diagonal, a window's edge), each
+against the keys its rows may see. M = 64 GEMMs run at ~90% of MKL's 256-row speed; 32, 64, 128 within
+1%, no chunks 5% slower."""
+
+Sequence = tuple[int, int, int, int, list[int]]
+"""(first query, end of queries, first key, end of keys, band): one packed sequence (the whole
+tensor when unpacked); the band is ``[causal, kmin, kmax, shift, left, right]`` (-1: unbounded)."""
+
+
+def extension() -> ModuleType | str:
+    """The compiled module, or the reason it could not be built (tried once per process)."""
+    with _BUILD_LOCK:
+        if "result" not in _BUILD:
+            isa, flags = isa_flags()
+            name = extension_name("attnbench_flash_fused", isa, SOURCES)
+            if not built_before(name):  # a silent minute would look like a hang
+                print("attnbench: building tiled_fused's C++ kernels (first use only, about a minute)", file=sys.stderr)
+            _BUILD["result"] = build(SOURCES, name, flags)
+        return _BUILD["result"]
+
+
+def available() -> str | None:
+    """None once the extension is built (or loaded from torch's cache), else the build's error."""
+    result = extension()
+    return result if isinstance(result, str) else None
+
+
+def bf16_kernel(ext: ModuleType, isa: str | None = None) -> bool:
+    """Whether bfloat16 input runs on the bf16 dot-product units: the CPU has AVX512_BF16 (checked at
+    run time) and neither ``isa`` nor the environment variable ``ATTNBENCH_FUSED_ISA`` says ``avx2``."""
+    isa = isa or os.environ.get(FORCE_ISA, "")
+    if isa not in ("", "avx2", "avx512_bf16"):
+        raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
+    return isa != "avx2" and bool(ext.has_avx512bf16())
+
+
+def sequences(tq: int, tk: int, causal: bool, window: tuple[int, int] | None, causal_align: str,
+              cu_q: list[int] | None, cu_k: list[int] | None) -> list[Sequence]:
+    """The packed sequences (one when unpacked), each with its band."""
+    spans = [(0, tq, 0, tk)] if cu_q is None or cu_k is None else list(zip(cu_q, cu_q[1:], cu_k, cu_k[1:]))
+    left, right = window if window is not None else (-1, -1)
+    out = []
+    for q0, q1, k0, k1 in spans:
+        offset = (k1 - k0) - (q1 - q0) if causal_align == "bottom_right" else 0
+        out.append((q0, q1, k0, k1, [int(causal), k0, k1, k0 - q0 + offset, left, right]))
+    return out
+
+
+def _keys(band: list[int], q0: int, q1: int) -> int:
+    """How many keys rows q0:q1 may see at most (the work of a forward item, for ordering)."""
+    causal, kmin, kmax, shift, left, right = band
+    lo = kmin if left < 0 else max(kmin, q0 + shift - left)
+    hi = kmax if not causal else min(kmax, q1 - 1 + shift + 1)
+    hi = hi if right < 0 else min(hi, q1 - 1 + shift + right + 1)
+    return max(0, hi - lo)
+
+
+def _uint8(mask: torch.Tensor | None, b: int, h: int, tq: int, tk: int) -> torch.Tensor | None:
+    return None if mask is None else mask.to(torch.bool).expand(b, h, tq, tk).view(torch.uint8)
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, seqs: list[Sequence],
+            scale: float, block_q: int, block_k: int, isa: str | None = None,
+            diagonal_chunk: int = DIAGONAL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+    """Output (B, H, Tq, d) and natural-log LSE (B, H, Tq): bf16 output and float32 LSE from the bf16
+    kernel, else both in float32 (float64 for float64 input). Rows no key reaches: zero, LSE -inf."""
+    ext = extension()
+    if isinstance(ext, str):
+        raise RuntimeError(ext)
+    b, h, tq, d = q.shape
+    m = _uint8(mask, b, h, tq, k.shape[2])
+    blocks = [(q0, min(q0 + block_q, qe), band) for qs, qe, _, _, band in seqs for q0 in range(qs, qe, block_q)]
+    blocks.sort(key=lambda blk: -_keys(blk[2], blk[0], blk[1]))  # the longest items first: workers finish together
+    items = [(bi, hi, q0, q1, band) for q0, q1, band in blocks for bi in range(b) for hi in range(h)]
+    if q.dtype == torch.bfloat16 and bf16_kernel(ext, isa):
+        q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
+        out = torch.zeros(b, h, tq, d, dtype=torch.bfloat16)  # zeros: rows outside every sequence stay zero
+        lse = torch.full((b, h, tq), -math.inf, dtype=torch.float32)
+        run_parallel(items, lambda item, _: ext.forward_item_bf16(
+            q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
+            diagonal_chunk))
+        return out, lse
+    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
+    out = torch.zeros(b, h, tq, d, dtype=dtype)
+    lse = torch.full((b, h, tq), -math.inf, dtype=dtype)
+
+    def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
+        bi, hi, q0, q1, band = item
+        if "scratch" not in cache:
+            cache["scratch"] = torch.empty(block_q * (block_k + d), dtype=dtype)
+        ext.forward_item(q2, k2, v2, m, out, lse, cache["scratch"], bi, hi, hi + 1, q0, q1, band, scale * LOG2E,
+                         block_k, diagonal_chunk)
+
+    run_parallel(items, one)
+    return out, lse
+
+
+def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+             dout: torch.Tensor, mask: torch.Tensor | None, seqs: list[Sequence], scale: float, block_q: int,
+             block_k: int, isa: str | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dQ, dK, dV in float32: work items are key blocks of one sequence and kv head (dK, dV private to
+    the item); dQ accumulates in one buffer per worker, summed at the end."""
+    ext = extension()
+    assert not isinstance(ext, str)  # the forward ran
+    b, h, tq, d = q.shape
+    hk, tk = k.shape[1], k.shape[2]
+    lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
+    delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
+    m = _uint8(mask, b, h, tq, tk)
+    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(ext, isa)
+    kernel = ext.backward_item_bf16 if bf16 else ext.backward_item
+    # Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
+    # bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
+    block_q, block_k = (min(block_q, 128), block_k) if bf16 else (min(block_q, 256), min(block_k, 256))
+    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if bf16 else x.float() for x in (q, k, v, dout))
+    dk = torch.zeros(b, hk, tk, d)
+    dv = torch.zeros(b, hk, tk, d)
+    items = [(bi, hi, k0, min(k0 + block_k, ke), qs, qe, band) for qs, qe, ks, ke, band in seqs if qe > qs
+             for k0 in range(ks, ke, block_k) for bi in range(b) for hi in range(hk)]
+
+    def one(item: tuple[int, int, int, int, int, int, list[int]], cache: dict) -> None:
+        if "dq" not in cache:
+            cache["dq"] = torch.zeros(b, h, tq, d)
+        kernel(q2, k2, v2, do2, lse2, delta, m, cache["dq"], dk, dv, *item, scale * LOG2E, scale, block_q)
+
+    dqs = [cache["dq"] for cache in run_parallel(items, one) if "dq" in cache] or [torch.zeros(b, h, tq, d)]
+    for other in dqs[1:]:
+        dqs[0].add_(other)
+    return dqs[0], dk, dv

@@ -1,0 +1,149 @@
+"""FlexAttention (``torch.nn.attention.flex_attention``), compiled with ``torch.compile``, behind the contract.
+
+Compiling is the cost (the 2-core VM, torch 2.13: a first compile 25-80 s with the load, a new head
+dim, dtype, mask or GQA variant 5-20 s more), so the strategy keeps it to one graph per variant:
+
+* one compiled function with dynamic shapes: a new T, batch or head count reuses the graph (one more
+  graph where T first exceeds one 128-key block: dynamo specialises a size of 1); the head
+  dim is padded with zeros to 16, 32, 64, 128 or 256 (it is compiled in) and the scale folded into Q
+  (a float argument is compiled in too: 9 s per new value);
+* structure as data: every case's allowed keys are a range per query row, ``[lo[i], hi[i])`` (causal
+  in either alignment, a window, packed sequences), in two int32 tensors that one module-level
+  ``mask_mod`` reads (with the case's boolean mask, if any): one graph serves every structure;
+* the block mask is built from the same ``mask_mod`` in set-up, and the first call (the compile) is
+  made in set-up too: never timed (bench records the set-up as the cell's ``setup_s``);
+* inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``): a new process reuses compiled kernels in ~3 s;
+* declared ``on_request``: left out of verify, bench and run unless named (``--only flex_attention``).
+
+PyTorch 2.13 has no FlexAttention backward on CPU: gradient cases get PyTorch's own error as the reason.
+Nor does its CPU template compile a mask_mod that reads a boolean (B, H, Tq, Tk) mask under dynamic shapes
+(a C++ error, ``'cur_kvSplitSize9' was not declared``): cases with a mask get that reason on the CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from harness import register
+
+if TYPE_CHECKING:
+    from harness.cases import AttentionCase
+
+_STATE: dict[str, torch.Tensor] = {}
+"""The running case's ``lo``, ``hi`` (and ``mask``): read by the mask_mods, so no graph holds a case."""
+
+
+def _banded(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return (kv_idx >= _STATE["lo"][q_idx]) & (kv_idx < _STATE["hi"][q_idx])
+
+
+def _masked(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return _banded(b, h, q_idx, kv_idx) & _STATE["mask"][b, h, q_idx, kv_idx]
+
+
+def key_ranges(tq: int, tk: int, causal: bool, window: tuple[int, int] | None, causal_align: str,
+               cu_q: list[int] | None, cu_k: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per query row, the first allowed key and one past the last (README "Structured attention")."""
+    lo, hi = torch.zeros(tq, dtype=torch.int64), torch.zeros(tq, dtype=torch.int64)
+    spans = [(0, tq, 0, tk)] if cu_q is None or cu_k is None else list(zip(cu_q, cu_q[1:], cu_k, cu_k[1:]))
+    for q0, q1, k0, k1 in spans:
+        diagonal = torch.arange(q0, q1) + (k0 - q0) + ((k1 - k0) - (q1 - q0) if causal_align == "bottom_right" else 0)
+        first, last = torch.full((q1 - q0,), k0), torch.full((q1 - q0,), k1)
+        if causal:
+            last = torch.minimum(last, diagonal + 1)
+        if window is not None:
+            first = torch.maximum(first, diagonal - window[0])
+            last = torch.minimum(last, diagonal + window[1] + 1)
+        lo[q0:q1], hi[q0:q1] = first, torch.maximum(first, last)
+    return lo.to(torch.int32), hi.to(torch.int32)
+
+
+@functools.cache
+def _compiled() -> Any:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):  # one graph per variant, several variants per run
+        if hasattr(config, name):
+            setattr(config, name, max(getattr(config, name), 64))
+    import torch.fx.experimental._config as shapes
+
+    shapes.use_duck_shape = False  # Tq == Tk in one case must not specialise the graph to equal lengths
+    if hasattr(config, "fail_on_recompile_limit_hit"):
+        config.fail_on_recompile_limit_hit = True  # never fall back to eager in silence
+    return torch.compile(flex_attention, dynamic=True)
+
+
+@functools.cache
+def _cpu_backward_reason() -> str | None:
+    """PyTorch's own answer to a tiny eager FlexAttention call with gradients on the CPU."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q = torch.zeros(1, 1, 8, 16, requires_grad=True)
+    try:
+        flex_attention(q, q, q)
+    except NotImplementedError as exc:
+        return f"PyTorch {torch.__version__}: {exc}"
+    return None
+
+
+PADDED_D = (16, 32, 64, 128, 256)
+CPU_MASK_REASON = ("PyTorch {}'s CPU FlexAttention template does not compile a mask_mod reading a boolean mask tensor "
+                   "under dynamic shapes (C++ error: 'cur_kvSplitSize9' was not declared in this scope)")
+
+
+def _available(case: AttentionCase) -> str | None:
+    try:
+        import torch.nn.attention.flex_attention
+    except ImportError as exc:
+        return f"PyTorch {torch.__version__} has no FlexAttention ({exc}); it needs torch >= 2.5"
+    if case.d > PADDED_D[-1]:
+        return f"head dim {case.d} > {PADDED_D[-1]}: FlexAttention's templates take at most {PADDED_D[-1]}"
+    if case.device == "cpu" and case.mask != "none":
+        return CPU_MASK_REASON.format(torch.__version__)
+    if case.grad and case.device == "cpu":
+        return _cpu_backward_reason()
+    return None
+
+
+@register("flex_attention", backend="torch", memory="linear", dtypes=("float32", "bfloat16", "float16"),
+          devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, prepare=True, on_request=True,
+          structures=("window", "bottom_right", "varlen"), available=_available,
+          description="torch.nn.attention.flex_attention compiled (one dynamic-shape graph; structure as data)")
+def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                   mask: torch.Tensor | None = None, scale: float | None = None,
+                   window: tuple[int, int] | None = None, causal_align: str = "top_left",
+                   cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None) -> Any:
+    """Set-up (the key ranges, the block mask, the compile) here; returns the timed call."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    b, h, tq, d = q.shape
+    tk = k.shape[2]
+    cu_q, cu_k = (None if c is None else [int(x) for x in c] for c in (cu_seqlens_q, cu_seqlens_k))
+    lo, hi = key_ranges(tq, tk, causal, window, causal_align, cu_q, cu_k)
+    state = {"lo": lo.to(q.device), "hi": hi.to(q.device)}
+    if mask is not None:
+        state["mask"] = mask.to(device=q.device, dtype=torch.bool).expand(b, h, tq, tk)
+    _STATE.clear()
+    _STATE.update(state)
+    mask_mod = _banded if mask is None else _masked
+    blocks = create_block_mask(mask_mod, b if mask is not None else None, h if mask is not None else None, tq, tk,
+                               device=q.device)
+    pad = next(p for p in PADDED_D if p >= d) - d  # zeros: the scores are unchanged, the output columns dropped
+    factor = (1.0 / d ** 0.5 if scale is None else scale) * (d + pad) ** 0.5  # flex's own scale is 1/sqrt(d + pad)
+    if factor != 1.0:
+        q = (q.float() * factor).to(q.dtype)
+    q, k, v = (torch.nn.functional.pad(x, (0, pad)).contiguous() for x in (q, k, v))
+    flex, gqa = _compiled(), h != k.shape[1]
+
+    def call() -> torch.Tensor:
+        _STATE.clear()
+        _STATE.update(state)
+        out = flex(q, k, v, block_mask=blocks, enable_gqa=gqa)
+        return out[..., :d] if pad else out
+
+    call()  # the compile (or a load from inductor's cache), in set-up
+    return call

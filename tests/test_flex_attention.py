@@ -1,0 +1,79 @@
+"""flex_attention: the structure as per-row key ranges (checked against the oracle's definition without
+compiling anything), on-request selection, its reasons, and one compiled graph serving several structures
+and shapes against the oracle (one compile, ~25 s cold here; inductor's cache makes it seconds after)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.discovery import load_registry
+from harness.oracle import packed_allowed, reference_attention, structure_allowed
+from harness.tensors import make_inputs, to_float64
+from implementations.flex_attention import key_ranges
+
+REGISTRY = load_registry()
+
+
+@pytest.mark.parametrize("causal,window,align", [(False, None, "top_left"), (True, None, "top_left"),
+                                                 (True, (3, 0), "bottom_right"), (False, (2, 4), "top_left"),
+                                                 (False, (1, 1), "bottom_right")])
+@pytest.mark.parametrize("seqlens", [None, ((3, 9), (0, 4), (12, 4), (2, 0), (7, 7))])
+def test_key_ranges_are_the_allowed_keys(causal: bool, window: tuple | None, align: str, seqlens: tuple | None) -> None:
+    tq, tk = (11, 17) if seqlens is None else (sum(a for a, _ in seqlens), sum(b for _, b in seqlens))
+    if seqlens is None:
+        want = structure_allowed(tq, tk, causal=causal, window=window, causal_align=align)
+        want = torch.ones(tq, tk, dtype=torch.bool) if want is None else want
+        cu_q = cu_k = None
+    else:
+        want = packed_allowed(seqlens, causal=causal, window=window, causal_align=align)
+        cu_q, cu_k = ([0, *itertools.accumulate(p[i] for p in seqlens)] for i in (0, 1))
+    lo, hi = key_ranges(tq, tk, causal, window, align, cu_q, cu_k)
+    j = torch.arange(tk)[None, :]
+    assert torch.equal((j >= lo[:, None]) & (j < hi[:, None]), want)
+
+
+def test_it_runs_only_on_request_and_says_why_it_cannot() -> None:
+    impl = REGISTRY.get("flex_attention")
+    assert impl.on_request and impl.capabilities()["on_request"]
+    assert "flex_attention" not in [i.name for i in REGISTRY.select(None)]
+    assert [i.name for i in REGISTRY.select(["flex_attention"])] == ["flex_attention"]
+    assert set(impl.structures) == {"window", "bottom_right", "varlen"}
+    grad = impl.not_supported_reasons(AttentionCase(tq=8, d=16, grad=True))
+    masked = impl.not_supported_reasons(AttentionCase(tq=8, d=16, mask="random"))
+    if not torch.cuda.is_available():
+        assert any("backward" in r and torch.__version__ in r for r in grad), grad  # PyTorch's own words
+        assert any("mask" in r for r in masked), masked
+    assert any("float64" in r for r in impl.not_supported_reasons(AttentionCase(tq=8, d=16, dtype="float64")))
+
+
+CASES = [
+    AttentionCase(heads=2, tq=70, d=16, causal=True, window=(9, 0)),
+    AttentionCase(heads=2, tq=37, tk=90, d=16, window=(6, 3), causal_align="bottom_right"),
+    AttentionCase(heads=2, tq=90, tk=37, d=16, causal=True, causal_align="bottom_right"),
+    AttentionCase(heads=2, tq=28, tk=24, d=16, varlen=((3, 9), (0, 4), (12, 4), (2, 0), (11, 7)), causal=True),
+    AttentionCase(heads=2, tq=300, d=16, scale=0.3, varlen=((100, 100), (200, 200))),
+    AttentionCase(heads=2, tq=50, d=11, causal=True, window=(5, 0)),
+]
+
+
+def test_one_graph_serves_every_structure_and_shape() -> None:
+    impl = REGISTRY.get("flex_attention")
+    if impl.not_supported_reasons(CASES[0]):
+        pytest.skip("; ".join(impl.not_supported_reasons(CASES[0])))
+    from torch._dynamo.utils import counters
+
+    graphs = []
+    for n, case in enumerate(CASES):
+        inputs = make_inputs(case, seed=n)
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
+        err = (to_float64(call()) - want).abs().max().item()
+        assert err < 1e-5, (case.id, err)
+        graphs.append(counters["stats"]["unique_graphs"])
+    # once for all structures and shapes (d = 11 is padded to 16), and once more for T over one 128-key
+    # block (300): dynamo always specialises a size of 1, here the number of key blocks
+    assert graphs[-1] - graphs[0] <= 1 and graphs[3] == graphs[0], graphs

@@ -49,7 +49,7 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
 
     inputs = make_inputs(case, seed, impl.backend)
     if mode == "fwd":
-        return impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        return impl.prepare(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
     import torch
 
     q, k, v = (x.detach().requires_grad_(True) for x in (inputs.q, inputs.k, inputs.v))

@@ -29,6 +29,8 @@ namespace {
 
 constexpr int BLOCK = 64;  // keys per block: the K and V rows of a block stay in L1/L2 while R rows use them
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
+int g_prefetch = 2;    // 0 none, 1 L1 (T0), 2 L2 (T1: the next block must not evict this one from L1), 3 T2
+int g_block = BLOCK;   // keys per block (<= BLOCK)
 
 struct Problem {
   const float* q;
@@ -63,35 +65,53 @@ inline __m256i tail_mask(int64_t n) {  // lanes 0..n-1 on
 template <int RR, int KK>
 inline void scores_tile(const float* q, int64_t dp, const float* const* kp, int64_t d, float* s, int64_t ld) {
   __m256 acc[RR][KK];
+  #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
     for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_setzero_ps();
   const int64_t d8 = d & ~int64_t(7);
   for (int64_t c = 0; c < d8; c += 8) {
     __m256 kv[KK];
+    #pragma GCC unroll 16
     for (int j = 0; j < KK; ++j) kv[j] = _mm256_loadu_ps(kp[j] + c);
+    #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) {
       const __m256 qv = _mm256_loadu_ps(q + r * dp + c);
+      #pragma GCC unroll 16
       for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
     }
   }
   if (d8 < d) {  // the last d % 8 columns: masked loads never read past a row
     const __m256i m = tail_mask(d - d8);
     __m256 kv[KK];
+    #pragma GCC unroll 16
     for (int j = 0; j < KK; ++j) kv[j] = _mm256_maskload_ps(kp[j] + d8, m);
+    #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) {
       const __m256 qv = _mm256_loadu_ps(q + r * dp + d8);  // zero-padded to dp
+      #pragma GCC unroll 16
       for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
     for (int j = 0; j < KK; ++j) s[r * ld + j] = hsum(acc[r][j]);
 }
 
 inline void prefetch_rows(const float* const* pk, const float* const* pv, int64_t from, int64_t to, int64_t bytes) {
   for (int64_t j = from; j < to; ++j)
     for (int64_t off = 0; off < bytes; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T0);
+      if (g_prefetch == 1) {
+        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T0);
+      } else if (g_prefetch == 2) {
+        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T1);
+      } else if (g_prefetch == 3) {
+        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T2);
+        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T2);
+      }
     }
 }
 
@@ -127,20 +147,27 @@ void scores(const float* q, int64_t rows, int64_t dp, const float* const* kp, in
 template <int RR, int CW>
 inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp) {
   __m256 a[RR][CW];
+  #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c) a[r][c] = _mm256_loadu_ps(acc + r * dp + c0 + 8 * c);
   const bool tail = c0 + 8 * CW > d;
   const __m256i m = tail_mask(d - (c0 + 8 * (CW - 1)));
   for (int64_t j = 0; j < nk; ++j) {
     __m256 vv[CW];
+    #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c)
       vv[c] = (tail && c == CW - 1) ? _mm256_maskload_ps(vp[j] + c0 + 8 * c, m) : _mm256_loadu_ps(vp[j] + c0 + 8 * c);
+    #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) {
       const __m256 pr = _mm256_broadcast_ss(p + r * BLOCK + j);
+      #pragma GCC unroll 16
       for (int c = 0; c < CW; ++c) a[r][c] = _mm256_fmadd_ps(pr, vv[c], a[r][c]);
     }
   }
+  #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c) _mm256_storeu_ps(acc + r * dp + c0 + 8 * c, a[r][c]);
 }
 
@@ -161,6 +188,130 @@ void pv(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_
     default: break;
   }
 }
+
+
+// ---- AVX-512 (chosen at run time when the CPU has AVX512F; compiled per function, never -march=native) ----
+// 32 registers: a tile of 4 rows x 4 keys for the scores, and whole rows of d <= 128 for P V, so each V row
+// streams once, in order, per pair of rows.
+#define AVX512 __attribute__((target("avx512f")))
+
+template <int RR, int KK>
+AVX512 inline void scores_tile512(const float* q, int64_t dp, const float* const* kp, int64_t d, float* s, int64_t ld) {
+  __m512 acc[RR][KK];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_setzero_ps();
+  const int64_t d16 = d & ~int64_t(15);
+  for (int64_t c = 0; c < d16; c += 16) {
+    __m512 kv[KK];
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) kv[j] = _mm512_loadu_ps(kp[j] + c);
+    #pragma GCC unroll 16
+    for (int r = 0; r < RR; ++r) {
+      const __m512 qv = _mm512_loadu_ps(q + r * dp + c);
+      #pragma GCC unroll 16
+      for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
+    }
+  }
+  if (d16 < d) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (d - d16)) - 1u);
+    __m512 kv[KK];
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, kp[j] + d16);
+    #pragma GCC unroll 16
+    for (int r = 0; r < RR; ++r) {
+      const __m512 qv = _mm512_loadu_ps(q + r * dp + d16);
+      #pragma GCC unroll 16
+      for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) s[r * ld + j] = _mm512_reduce_add_ps(acc[r][j]);
+}
+
+template <int RR>
+AVX512 inline void scores_rows512(const float* q, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
+                                  int64_t ld, const float* const* pk, const float* const* pv, int64_t npf, int64_t bytes) {
+  int64_t j = 0;
+  for (; j + 4 <= nk; j += 4) {
+    if (npf) prefetch_rows(pk, pv, std::min(j, npf), std::min(j + 4, npf), bytes);
+    scores_tile512<RR, 4>(q, dp, kp + j, d, s + j, ld);
+  }
+  if (npf > j) prefetch_rows(pk, pv, j, npf, bytes);
+  switch (nk - j) {
+    case 3: scores_tile512<RR, 3>(q, dp, kp + j, d, s + j, ld); break;
+    case 2: scores_tile512<RR, 2>(q, dp, kp + j, d, s + j, ld); break;
+    case 1: scores_tile512<RR, 1>(q, dp, kp + j, d, s + j, ld); break;
+    default: break;
+  }
+}
+
+AVX512 void scores512(const float* q, int64_t rows, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
+                      const float* const* pk, const float* const* pv, int64_t npf, int64_t bytes) {
+  int64_t r = 0;
+  for (; r + 4 <= rows; r += 4, npf = 0) scores_rows512<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes);
+  switch (rows - r) {
+    case 3: scores_rows512<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
+    case 2: scores_rows512<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
+    case 1: scores_rows512<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
+    default: break;
+  }
+}
+
+// acc[r][c0 : c0 + 16 CW] += sum_j P[r][j] V_j[c0 : ...]: RR rows of up to 128 columns held in registers.
+template <int RR, int CW>
+AVX512 inline void pv_tile512(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc,
+                              int64_t dp) {
+  __m512 a[RR][CW];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < CW; ++c) a[r][c] = _mm512_loadu_ps(acc + r * dp + c0 + 16 * c);
+  const int64_t last = d - (c0 + 16 * (CW - 1));  // columns of the last register that exist (may be < 16)
+  const __mmask16 m = last >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last) - 1u);
+  for (int64_t j = 0; j < nk; ++j) {
+    __m512 pr[RR];
+    #pragma GCC unroll 16
+    for (int r = 0; r < RR; ++r) pr[r] = _mm512_set1_ps(p[r * BLOCK + j]);
+    #pragma GCC unroll 16
+    for (int c = 0; c < CW; ++c) {
+      const __m512 vv = _mm512_maskz_loadu_ps(c == CW - 1 ? m : static_cast<__mmask16>(0xFFFF), vp[j] + c0 + 16 * c);
+      #pragma GCC unroll 16
+      for (int r = 0; r < RR; ++r) a[r][c] = _mm512_fmadd_ps(pr[r], vv, a[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < CW; ++c) _mm512_storeu_ps(acc + r * dp + c0 + 16 * c, a[r][c]);
+}
+
+template <int RR>
+AVX512 inline void pv_rows512(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
+  for (int64_t c0 = 0; c0 < dp; c0 += 128) {
+    switch (std::min<int64_t>(8, (dp - c0) / 16)) {
+      case 8: pv_tile512<RR, 8>(p, vp, nk, c0, d, acc, dp); break;
+      case 7: pv_tile512<RR, 7>(p, vp, nk, c0, d, acc, dp); break;
+      case 6: pv_tile512<RR, 6>(p, vp, nk, c0, d, acc, dp); break;
+      case 5: pv_tile512<RR, 5>(p, vp, nk, c0, d, acc, dp); break;
+      case 4: pv_tile512<RR, 4>(p, vp, nk, c0, d, acc, dp); break;
+      case 3: pv_tile512<RR, 3>(p, vp, nk, c0, d, acc, dp); break;
+      case 2: pv_tile512<RR, 2>(p, vp, nk, c0, d, acc, dp); break;
+      default: pv_tile512<RR, 1>(p, vp, nk, c0, d, acc, dp); break;
+    }
+  }
+}
+
+AVX512 void pv512(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
+  int64_t r = 0;
+  for (; r + 2 <= rows; r += 2) pv_rows512<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp);
+  if (r < rows) pv_rows512<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp);
+}
+
+bool g_avx512 = __builtin_cpu_supports("avx512f");  // tune() may turn it off (tests run both paths)
 
 // Keys [lo, hi) query t of element b may attend (hi <= lo: none).
 inline void row_range(const Problem& P, int64_t len, int64_t t, int64_t* lo, int64_t* hi) {
@@ -214,7 +365,7 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   k0 = std::max(k0, min_lo);
   k1 = std::min(k1, max_hi);
   auto pointers = [&](int64_t kb, const float** kp, const float** vp) {  // row pointers of keys kb.., paged or not
-    const int64_t nk = std::min<int64_t>(BLOCK, k1 - kb);
+    const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
     for (int64_t j = 0; j < nk; ++j) {
       const int64_t key = kb + j;
       if (P.page) {
@@ -232,10 +383,14 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   w.vn.resize(BLOCK);
   if (k0 < k1) pointers(k0, w.kp.data(), w.vp.data());
   const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
-  for (int64_t kb = k0; kb < k1; kb += BLOCK) {
-    const int64_t nk = std::min<int64_t>(BLOCK, k1 - kb);
-    const int64_t nn = kb + BLOCK < k1 ? pointers(kb + BLOCK, w.kn.data(), w.vn.data()) : 0;
-    scores(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), w.kn.data(), w.vn.data(), nn, row_bytes);
+  for (int64_t kb = k0; kb < k1; kb += g_block) {
+    const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
+    const int64_t nn = kb + g_block < k1 && g_prefetch ? pointers(kb + g_block, w.kn.data(), w.vn.data()) : 0;
+    if (!g_prefetch && kb + g_block < k1) pointers(kb + g_block, w.kn.data(), w.vn.data());
+    if (g_avx512)
+      scores512(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), w.kn.data(), w.vn.data(), nn, row_bytes);
+    else
+      scores(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), w.kn.data(), w.vn.data(), nn, row_bytes);
     const bool masked = !(kb >= all_lo && kb + nk <= all_hi);
     for (int64_t r = 0; r < rows; ++r) {
       float* s = w.s.data() + r * BLOCK;
@@ -272,7 +427,10 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
       w.l[r] = w.l[r] * alpha + sum;
       w.m[r] = m_new;
     }
-    pv(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data());
+    if (g_avx512)
+      pv512(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data());
+    else
+      pv(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data());
     std::swap(w.kp, w.kn);
     std::swap(w.vp, w.vn);
   }
@@ -306,7 +464,7 @@ Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   P.tq = tq;
   P.g = g;
   P.d = q.size(3);
-  P.dp = (P.d + 7) & ~int64_t(7);
+  P.dp = (P.d + 15) & ~int64_t(15);  // rows padded to whole AVX-512 registers
   P.scale_log2 = static_cast<float>(scale_log2);
   P.causal = causal;
   P.bottom_right = bottom_right;
@@ -395,7 +553,15 @@ void merge(torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, to
   }
 }
 
+bool tune(int64_t prefetch, int64_t block, bool avx512) {
+  g_avx512 = avx512 && __builtin_cpu_supports("avx512f");
+  g_prefetch = static_cast<int>(prefetch);
+  g_block = static_cast<int>(std::min<int64_t>(std::max<int64_t>(block, 1), BLOCK));
+  return g_avx512;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("tune", &tune, "prefetch mode (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it; returns whether it is used");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

@@ -21,6 +21,7 @@ The loops are C++ (:file:`_decode.cpp`, AVX2 + FMA register tiles, built on firs
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 from pathlib import Path
@@ -37,6 +38,11 @@ SOURCES = [Path(__file__).with_name("_decode.cpp")]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
+PREFETCH, BLOCK_KEYS = 2, 64
+"""The next block's K and V rows are prefetched into L2 (not L1: it would evict the block in use) while a
+block of 64 keys is computed; measured on a loaded 2-core VM, T1 and T2 hints were within noise of each other."""
+FORCE_ISA = "ATTNBENCH_DECODE_ISA"
+"""Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run both)."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 
@@ -54,6 +60,18 @@ def extension() -> ModuleType | str:
                 print("attnbench: building tiled_decode's C++ kernel (first use only, about 30 s)", file=sys.stderr)
             _BUILD["result"] = build(SOURCES, name, flags)
         return _BUILD["result"]
+
+
+def use_isa(isa: str | None = None) -> str:
+    """Choose the kernel's path: "avx512" where the CPU has AVX512F (checked at run time) unless ``isa`` or the
+    environment variable ``ATTNBENCH_DECODE_ISA`` says "avx2"; returns the path in use."""
+    ext = extension()
+    if isinstance(ext, str):
+        raise RuntimeError(ext)
+    isa = isa or os.environ.get(FORCE_ISA, "")
+    if isa not in ("", "avx2", "avx512"):
+        raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
+    return "avx512" if ext.tune(PREFETCH, BLOCK_KEYS, isa != "avx2") else "avx2"
 
 
 def available() -> str | None:
@@ -75,6 +93,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
+    use_isa()
     b, h, tq, d = q.shape
     hkv = k.shape[1]
     tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]

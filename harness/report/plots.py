@@ -271,7 +271,7 @@ def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any
     ok = ok[ok["dtype"] == dtype]
     intensity = ok["flops"].astype(float) / ok["bytes"].astype(float)
     peak = (peaks.get(f"{dtype}/{ok['device'].iloc[0]}") or {}).get("gflops")
-    reads = [r.get("read_gbps") for r in bandwidth.values() if isinstance(r.get("read_gbps"), (int, float))]
+    reads = [float(r["read_gbps"]) for r in bandwidth.values() if isinstance(r.get("read_gbps"), (int, float))]
     roof_bw = max(reads) if reads else None
     fig, ax = plt.subplots(figsize=(8, 5))
     lo, hi = float(intensity.min()) / 2, float(intensity.max()) * 2

@@ -149,7 +149,7 @@ def _decode(tiny: bool) -> list[Template]:
     Tq: rows with no key), GQA and MQA, Tq 1..16 at the end of each sequence, paged caches (a page size that
     does not divide Tk), and, beyond the tiny suite, a cache long enough to be split across pieces."""
     tk = 61 if tiny else 203
-    br = {"causal": True, "causal_align": "bottom_right"}
+    br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
     cases = [
         T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=32, cache_seqlens=(tk, 1, tk // 2)),
         T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=32, cache_seqlens=(tk, 3), **br),

@@ -30,7 +30,9 @@ import numpy as np
 from harness import register
 
 PIECE = 64
-"""Keys per piece: small, so that the tests' short caches are split into several pieces too."""
+"""Keys per piece at least (small, so that the tests' short caches are split too); a long cache is cut into
+at most MAX_PIECES pieces, as a split-KV kernel cuts it for its threads."""
+MAX_PIECES = 4
 
 
 def keys_of(k: np.ndarray, b: int, h: int, start: int, stop: int, block_table: np.ndarray | None) -> np.ndarray:
@@ -86,8 +88,9 @@ def decode_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = 
         for h in range(kv_heads):
             rows = q[b, h * g:(h + 1) * g].reshape(g * tq, d).astype(np.float64) * scale
             outs, lses = [], []
-            for start in range(0, length, PIECE):
-                stop = min(start + PIECE, length)
+            size = max(PIECE, -(-length // MAX_PIECES))
+            for start in range(0, length, size):
+                stop = min(start + size, length)
                 key = np.arange(start, stop)[None, :]
                 allowed = np.ones((g * tq, stop - start), dtype=bool)
                 if causal:

@@ -400,15 +400,27 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   k1 = std::min(k1, max_hi);
   auto pointers = [&](int64_t kb, const float** kp, const float** vp) {  // row pointers of keys kb.., paged or not
     const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
-    for (int64_t j = 0; j < nk; ++j) {
-      const int64_t key = kb + j;
-      if (P.page) {
-        const int64_t page = P.table[b * P.per_seq + key / P.page], slot = key % P.page;
-        kp[j] = P.k + page * P.ks[0] + h * P.ks[1] + slot * P.ks[2];
-        vp[j] = P.v + page * P.vs[0] + h * P.vs[1] + slot * P.vs[2];
-      } else {
-        kp[j] = P.k + b * P.ks[0] + h * P.ks[1] + key * P.ks[2];
-        vp[j] = P.v + b * P.vs[0] + h * P.vs[1] + key * P.vs[2];
+    if (P.page) {  // walk the pages: one division per block, not two per key
+      int64_t index = kb / P.page, slot = kb % P.page;
+      const float* kpage = P.k + P.table[b * P.per_seq + index] * P.ks[0] + h * P.ks[1];
+      const float* vpage = P.v + P.table[b * P.per_seq + index] * P.vs[0] + h * P.vs[1];
+      for (int64_t j = 0; j < nk; ++j) {
+        if (slot == P.page) {
+          slot = 0;
+          ++index;
+          kpage = P.k + P.table[b * P.per_seq + index] * P.ks[0] + h * P.ks[1];
+          vpage = P.v + P.table[b * P.per_seq + index] * P.vs[0] + h * P.vs[1];
+        }
+        kp[j] = kpage + slot * P.ks[2];
+        vp[j] = vpage + slot * P.vs[2];
+        ++slot;
+      }
+    } else {
+      const float* krow = P.k + b * P.ks[0] + h * P.ks[1] + kb * P.ks[2];
+      const float* vrow = P.v + b * P.vs[0] + h * P.vs[1] + kb * P.vs[2];
+      for (int64_t j = 0; j < nk; ++j) {
+        kp[j] = krow + j * P.ks[2];
+        vp[j] = vrow + j * P.vs[2];
       }
     }
     return nk;

@@ -200,6 +200,12 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
             print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}{readings})")
         else:
             print(f"peak {key}: not measured ({peak.get('error')})")
+    for key, record in sorted((run.bandwidth or {}).items()):
+        if record.get("read_gbps"):
+            print(f"bandwidth {key}: read {record['read_gbps']:.1f} GB/s, copy {record['copy_gbps']:.1f} GB/s "
+                  f"({record['method']}; higher of the readings before and after the cells)")
+        else:
+            print(f"bandwidth {key}: not measured ({record.get('error')})")
     print()
     print(results_table(run))
     skipped: dict[tuple[str, str | None], int] = {}

@@ -12,6 +12,7 @@ No ``-ffast-math``: masked keys rely on IEEE infinities.
 from __future__ import annotations
 
 import hashlib
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -27,8 +28,13 @@ def isa_flags() -> tuple[str, list[str]]:
 
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
-    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them."""
+    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the Python environment (``sys.prefix``), the
+    sources and the headers beside them."""
     digest = hashlib.sha1()
+    # the interpreter too: two environments (a venv, the system Python) loading one cached name rewrite its
+    # build.ninja with their own include paths and rebuild it in turn, and a worker killed mid-build leaves
+    # torch's lock file behind, on which every later load waits forever
+    digest.update(sys.prefix.encode() + b"\0")
     headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
     for path in [*sources, *headers]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

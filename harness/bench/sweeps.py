@@ -196,15 +196,17 @@ class Budget:
     min_samples: int = 5
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
-    history: dict[tuple[str, str, str, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
-    """(implementation, mode, dtype, causal) -> [(g, median seconds, peak extra bytes)] measured so far."""
+    history: dict[tuple[str, str, str, bool, bool], list[tuple[float, float, float]]] = field(default_factory=dict)
+    """(implementation, mode, dtype, causal, decode) -> [(g, median seconds, peak extra bytes)] measured so far.
+    Decode steps (Tq < Tk) are bandwidth-bound, far below a prefill's FLOP rate: each predicts only its own kind."""
     rates: dict[str, list[float]] = field(default_factory=dict)
-    """implementation -> FLOP/s achieved by each cell measured so far (any mode, dtype, causality)."""
+    """implementation (``name/decode`` for decode steps) -> FLOP/s achieved by each cell measured so far (any mode,
+    dtype, causality)."""
 
     def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
         if median_s > 0:
-            self.rates.setdefault(cell.implementation, []).append(attention_flops(cell.case, cell.mode) / median_s)
-        key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal)
+            self.rates.setdefault(_rate_key(cell), []).append(attention_flops(cell.case, cell.mode) / median_s)
+        key = (cell.implementation, cell.mode, cell.case.dtype, cell.case.causal, cell.case.tq < cell.case.tk)
         self.history.setdefault(key, []).append(
             (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
              float(extra_bytes) if extra_bytes is not None else math.nan))
@@ -213,10 +215,10 @@ class Budget:
         """(seconds per call, peak bytes, how it was predicted)."""
         case, mode = cell.case, cell.mode
         g = float(work_g(case) * (3.5 if mode != "fwd" else 1.0))
-        history = self.history.get((cell.implementation, mode, case.dtype, case.causal), [])
+        history = self.history.get((cell.implementation, mode, case.dtype, case.causal, case.tq < case.tk), [])
         dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
-            rate, how = self._calibrated_rate(cell.implementation, peak_gflops)
+            rate, how = self._calibrated_rate(_rate_key(cell), peak_gflops)
             return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, how
         g0, t0, _ = max(history)
         t_slope = _slope([(h[0], h[1]) for h in history], low=1.0, high=1.5)
@@ -256,6 +258,10 @@ class Budget:
             return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
                     f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")
         return None
+
+
+def _rate_key(cell: PlannedCell) -> str:
+    return cell.implementation + ("/decode" if cell.case.tq < cell.case.tk else "")
 
 
 def _itemsize(dtype: str) -> int:

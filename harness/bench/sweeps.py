@@ -47,7 +47,7 @@ _QUICK_FIXED = {"batch": (1,), "dtype": ("float32",), "causal": (False,), "mode"
 WINDOW = (256, 0)
 """The window suite's sliding window: causal with 256 keys to the left (Mistral-style local attention)."""
 
-DECODE_MAIN = ("torch_sdpa", "tiled", "tiled_decode")
+DECODE_MAIN = ("torch_sdpa", "tiled_decode")
 """The implementations the main job's small decode sweep runs (the roofline's decode points)."""
 _DECODE = {"mode": ("fwd",), "dtype": ("float32",)}
 

@@ -95,6 +95,15 @@ class AttentionCase(CaseRecord):
     causal_align: str = "top_left"
     """Alignment of causal masking and of the window when Tq != Tk (:data:`CAUSAL_ALIGNS`). Part of the id
     (``bottom_right``) only when not the default."""
+    cache_seqlens: tuple[int, ...] | None = None
+    """KV-cache decode (FlashAttention's ``cache_seqlens``): per batch element, how many of the Tk cached
+    keys are valid (keys j < L_b); causality and the window apply to (Tq, L_b) of each element, so with
+    bottom-right alignment the Tq new queries are the last positions of each sequence. Part of the id
+    (``cache=...``) only when set. See :mod:`harness.decode`."""
+    page_size: int | None = None
+    """A paged KV cache (vLLM, FlashAttention's ``block_table``): K and V live in shuffled pages of this many
+    keys; an implementation that declares ``structures=('paged',)`` receives the page pools and the block
+    table, any other the same keys contiguous. Part of the id (``paged=16``) only when set."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -108,6 +117,8 @@ class AttentionCase(CaseRecord):
             object.__setattr__(self, "window", tuple(self.window))
         if isinstance(self.varlen, list):
             object.__setattr__(self, "varlen", tuple(tuple(pair) for pair in self.varlen))
+        if isinstance(self.cache_seqlens, list):
+            object.__setattr__(self, "cache_seqlens", tuple(self.cache_seqlens))
         self.validate()
 
     def validate(self) -> None:
@@ -140,6 +151,11 @@ class AttentionCase(CaseRecord):
             need(self.batch == 1, "packed sequences (varlen) have batch 1")
             need((self.tq, self.tk) == (sum(p[0] for p in self.varlen), sum(p[1] for p in self.varlen)),
                  "tq and tk must be the sums of the varlen query and key lengths")
+        if self.cache_seqlens is not None or self.page_size is not None:
+            from harness.decode import decode_problem
+
+            problem = decode_problem(self)
+            need(problem is None, problem or "")
         need(self.causal_align == "top_left" or self.causal or self.window is not None,
              "causal_align='bottom_right' aligns causal masking or a window: set causal=True or a window")
 
@@ -158,6 +174,10 @@ class AttentionCase(CaseRecord):
             parts.append(self.causal_align)
         if self.varlen is not None:
             parts.append("varlen=" + ",".join(str(a) if a == b else f"{a}x{b}" for a, b in self.varlen))
+        if self.cache_seqlens is not None or self.page_size is not None:
+            from harness.decode import decode_id_parts
+
+            parts.extend(decode_id_parts(self))
         if self.mask != "none":
             parts.append(f"mask={self.mask}" + ("" if self.mask_rank == "full" else f"/{self.mask_rank}"))
         if self.bias != "none":
@@ -187,11 +207,19 @@ class AttentionCase(CaseRecord):
             used.add("bottom_right")
         if self.varlen is not None:
             used.add("varlen")
+        if self.cache_seqlens is not None:
+            used.add("cache_seqlens")
+        if self.page_size is not None:
+            used.add("paged")
         return frozenset(used)
 
     def structure_kwargs(self) -> dict[str, Any]:
-        """``window``, ``causal_align`` and ``varlen`` as keywords of :func:`harness.oracle.reference_attention`."""
-        return {"window": self.window, "causal_align": self.causal_align, "varlen": self.varlen}
+        """``window``, ``causal_align``, ``varlen`` (and ``cache_seqlens`` when set) as keywords of
+        :func:`harness.oracle.reference_attention`."""
+        kwargs: dict[str, Any] = {"window": self.window, "causal_align": self.causal_align, "varlen": self.varlen}
+        if self.cache_seqlens is not None:
+            kwargs["cache_seqlens"] = self.cache_seqlens
+        return kwargs
 
     def dense_mask_bytes(self) -> int:
         """Bytes of the boolean mask the harness builds when it folds this case's structure into ``mask=``:
@@ -202,6 +230,8 @@ class AttentionCase(CaseRecord):
             lead = 1
         elif self.mask_rank == "full" and self.mask == "key_padding":
             lead = b
+        if self.cache_seqlens is not None and (self.mask == "none" or self.mask_rank in ("2d", "3d")):
+            lead *= b  # per-element cache lengths: the mask is per batch element too
         return lead * self.tq * self.tk
 
     @property

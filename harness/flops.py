@@ -41,15 +41,42 @@ def attended_pairs(tq: int, tk: int, causal: bool, window: tuple[int, int] | Non
 
 
 def case_pairs(case: AttentionCase) -> int:
-    """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them."""
+    """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them;
+    ragged KV-cache lengths: the mean over batch elements (:func:`batch_pairs` is exact)."""
+    if case.cache_seqlens is not None:
+        return batch_pairs(case) // case.batch
     if case.varlen is not None:
         return sum(attended_pairs(a, b, case.causal, case.window, case.causal_align) for a, b in case.varlen)
     return attended_pairs(case.tq, case.tk, case.causal, case.window, case.causal_align)
 
 
+def batch_pairs(case: AttentionCase) -> int:
+    """The attended pairs of one head summed over the batch (each element of a KV cache under its own length)."""
+    if case.cache_seqlens is not None:
+        return sum(attended_pairs(case.tq, n, case.causal, case.window, case.causal_align) for n in case.cache_seqlens)
+    return case.batch * case_pairs(case)
+
+
 def forward_flops(case: AttentionCase) -> int:
     """4 * B * H * (attended pairs) * d."""
-    return 4 * case.batch * case.heads * case_pairs(case) * case.d
+    return 4 * case.heads * batch_pairs(case) * case.d
+
+
+def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
+    """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
+    query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
+    writes dQ, dK, dV. The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
+    from harness.decode import compulsory_keys
+
+    item = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[case.dtype]
+    keys = case.batch * case.tk if case.varlen is not None else compulsory_keys(case)
+    q = case.batch * case.heads * case.tq * case.d
+    kv = 2 * case.kv_heads * keys * case.d
+    fwd = (2 * q + kv) * item
+    if mode == "fwd":
+        return fwd
+    bwd = (4 * q + 2 * kv) * item  # Q, K, V, O, dO read; dQ, dK, dV written
+    return bwd + (fwd if mode == "fwd+bwd" else 0)
 
 
 def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
@@ -67,5 +94,6 @@ def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
 def work_g(case: AttentionCase) -> int:
     """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a
     sliding window or packed sequences, B * H * (attended pairs) * d (a window's grow as T, not T^2)."""
-    pairs = case_pairs(case) if case.window is not None or case.varlen is not None else case.tq * case.tk
-    return case.batch * case.heads * pairs * case.d
+    if case.window is not None or case.varlen is not None or case.cache_seqlens is not None:
+        return case.heads * batch_pairs(case) * case.d
+    return case.batch * case.heads * case.tq * case.tk * case.d

@@ -53,10 +53,34 @@ def packed_allowed(
     return allowed
 
 
+def cache_allowed(
+    cache_seqlens: tuple[int, ...], tq: int, tk: int, *, causal: bool, window: tuple[int, int] | None = None,
+    causal_align: str = "top_left", device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """Boolean (B, 1, Tq, Tk) of a KV cache with ragged lengths: element b's queries see its keys j < L_b,
+    under :func:`structure_allowed` of (Tq, L_b) (bottom-right: the queries are the last L_b positions)."""
+    allowed = torch.zeros(len(cache_seqlens), 1, tq, tk, dtype=torch.bool, device=device)
+    for b, n in enumerate(cache_seqlens):
+        if n:
+            block = structure_allowed(tq, n, causal=causal, window=window, causal_align=causal_align, device=device)
+            allowed[b, 0, :, :n] = True if block is None else block
+    return allowed
+
+
+def gather_pages(pages: torch.Tensor, block_table: torch.Tensor, tk: int) -> torch.Tensor:
+    """A paged cache (num_pages, Hkv, page_size, d) read through ``block_table`` (B, pages per sequence)
+    as the contiguous (B, Hkv, Tk, d) it stands for: the oracle's view of what a paged kernel must read."""
+    table = torch.as_tensor(block_table).to(torch.long)
+    gathered = pages[table.reshape(-1)]  # (B * P, Hkv, page, d)
+    b, per_seq = table.shape
+    _, hkv, page, d = pages.shape
+    return gathered.view(b, per_seq, hkv, page, d).transpose(1, 2).reshape(b, hkv, per_seq * page, d)[:, :, :tk]
+
+
 def allowed_keys(
     tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu",
     window: tuple[int, int] | None = None, causal_align: str = "top_left",
-    varlen: tuple[tuple[int, int], ...] | None = None,
+    varlen: tuple[tuple[int, int], ...] | None = None, cache_seqlens: tuple[int, ...] | None = None,
 ) -> torch.Tensor | None:
     """Boolean (…, Tq, Tk) of the keys each query may attend to, or None when all are allowed.
 
@@ -64,9 +88,11 @@ def allowed_keys(
     :func:`structure_allowed` for bottom-right alignment and sliding windows, :func:`packed_allowed`
     for packed sequences (``varlen``).
     """
-    if varlen is not None:
-        allowed: torch.Tensor | None = packed_allowed(varlen, causal=causal, window=window,
-                                                      causal_align=causal_align, device=device)
+    if cache_seqlens is not None:
+        allowed: torch.Tensor | None = cache_allowed(cache_seqlens, tq, tk, causal=causal, window=window,
+                                                     causal_align=causal_align, device=device)
+    elif varlen is not None:
+        allowed = packed_allowed(varlen, causal=causal, window=window, causal_align=causal_align, device=device)
     else:
         allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device)
     if mask is not None:
@@ -85,11 +111,14 @@ def reference_attention(
     q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
     causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
+    cache_seqlens: tuple[int, ...] | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + bias, masked) v in float64; rows with no allowed key are zero.
 
     ``window`` and ``causal_align`` are the structure of :func:`structure_allowed`; ``varlen`` the
-    (query length, key length) of packed sequences (:func:`packed_allowed`).
+    (query length, key length) of packed sequences (:func:`packed_allowed`); ``cache_seqlens`` the valid
+    keys per batch element of a KV cache (:func:`cache_allowed`; a paged cache is gathered first,
+    :func:`gather_pages`).
     Inputs may be torch tensors (kept on their device, autograd preserved) or arrays.
     """
     q, k, v = (_as_f64(x) for x in (q, k, v))
@@ -103,7 +132,7 @@ def reference_attention(
         scores = scores + _as_f64(bias)
     mask_t = None if mask is None else torch.as_tensor(mask)
     allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device, window=window,
-                           causal_align=causal_align, varlen=varlen)
+                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
     if allowed is None:
         return torch.softmax(scores, dim=-1) @ v
     allowed = allowed.expand(scores.shape)

@@ -369,7 +369,8 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     if missing:
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
         defaults = {"window": "window=None", "causal_align": "causal_align='top_left'",
-                    "cu_seqlens_q": "cu_seqlens_q=None", "cu_seqlens_k": "cu_seqlens_k=None"}
+                    "cu_seqlens_q": "cu_seqlens_q=None", "cu_seqlens_k": "cu_seqlens_k=None",
+                    "cache_seqlens": "cache_seqlens=None", "block_table": "block_table=None"}
         hint = ", ".join(defaults[m] for m in missing if m in defaults)
         hint = f" (e.g. {hint})" if hint else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "

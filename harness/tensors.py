@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
-from harness.oracle import packed_allowed, structure_allowed
+from harness.oracle import cache_allowed, gather_pages, packed_allowed, structure_allowed
 
 TORCH_DTYPES = {
     "float64": torch.float64, "float32": torch.float32,
@@ -40,6 +40,19 @@ class Inputs:
     bias: Any | None = None
     """Additive score bias (case.bias != "none"), in the case's dtype; passed as ``bias=``."""
     bias64: torch.Tensor | None = None
+    k_pages: Any | None = None
+    """A paged case (``page_size``): K as a page pool (num_pages, Hkv, page_size, d), for implementations that
+    declare ``structures=("paged",)``; ``k`` holds the same keys contiguous for the others."""
+    v_pages: Any | None = None
+    block_table: Any | None = None
+    """(B, pages per sequence): the page of each sequence's p-th ``page_size`` keys (int32 tensor / int64 array)."""
+
+    def arrays(self, structures: Iterable[str] = ()) -> tuple[Any, Any, Any]:
+        """(q, k, v) as an implementation taking ``structures`` natively receives them: the page pools for a
+        paged case when it declares ``"paged"``, else the contiguous arrays."""
+        if self.k_pages is not None and "paged" in frozenset(structures):
+            return self.q, self.k_pages, self.v_pages
+        return self.q, self.k, self.v
 
     def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, Any]:
         """The keyword arguments of the contract for this case (``bias`` only when the case has one).
@@ -53,11 +66,16 @@ class Inputs:
         """
         native = frozenset(structures)
         fold_varlen = case.varlen is not None and "varlen" not in native
-        fold_br = case.causal_align == "bottom_right" and ("bottom_right" not in native or fold_varlen)
+        fold_cache = case.cache_seqlens is not None and "cache_seqlens" not in native
+        fold_br = case.causal_align == "bottom_right" and ("bottom_right" not in native or fold_varlen or fold_cache)
         fold_window = case.window is not None and ("window" not in native or fold_br or fold_varlen)
         fold_causal = case.causal and (fold_br or fold_varlen)
         kwargs: dict[str, Any] = {"causal": case.causal and not fold_causal, "mask": self.mask, "scale": case.scale}
-        if case.varlen is not None and (fold_varlen or fold_window or fold_causal):  # inside each sequence
+        if case.cache_seqlens is not None and (fold_cache or fold_window or fold_causal):  # per batch element
+            kwargs["mask"] = self._dense(case, cache_allowed(
+                case.cache_seqlens, case.tq, case.tk, causal=fold_causal, window=case.window if fold_window else None,
+                causal_align=case.causal_align, device=case.device))
+        elif case.varlen is not None and (fold_varlen or fold_window or fold_causal):  # inside each sequence
             kwargs["mask"] = self._dense(case, packed_allowed(
                 case.varlen, causal=fold_causal, window=case.window if fold_window else None,
                 causal_align=case.causal_align, device=case.device))
@@ -71,9 +89,24 @@ class Inputs:
             kwargs["causal_align"] = "top_left" if fold_br else case.causal_align
         if "varlen" in native:
             kwargs["cu_seqlens_q"], kwargs["cu_seqlens_k"] = self._cu_seqlens(case)
+        if "cache_seqlens" in native:  # a paged cache always says its lengths (its pages may hold more keys)
+            lengths = case.cache_seqlens
+            if lengths is None and "paged" in native and self.k_pages is not None:
+                lengths = (case.tk,) * case.batch
+            kwargs["cache_seqlens"] = self._index_array(lengths, case)
+        if "paged" in native:
+            kwargs["block_table"] = self.block_table
         if self.bias is not None:
             kwargs["bias"] = self.bias
         return kwargs
+
+    def _index_array(self, values: Any, case: AttentionCase) -> Any:
+        """Integers as the implementation's kind of index array (int32 tensor, int64 array), None stays None."""
+        if values is None:
+            return None
+        if isinstance(self.q, torch.Tensor):
+            return torch.tensor(values, dtype=torch.int32, device=case.device)
+        return np.asarray(values, dtype=np.int64)
 
     def _cu_seqlens(self, case: AttentionCase) -> tuple[Any, Any]:
         """Cumulative query and key lengths (S + 1 each, from 0) of packed sequences, or (None, None)."""
@@ -258,4 +291,17 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
 
         bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
         bias = bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype)
-    return Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
+    inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
+    if case.page_size is not None:  # drawn last: every other case's inputs stay as they were
+        from harness.paging import make_pages
+
+        k_pages, v_pages, table = make_pages(k, v, case.page_size, gen)
+        # the oracle reads what the paged kernel reads: the pages, gathered through the block table
+        inputs.k64 = gather_pages(k_pages.to(torch.float64), table, tk)
+        inputs.v64 = gather_pages(v_pages.to(torch.float64), table, tk)
+        if backend == "torch":
+            inputs.k_pages, inputs.v_pages, inputs.block_table = k_pages.to(device), v_pages.to(device), table.to(device)
+        else:
+            inputs.k_pages, inputs.v_pages = k_pages.numpy(), v_pages.numpy()
+            inputs.block_table = table.numpy().astype(np.int64)
+    return inputs

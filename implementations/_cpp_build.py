@@ -37,8 +37,8 @@ def isa_flags() -> tuple[str, list[str]]:
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
     """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them,
-    the Python that runs and the torch it builds against (its version and where it is installed)."""
-    digest = hashlib.sha1(f"{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
+    the Python environment that runs (``sys.prefix``, its version) and the torch it builds against."""
+    digest = hashlib.sha1(f"{sys.prefix}\0{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
     headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
     for path in [*sources, *headers]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())

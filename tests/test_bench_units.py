@@ -100,13 +100,16 @@ def test_cell_fits_group_by_axis() -> None:
 
 def test_sweeps_axes_and_order() -> None:
     quick = sweep_cases("quick")
+    decode = [c for c, _ in quick if c.tq < c.tk]  # the main job's two decode steps (issue 14)
+    assert [(c.batch, c.heads, c.kv_heads, c.tq, c.tk) for c in decode] == [(4, 32, 8, 1, 2048), (4, 32, 8, 1, 8192)]
+    quick = [(c, m) for c, m in quick if c.tq == c.tk]
     assert [c.tq for c, _ in quick if (c.d, c.heads) == (64, 8)] == [256, 512, 1024, 2048]
     assert {m for _, m in quick} == {"fwd"} and {c.tq for c, _ in quick if (c.d, c.heads) != (64, 8)} == {1024}
     assert {c.d for c, _ in quick} == {32, 64, 128} and {c.heads for c, _ in quick} == {1, 4, 8, 16}
     by_impl = {}
     for cell in plan("quick", ["torch_sdpa", "xformers_memeff"]):
         by_impl.setdefault(cell.implementation, []).append(cell.case.id)
-    assert len(by_impl["torch_sdpa"]) == 9 and len(by_impl["xformers_memeff"]) == 4  # d and heads: main ones only
+    assert len(by_impl["torch_sdpa"]) == 11 and len(by_impl["xformers_memeff"]) == 4  # d, heads, decode: main ones
     full = sweep_cases("full")
     assert {c.tq for c, _ in full} == {2 ** i for i in range(7, 14)}
     assert {c.d for c, _ in full} == {32, 64, 128} and {c.heads for c, _ in full} == {1, 4, 8, 16}

@@ -112,8 +112,17 @@ def fit_complexity(gs: Sequence[float], ys: Sequence[float]) -> ComplexityFit:
     return ComplexityFit(coef, rms, rms / mean if mean else math.inf, len(gs))
 
 
-AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads")}
-"""Fit axes and the case fields that move together along them."""
+AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads"), "Tk": ("tk",)}
+"""Fit axes and the case fields that move together along them. "T" takes square cases (Tq = Tk); "Tk" the
+decode steps (a few queries, Tq < Tk, against a growing cache: theory 1)."""
+
+
+def _on_axis(case: Mapping[str, Any], axis: str) -> bool:
+    if axis == "T":
+        return bool(case["tq"] == case["tk"])
+    if axis == "Tk":
+        return bool(case["tq"] < case["tk"])
+    return True
 
 
 def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> tuple:
@@ -146,7 +155,7 @@ def _structure_label(case: Mapping[str, Any]) -> list[str]:
 def _work(case: Mapping[str, Any]) -> float:
     """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window,
     packed sequences) B * H * (attended pairs) * d (:func:`harness.flops.work_g`)."""
-    if case.get("window") is None and case.get("varlen") is None:
+    if case.get("window") is None and case.get("varlen") is None and case.get("cache_seqlens") is None:
         return float(case["batch"] * case["heads"] * case["tq"] * case["tk"] * case["d"])
     from harness.cases import AttentionCase
     from harness.flops import work_g
@@ -182,7 +191,8 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
     for axis, fields in AXIS_FIELDS.items():
         groups: dict[tuple, list[BenchCell]] = {}
         for cell in ok:
-            groups.setdefault(_group_key(cell, fields), []).append(cell)
+            if _on_axis(cell.case, axis):
+                groups.setdefault(_group_key(cell, fields), []).append(cell)
         for (impl, mode, _), members in groups.items():
             if len({c.case[fields[0]] for c in members}) < MIN_POINTS:
                 continue

@@ -19,12 +19,13 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
+from harness.bench.bandwidth import bandwidth_key, measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
-from harness.flops import attention_flops
+from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
 from harness.results import BenchCell, ResultWriter, Status
 
@@ -49,7 +50,7 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
 
     inputs = make_inputs(case, seed, impl.backend)
     if mode == "fwd":
-        return impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        return impl.prepare(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
     import torch
 
     q, k, v = (x.detach().requires_grad_(True) for x in (inputs.q, inputs.k, inputs.v))
@@ -93,6 +94,10 @@ def peak_task(dtype: str, device: str, threads: int | None) -> dict[str, Any]:
     return measure_gemm_peak(dtype, device, threads=threads)
 
 
+def bandwidth_task(device: str, threads: int | None) -> dict[str, Any]:
+    return measure_bandwidth(device, threads=threads)
+
+
 # ---------------------------------------------------------------- parent side
 
 
@@ -131,7 +136,8 @@ def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
 def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
     return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
-                     peak_key=peak_key(cell.case.dtype, cell.case.device), **measured)
+                     peak_key=peak_key(cell.case.dtype, cell.case.device),
+                     bytes=float(compulsory_bytes(cell.case, cell.mode)), **measured)
 
 
 def _failed(outcome: Outcome) -> str:
@@ -188,6 +194,33 @@ class BenchRunner:
                 peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0),
                                                   outcome.value.get("fastest_call_gflops", 0.0))
         self.writer.set("peaks", peaks)
+        self._confirm_bandwidth(pool)
+
+    def _confirm_bandwidth(self, pool: WorkerPool) -> None:
+        """As for the peaks: measure the bandwidth again after the cells and keep the higher reading."""
+        records = {key: dict(record) for key, record in (self.writer.run.bandwidth or {}).items()}
+        for key, record in records.items():
+            if not record.get("read_gbps") or record.get("confirmed_read_gbps") is not None:
+                continue
+            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads)))
+            if outcome.status != OK:
+                continue
+            again = outcome.value
+            for what in ("read_gbps", "copy_gbps"):
+                record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], again[what]
+                record[what] = max(record[what], again[what])
+        if records:
+            self.writer.set("bandwidth", records)
+
+    def _bandwidth(self, device: str, pool: WorkerPool) -> None:
+        """Measure the memory bandwidth once per run (device and thread count), before the first cell."""
+        key = bandwidth_key(device, self.settings.threads)
+        records = dict(self.writer.run.bandwidth or {})
+        if key in records:
+            return
+        outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads)))
+        records[key] = outcome.value if outcome.status == OK else {"read_gbps": None, "error": _failed(outcome)}
+        self.writer.set("bandwidth", records)
 
     def _finish(self, cell: BenchCell) -> None:
         self.writer.add(cell)
@@ -210,6 +243,7 @@ class BenchRunner:
         if reasons:
             return skipped_cell(cell, "; ".join(reasons))
         peak = self._peak(cell.case.dtype, cell.case.device, peak_pool)
+        self._bandwidth(cell.case.device, peak_pool)
         over = self.budget.check(cell, peak)
         if over:
             return skipped_cell(cell, over)

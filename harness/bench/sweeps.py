@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cases import AttentionCase
+from harness.decode import decode_fields
 from harness.errors import UsageError
 from harness.flops import MODES, attention_flops, work_g
 from harness.results.schema import CellKey
@@ -61,11 +62,31 @@ def ragged(total: int, weights: Sequence[int] = RAGGED_WEIGHTS) -> tuple[tuple[i
     return tuple((b - a, b - a) for a, b in zip(cuts, cuts[1:]))
 
 
+DECODE_MAIN = ("torch_sdpa", "tiled_decode")
+"""The implementations the main job's small decode sweep runs (the roofline's decode points)."""
+_DECODE = {"mode": ("fwd",), "dtype": ("float32",)}
+
+
+def _decode_suite() -> list[dict[str, Any]]:
+    """Decode steps, fp32: Tk up to 65,536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches."""
+    gqa = (32, 8)
+    cases = [decode_fields(1, *gqa, tk) for tk in (1024, 4096, 16384, 65536)]  # time vs Tk: theory 1
+    cases += [decode_fields(b, *gqa, 4096) for b in (8, 64)]  # batch
+    cases += [decode_fields(8, *gqa, 8192, tq=tq) for tq in (2, 4, 16)]  # a few new queries, bottom-right causal
+    cases += [decode_fields(8, *gqa, 32768), decode_fields(1, 32, 1, 32768)]  # the targets: GQA B8, MQA B1
+    cases += [decode_fields(8, *gqa, 16384, ragged=True), decode_fields(8, *gqa, 16384, page_size=16),
+              decode_fields(8, *gqa, 16384, ragged=True, page_size=16), decode_fields(8, *gqa, 16384)]
+    return [{"cases": tuple(cases), **_DECODE}]
+
+
 SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
         {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
         {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN},
         {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN},
+        # a small decode sweep, so the default report's roofline has points under the bandwidth roof
+        {"cases": (decode_fields(4, 32, 8, 2048), decode_fields(4, 32, 8, 8192)), **_DECODE,
+         "implementations": DECODE_MAIN},
     ],
     "full": [
         {"T": tuple(2 ** i for i in range(7, 14)), "d": (64,), "heads": (8,)},
@@ -90,12 +111,14 @@ SUITES: dict[str, list[dict[str, Any]]] = {
         {"T": (2048, 4096, 8192, 16384), "d": (64,), "heads": (8,), "batch": (1,), "dtype": ("float32",),
          "causal": (False,), "mode": ("fwd",), "structure": {"varlen": ragged}},
     ],
+    "decode": _decode_suite(),
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
 SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7},
                                            "window": {"budget_s": 0.4, "min_samples": 5},
-                                           "varlen": {"budget_s": 0.4, "min_samples": 5}}
-SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0, "varlen": 30.0}
+                                           "varlen": {"budget_s": 0.4, "min_samples": 5},
+                                           "decode": {"budget_s": 0.5, "min_samples": 5}}
+SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0, "varlen": 30.0, "decode": 30.0}
 
 
 @dataclass(frozen=True)
@@ -134,6 +157,15 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
     for sweep in SUITES[suite]:
         only = sweep.get("implementations")
         if only is not None and overrides:
+            continue
+        if "cases" in sweep:  # explicit cases (decode steps): only the mode and dtype axes apply
+            if overrides and set(overrides) - {"mode", "dtype"}:
+                continue
+            axes = {**sweep, **overrides}
+            for fields, mode, dtype in itertools.product(sweep["cases"], axes["mode"], axes["dtype"]):
+                case = AttentionCase(**fields, dtype=dtype, device=device)
+                before = seen.get((case.id, mode), (case, mode, frozenset()))[2]
+                seen[(case.id, mode)] = (case, mode, None if only is None or before is None else before | frozenset(only))
             continue
         axes = {**FULL_DEFAULTS, **sweep, **overrides}
         structures = sweep.get("structure", {})  # structure fields (window, causal_align, varlen), or a list of them
@@ -196,13 +228,15 @@ class Budget:
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
     history: dict[tuple[Any, ...], list[tuple[float, float, float]]] = field(default_factory=dict)
-    """(implementation, mode, dtype, causal, structures) -> [(g, median seconds, peak extra bytes)] measured so far."""
+    """(implementation, mode, dtype, causal, structures, decode) -> [(g, median seconds, peak extra bytes)] measured
+    so far. Decode steps (Tq < Tk) are bandwidth-bound, far below a prefill's FLOP rate: each predicts only its own kind."""
     rates: dict[str, list[float]] = field(default_factory=dict)
-    """implementation -> FLOP/s achieved by each cell measured so far (any mode, dtype, causality)."""
+    """implementation (``name/decode`` for decode steps) -> FLOP/s achieved by each cell measured so far (any mode,
+    dtype, causality)."""
 
     def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
         if median_s > 0:
-            self.rates.setdefault(cell.implementation, []).append(attention_flops(cell.case, cell.mode) / median_s)
+            self.rates.setdefault(_rate_key(cell), []).append(attention_flops(cell.case, cell.mode) / median_s)
         key = _history_key(cell.implementation, cell.mode, cell.case)
         self.history.setdefault(key, []).append(
             (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
@@ -215,7 +249,7 @@ class Budget:
         history = self.history.get(_history_key(cell.implementation, mode, case), [])
         dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
-            rate, how = self._calibrated_rate(cell.implementation, peak_gflops)
+            rate, how = self._calibrated_rate(_rate_key(cell), peak_gflops)
             return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, how
         g0, t0, _ = max(history)
         t_slope = _slope([(h[0], h[1]) for h in history], low=1.0, high=1.5)
@@ -259,8 +293,13 @@ class Budget:
 
 def _history_key(implementation: str, mode: str, case: AttentionCase) -> tuple[Any, ...]:
     """Cells whose time one power law of the work predicts: a window or packing keeps its own history
-    (a banded kernel's overheads differ from its dense causal cost at the same work)."""
-    return (implementation, mode, case.dtype, case.causal, case.structures)
+    (a banded kernel's overheads differ from its dense causal cost at the same work), and so does a
+    decode step (Tq < Tk: bandwidth-bound)."""
+    return (implementation, mode, case.dtype, case.causal, case.structures, case.tq < case.tk)
+
+
+def _rate_key(cell: PlannedCell) -> str:
+    return cell.implementation + ("/decode" if cell.case.tq < cell.case.tk else "")
 
 
 def _itemsize(dtype: str) -> int:
@@ -269,8 +308,12 @@ def _itemsize(dtype: str) -> int:
 
 def _slope(points: list[tuple[float, float]], low: float, high: float) -> float:
     """Log-log slope of the points, clamped to [low, high]; low for a single point."""
-    pts = sorted(p for p in points if p[0] > 0 and p[1] > 0)
-    if len({x for x, _ in pts}) < 2:
+    slowest: dict[float, float] = {}  # one point per size (two cases may do the same work): the slower
+    for x, y in points:
+        if x > 0 and y > 0:
+            slowest[x] = max(y, slowest.get(x, 0.0))
+    pts = sorted(slowest.items())
+    if len(pts) < 2:
         return low if low > 0 else 1.0
     from harness.analysis.scaling import fit_exponent
 

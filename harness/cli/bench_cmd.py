@@ -54,7 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", choices=sorted(SUITES), default="quick",
                         help="quick: T sweep at d=64, H=8, every implementation (minutes); full: T 128..8192, "
                              "d 32/64/128, heads 1/4/8/16, causal on/off, fwd and fwd+bwd; window: T 2048..16384 "
-                             "under a causal sliding window of 256")
+                             "under a causal sliding window of 256; decode: decode steps against a KV cache (Tk up "
+                             "to 65536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches; fp32)")
     for flag, what in (("--T", "sequence lengths"), ("--d", "head dims"), ("--heads", "query heads"),
                        ("--batch", "batch sizes")):
         parser.add_argument(flag, nargs="+", type=_ints, metavar="N", help=f"{what} (replaces the suite's)")
@@ -200,6 +201,12 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
             print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}{readings})")
         else:
             print(f"peak {key}: not measured ({peak.get('error')})")
+    for key, record in sorted((run.bandwidth or {}).items()):
+        if record.get("read_gbps"):
+            print(f"bandwidth {key}: read {record['read_gbps']:.1f} GB/s, copy {record['copy_gbps']:.1f} GB/s "
+                  f"({record['method']}; higher of the readings before and after the cells)")
+        else:
+            print(f"bandwidth {key}: not measured ({record.get('error')})")
     print()
     print(results_table(run))
     skipped: dict[tuple[str, str | None], int] = {}

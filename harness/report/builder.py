@@ -91,7 +91,9 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
     if not bench.empty:
         candidates = [plots.scaling_plot(bench, plot_dir, "T"), plots.scaling_plot(bench, plot_dir, "T", MEMORY),
                       plots.scaling_plot(bench, plot_dir, "d"), plots.scaling_plot(bench, plot_dir, "heads"),
-                      plots.throughput_plot(bench, plot_dir, results.peaks), plots.speedup_plot(bench, plot_dir, baseline)]
+                      plots.throughput_plot(bench, plot_dir, results.peaks), plots.speedup_plot(bench, plot_dir, baseline),
+                      plots.scaling_plot(bench, plot_dir, "Tk"),
+                      plots.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]
         candidates += [structure_plots.window_vs_T_plot(bench, plot_dir), structure_plots.window_width_plot(bench, plot_dir)]
         report.plots += [p for p in candidates if p is not None]
         if not report.plots:  # no sweep at all (e.g. pytest-benchmark's shape set): one bar chart instead

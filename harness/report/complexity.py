@@ -22,11 +22,12 @@ import pandas as pd
 
 from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
 
-AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width"}
+AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width", "Tk": "tk"}
 """Fit axes and their columns; ``window_width`` (left + right) is derived from the ``window`` column."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen")
-TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0}
+         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen", "cache_seqlens", "page_size")
+TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0, "Tk": 1.0}
+"""Tk: decode steps (Tq < Tk, a KV cache of Tk keys): the work and the bytes read grow as Tk."""
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
 blocks outside it, grow as T: cells with a window are fitted in a sweep of their own against this."""
@@ -56,7 +57,10 @@ class Sweep:
     @property
     def label(self) -> str:
         f = self.fixed
-        names = {"tq": "T", "d": "d", "heads": "H", "batch": "B"}
+        names = {"tq": "T" if "tk" in f and f.get("tk") == f.get("tq") else "Tq", "tk": "Tk", "d": "d",
+                 "heads": "H", "batch": "B"}
+        if f.get("tk") == f.get("tq") or "tk" not in f:
+            names.pop("tk")
         parts = [f"{short}={f[col]}" for col, short in names.items() if col in f]
         extras = [str(f.get("dtype", "")), str(f.get("mode", ""))]
         if f.get("causal") in (True, "True"):
@@ -96,6 +100,8 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
         data = data.assign(window_width=[sum(int(x) for x in str(w).split(",")) for w in data["window"]])
     if axis == "T":
         data = data[data["tq"] == data["tk"]]
+    if axis == "Tk":  # decode: a few queries against a growing cache
+        data = data[data["tq"] < data["tk"]]
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
     fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
@@ -218,7 +224,7 @@ def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, A
     rows: list[Row] = []
     if bench.empty:
         return rows
-    for axis in ("T", "d", "heads"):
+    for axis in ("T", "d", "heads", "Tk"):
         s = sweep(bench, axis, "median")
         if s is not None:
             rows += fit_rows(s, "time", "median", implementations)

@@ -38,7 +38,32 @@ def _machine(results: Results) -> Line | None:
     peaks = [f"{key} {peak['gflops']:.0f} GFLOP/s" for key, peak in sorted(results.peaks.items()) if peak.get("gflops")]
     if peaks:
         parts.append("measured GEMM peak " + ", ".join(peaks))
+    reads = [f"{key} {r['read_gbps']:.0f} GB/s" for key, r in sorted(results.bandwidth.items()) if r.get("read_gbps")]
+    if reads:
+        parts.append("measured read bandwidth " + ", ".join(reads))
     return Line("Machine", "; ".join(parts))
+
+
+def _decode(bench: pd.DataFrame) -> Line | None:
+    """The fastest implementation at the longest-cache decode step measured, with its share of the bandwidth."""
+    if bench.empty or "gbps" not in bench:
+        return None
+    ok = bench[(bench["status"] == "ok") & bench["median"].notna() & (bench["tq"] < bench["tk"])]
+    if ok.empty:
+        return None
+    longest = ok[ok["tk"] == ok["tk"].max()]
+    case_id = str(longest.sort_values("case_id")["case_id"].iloc[0])
+    at = longest[longest["case_id"] == case_id].sort_values("median").drop_duplicates("implementation")
+    best = at.iloc[0]
+    text = f"{best['implementation']}"
+    if len(at) > 1:
+        second = at.iloc[1]
+        text += f", {float(second['median']) / float(best['median']):.2f}x faster than {second['implementation']}"
+    if pd.notna(best.get("gbps")):
+        text += f"; {float(best['gbps']):.1f} GB/s"
+        if pd.notna(best.get("pct_bandwidth")):
+            text += f" = {float(best['pct_bandwidth']):.0f}% of the read bandwidth"
+    return Line(f"Fastest decode step ({case_id})", text + f" ({len(at)} measured)")
 
 
 def _regime_name(t: int, short: int, long: int, causal: bool, mode: str) -> str:
@@ -51,6 +76,7 @@ def _fastest(bench: pd.DataFrame) -> list[Line]:
     if bench.empty:
         return []
     ok = bench[(bench["status"] == "ok") & bench["median"].notna()].copy()
+    ok = ok[ok["tq"] == ok["tk"]]  # decode steps (Tq < Tk) have a line of their own
     if ok.empty:
         return []
     ok["causal"] = ok["causal"].fillna(False).astype(bool)
@@ -93,5 +119,5 @@ def _failures(verify: pd.DataFrame) -> Line | None:
 
 
 def headline(results: Results) -> list[Line]:
-    lines = [_machine(results), *_fastest(results.bench), _failures(results.verify)]
+    lines = [_machine(results), *_fastest(results.bench), _decode(results.bench), _failures(results.verify)]
     return [line for line in lines if line is not None]

@@ -143,7 +143,8 @@ def render(report: Report) -> str:
     if not report.bench_table.empty:
         parts.append(f"<h2>All bench cells</h2><details><summary>{len(report.bench_table)} cells</summary>"
                      + frame_table(report.bench_table, ["median", "iqr_over_median", "n", "gflops", "pct_peak",
-                                                        "peak_extra_bytes", "peak_bytes"]) + "</details>")
+                                                        "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes"])
+                     + "</details>")
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"

@@ -29,7 +29,7 @@ STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
-                 "threads", "samples_s")
+                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size")
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
@@ -43,6 +43,8 @@ class Results:
     verify: pd.DataFrame
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Measured peak per "dtype/device", e.g. {"float32/cpu": {"gflops": 175.0}}."""
+    bandwidth: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": {"read_gbps": 48.0}} (issue 14)."""
     sources: list[dict[str, Any]] = field(default_factory=list)
     """One entry per file: path, kind, run_id, command, complete, environment."""
     implementations: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -149,7 +151,8 @@ def _stats(cell: BenchCell) -> dict[str, Any]:
     return stats
 
 
-def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str, Any]:
+def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
+              ) -> dict[str, Any]:
     case = cell.case or {}
     stats = _stats(cell)
     memory = cell.memory or {}
@@ -165,7 +168,10 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str,
                 "peak_extra_bytes": extra, "output_bytes": out,
                 "peak_bytes": None if extra is None or out is None else extra + out,
                 "memory_method": memory.get("method"),
-                "threads": cell.threads, "samples_s": list(cell.samples_s)})
+                "threads": cell.threads, "samples_s": list(cell.samples_s),
+                "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
+                "cache_seqlens": None if case.get("cache_seqlens") is None else ",".join(map(str, case["cache_seqlens"])),
+                "page_size": case.get("page_size")})
     return row
 
 
@@ -213,6 +219,7 @@ def load(paths: Iterable[Path]) -> Results:
     verify_rows: list[dict[str, Any]] = []
     growth_rows: list[dict[str, Any]] = []
     peaks: dict[str, dict[str, Any]] = {}
+    bandwidth: dict[str, dict[str, Any]] = {}
     sources: list[dict[str, Any]] = []
     implementations: dict[str, dict[str, Any]] = {}
     coverage: dict[str, dict[str, Any]] = {}
@@ -224,11 +231,12 @@ def load(paths: Iterable[Path]) -> Results:
         meta = _meta(Path(path), kind, run)
         sources.append(meta)
         peaks.update({key: dict(peak) for key, peak in run.peaks.items()})
+        bandwidth.update({key: dict(record) for key, record in (run.bandwidth or {}).items()})
         implementations.update(_implementation_info(run.implementations))
         coverage.update({name: dict(c) for name, c in (run.coverage or {}).items()})
         for cell in run.cells:
             if isinstance(cell, BenchCell):
-                bench_rows.append(bench_row(cell, meta["run_id"] or str(path), run.pct_peak(cell)))
+                bench_rows.append(bench_row(cell, meta["run_id"] or str(path), run.pct_peak(cell), run.pct_bandwidth(cell)))
             else:
                 verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
                 if cell.check == "error_growth" and cell.case:
@@ -240,4 +248,4 @@ def load(paths: Iterable[Path]) -> Results:
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
-                   coverage=coverage, growth=growth)
+                   coverage=coverage, growth=growth, bandwidth=bandwidth)

@@ -82,7 +82,31 @@ def render(report: Report) -> str:
         top = report.speedup[report.speedup["T"] == report.speedup["T"].max()].sort_values("speedup", ascending=False)
         out.append(f"## Speedup over {md(report.baseline)} at T={int(top['T'].iloc[0])}")
         out += [md_table(["implementation", "speedup (×)"], top[["implementation", "speedup"]].itertuples(index=False)), ""]
+    out += _bandwidth_section(report)
     if report.plots:
         out.append("## Plots")
         out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in report.plots]
     return "\n".join(out) + "\n"
+
+
+def _bandwidth_section(report: Any) -> list[str]:
+    """Decode steps (Tq < Tk): GB/s and % of the measured read bandwidth beside GFLOP/s and % of the GEMM peak."""
+    bench = report.results.bench
+    if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():
+        return []
+    rows = bench[(bench["status"] == "ok") & (bench["tq"] < bench["tk"]) & bench["gbps"].notna()]
+    if rows.empty:
+        return []
+    rows = rows.sort_values(["case_id", "median"])
+
+    def pct(x: Any) -> str:
+        return "" if x is None or x != x else f"{float(x):.0f}%"
+
+    out = ["## Decode steps against the memory roof",
+           "GB/s counts the compulsory bytes (Q, K, V read once, O written once) per median call; % of the read "
+           "bandwidth measured in the same run (torch.sum over 256 MiB).", ""]
+    out.append(md_table(["case", "implementation", "median (ms)", "GB/s", "% of bandwidth", "GFLOP/s", "% of peak"],
+                        [(r.case_id, r.implementation, f"{1e3 * float(r.median):.3g}", f"{float(r.gbps):.1f}",
+                          pct(r.pct_bandwidth), f"{float(r.gflops):.1f}", pct(r.pct_peak))
+                         for r in rows.itertuples()]))
+    return out + [""]

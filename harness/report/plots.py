@@ -22,8 +22,8 @@ from harness.report.complexity import MEMORY, Sweep, fit_rows, sweep
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
-              "correctness", "time_per_case", "error_vs_T")
-AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H"}
+              "correctness", "time_per_case", "error_vs_T", "time_vs_Tk", "roofline")
+AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H", "Tk": "cached keys Tk (decode)"}
 
 
 @dataclass(frozen=True)
@@ -255,3 +255,51 @@ def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
                "A line that rises away from the dashed one is error growing with sequence length.")
     return _save(fig, out, "error_vs_T", "Error vs T", caption, rect=(0, 0.06 * rows, 1, 1))
 
+
+
+def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]],
+                  bandwidth: dict[str, dict[str, Any]]) -> Plot | None:
+    """Every timed cell with compulsory bytes at (FLOPs / byte, GFLOP/s) under both roofs of its dtype: the
+    GEMM peak and the read bandwidth x intensity (Williams, Waterman and Patterson's roofline)."""
+    if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():
+        return None
+    ok = bench[(bench["status"] == "ok") & bench["gbps"].notna() & bench["gflops"].notna() & (bench["bytes"] > 0)]
+    dtypes = ok["dtype"].value_counts()
+    if ok.empty or dtypes.empty:
+        return None
+    dtype = str(dtypes.index[0])  # one dtype's roofs: the one most cells ran in
+    ok = ok[ok["dtype"] == dtype]
+    intensity = ok["flops"].astype(float) / ok["bytes"].astype(float)
+    peak = (peaks.get(f"{dtype}/{ok['device'].iloc[0]}") or {}).get("gflops")
+    reads = [float(r["read_gbps"]) for r in bandwidth.values() if isinstance(r.get("read_gbps"), (int, float))]
+    roof_bw = max(reads) if reads else None
+    fig, ax = plt.subplots(figsize=(8, 5))
+    lo, hi = float(intensity.min()) / 2, float(intensity.max()) * 2
+    xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]
+    if roof_bw and peak:
+        ax.plot(xs, [min(peak, roof_bw * x) for x in xs], color="0.3", linewidth=2, zorder=1,
+                label=f"roofline: {roof_bw:.0f} GB/s read, {peak:.0f} GFLOP/s GEMM")
+        ax.axvline(peak / roof_bw, color="0.6", linestyle=":", linewidth=1, label=f"ridge {peak / roof_bw:.1f} FLOP/B")
+    elif peak:
+        ax.axhline(peak, color="0.3", linestyle="--", label=f"GEMM peak {peak:.0f} GFLOP/s")
+    for i, (name, group) in enumerate(ok.groupby("implementation", sort=True)):
+        decode = group["tq"] < group["tk"]
+        style = _style(i)
+        for part, marker, suffix in ((group[~decode], style["marker"], ""), (group[decode], "x", " (decode)")):
+            if part.empty:
+                continue
+            x = part["flops"].astype(float) / part["bytes"].astype(float)
+            ax.scatter(x, part["gflops"], marker=marker, color=f"C{i % 10}", s=36, zorder=3,
+                       label=_text(f"{name}{suffix}"))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per compulsory byte: Q, K, V read once, O written once)")
+    ax.set_ylabel("GFLOP/s")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(_text(f"Roofline ({dtype}, the run's measured roofs)"), fontsize=10)
+    return _save(fig, out, "roofline", "Roofline",
+                 f"Each timed {dtype} cell at its arithmetic intensity and achieved GFLOP/s. Roofs measured in the "
+                 "same run: the GEMM peak and the read bandwidth (torch.sum over 256 MiB) times intensity. Prefill "
+                 "(Tq = Tk) lies far right, under the compute roof; decode steps (x, Tq << Tk) at about "
+                 "2 x (H / Hkv) / bytes per element FLOPs per byte, under the bandwidth roof.")

@@ -48,20 +48,27 @@ def _memory_text(cell: BenchCell) -> str:
 
 
 def results_table(run: Run) -> str:
+    """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it (issue 14)."""
+    roof = bool(run.bandwidth)
     rows = []
     for c in run.bench_cells():
         if c.status == Status.SKIPPED:
             continue
         if c.status != Status.OK or not c.stats:
-            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", "-"))
+            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", *(("-", "-") if roof else ()),
+                         "-"))
             continue
         s = c.stats
         spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
         pct = run.pct_peak(c)
+        bandwidth: tuple[str, ...] = ()
+        if roof:
+            share = run.pct_bandwidth(c)
+            bandwidth = ("-" if c.gbps is None else f"{c.gbps:.1f}", "-" if share is None else f"{share:.0f}%")
         rows.append((c.implementation, c.case_id, c.mode, format_seconds(s["median"]), spread,
-                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", _memory_text(c)))
+                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", *bandwidth, _memory_text(c)))
     return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
-                         "peak extra mem"), rows)
+                         *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows)
 
 
 def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:

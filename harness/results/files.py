@@ -112,7 +112,7 @@ class ResultWriter:
     ``force`` is given.
     """
 
-    RECORDS = ("implementations", "peaks", "fits", "coverage")
+    RECORDS = ("implementations", "peaks", "fits", "coverage", "bandwidth")
 
     def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False,
                  force: bool = False) -> None:

@@ -14,6 +14,7 @@ Schema version 2 (written now)::
       "config": {...},               # the command's settings (resume reads them back)
       "implementations": {...},      # bench: description, source and capabilities per implementation
       "peaks": {"float32/cpu": {"gflops", "first_gflops", "confirmed_gflops", "fastest_call_gflops", ...}},
+      "bandwidth": {"cpu/threads=2": {"read_gbps", "copy_gbps", ...}},  # bench, since issue 14: memory roof
       "fits": [...] | null,          # bench: scaling fits of the finished run
       "coverage": {...} | null,      # verify: pairwise coverage per implementation
       "cells": [BenchCell | VerifyCell, ...]
@@ -100,6 +101,9 @@ class BenchCell:
     """Seconds of set-up before the timed calls, in the timing worker: the inputs and the implementation's
     ``prepare`` (a compile, a block mask; a first cell may include a one-off build). Never timed in
     the samples. Absent in files from before it was recorded."""
+    bytes: float | None = None
+    """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
+    None in files written before the bandwidth roofline (issue 14)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -107,6 +111,12 @@ class BenchCell:
     @property
     def key(self) -> CellKey:
         return CellKey("bench", self.implementation, self.case_id, self.mode)
+
+    @property
+    def gbps(self) -> float | None:
+        """Compulsory bytes per median second, in GB/s (1e9 bytes); None when either is unknown."""
+        median = self.median
+        return None if not self.bytes or not median else self.bytes / median / 1e9
 
     @property
     def median(self) -> float | None:
@@ -159,6 +169,8 @@ class Run:
     fits: tuple[Mapping[str, Any], ...] | None = None
     coverage: Mapping[str, Mapping[str, Any]] | None = None
     schema_version: int = SCHEMA_VERSION
+    bandwidth: Mapping[str, Mapping[str, Any]] | None = None
+    """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None before issue 14."""
 
     def bench_cells(self) -> list[BenchCell]:
         return [c for c in self.cells if isinstance(c, BenchCell)]
@@ -171,7 +183,24 @@ class Run:
         peak = self.peaks.get(cell.peak_key or "", {}).get("gflops")
         return None if not peak or cell.gflops is None else 100.0 * cell.gflops / peak
 
+    def read_bandwidth(self, cell: BenchCell) -> float | None:
+        """The read bandwidth (GB/s) measured for the cell's device and thread count, if any."""
+        device = (cell.peak_key or "/cpu").split("/")[-1]
+        record = (self.bandwidth or {}).get(f"{device}/threads={cell.threads}") or {}
+        return record.get("read_gbps")
+
+    def pct_bandwidth(self, cell: BenchCell) -> float | None:
+        """The cell's compulsory GB/s as a percentage of the measured read bandwidth (None if either is missing)."""
+        roof, gbps = self.read_bandwidth(cell), cell.gbps
+        return None if not roof or gbps is None else 100.0 * gbps / roof
+
     def to_json(self) -> dict[str, Any]:
+        stored = self._to_json()
+        if self.bandwidth is not None:  # appended: files without it read as before
+            stored["bandwidth"] = dict(self.bandwidth)
+        return stored
+
+    def _to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "command": self.command,
             "complete": self.complete, "environment": dict(self.environment), "config": dict(self.config),
@@ -193,7 +222,7 @@ class Run:
             config=data.get("config") or {}, cells=tuple(cell_from_json(c) for c in data.get("cells") or ()),
             implementations=data.get("implementations") or {}, peaks=data.get("peaks") or {},
             fits=None if data.get("fits") is None else tuple(data["fits"]),
-            coverage=data.get("coverage"), schema_version=int(version),
+            coverage=data.get("coverage"), schema_version=int(version), bandwidth=data.get("bandwidth"),
         )
 
 

@@ -64,9 +64,10 @@ def guarded(check: str, fn: Callable[[], Result]) -> Result:
 def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None, v: Any = None,
          **extra: Any) -> Any:
     """One call of the implementation through its ``prepare`` (set-up included)."""
-    q = inputs.q if q is None else q
-    k = inputs.k if k is None else k
-    v = inputs.v if v is None else v
+    native_q, native_k, native_v = inputs.arrays(impl.structures)  # page pools for a paged implementation
+    q = native_q if q is None else q
+    k = native_k if k is None else k
+    v = native_v if v is None else v
     return impl.prepare(q, k, v, **inputs.kwargs(case, impl.structures), **extra)()
 
 
@@ -113,12 +114,14 @@ def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape
 
 def snapshot(inputs: Inputs) -> list[tuple[str, Any]]:
     """Copies of every input the implementation receives, to detect mutation."""
-    named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias)]
+    named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias),
+             ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages), ("block_table", inputs.block_table)]
     return [(n, x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)) for n, x in named if x is not None]
 
 
 def mutation_problem(inputs: Inputs, before: list[tuple[str, Any]]) -> str | None:
-    current = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "mask": inputs.mask, "bias": inputs.bias}
+    current = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "mask": inputs.mask, "bias": inputs.bias,
+               "k_pages": inputs.k_pages, "v_pages": inputs.v_pages, "block_table": inputs.block_table}
     changed = []
     for name, old in before:
         new = current[name]

@@ -61,9 +61,11 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
     if (case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1
             and not case.structures):  # positions matter under a mask, causality, a bias or a structure
         props.append(("permutation", permutation))
+    if case.page_size is not None:  # the properties below pass K and V of their own, contiguous
+        return props
     if not case.self_attention and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
         props.append(("convex_hull", convex_hull))
-    if case.batch > 1 or case.heads > 1:
+    if (case.batch > 1 and case.cache_seqlens is None) or case.heads > 1:
         props.append(("slices", slices))
     if {"block_q", "block_k"} <= set(impl.options):
         props.append(("block_sizes", block_sizes))
@@ -157,7 +159,7 @@ def slices(impl: Implementation, case: AttentionCase) -> Result:
     bound = 2 * _tolerance(case, inputs)
     worst, where = 0.0, ""
     full = (case.batch, case.heads, case.tq, case.tk)
-    if case.batch > 1:
+    if case.batch > 1 and case.cache_seqlens is None:  # cache lengths are per batch element: heads only
         i = case.batch - 1
         part = case.with_(batch=1)
         sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i, full),

@@ -70,6 +70,7 @@ def stateful(impl: Implementation, case: AttentionCase) -> Result:
             return problem
     fresh = make_inputs(case, SEED_BASE + 202, impl.backend)
     same_buffers = (("q", "k", "v") if not case.self_attention else ("q",)) + (("mask",) if inputs.mask is not None else ())
+    same_buffers += ("k_pages", "v_pages", "block_table") if inputs.k_pages is not None else ()
     for name in same_buffers:
         _write_in_place(getattr(inputs, name), getattr(fresh, name))
     for name in ("q64", "k64", "v64", "mask64"):

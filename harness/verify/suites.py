@@ -66,6 +66,10 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("bottom_right")
     if fields.get("varlen") is not None:
         needs.add("varlen")
+    if fields.get("cache_seqlens") is not None:
+        needs.add("cache_seqlens")
+    if fields.get("page_size") is not None:
+        needs.add("paged")
     return Template(fields, dtypes, frozenset(needs))
 
 
@@ -137,7 +141,27 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=2, d=32, causal=True, window=(7, 0), **packed((t, t), (pair, pair))),
         T(heads=2, d=32, mask="key_padding", **packed((9, 13), (t, 2 * t))),
         T(heads=2, d=16, causal=True, grad=True, **packed((t, t), (0, 5), (pair, pair))),
+        *_decode(tiny),
     ]
+
+
+def _decode(tiny: bool) -> list[Template]:
+    """Decode steps against a KV cache (:mod:`harness.decode`): ragged lengths (one of 0, one shorter than
+    Tq: rows with no key), GQA and MQA, Tq 1..16 at the end of each sequence, paged caches (a page size that
+    does not divide Tk), and, beyond the tiny suite, a cache long enough to be split across pieces."""
+    tk = 61 if tiny else 203
+    br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
+    cases = [
+        T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=32, cache_seqlens=(tk, 1, tk // 2)),
+        T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=32, cache_seqlens=(tk, 3), **br),
+        T(batch=2, heads=4, kv_heads=2, tq=16, tk=tk, d=32, cache_seqlens=(20, tk), **br),
+        T(batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=64, page_size=7),
+        T(batch=3, heads=4, kv_heads=2, tq=2, tk=tk, d=32, cache_seqlens=(tk - 1, 0, 17), page_size=16, **br),
+    ]
+    if not tiny:
+        cases.append(T(heads=16, kv_heads=1, tq=1, tk=1500, d=64))  # MQA, one long cache: split-KV at work
+        cases.append(T(batch=2, heads=8, kv_heads=2, tq=1, tk=1500, d=64, cache_seqlens=(1500, 1100), page_size=16))
+    return cases
 
 
 def _plan(suite: str) -> list[Template]:
@@ -189,7 +213,7 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
-    caps |= set(impl.structures) | ({"window", "bottom_right", "varlen"} if impl.mask else set())  # else: dense
+    caps |= set(impl.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.mask else set())
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):

@@ -82,8 +82,8 @@ def floor_for(dtype: str, magnitude: float, logit_max: float = 0.0) -> float:
 def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                        mask: torch.Tensor | None = None, scale: float | None = None,
                        bias: torch.Tensor | None = None, window: tuple[int, int] | None = None,
-                       causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None
-                       ) -> torch.Tensor:
+                       causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
+                       cache_seqlens: tuple[int, ...] | None = None) -> torch.Tensor:
     """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere)."""
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
@@ -92,7 +92,7 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     allowed = allowed_keys(tq, k.shape[-2], causal=causal, mask=mask, device=q.device, window=window,
-                           causal_align=causal_align, varlen=varlen)
+                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
     if allowed is None:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
     allowed = allowed.expand(scores.shape)

@@ -39,7 +39,7 @@ def test_attention(benchmark, impl, case: AttentionCase) -> None:  # type: ignor
     if reasons:
         pytest.skip("; ".join(reasons))
     inputs = make_inputs(case, seed=0, backend=impl.backend)
-    call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+    call = impl.prepare(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
     flops = attention_flops(case, "fwd")
     benchmark.group = case.id
     benchmark.extra_info.update(shape=case.to_dict(), case_id=case.id, implementation=impl.name, flops=flops)

@@ -67,8 +67,12 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_window_ignores_right": ("fail", "output", "max|err|"),
     "broken_bottom_right_as_top_left": ("fail", "output", "max|err|"),
     "broken_varlen_global_causal": ("fail", "output", "max|err|"),
+    # decode with a KV cache (README "Decode with a KV cache")
+    "broken_cache_len_off_by_one": ("fail", "output", "max|err|"),
+    "broken_split_merge_no_rescale": ("fail", "output", "max|err|"),
+    "broken_paged_wrong_page": ("fail", "output", "max|err|"),
 }
-MASKED = "mask=|window=|bottom_right|varlen="
+MASKED = "mask=|window=|bottom_right|varlen=|cache="
 """Cases that reach a plugin with a mask: its own, or a structure it does not declare, folded into a dense one."""
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
     "broken_scale_ignored_with_mask": ("scale=", "mask="),
@@ -84,6 +88,8 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
     "broken_window_ignores_right": ("window=",),
     "broken_bottom_right_as_top_left": ("bottom_right",),
     "broken_varlen_global_causal": ("varlen=",),
+    "broken_cache_len_off_by_one": ("cache=",),
+    "broken_paged_wrong_page": ("paged=",),
 }
 
 

@@ -39,3 +39,22 @@ def attend_structured(q, k, v, *, causal, mask, scale, window, causal_align, **k
     allowed = band(q.shape[-2], k.shape[-2], causal=causal, window=window, causal_align=causal_align,
                    device=q.device, **knobs)
     return attend(q, k, v, mask=allowed if mask is None else allowed & mask, scale=scale)
+
+
+def gather(pages, block_table, tk):
+    """A paged cache (num_pages, Hkv, page, d) as the contiguous (B, Hkv, Tk, d) it stands for."""
+    b, per_seq = block_table.shape
+    _, hkv, page, d = pages.shape
+    out = pages[block_table.long().reshape(-1)].view(b, per_seq, hkv, page, d).transpose(1, 2)
+    return out.reshape(b, hkv, per_seq * page, d)[:, :, :tk]
+
+
+def cache_band(tq, tk, lengths, *, causal, window, causal_align, device="cpu", extra=0):
+    """(B, 1, Tq, Tk) booleans of ragged cache lengths with the structure inside each element's L_b keys;
+    ``extra`` lets the broken plugins attend keys past the end."""
+    out = torch.zeros(len(lengths), 1, tq, tk, dtype=torch.bool, device=device)
+    for b, n in enumerate(lengths):
+        n = min(int(n) + extra, tk)
+        if n:
+            out[b, 0, :, :n] = band(tq, n, causal=causal, window=window, causal_align=causal_align, device=device)
+    return out

@@ -1,0 +1,49 @@
+"""The machine's memory bandwidth, measured in the run as the GEMM peak is: the roof of the roofline.
+
+A decode step reads its KV cache once and does two FLOPs per byte or fewer: its ceiling is how fast
+memory streams, not the GEMM peak. Two measures on buffers far beyond the caches (256 MiB each), with
+the run's thread count, in the peak worker (no plugin code runs there):
+
+- read: ``torch.sum`` over a 256 MiB float32 buffer (bytes read / median time): what a kernel that
+  only reads its inputs, as decode does, can reach; "% of bandwidth" divides by it;
+- copy: ``dst.copy_(src)`` between two such buffers, counted as 2 x 256 MiB moved (STREAM's
+  convention; write-allocate traffic is not counted), for reference.
+
+As for the GEMM peak, the runner measures again after the cells and keeps the higher reading: load
+from other processes only ever lowers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.analysis.stats import summarize
+from harness.bench.timing import TimingConfig, pin_threads, time_call
+
+STREAM_BYTES = 256 * 2**20
+"""Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""
+BANDWIDTH_TIMING = TimingConfig(budget_s=0.6, min_samples=5)
+
+
+def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, threads: int | None = None) -> dict[str, Any]:
+    """Read and copy GB/s (1e9 bytes per second) over :data:`STREAM_BYTES` buffers, medians of repeated calls."""
+    import torch
+
+    used_threads = pin_threads(threads)
+    n = STREAM_BYTES // 4
+    src = torch.ones(n, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    read = summarize(time_call(lambda: src.sum(), device, config))
+    copy = summarize(time_call(lambda: dst.copy_(src), device, config))
+    return {
+        "read_gbps": STREAM_BYTES / read["median"] / 1e9,
+        "copy_gbps": 2 * STREAM_BYTES / copy["median"] / 1e9,
+        "method": f"torch.sum over {STREAM_BYTES >> 20} MiB float32 (read) and copy_ between two such buffers "
+                  f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read['n']} and {copy['n']} calls",
+        "bytes": STREAM_BYTES, "threads": used_threads, "read_stats": read, "copy_stats": copy,
+    }
+
+
+def bandwidth_key(device: str, threads: int | None) -> str:
+    """The key in a result file's ``bandwidth``: "cpu/threads=2" (bandwidth depends on the threads reading)."""
+    return f"{device}/threads={threads if threads is not None else 'default'}"

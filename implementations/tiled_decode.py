@@ -1,0 +1,130 @@
+"""A decode kernel: a few new queries against a long KV cache, K and V read once (flash-decoding).
+
+A decode step has no query blocks to parallelise over: one to sixteen new queries per sequence, a
+cache of thousands of keys. Its time is reading K and V, so the kernel is built to read them once:
+
+* the query heads that share a kv head (GQA: H / Hkv of them; MQA: all H) and the Tq new queries are
+  the rows of one tile, so each K and V row is loaded from memory once and used by all of them
+  (SDPA's ``enable_gqa`` reads the shared K and V once per query head);
+* split-KV (FlashAttention's flash-decoding): each (batch element, kv head)'s keys are cut into pieces
+  when there are fewer (b, h) than threads, or ragged lengths would leave a thread idle; each piece
+  ends with its partial output and log-sum-exp and the pieces are merged by log-sum-exp
+  (:mod:`implementations.decode_numpy` is that merge written to be read);
+* ragged cache lengths (``cache_seqlens``) and a paged cache (``block_table``) natively: a piece of a
+  short sequence is short, and keys are reached through one row pointer each, page or not.
+
+The loops are C++ (:file:`_decode.cpp`, AVX2 + FMA register tiles, built on first use and cached like
+``tiled_fused``'s; a failed build is the availability reason); the threads are
+:mod:`implementations._workers`' (one call per worker, items pulled from a shared counter).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from harness import register
+from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._workers import run_parallel
+
+LOG2E = 1.0 / math.log(2.0)
+SOURCES = [Path(__file__).with_name("_decode.cpp")]
+MIN_PIECE = 512
+"""Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
+PIECES_PER_THREAD = 4
+PREFETCH, BLOCK_KEYS = 2, 64
+"""The next block's K and V rows are prefetched into L2 (not L1: it would evict the block in use) while a
+block of 64 keys is computed; measured on a loaded 2-core VM, T1 and T2 hints were within noise of each other."""
+FORCE_ISA = "ATTNBENCH_DECODE_ISA"
+"""Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run both)."""
+_BUILD_LOCK = threading.Lock()
+_BUILD: dict[str, ModuleType | str] = {}
+
+
+def extension() -> ModuleType | str:
+    """The compiled module, or the reason it could not be built (tried once per process)."""
+    with _BUILD_LOCK:
+        if "result" not in _BUILD:
+            isa, flags = isa_flags()
+            if isa != "avx2":
+                _BUILD["result"] = f"tiled_decode needs AVX2 and FMA; this CPU's capability is {isa}"
+                return _BUILD["result"]
+            name = extension_name("attnbench_decode", isa, SOURCES)
+            if not built_before(name):
+                print("attnbench: building tiled_decode's C++ kernel (first use only, about 30 s)", file=sys.stderr)
+            _BUILD["result"] = build(SOURCES, name, flags)
+        return _BUILD["result"]
+
+
+def use_isa(isa: str | None = None) -> str:
+    """Choose the kernel's path: "avx512" where the CPU has AVX512F (checked at run time) unless ``isa`` or the
+    environment variable ``ATTNBENCH_DECODE_ISA`` says "avx2"; returns the path in use."""
+    ext = extension()
+    if isinstance(ext, str):
+        raise RuntimeError(ext)
+    isa = isa or os.environ.get(FORCE_ISA, "")
+    if isa not in ("", "avx2", "avx512"):
+        raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
+    return "avx512" if ext.tune(PREFETCH, BLOCK_KEYS, isa != "avx2") else "avx2"
+
+
+def available() -> str | None:
+    result = extension()
+    return result if isinstance(result, str) else None
+
+
+def piece_size(lengths: torch.Tensor, kv_heads: int, threads: int) -> int:
+    """Keys per split-KV piece: enough pieces for every thread several times over, none below MIN_PIECE."""
+    total = int(lengths.sum()) * kv_heads
+    return max(MIN_PIECE, -(-total // max(1, threads * PIECES_PER_THREAD)))
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+                     scale: float | None = None, window: tuple[int, int] | None = None,
+                     causal_align: str = "top_left", cache_seqlens: torch.Tensor | None = None,
+                     block_table: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``."""
+    ext = extension()
+    if isinstance(ext, str):
+        raise RuntimeError(ext)
+    use_isa()
+    b, h, tq, d = q.shape
+    hkv = k.shape[1]
+    tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]
+    k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (k, v))
+    lengths = (torch.full((b,), tk, dtype=torch.int64) if cache_seqlens is None
+               else cache_seqlens.to(torch.int64).clamp(max=tk))
+    table = None if block_table is None else block_table.to(torch.int32).contiguous()
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    wl, wr = (-1, 0) if window is None else window
+    bottom_right = causal_align == "bottom_right"
+    threads = torch.get_num_threads()
+    items = ext.plan(lengths, hkv, tq, causal, bottom_right, wl, wr, piece_size(lengths, hkv, threads))
+    rows = (h // hkv) * tq
+    part_o = torch.empty(items.shape[0], rows, d)
+    part_lse = torch.empty(items.shape[0], rows)
+    counter = torch.zeros(1, dtype=torch.int64)
+    args = (q, k, v, table, lengths, items, counter, part_o, part_lse, tq, h // hkv, scale * LOG2E, causal,
+            bottom_right, wl, wr)
+    run_parallel(range(min(threads, max(1, items.shape[0]))), lambda _, __: ext.work(*args))
+    out = torch.empty(b, h, tq, d)
+    ext.merge(items, part_o, part_lse, out, h // hkv)
+    return out
+
+
+@register("tiled_decode", backend="torch", memory="linear", dtypes=("float32",), causal=True, gqa=True,
+          structures=("window", "bottom_right", "cache_seqlens", "paged"), available=available,
+          description="decode kernel: GQA groups as tile rows (K, V read once), split-KV merged by LSE, "
+                      "ragged and paged caches (C++)")
+def tiled_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, mask: None = None,
+                 scale: float | None = None, window: tuple[int, int] | None = None, causal_align: str = "top_left",
+                 cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None) -> torch.Tensor:
+    """Any Tq works (each piece's tile holds all G * Tq rows); it is built for Tq of 1 to 16."""
+    return decode_attention(q, k, v, causal=causal, scale=scale, window=window, causal_align=causal_align,
+                            cache_seqlens=cache_seqlens, block_table=block_table)

@@ -1,0 +1,25 @@
+"""UNUSUAL but correct: takes ragged and paged caches natively by gathering the pages into a contiguous
+cache and attending under a per-element mask (what the oracle does, in the case's dtype)."""
+import sys
+from pathlib import Path
+
+from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _reference import attend, band, cache_band, gather
+
+
+@register("unusual_paged_gather", backend="torch", causal=True, gqa=True,
+          structures=("bottom_right", "cache_seqlens", "paged"))
+def unusual_paged_gather(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
+                         cache_seqlens=None, block_table=None):
+    tq = q.shape[-2]
+    if block_table is not None:
+        tk = block_table.shape[1] * k.shape[2]
+        k, v = gather(k, block_table, tk), gather(v, block_table, tk)
+    tk = k.shape[-2]
+    if cache_seqlens is None:
+        allowed = band(tq, tk, causal=causal, window=None, causal_align=causal_align)
+    else:
+        allowed = cache_band(tq, tk, cache_seqlens.tolist(), causal=causal, window=None, causal_align=causal_align)
+    return attend(q, k, v, mask=allowed, scale=scale)

@@ -111,6 +111,10 @@ class BenchSettings:
     """None: cells are never skipped for time (the user named them on the command line)."""
     threads: int = 1
     device: str = "cpu"
+    executor: str = "local"
+    """"local" (worker processes here, one cell at a time) or "ray" (each cell a Ray task holding a whole node)."""
+    address: str | None = None
+    """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -127,9 +131,10 @@ def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
 
 
 def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
+    kind = (measured.get("node") or {}).get("kind")  # on a cluster: the peak of the node's kind
     return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
-                     peak_key=peak_key(cell.case.dtype, cell.case.device), **measured)
+                     peak_key=peak_key(cell.case.dtype, cell.case.device, kind), **measured)
 
 
 def _failed(outcome: Outcome) -> str:
@@ -140,8 +145,10 @@ class BenchRunner:
     """Measures planned cells into a :class:`ResultWriter`; ``on_cell`` sees each finished cell."""
 
     def __init__(self, settings: BenchSettings, writer: ResultWriter, registry: Registry,
-                 on_cell: Callable[[BenchCell], None] = lambda cell: None) -> None:
+                 on_cell: Callable[[BenchCell], None] = lambda cell: None, cluster: Any = None) -> None:
         self.settings = settings
+        self.cluster = cluster
+        """A :class:`~harness.cluster.connect.RayCluster`: cells run there (:mod:`harness.bench.distributed`)."""
         self.writer = writer
         self.registry = registry
         self.on_cell = on_cell
@@ -155,6 +162,11 @@ class BenchRunner:
             if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
                 planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
+        if self.cluster is not None:
+            from harness.bench.distributed import run_on_cluster
+
+            run_on_cluster(self, [cell for cell in cells if cell.key not in done])
+            return
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
             todo = [cell for cell in cells if cell.key not in done]
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
@@ -215,19 +227,25 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
-        if outcome.status != OK:
-            return _cell(cell, Status(outcome.status), outcome.error, traceback=outcome.traceback,
-                         seconds=time.perf_counter() - started)
-        samples = outcome.value["samples_s"]
+        mem = None
+        if outcome.status == OK and self.settings.memory:
+            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+        return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
+
+    def measured(self, cell: PlannedCell, timing: Outcome, mem: Outcome | None, predicted_s: float | None,
+                 seconds: float, **where: Any) -> BenchCell:
+        """The cell from its timing and memory outcomes (here or on a node, ``where`` it ran); feeds the budget."""
+        if timing.status != OK:
+            return _cell(cell, Status(timing.status), timing.error, traceback=timing.traceback, seconds=seconds, **where)
+        samples = timing.value["samples_s"]
         stats = summarize(samples)
         memory = None
-        if self.settings.memory:
-            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+        if mem is not None:
             memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
-        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=outcome.value["threads"],
-                       memory=memory, predicted_seconds=predicted_s, load_average=_load_average())
-        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9,
-                         seconds=time.perf_counter() - started)
+        where = {"load_average": _load_average(), **where}  # a node's own load average when it sent one
+        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=timing.value["threads"],
+                       memory=memory, predicted_seconds=predicted_s, **where)
+        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9, seconds=seconds)
         self.budget.record(cell, stats["median"], result.peak_extra_bytes)
         return result
 

@@ -134,6 +134,8 @@ class VerifyRun:
     with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
+    cluster: Any = None
+    """A :class:`~harness.cluster.connect.RayCluster`: every case a Ray task (:mod:`harness.verify.distributed`)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -156,8 +158,13 @@ class VerifyRun:
         self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
-            with _worker_environment(threads):
-                self._run_plans(plans, threads)
+            if self.cluster is not None:
+                from harness.verify.distributed import run_on_cluster
+
+                run_on_cluster(self, plans, threads)
+            else:
+                with _worker_environment(threads):
+                    self._run_plans(plans, threads)
         finally:
             self._progress.close()
             with self._lock:
@@ -228,28 +235,29 @@ class VerifyRun:
                     self._progress.advance(f"{impl.name} {case.id}")
         self._flush(force=True)
 
-    def _record(self, impl: Implementation, case: Any, outcome: Outcome) -> None:
+    def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
         if outcome.status == OK:
             results = outcome.value
             share = outcome.seconds / max(len(results), 1)
             for result in results:
-                self._add(impl, case, result, result.get("seconds", share))
+                self._add(impl, case, result, result.get("seconds", share), node)
             return
         status = {ERROR: "error", CRASH: "crash", TIMEOUT: "timeout"}[outcome.status]
         reason = outcome.error or status
         if outcome.status == ERROR and outcome.traceback:
             reason += " | " + outcome.traceback.strip().splitlines()[-2].strip()
-        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds)
+        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds, node)
         self._flush(force=True)
         if outcome.status != ERROR:
             self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
 
-    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float) -> None:
+    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float,
+             node: dict[str, Any] | None = None) -> None:
         cell = VerifyCell(
             implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
             check=result["check"], status=Status(result["status"]), reason=result.get("reason"),
-            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4))
+            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4), node=node)
         with self._lock:
             self.writer.append(cell)
         self._flush()

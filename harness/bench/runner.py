@@ -26,7 +26,7 @@ from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
 from harness.flops import attention_flops
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.results import BenchCell, ResultWriter, Status
+from harness.results import BenchCell, CellKey, ResultWriter, Status
 
 # ---------------------------------------------------------------- worker side
 
@@ -148,7 +148,7 @@ class BenchRunner:
                  on_cell: Callable[[BenchCell], None] = lambda cell: None, cluster: Any = None) -> None:
         self.settings = settings
         self.cluster = cluster
-        """A :class:`~harness.cluster.connect.RayCluster`: cells run there (:mod:`harness.bench.distributed`)."""
+        """A :class:`~harness.cluster.connect.RayCluster` the cells run on (:mod:`harness.bench.distributed` drives it)."""
         self.writer = writer
         self.registry = registry
         self.on_cell = on_cell
@@ -156,17 +156,16 @@ class BenchRunner:
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
 
-    def run(self, cells: list[PlannedCell]) -> None:
-        done = self.writer.done_keys()
+    def learn_from_done(self) -> set[CellKey]:
+        """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
             if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
                 planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
-        if self.cluster is not None:
-            from harness.bench.distributed import run_on_cluster
+        return self.writer.done_keys()
 
-            run_on_cluster(self, [cell for cell in cells if cell.key not in done])
-            return
+    def run(self, cells: list[PlannedCell]) -> None:
+        done = self.learn_from_done()
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
             todo = [cell for cell in cells if cell.key not in done]
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):

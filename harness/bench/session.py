@@ -53,7 +53,14 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
             done = writer.done_keys()
             todo = [c for c in cells if c.key not in done]
             on_start(len(todo))
-            BenchRunner(settings, writer, registry, on_cell, cluster=cluster).run(todo)
+            runner = BenchRunner(settings, writer, registry, on_cell, cluster=cluster)
+            if cluster is None:
+                runner.run(todo)
+            else:
+                from harness.bench.distributed import run_on_cluster
+
+                runner.learn_from_done()
+                run_on_cluster(runner, todo)
             writer.set("fits", cell_fits(writer.cells))
             writer.finish()
             return writer.run

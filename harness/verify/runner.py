@@ -135,7 +135,9 @@ class VerifyRun:
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
     cluster: Any = None
-    """A :class:`~harness.cluster.connect.RayCluster`: every case a Ray task (:mod:`harness.verify.distributed`)."""
+    """A :class:`~harness.cluster.connect.RayCluster` to run every case on, as a Ray task, with ``on_cluster``."""
+    on_cluster: Callable[[VerifyRun, list[Any], int], None] | None = None
+    """How plans run on ``cluster`` (:func:`harness.verify.distributed.run_on_cluster`, which imports this module)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -158,10 +160,8 @@ class VerifyRun:
         self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
-            if self.cluster is not None:
-                from harness.verify.distributed import run_on_cluster
-
-                run_on_cluster(self, plans, threads)
+            if self.cluster is not None and self.on_cluster is not None:
+                self.on_cluster(self, plans, threads)
             else:
                 with _worker_environment(threads):
                     self._run_plans(plans, threads)

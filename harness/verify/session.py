@@ -74,8 +74,10 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 database = settings.fuzz_database or DATABASE_DIR
                 run_fuzz(impls, plugins, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
+                from harness.verify.distributed import run_on_cluster
+
                 VerifyRun(impls, plugins, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                          progress_enabled=settings.progress, cluster=cluster).run()
+                          progress_enabled=settings.progress, cluster=cluster, on_cluster=run_on_cluster).run()
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

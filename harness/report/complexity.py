@@ -24,7 +24,9 @@ from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this:
 
 AXES = {"T": "tq", "d": "d", "heads": "heads"}
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode", "window", "causal_align")
+         "layout", "bias", "kind", "mode", "window", "causal_align", "node_kind")
+"""A sweep holds these fixed: one kind of machine too (``node_kind``: a cluster run's cells are never
+fitted or divided across machines)."""
 TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0}
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
@@ -64,6 +66,8 @@ class Sweep:
             extras.append(str(f["causal_align"]))
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
+        if isinstance(f.get("node_kind"), str):
+            extras.append(f"on {f['node_kind']}")
         return ", ".join(parts + [e for e in extras if e])
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results
+from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
@@ -29,7 +29,7 @@ STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS,
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
-                 "threads", "samples_s")
+                 "threads", "samples_s", "node_kind")
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
@@ -163,7 +163,8 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None) -> dict[str,
                 "peak_extra_bytes": extra, "output_bytes": out,
                 "peak_bytes": None if extra is None or out is None else extra + out,
                 "memory_method": memory.get("method"),
-                "threads": cell.threads, "samples_s": list(cell.samples_s)})
+                "threads": cell.threads, "samples_s": list(cell.samples_s),
+                "node_kind": node_kind(cell)})  # a cluster cell's machine: sweeps and ratios stay within one kind
     return row
 
 

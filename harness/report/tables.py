@@ -68,6 +68,8 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
         return bench
     columns = ["implementation", "case_id", "mode", "status", "median", "iqr_over_median", "n", "gflops",
                "pct_peak", "peak_extra_bytes", "peak_bytes", "reason"]
+    if "node_kind" in bench and bench["node_kind"].notna().any():  # a cluster run: which kind of machine
+        columns.append("node_kind")
     return bench[columns].sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
 
 

@@ -8,6 +8,7 @@ controls, and the node it waits on is removed while it waits.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -23,10 +24,11 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'attn
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from harness.bench import BenchSettings  # noqa: E402
+from harness.bench import BenchSettings, resume_settings  # noqa: E402
 from harness.bench import run as bench  # noqa: E402
 from harness.bench.timing import TimingConfig  # noqa: E402
 from harness.results import Run, read_run  # noqa: E402
+from harness.results.schema import cell_to_json  # noqa: E402
 from harness.verify import VerifySettings  # noqa: E402
 from harness.verify import run as verify  # noqa: E402
 
@@ -136,6 +138,16 @@ def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
     kinds = {k for k in on_ray.peaks if "@" in k}
     assert kinds and all(on_ray.peaks[k].get("confirmed_gflops") for k in kinds)
+
+    # resume on the cluster: an interrupted local file keeps its cells, the cluster measures the rest
+    partial = json.loads((tmp_path / "local.json").read_text())
+    partial["cells"], partial["complete"] = partial["cells"][:5], False
+    (tmp_path / "resumed.json").write_text(json.dumps(partial))
+    settings = dataclasses.replace(resume_settings(tmp_path / "resumed.json"), executor="ray", address=cluster.address)
+    resumed = bench(settings, tmp_path / "resumed.json", resume=True)
+    assert resumed.complete and _statuses(resumed) == _statuses(local)
+    assert [cell_to_json(c) for c in resumed.cells[:5]] == partial["cells"]  # kept as they were
+    assert all(c.node is None for c in resumed.bench_cells()[:5]) and all(c.node for c in resumed.bench_cells()[5:])
 
 
 def _raylet_of(pid: int, cluster: Cluster) -> Any:

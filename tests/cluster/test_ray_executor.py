@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -150,20 +152,7 @@ def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_
     assert all(c.node is None for c in resumed.bench_cells()[:5]) and all(c.node for c in resumed.bench_cells()[5:])
 
 
-def _raylet_of(pid: int, cluster: Cluster) -> Any:
-    """The cluster node whose raylet is an ancestor of process ``pid`` (Ray workers are its children)."""
-    raylets = {node.all_processes["raylet"][0].process.pid: node for node in cluster.worker_nodes}
-    while pid > 1:
-        if pid in raylets:
-            return raylets[pid]
-        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    raise AssertionError("the gated plugin does not run under any worker node of the cluster")
-
-
-def test_a_node_lost_mid_run_loses_no_recorded_cell(cluster: Cluster, tmp_path: Path) -> None:
-    """Runs last: it removes a node. The gated case's task is retried on the other node (or recorded
-    as a crash with the reason); every cell written before the loss is in the final file unchanged."""
-    gated = plugin_file(tmp_path, '''
+GATED = '''
 import numpy as np
 from harness import register
 
@@ -174,7 +163,64 @@ def gated_numpy(q, k, v, *, causal=False, mask=None, scale=None):
     s = (q @ np.swapaxes(k, -1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
     p = np.exp(s - s.max(-1, keepdims=True))
     return (p / p.sum(-1, keepdims=True) @ v).astype(q.dtype)
-''')
+'''
+
+
+def test_an_interrupted_cluster_run_leaves_a_file_that_resume_finishes(cluster: Cluster, tmp_path: Path) -> None:
+    gated = plugin_file(tmp_path, GATED)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--only", "numpy_naive,gated_numpy", "--T", "64", "128", "--budget", "0.02", "--min-samples", "2",
+            "--no-memory", "--threads", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--plugin", str(gated), "--executor", "ray",
+                             "--address", cluster.address, "--out", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_started(tmp_path, "call", proc)  # a gated cell holds a node: the driver is waiting on it
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and f"attnbench bench --resume {out}" in stderr, stderr
+    partial = json.loads(out.read_text())
+    assert not partial["complete"] and partial["config"]["executor"] == "ray"
+    assert {c["implementation"] for c in partial["cells"]} == {"numpy_naive"}  # what finished before the Ctrl-C
+    (tmp_path / "call.release").write_text("")
+    done = subprocess.run([sys.executable, "-m", "harness", "bench", "--resume", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=BOUND_S)
+    assert done.returncode == 0, done.stderr
+    final = json.loads(out.read_text())
+    assert final["complete"] and final["cells"][:len(partial["cells"])] == partial["cells"]
+    assert len(final["cells"]) == 4 and all(c["status"] == "ok" and c["node"] for c in final["cells"])
+
+
+def _raylet_of(pid: int, cluster: Cluster) -> Any:
+    """The cluster node whose raylet is an ancestor of process ``pid`` (Ray workers are its children)."""
+    raylets = {node.all_processes["raylet"][0].process.pid: node for node in cluster.worker_nodes}
+    while pid > 1:
+        if pid in raylets:
+            return raylets[pid]
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("the gated plugin does not run under any worker node of the cluster")
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return  # a zombie: dead, not yet reaped
+        except OSError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} outlived its node by {BOUND_S:g} s")
+
+
+def test_a_node_lost_mid_run_loses_no_recorded_cell(cluster: Cluster, tmp_path: Path) -> None:
+    """Runs last: it removes a node. The gated case's task is retried on the other node (or recorded
+    as a crash with the reason); every cell written before the loss is in the final file unchanged."""
+    gated = plugin_file(tmp_path, GATED)
     out = tmp_path / "run.json"
     proc = subprocess.Popen([sys.executable, "-m", "harness", "verify", "--suite", "small", "--only", "numpy_naive,gated_numpy",
                              "--plugin", str(gated), "--executor", "ray", "--address", cluster.address, "--json", str(out)],
@@ -185,6 +231,7 @@ def gated_numpy(q, k, v, *, causal=False, mask=None, scale=None):
         lost_id = node.node_id
         before = {json.dumps(c, sort_keys=True) for c in json.loads(out.read_text())["cells"]}
         cluster.remove_node(node, allow_graceful=False)
+        _wait_gone(pid)  # the node's Ray worker died with its raylet, and the call at the gate with it
         (tmp_path / "call.release").write_text("")
         stdout, stderr = proc.communicate(timeout=BOUND_S)
     finally:
@@ -194,9 +241,9 @@ def gated_numpy(q, k, v, *, causal=False, mask=None, scale=None):
     after = json.loads(out.read_text())
     assert after["complete"], stderr
     assert before <= {json.dumps(c, sort_keys=True) for c in after["cells"]}, "a cell recorded before the loss changed"
-    later = [c for c in after["cells"] if json.dumps(c, sort_keys=True) not in before]
-    assert later and all((c.get("node") or {}).get("node_id") != lost_id for c in later)  # finished elsewhere
     gated_cells = [c for c in after["cells"] if c["implementation"] == "gated_numpy"]
+    # no gated call passed the gate before the node was gone: each one finished elsewhere (or is the lost crash)
+    assert all((c.get("node") or {}).get("node_id") != lost_id for c in gated_cells)
     assert gated_cells and all(c["status"] == "pass" or (c["status"] == "crash" and "lost on the cluster" in c["reason"])
                                for c in gated_cells), gated_cells
     numpy_cases = {c["case_id"] for c in after["cells"] if c["implementation"] == "numpy_naive"}

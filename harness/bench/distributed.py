@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from harness.bench.runner import _cell, memory_task, peak_task, skipped_cell, timing_task
+from harness.bench.runner import _cell, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
 from harness.cluster.connect import NODE_RESOURCE
@@ -26,6 +26,9 @@ from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
 from harness.isolation import OK, THREAD_VARIABLES, Outcome, Task
 from harness.results import Status, peak_key
+
+WARM_UP_TIMEOUT_S = 300.0
+"""A fresh worker on a node may compile an extension before its first cell (about a minute, more when busy)."""
 
 if TYPE_CHECKING:
     from harness.bench.runner import BenchRunner
@@ -36,9 +39,12 @@ def cell_on_node(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode
                  threads: int | None, memory: bool, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
     """On a node: time one cell and measure its memory in this node's workers for ``name``."""
     args = (name, plugins, case, mode)
+    warm = Task(name, warm_up_task, (name, plugins), timeout=max(timeout, WARM_UP_TIMEOUT_S))
     outcomes = {"timing": run_in_pool(("timing", plugins, name), Task(name, timing_task, args + (timing, threads)),
-                                      timeout=timeout, start_method="spawn")}
+                                      timeout=timeout, start_method="spawn", warm_up=warm)}
     if memory and outcomes["timing"].status == OK:
+        # no warm-up here: the memory worker sets its allocator up before anything else (as locally);
+        # the timing worker has just built or loaded whatever the implementation needs on this node
         outcomes["memory"] = run_in_pool(("memory", plugins, name), Task(name, memory_task, args + (threads,)),
                                          timeout=timeout, start_method="spawn")
     return outcomes, {"load_average": os.getloadavg()[0]}

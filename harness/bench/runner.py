@@ -64,6 +64,12 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
     raise ValueError(f"unknown mode {mode!r}")
 
 
+def warm_up_task(name: str, plugins: tuple[str, ...]) -> None:
+    """Worker: load the plugins and the implementation's own set-up (its availability check may build a
+    C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
+    _implementation(name, plugins).availability()
+
+
 def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
                 config: TimingConfig, threads: int | None) -> dict[str, Any]:
     """Worker: time one cell; raw samples and the thread count in force."""

@@ -88,8 +88,11 @@ def _worker_impl(plugins: tuple[str, ...], name: str, threads: int) -> tuple[Imp
 
 
 def warm_up(plugins: tuple[str, ...], name: str, threads: int) -> None:
-    """In a fresh worker: load the registry and the checker, so that case timeouts time only cases."""
-    _worker_impl(plugins, name, threads)
+    """In a fresh worker: load the registry, the checker and the implementation's own set-up (its
+    availability check, which may build a C++ extension: on a cluster node, for the first time), so
+    that case timeouts time only cases."""
+    impl, _ = _worker_impl(plugins, name, threads)
+    impl.availability()
 
 
 def run_case(plugins: tuple[str, ...], name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:

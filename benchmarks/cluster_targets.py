@@ -49,11 +49,13 @@ def _attnbench(*argv: str) -> float:
     return seconds
 
 
-def verify_target(address: str, out: Path, suite: str, only: list[str]) -> None:
+def verify_target(address: str, out: Path, suite: str, only: list[str], local_first: bool) -> None:
     selection = [arg for name in only for arg in ("--only", name)]
-    ray_s = _attnbench("verify", "--suite", suite, *selection, "--executor", "ray", "--address", address,
-                       "--json", str(out / "verify-ray.json"))
-    local_s = _attnbench("verify", "--suite", suite, *selection, "--jobs", "2", "--json", str(out / "verify-local.json"))
+    seconds = {}
+    for name in ("local", "ray") if local_first else ("ray", "local"):
+        where = ["--executor", "ray", "--address", address] if name == "ray" else ["--jobs", "2"]
+        seconds[name] = _attnbench("verify", "--suite", suite, *selection, *where, "--json", str(out / f"verify-{name}.json"))
+    ray_s, local_s = seconds["ray"], seconds["local"]
     runs = [read_run(out / f"verify-{name}.json") for name in ("ray", "local")]
     statuses = [{(c.implementation, c.case_id, c.check): c.status.value for c in run.verify_cells()} for run in runs]
     differ = {k for k in statuses[0].keys() | statuses[1].keys() if statuses[0].get(k) != statuses[1].get(k)}
@@ -92,6 +94,7 @@ def main() -> None:
     parser.add_argument("--only", action="append", default=[])
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--skip-bench", action="store_true")
+    parser.add_argument("--local-first", action="store_true", help="time the local run before the cluster run")
     args = parser.parse_args()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
                                                             "node_ip_address": "127.0.0.1"})
@@ -102,12 +105,13 @@ def main() -> None:
         cluster.wait_for_nodes()
         out = Path(tempfile.mkdtemp(prefix="attnbench-cluster-targets-"))
         print(f"cluster at {cluster.address}; result files in {out}; {os.cpu_count()} cores", flush=True)
-        if not args.skip_verify:
+        if not args.skip_verify and (not args.only or any("tiled_fused" in o for o in args.only)):
             # first use on the nodes builds tiled_fused's C++ extension for their copy of the sources (minutes,
             # once per cluster session): done here, untimed, so that both timed runs find their builds cached
             _attnbench("verify", "--suite", "small", "--only", "tiled_fused", "--executor", "ray", "--address",
                        cluster.address, "--json", str(out / "warm-up.json"))
-            verify_target(cluster.address, out, args.suite, args.only)
+        if not args.skip_verify:
+            verify_target(cluster.address, out, args.suite, args.only, args.local_first)
         if not args.skip_bench:
             bench_target(cluster.address, out)
     finally:

@@ -16,14 +16,12 @@ from typing import Any
 
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.results.schema import peak_key
+
+__all__ = ["GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak", "peak_key"]
 
 GEMM_SIZE = {"float64": 2048, "float32": 2048, "float16": 1024, "bfloat16": 1024}
 """Side of the square GEMM: large enough to reach the plateau, small enough to take a second or two."""
-
-
-def peak_key(dtype: str, device: str) -> str:
-    """The key in a result file's ``peaks``: "float32/cpu"."""
-    return f"{dtype}/{device}"
 
 
 PEAK_TIMING = TimingConfig(budget_s=1.5)

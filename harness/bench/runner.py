@@ -27,7 +27,7 @@ from harness.cases import AttentionCase
 from harness.discovery import Registry, load_registry
 from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.results import BenchCell, ResultWriter, Status
+from harness.results import BenchCell, CellKey, ResultWriter, Status
 
 # ---------------------------------------------------------------- worker side
 
@@ -63,6 +63,12 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
     if mode == "fwd+bwd":
         return lambda: torch.autograd.grad(forward(), (q, k, v), grad_out)
     raise ValueError(f"unknown mode {mode!r}")
+
+
+def warm_up_task(name: str, plugins: tuple[str, ...]) -> None:
+    """Worker: load the plugins and the implementation's own set-up (its availability check may build a
+    C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
+    _implementation(name, plugins).availability()
 
 
 def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
@@ -118,6 +124,10 @@ class BenchSettings:
     """None: cells are never skipped for time (the user named them on the command line)."""
     threads: int = 1
     device: str = "cpu"
+    executor: str = "local"
+    """"local" (worker processes here, one cell at a time) or "ray" (each cell a Ray task holding a whole node)."""
+    address: str | None = None
+    """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,9 +144,10 @@ def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
 
 
 def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
+    kind = (measured.get("node") or {}).get("kind")  # on a cluster: the peak of the node's kind
     return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
-                     peak_key=peak_key(cell.case.dtype, cell.case.device),
+                     peak_key=peak_key(cell.case.dtype, cell.case.device, kind),
                      bytes=float(compulsory_bytes(cell.case, cell.mode)), **measured)
 
 
@@ -148,8 +159,10 @@ class BenchRunner:
     """Measures planned cells into a :class:`ResultWriter`; ``on_cell`` sees each finished cell."""
 
     def __init__(self, settings: BenchSettings, writer: ResultWriter, registry: Registry,
-                 on_cell: Callable[[BenchCell], None] = lambda cell: None) -> None:
+                 on_cell: Callable[[BenchCell], None] = lambda cell: None, cluster: Any = None) -> None:
         self.settings = settings
+        self.cluster = cluster
+        """A :class:`~harness.cluster.connect.RayCluster` the cells run on (:mod:`harness.bench.distributed` drives it)."""
         self.writer = writer
         self.registry = registry
         self.on_cell = on_cell
@@ -157,12 +170,16 @@ class BenchRunner:
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
 
-    def run(self, cells: list[PlannedCell]) -> None:
-        done = self.writer.done_keys()
+    def learn_from_done(self) -> set[CellKey]:
+        """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
             if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
                 planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
+        return self.writer.done_keys()
+
+    def run(self, cells: list[PlannedCell]) -> None:
+        done = self.learn_from_done()
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
             todo = [cell for cell in cells if cell.key not in done]
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
@@ -251,20 +268,25 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
-        if outcome.status != OK:
-            return _cell(cell, Status(outcome.status), outcome.error, traceback=outcome.traceback,
-                         seconds=time.perf_counter() - started)
-        samples = outcome.value["samples_s"]
+        mem = None
+        if outcome.status == OK and self.settings.memory:
+            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+        return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
+
+    def measured(self, cell: PlannedCell, timing: Outcome, mem: Outcome | None, predicted_s: float | None,
+                 seconds: float, **where: Any) -> BenchCell:
+        """The cell from its timing and memory outcomes (here or on a node, ``where`` it ran); feeds the budget."""
+        if timing.status != OK:
+            return _cell(cell, Status(timing.status), timing.error, traceback=timing.traceback, seconds=seconds, **where)
+        samples = timing.value["samples_s"]
         stats = summarize(samples)
         memory = None
-        if self.settings.memory:
-            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+        if mem is not None:
             memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
-        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=outcome.value["threads"],
-                       memory=memory, predicted_seconds=predicted_s, load_average=_load_average(),
-                       setup_s=outcome.value.get("setup_s"))
-        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9,
-                         seconds=time.perf_counter() - started)
+        where = {"load_average": _load_average(), **where}  # a node's own load average when it sent one
+        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=timing.value["threads"],
+                       memory=memory, predicted_seconds=predicted_s, setup_s=timing.value.get("setup_s"), **where)
+        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9, seconds=seconds)
         self.budget.record(cell, stats["median"], result.peak_extra_bytes)
         return result
 

@@ -6,9 +6,11 @@ turns flags into :class:`~harness.bench.runner.BenchSettings` and prints the typ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from harness.analysis.scaling import cell_fits
 from harness.bench.runner import BenchRunner, BenchSettings
@@ -42,23 +44,43 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     cells = plan(settings.suite, names, settings.overrides, settings.device)
-    writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
-    try:
-        writer.set("implementations", {  # what reports know of each implementation: they never import plugins
-            impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
-            for impl in registry if impl.name in names})
-        done = writer.done_keys()
-        todo = [c for c in cells if c.key not in done]
-        on_start(len(todo))
-        BenchRunner(settings, writer, registry, on_cell).run(todo)
-        writer.set("fits", cell_fits(writer.cells))
-        writer.finish()
-        return writer.run
-    except KeyboardInterrupt:
-        raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
-                          f"finish with: attnbench bench --resume {path}") from None
-    finally:
-        writer.close()
+    with _executor(settings) as cluster:  # connected before the file is touched: a bad --address writes nothing
+        writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
+        try:
+            writer.set("implementations", {  # what reports know of each implementation: they never import plugins
+                impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
+                for impl in registry if impl.name in names})
+            done = writer.done_keys()
+            todo = [c for c in cells if c.key not in done]
+            on_start(len(todo))
+            runner = BenchRunner(settings, writer, registry, on_cell, cluster=cluster)
+            if cluster is None:
+                runner.run(todo)
+            else:
+                from harness.bench.distributed import run_on_cluster
+
+                runner.learn_from_done()
+                run_on_cluster(runner, todo)
+            writer.set("fits", cell_fits(writer.cells))
+            writer.finish()
+            return writer.run
+        except KeyboardInterrupt:
+            raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
+                              f"finish with: attnbench bench --resume {path}") from None
+        finally:
+            writer.close()
+
+
+@contextlib.contextmanager
+def _executor(settings: BenchSettings) -> Iterator[Any]:
+    """None for the local executor; a connected :class:`~harness.cluster.connect.RayCluster` for ray."""
+    if settings.executor == "local":
+        yield None
+        return
+    from harness.cluster.connect import connect
+
+    with connect(settings.address, tuple(settings.plugins)) as cluster:
+        yield cluster
 
 
 def resume_settings(path: Path) -> BenchSettings:

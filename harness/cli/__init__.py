@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Sequence
 
 from harness import __version__, interrupts
-from harness.errors import AttnbenchError
+from harness.errors import AttnbenchError, UsageError
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "run")
 
@@ -44,6 +44,29 @@ def add_plugin_argument(parser: argparse.ArgumentParser) -> None:
         "--plugin", action="append", default=[], metavar="PATH.py|MODULE",
         help="load implementations from a Python file or an importable module (repeatable)",
     )
+
+
+def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--executor`` and ``--address`` for the commands that run cases or cells (verify, bench, run)."""
+    parser.add_argument("--executor", choices=("local", "ray"), default=None,
+                        help="where cases and cells run: local worker processes (default), or ray: each one a Ray "
+                             "task on a cluster, timing cells alone on their node (needs attnbench[ray])")
+    parser.add_argument("--address", metavar="HOST:PORT",
+                        help="the Ray cluster to use with --executor ray (default: the one `ray start` made on this "
+                             "machine, or RAY_ADDRESS)")
+
+
+def executor_from_args(args: argparse.Namespace) -> tuple[str, str | None]:
+    """(executor, address) from the flags; a usage error (exit 2) saying how to install Ray when it is missing."""
+    executor = getattr(args, "executor", None) or "local"
+    address = getattr(args, "address", None)
+    if address and executor != "ray":
+        raise UsageError("--address names a Ray cluster; add --executor ray")
+    if executor == "ray":
+        from harness.cluster.connect import require_ray
+
+        require_ray()
+    return executor, address
 
 
 def build_parser() -> argparse.ArgumentParser:

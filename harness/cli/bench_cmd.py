@@ -9,6 +9,7 @@ the ratios within one run, and heed the IQR/median warnings.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from harness.bench.sweeps import (
     free_ram_bytes,
 )
 from harness.bench.timing import TimingConfig
-from harness.cli import add_plugin_argument
+from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.errors import UsageError
 from harness.flops import MODES
@@ -83,6 +84,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
+    add_executor_arguments(parser)
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -140,13 +142,18 @@ def run(args: argparse.Namespace) -> int:
     from harness.bench import resume_settings
     from harness.bench import run as run_bench
 
+    executor, address = executor_from_args(args)
     if args.resume is not None:
         settings = resume_settings(args.resume)
+        if args.executor is not None:  # the file's executor unless told otherwise (finish a cluster run locally)
+            settings = dataclasses.replace(settings, executor=executor, address=address)
+        elif settings.executor == "ray":
+            executor_from_args(argparse.Namespace(executor="ray", address=settings.address))
         path = args.resume
         if not args.quiet:
             print(f"attnbench bench: resuming {path}; settings come from the file", file=sys.stderr)
     else:
-        settings = _settings(args)
+        settings = dataclasses.replace(_settings(args), executor=executor, address=address)
         path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
     args.plugin = settings.plugins
     registry = registry_from_args(args)

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_plugin_argument
+from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int
 from harness.errors import Interrupted
 from harness.results import RESULTS_DIR, new_run_id
@@ -44,6 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="threads for bench's timing (default: torch's); 1 is steadier on a busy machine")
     parser.add_argument("--skip-verify", action="store_true", help="benchmark and report only")
     parser.add_argument("--skip-bench", action="store_true", help="verify and report only")
+    add_executor_arguments(parser)
 
 
 def _common(args: argparse.Namespace) -> list[str]:
@@ -52,6 +53,10 @@ def _common(args: argparse.Namespace) -> list[str]:
         argv += ["--plugin", plugin]
     for only in args.only:
         argv += ["--only", only]
+    if getattr(args, "executor", None):
+        argv += ["--executor", args.executor]
+    if getattr(args, "address", None):
+        argv += ["--address", args.address]
     return argv
 
 
@@ -86,6 +91,7 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
 
 
 def run(args: argparse.Namespace) -> int:
+    executor_from_args(args)  # no Ray: say how to install it before any step starts
     run_id = new_run_id("run")
     results: list[Path] = []
     codes: dict[str, int] = {}

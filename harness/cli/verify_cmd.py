@@ -16,7 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.cli import add_plugin_argument
+from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
@@ -50,7 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fuzz-seed", type=int, default=0, metavar="S",
                         help="the search's seed (default 0); its example database is results/.hypothesis")
     parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
-                        help="implementations verified at the same time, each in its own worker (default 2)")
+                        help="implementations verified at the same time, each in its own worker (default 2; "
+                             "with --executor ray the cluster's CPUs decide)")
+    add_executor_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.verify import run as run_verify
     from harness.verify.fuzz import DATABASE_DIR
 
+    executor, address = executor_from_args(args)
     registry = registry_from_args(args)
     run_id = new_run_id("verify")
     to_stdout = args.json == "-"
@@ -68,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
     settings = VerifySettings(
         suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
         timeout_s=args.timeout, jobs=args.jobs, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
-        fuzz_database=path.parent / ".hypothesis" if args.json and not to_stdout else DATABASE_DIR)
+        fuzz_database=path.parent / ".hypothesis" if args.json and not to_stdout else DATABASE_DIR,
+        executor=executor, address=address)
     started = wall_clock()
     try:
         result = run_verify(settings, path, force=args.force, registry=registry)

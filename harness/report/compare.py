@@ -9,6 +9,11 @@ flag a real 2% change nobody cares about; both together flag what matters.
 When the test cannot decide — no raw samples (pytest-benchmark JSON saved without
 ``--benchmark-save-data``), or so few that even completely separated samples cannot reach
 ``alpha`` (3 against 3 gives p >= 0.1) — the ratio decides alone and the cell says so.
+
+Cells run on a cluster carry the kind of machine they ran on; a ratio is never taken across
+two kinds (a cell measured on one kind in the base run and on another in the new one is
+``not comparable``, and says both). Cells of local runs are the runs' own machines, as before:
+compared, with a warning when the two environments differ.
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.node import kind_of
 from harness.errors import UsageError
-from harness.results import BenchCell, Run, Status
+from harness.results import BenchCell, Run, Status, node_kind
 
 DEFAULT_THRESHOLD = 0.25
 DEFAULT_ALPHA = 0.05
@@ -158,6 +164,24 @@ def _index(run: Run) -> dict[tuple[str, str, str], BenchCell]:
     return {(c.implementation, c.case_id, c.mode or "fwd"): c for c in run.bench_cells()}
 
 
+def _machine(run: Run, cell: BenchCell) -> str:
+    """The kind of machine ``cell`` ran on: its node's, or for a local run's cell the run's own."""
+    kind = node_kind(cell)
+    if kind is not None:
+        return kind
+    env = run.environment
+    return kind_of({"cpu_model": env.get("cpu_model"), "cores": env.get("cores"), "gpu": env.get("gpu"),
+                    "torch": env.get("torch")})
+
+
+def _other_machines(base_run: Run, new_run: Run, base: BenchCell, new: BenchCell) -> str | None:
+    """Why two cells must not be divided (they ran on different kinds of machine), when one ran on a cluster."""
+    if node_kind(base) is None and node_kind(new) is None:
+        return None  # two local runs: compared as before, with the environment warnings
+    a, b = _machine(base_run, base), _machine(new_run, new)
+    return None if a == b else f"measured on different machines: base on {a}, new on {b}"
+
+
 def _environment_warnings(base: Run, new: Run) -> list[str]:
     warnings = []
     for key in ("cpu_model", "threads", "torch", "gpu"):
@@ -189,6 +213,9 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
             result.cells.append(CellComparison(*key, verdict=ONLY_BASE))
         elif key not in a:
             result.cells.append(CellComparison(*key, verdict=ONLY_NEW))
+        elif (elsewhere := _other_machines(base_run, new_run, a[key], b[key])) is not None:
+            result.cells.append(CellComparison(*key, verdict=NOT_COMPARABLE, base_status=a[key].status.value,
+                                               new_status=b[key].status.value, note=elsewhere))
         else:
             result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha))
     return result
@@ -227,8 +254,8 @@ def markdown(result: Comparison) -> str:
     for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing), ("Improvements", imps)):
         if cells:
             lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]
-    missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)
-               or (c.verdict == NOT_COMPARABLE and c.base_status != c.new_status)]  # alike in both: nothing to say
+    missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)  # not comparable alike in both: nothing to say
+               or (c.verdict == NOT_COMPARABLE and (c.base_status != c.new_status or c.note.startswith("measured on")))]
     if missing:
         lines += ["", "## Not compared", md_table(("implementation", "case", "mode", "why"),
                                                   [(c.implementation, c.case_id, c.mode, c.note or c.verdict)

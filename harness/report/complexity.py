@@ -25,7 +25,10 @@ from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this:
 AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width", "Tk": "tk"}
 """Fit axes and their columns; ``window_width`` (left + right) is derived from the ``window`` column."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
-         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen", "cache_seqlens", "page_size")
+         "layout", "bias", "kind", "mode", "window", "causal_align", "varlen", "cache_seqlens", "page_size",
+         "node_kind")
+"""A sweep holds these fixed: one kind of machine too (``node_kind``: a cluster run's cells are never
+fitted or divided across machines)."""
 TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0, "Tk": 1.0}
 """Tk: decode steps (Tq < Tk, a KV cache of Tk keys): the work and the bytes read grow as Tk."""
 WINDOW_TIME_THEORY = 1.0
@@ -73,6 +76,8 @@ class Sweep:
             extras.append(f"varlen={f['varlen']}")
         if f.get("mask") not in (None, "none"):
             extras.append(f"mask={f['mask']}")
+        if isinstance(f.get("node_kind"), str):
+            extras.append(f"on {f['node_kind']}")
         return ", ".join(parts + [e for e in extras if e])
 
 

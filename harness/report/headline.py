@@ -83,7 +83,8 @@ def _fastest(bench: pd.DataFrame) -> list[Line]:
     lines = []
     for (causal, mode), group in ok.groupby(["causal", "mode"], sort=True):
         # the sizes of the widest T sweep in this regime: the other case fields at their most common values
-        fixed = group[["d", "heads", "batch", "dtype"]].astype(str).agg("-".join, axis=1)
+        sizes = ["d", "heads", "batch", "dtype"] + (["node_kind"] if "node_kind" in group else [])  # one machine kind
+        fixed = group[sizes].apply(lambda row: "-".join(map(str, row)), axis=1)
         group = group[fixed == fixed.mode().iloc[0]]
         ts = sorted({int(t) for t in group["tq"]})
         for t in sorted({ts[0], ts[-1]}):

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results
+from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
@@ -29,7 +29,7 @@ STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
-                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size")
+                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind")
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
@@ -171,7 +171,8 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
                 "threads": cell.threads, "samples_s": list(cell.samples_s),
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
                 "cache_seqlens": None if case.get("cache_seqlens") is None else ",".join(map(str, case["cache_seqlens"])),
-                "page_size": case.get("page_size")})
+                "page_size": case.get("page_size"),
+                "node_kind": node_kind(cell)})  # a cluster cell's machine: sweeps and ratios stay within one kind
     return row
 
 

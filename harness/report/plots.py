@@ -123,7 +123,9 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, A
         left.plot(group["tq"], group["gflops"], label=_text(name), **_style(i))
         if group["pct_peak"].notna().any():
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
-    peak = (peaks.get(f"{s.fixed.get('dtype')}/{s.fixed.get('device')}") or {}).get("gflops")
+    kind = s.fixed.get("node_kind")
+    key = f"{s.fixed.get('dtype')}/{s.fixed.get('device')}" + (f"@{kind}" if isinstance(kind, str) else "")
+    peak = (peaks.get(key) or {}).get("gflops")
     if isinstance(peak, (int, float)):
         left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
     right.axhline(100, color="0.4", linestyle="--", label="100% of peak")

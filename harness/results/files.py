@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
+from harness.cluster.node import cpu_model
 from harness.errors import UsageError
 from harness.filelock import RunLock
 from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
@@ -32,16 +33,6 @@ RESULTS_DIR = Path("results")
 def new_run_id(command: str) -> str:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     return f"{stamp}-{command}-{secrets.token_hex(2)}"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _ram_bytes() -> int | None:
@@ -76,7 +67,7 @@ def environment() -> dict[str, Any]:
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {
         "attnbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
-        "cpu_model": _cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+        "cpu_model": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
         "ram_bytes": _ram_bytes(), "gpu": gpu,
         "torch": torch.__version__, "numpy": _version("numpy"), "xformers": _version("xformers"),
         "triton": _version("triton"), "git_commit": _git_commit(),

@@ -5,10 +5,10 @@ do): a run document, bench cells, verify cells, a status enum and one cell key. 
 the storage form: :meth:`Run.to_json` and :meth:`Run.from_json` convert, and ``from_json``
 upgrades every version this attnbench reads.
 
-Schema version 2 (written now)::
+Schema version 3 (written now)::
 
     {
-      "schema": "attnbench.results", "schema_version": 2,
+      "schema": "attnbench.results", "schema_version": 3,
       "run_id": "...", "command": "bench" | "verify", "complete": bool,
       "environment": {...},          # machine, versions, command line, threads
       "config": {...},               # the command's settings (resume reads them back)
@@ -25,6 +25,13 @@ Cells are append-only: a cell never changes once written. Whatever is only known
 reading (:meth:`Run.pct_peak`). Version 1 also stored ``pct_peak`` in each bench cell,
 rewritten after the peak was confirmed; reading a v1 file drops it, since it equals what
 :meth:`Run.pct_peak` computes from the v1 file's own peaks.
+
+Version 3 adds, for cells run on a cluster (``--executor ray``), the node a cell ran on
+(``node``: hostname, CPU model, cores, GPU, torch build, Ray node id and the ``kind`` label that
+groups identical machines) and, for bench cells, when its task held the node (``started_at``,
+``ended_at``: seconds since the epoch on that node's clock). They are written only when known,
+so a local run's cells look as in version 2; every v1 and v2 file reads unchanged. A peak
+measured on a cluster is keyed per node kind (``"float32/cpu@<kind>"``, :func:`peak_key`).
 """
 
 from __future__ import annotations
@@ -36,8 +43,8 @@ from enum import Enum
 from typing import Any, ClassVar
 
 SCHEMA = "attnbench.results"
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class Status(str, Enum):
@@ -104,6 +111,11 @@ class BenchCell:
     bytes: float | None = None
     """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
     None in files written before the bandwidth roofline (issue 14)."""
+    node: Mapping[str, Any] | None = None
+    """Where the cell ran, on a cluster (None: the run's own machine, its ``environment``)."""
+    started_at: float | None = None
+    """Epoch seconds on the node when the cell's task started holding it (cluster runs)."""
+    ended_at: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -142,6 +154,8 @@ class VerifyCell:
     group: str = "-"
     metrics: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    node: Mapping[str, Any] | None = None
+    """Where the check ran, on a cluster (None: the run's own machine, its ``environment``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -152,6 +166,16 @@ class VerifyCell:
 
 
 Cell = BenchCell | VerifyCell
+
+
+def node_kind(cell: Cell) -> str | None:
+    """The kind of machine a cluster cell ran on (None for a cell of a local run)."""
+    return None if not cell.node else cell.node.get("kind")
+
+
+def peak_key(dtype: str, device: str, kind: str | None = None) -> str:
+    """The key in a result file's ``peaks``: "float32/cpu", or per node kind "float32/cpu@<kind>"."""
+    return f"{dtype}/{device}" if kind is None else f"{dtype}/{device}@{kind}"
 
 
 @dataclass(frozen=True)
@@ -226,10 +250,15 @@ class Run:
         )
 
 
+_WHEN_KNOWN = {"node", "started_at", "ended_at"}  # v3 fields: absent from a local run's cells, as in v2
+
+
 def cell_to_json(cell: Cell) -> dict[str, Any]:
     stored: dict[str, Any] = {"type": cell.type}
     for f in dataclasses.fields(cell):
         value = getattr(cell, f.name)
+        if value is None and f.name in _WHEN_KNOWN:
+            continue
         stored[f.name] = value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple) else value
     return stored
 

@@ -88,8 +88,11 @@ def _worker_impl(plugins: tuple[str, ...], name: str, threads: int) -> tuple[Imp
 
 
 def warm_up(plugins: tuple[str, ...], name: str, threads: int) -> None:
-    """In a fresh worker: load the registry and the checker, so that case timeouts time only cases."""
-    _worker_impl(plugins, name, threads)
+    """In a fresh worker: load the registry, the checker and the implementation's own set-up (its
+    availability check, which may build a C++ extension: on a cluster node, for the first time), so
+    that case timeouts time only cases."""
+    impl, _ = _worker_impl(plugins, name, threads)
+    impl.availability()
 
 
 def run_case(plugins: tuple[str, ...], name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
@@ -134,6 +137,10 @@ class VerifyRun:
     with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
+    cluster: Any = None
+    """A :class:`~harness.cluster.connect.RayCluster` to run every case on, as a Ray task, with ``on_cluster``."""
+    on_cluster: Callable[[VerifyRun, list[Any], int], None] | None = None
+    """How plans run on ``cluster`` (:func:`harness.verify.distributed.run_on_cluster`, which imports this module)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -156,8 +163,11 @@ class VerifyRun:
         self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
-            with _worker_environment(threads):
-                self._run_plans(plans, threads)
+            if self.cluster is not None and self.on_cluster is not None:
+                self.on_cluster(self, plans, threads)
+            else:
+                with _worker_environment(threads):
+                    self._run_plans(plans, threads)
         finally:
             self._progress.close()
             with self._lock:
@@ -228,28 +238,29 @@ class VerifyRun:
                     self._progress.advance(f"{impl.name} {case.id}")
         self._flush(force=True)
 
-    def _record(self, impl: Implementation, case: Any, outcome: Outcome) -> None:
+    def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
         if outcome.status == OK:
             results = outcome.value
             share = outcome.seconds / max(len(results), 1)
             for result in results:
-                self._add(impl, case, result, result.get("seconds", share))
+                self._add(impl, case, result, result.get("seconds", share), node)
             return
         status = {ERROR: "error", CRASH: "crash", TIMEOUT: "timeout"}[outcome.status]
         reason = outcome.error or status
         if outcome.status == ERROR and outcome.traceback:
             reason += " | " + outcome.traceback.strip().splitlines()[-2].strip()
-        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds)
+        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds, node)
         self._flush(force=True)
         if outcome.status != ERROR:
             self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
 
-    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float) -> None:
+    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float,
+             node: dict[str, Any] | None = None) -> None:
         cell = VerifyCell(
             implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
             check=result["check"], status=Status(result["status"]), reason=result.get("reason"),
-            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4))
+            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4), node=node)
         with self._lock:
             self.writer.append(cell)
         self._flush()

@@ -6,11 +6,14 @@ turns flags into :class:`VerifySettings` and prints the typed run it gets back.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.discovery import Registry, absolute_specs, load_registry
-from harness.errors import Interrupted, PluginError
+from harness.errors import Interrupted, PluginError, UsageError
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import RESULTS_DIR, ResultWriter, Run, new_run_id
 
@@ -31,6 +34,9 @@ class VerifySettings:
     fuzz_database: Path | None = None
     """Where failing fuzz cases are kept for replay (default: results/.hypothesis)."""
     progress: bool = field(default=True, compare=False)
+    executor: str = "local"
+    """"local" (worker processes here) or "ray" (every case a Ray task on the cluster at ``address``)."""
+    address: str | None = None
 
 
 def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
@@ -53,24 +59,42 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     config = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
               "jobs": settings.jobs, "implementations": [i.name for i in impls], "plugins": list(plugins),
               **rule_config()}
+    if settings.executor != "local":  # written only when used: a local run's config is as before
+        config.update(executor=settings.executor, address=settings.address)
+    if settings.executor == "ray" and settings.fuzz:
+        raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
     if settings.fuzz:
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
-    writer = ResultWriter(path, "verify", config, force=force)
-    try:
-        if settings.fuzz:
-            from harness.verify.fuzz import DATABASE_DIR, run_fuzz
+    with _executor(settings, plugins) as cluster:  # connected before the file exists: a bad --address writes nothing
+        writer = ResultWriter(path, "verify", config, force=force)
+        try:
+            if settings.fuzz:
+                from harness.verify.fuzz import DATABASE_DIR, run_fuzz
 
-            database = settings.fuzz_database or DATABASE_DIR
-            run_fuzz(impls, plugins, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
-        else:
-            VerifyRun(impls, plugins, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                      progress_enabled=settings.progress).run()
-        writer.finish()
-        return writer.run
-    except KeyboardInterrupt:
-        what = "the searches so far" if settings.fuzz else f"{len(writer.cells)} checks so far"
-        again = "" if settings.fuzz else "; run the same command again to verify everything"
-        raise Interrupted(f"{what} are in {path} (complete: false){again}") from None
-    finally:
-        writer.close()
+                database = settings.fuzz_database or DATABASE_DIR
+                run_fuzz(impls, plugins, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
+            else:
+                from harness.verify.distributed import run_on_cluster
 
+                VerifyRun(impls, plugins, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
+                          progress_enabled=settings.progress, cluster=cluster, on_cluster=run_on_cluster).run()
+            writer.finish()
+            return writer.run
+        except KeyboardInterrupt:
+            what = "the searches so far" if settings.fuzz else f"{len(writer.cells)} checks so far"
+            again = "" if settings.fuzz else "; run the same command again to verify everything"
+            raise Interrupted(f"{what} are in {path} (complete: false){again}") from None
+        finally:
+            writer.close()
+
+
+@contextlib.contextmanager
+def _executor(settings: VerifySettings, plugins: tuple[str, ...]) -> Iterator[Any]:
+    """None for the local executor; a connected :class:`~harness.cluster.connect.RayCluster` for ray."""
+    if settings.executor == "local":
+        yield None
+        return
+    from harness.cluster.connect import connect
+
+    with connect(settings.address, plugins) as cluster:
+        yield cluster

@@ -156,9 +156,9 @@ def test_help_imports_nothing_heavy() -> None:
     """What keeps `attnbench --help` instant and Ctrl-C handled before torch's start-up: checked, not timed."""
     probe = ("import contextlib, io, sys\nfrom harness.cli import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
-             "    for argv in (['--help'], ['bench', '--help'], ['list', '--help']):\n"
+             "    for argv in (['--help'], ['bench', '--help'], ['list', '--help'], ['verify', '--help'], ['run', '--help']):\n"
              "        try:\n            main(argv)\n        except SystemExit:\n            pass\n"
-             "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'scipy') if m in sys.modules))\n")
+             "print(sorted(m for m in ('torch', 'pandas', 'matplotlib', 'scipy', 'ray') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=BOUND_S)
     assert out.stdout.strip() == "[]", out.stderr
 

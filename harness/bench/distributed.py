@@ -1,0 +1,148 @@
+"""bench on a Ray cluster: each cell a Ray task that holds a whole node, peaks per kind of node.
+
+Placement (:func:`harness.cluster.stream.placement`): a CPU cell takes the node's whole
+``attnbench_node`` resource, a CUDA cell one GPU, so no two timing cells ever share a node (or a
+GPU); at most that many cells are in flight, and each is decided (capabilities, time and memory
+budget) only when a slot frees, from the cells measured before it, as on the local executor.
+On the node the cell runs in the same isolated timing and memory workers as locally
+(:func:`cell_on_node`) and comes back with the node's identity and the times it held the node.
+
+Peaks: before the cells, each node measures the GEMM peak of every (dtype, device) the plan needs,
+holding the node as a cell does; readings are kept per node *kind* (the higher one when several
+nodes of a kind answer) under ``"<dtype>/<device>@<kind>"``, and each cell's % of peak divides by
+its own kind's. After the cells each kind is measured again and the higher reading kept.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from harness.bench.runner import _cell, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
+from harness.bench.sweeps import PlannedCell
+from harness.bench.timing import TimingConfig
+from harness.cluster.connect import NODE_RESOURCE
+from harness.cluster.remote import run_in_pool
+from harness.cluster.stream import Submitter, placement, stream
+from harness.isolation import OK, THREAD_VARIABLES, Outcome, Task
+from harness.results import Status, peak_key
+
+WARM_UP_TIMEOUT_S = 300.0
+"""A fresh worker on a node may compile an extension before its first cell (about a minute, more when busy)."""
+
+if TYPE_CHECKING:
+    from harness.bench.runner import BenchRunner
+    from harness.cluster.remote import NodeResult
+
+
+def cell_on_node(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str, timing: TimingConfig,
+                 threads: int | None, memory: bool, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
+    """On a node: time one cell and measure its memory in this node's workers for ``name``."""
+    args = (name, plugins, case, mode)
+    warm = Task(name, warm_up_task, (name, plugins), timeout=max(timeout, WARM_UP_TIMEOUT_S))
+    outcomes = {"timing": run_in_pool(("timing", plugins, name), Task(name, timing_task, args + (timing, threads)),
+                                      timeout=timeout, start_method="spawn", warm_up=warm)}
+    if memory and outcomes["timing"].status == OK:
+        # no warm-up here: the memory worker sets its allocator up before anything else (as locally);
+        # the timing worker has just built or loaded whatever the implementation needs on this node
+        outcomes["memory"] = run_in_pool(("memory", plugins, name), Task(name, memory_task, args + (threads,)),
+                                         timeout=timeout, start_method="spawn")
+    return outcomes, {"load_average": os.getloadavg()[0]}
+
+
+def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
+    """On a node: the GEMM peak of each (dtype, device), in a worker that never runs plugin code."""
+    return {peak_key(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
+                                                 timeout=timeout, start_method="spawn")
+            for dtype, device in keys}, {}
+
+
+class ClusterPeaks:
+    """The run's ``peaks`` record, per node kind; measured on every node, the higher reading kept per kind."""
+
+    def __init__(self, runner: BenchRunner, submit: Submitter) -> None:
+        self.runner, self.submit = runner, submit
+        self.kinds_nodes: dict[str, str] = {}
+        """kind -> the id of a node of that kind (where its peaks are measured again)."""
+
+    def measure(self, nodes: list[str], keys: list[tuple[str, str]], *, confirm: bool) -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        cluster = self.runner.cluster
+        refs = [self.submit(peaks_on_node, keys, self.runner.settings.threads, self.runner.settings.timeout_s,
+                            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)) for node in nodes]
+        for ref in refs:
+            try:
+                result: NodeResult = cluster.ray.get(ref)
+            except cluster.ray.exceptions.RayError:
+                continue  # that node is gone; its kind is measured on another node, or keeps its first reading
+            self.record(result, confirm=confirm)
+
+    def record(self, result: NodeResult, *, confirm: bool) -> None:
+        kind = result.node["kind"]
+        self.kinds_nodes.setdefault(kind, result.node.get("node_id", ""))
+        peaks = {key: dict(value) for key, value in self.runner.writer.run.peaks.items()}
+        for base, outcome in result.outcomes.items():
+            key = f"{base}@{kind}"
+            reading = outcome.value if outcome.status == OK else None
+            peak = peaks.get(key)
+            if peak is None or not peak.get("gflops"):
+                failed = {"gflops": None, "error": f"{outcome.status}: {outcome.error}"}
+                peaks[key] = {**reading, "node": result.node} if reading else failed
+                continue
+            again = reading.get("gflops") if reading else None
+            if confirm:
+                peak["first_gflops"], peak["confirmed_gflops"] = peak["gflops"], again
+            peak["gflops"] = max(peak["gflops"], again or 0.0)
+            if reading:
+                peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0), reading.get("fastest_call_gflops", 0.0))
+        self.runner.writer.set("peaks", peaks)
+
+    def slowest(self, dtype: str, device: str) -> float | None:
+        """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""
+        prefix = peak_key(dtype, device) + "@"
+        found = [p["gflops"] for k, p in self.runner.writer.run.peaks.items() if k.startswith(prefix) and p.get("gflops")]
+        return min(found) if found else None
+
+
+def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell]) -> None:
+    """Measure ``todo`` on ``runner.cluster``; cells are written as their results arrive."""
+    cluster, settings = runner.cluster, runner.settings
+    slots = cluster.timing_slots(settings.device)
+    environment = {name: str(settings.threads) for name in THREAD_VARIABLES} if settings.threads else {}
+    submit = Submitter(cluster, placement(cluster, timing=True, device=settings.device), environment)
+    peaks = ClusterPeaks(runner, submit)
+    resource = "GPU" if settings.device == "cuda" else NODE_RESOURCE
+    nodes = [n["NodeID"] for n in cluster.nodes() if n.get("Resources", {}).get(resource)]
+    keys = sorted({(c.case.dtype, c.case.device) for c in todo})
+    peaks.measure(nodes, keys, confirm=False)
+    predicted: dict[Any, float] = {}
+
+    def submit_cell(cell: PlannedCell) -> Any | None:
+        impl = runner.registry.get(cell.implementation)
+        reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
+        if reasons:
+            runner._finish(skipped_cell(cell, "; ".join(reasons)))
+            return None
+        peak = peaks.slowest(cell.case.dtype, cell.case.device)
+        over = runner.budget.check(cell, peak)
+        if over:
+            runner._finish(skipped_cell(cell, over))
+            return None
+        predicted[cell.key] = runner.budget.cell_seconds_predicted(cell, peak)
+        return submit(cell_on_node, cell.implementation, cluster.plugins, cell.case.to_dict(), cell.mode,
+                      settings.timing, settings.threads, settings.memory, settings.timeout_s)
+
+    def on_done(cell: PlannedCell, result: NodeResult | None, lost: str | None) -> None:
+        if result is None:
+            runner._finish(_cell(cell, Status.CRASH, lost))
+            return
+        peaks.kinds_nodes.setdefault(result.node["kind"], result.node.get("node_id", ""))
+        where = {"node": result.node, "started_at": result.started_at, "ended_at": result.ended_at,
+                 "load_average": result.extra.get("load_average")}
+        runner._finish(runner.measured(cell, result.outcomes["timing"], result.outcomes.get("memory"),
+                                       predicted.get(cell.key), result.ended_at - result.started_at, **where))
+
+    stream(cluster.ray, todo, submit_cell, slots, on_done)
+    if keys:
+        peaks.measure(sorted(set(peaks.kinds_nodes.values())), keys, confirm=True)

@@ -1,0 +1,131 @@
+"""The driver's side of a Ray cluster: import Ray when asked, connect, ship the code, count the slots.
+
+Ray is imported only here and only when ``--executor ray`` is given (``attnbench --help`` never
+loads it). What the workers import comes with every task's runtime environment, so a node needs
+attnbench's dependencies (torch, NumPy, ...) but not attnbench itself:
+
+- ``py_modules``: the ``harness`` and ``implementations`` packages this driver runs, wherever they
+  are installed (a checkout, an editable install, site-packages);
+- ``working_dir``: a directory holding a copy of each ``--plugin`` file (``plugins/<n>/<name>.py``);
+  workers start there, so a file plugin given as an absolute path on the driver is loaded from its
+  copy on every node. Module plugins (``--plugin my_pkg.attn``) must be importable on the nodes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+
+NODE_RESOURCE = "attnbench_node"
+"""The whole-node custom resource: each node started with ``--resources '{"attnbench_node": 1}'``;
+a CPU timing cell takes all of it, so no two timing cells ever share a node."""
+INSTALL_HINT = "pip install 'attnbench[ray]'  (or pip install 'ray>=2.40')"
+EXECUTORS = ("local", "ray")
+
+
+def require_ray() -> None:
+    """A UsageError (exit 2) that says how to install Ray, when it is not installed. Imports nothing."""
+    if importlib.util.find_spec("ray") is None:
+        raise UsageError(f"--executor ray needs Ray, which is not installed here; install it with: {INSTALL_HINT}")
+
+
+def _is_loopback(address: str | None) -> bool:
+    host = (address or "").rsplit(":", 1)[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def _import_ray(address: str | None) -> Any:
+    require_ray()
+    if _is_loopback(address) and "ray" not in sys.modules:
+        # Ray replaces a loopback address by the machine's outward IP before connecting, which fails
+        # for a cluster bound to 127.0.0.1 (a test cluster on one machine). Its own switch for
+        # single-machine clusters keeps the driver on loopback; read when ray is imported.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    import ray
+
+    return ray
+
+
+def _package_dir(name: str) -> str:
+    module = importlib.import_module(name)
+    return str(Path(module.__file__ or "").resolve().parent)
+
+
+def stage_plugins(plugins: tuple[str, ...], into: Path) -> tuple[str, ...]:
+    """Copy each plugin *file* into ``into``; return the specs the workers use (relative to their
+    working directory, which is ``into``'s copy). Module names stay as they are."""
+    remote: list[str] = []
+    for index, spec in enumerate(plugins):
+        path = Path(spec)
+        if spec.endswith(".py") and path.is_file():
+            target = into / "plugins" / str(index) / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            remote.append(str(target.relative_to(into)))
+        else:
+            remote.append(spec)
+    return tuple(remote)
+
+
+@dataclass
+class RayCluster:
+    """A connected driver: the ``ray`` module, the plugin specs as the workers see them, the slots."""
+
+    ray: Any
+    address: str | None
+    plugins: tuple[str, ...]
+    """The ``--plugin`` specs for tasks: file plugins as their staged copies."""
+
+    def resources(self) -> dict[str, float]:
+        return dict(self.ray.cluster_resources())
+
+    def timing_slots(self, device: str) -> int:
+        """How many timing cells can run at once: nodes with the node resource (CPU), or GPUs (CUDA)."""
+        key = "GPU" if device == "cuda" else NODE_RESOURCE
+        slots = int(self.resources().get(key, 0))
+        if slots < 1:
+            fix = ("start GPU nodes" if device == "cuda" else
+                   f"start every node with --resources '{{\"{NODE_RESOURCE}\": 1}}'")
+            raise UsageError(f"the Ray cluster at {self.address or 'auto'} has no {key} resource, so no timing cell "
+                             f"could ever be placed; {fix}")
+        return slots
+
+    def cpus(self) -> int:
+        return max(1, int(self.resources().get("CPU", 1)))
+
+    def nodes(self) -> list[dict[str, Any]]:
+        return [n for n in self.ray.nodes() if n.get("Alive")]
+
+
+@contextmanager
+def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluster]:
+    """Connect to the cluster at ``address`` (None or "auto": the one ``ray start`` made here),
+    with attnbench and the plugin files in the runtime environment; disconnect afterwards."""
+    ray = _import_ray(address)
+    staging = Path(tempfile.mkdtemp(prefix="attnbench-ray-"))
+    try:
+        remote = stage_plugins(plugins, staging)
+        runtime_env = {"working_dir": str(staging), "py_modules": [_package_dir("harness"), _package_dir("implementations")],
+                       "excludes": ["__pycache__", "*.pyc"]}
+        try:
+            ray.init(address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
+                     logging_level="warning", configure_logging=True)
+        except ConnectionError as exc:
+            raise UsageError(f"cannot reach a Ray cluster at {address or 'auto'}: {exc}; start one with "
+                             f"`ray start --head --resources '{{\"{NODE_RESOURCE}\": 1}}'` or pass --address HOST:PORT") from None
+        try:
+            yield RayCluster(ray, address, remote)
+        finally:
+            ray.shutdown()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

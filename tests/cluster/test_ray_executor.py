@@ -1,0 +1,250 @@
+"""``--executor ray`` on a real Ray cluster on this machine: a head that runs nothing (0 CPUs) and two
+nodes of one CPU each with the ``attnbench_node`` resource, all on 127.0.0.1. No mocks.
+
+One cluster serves the module (about 10 s to start) and is always shut down. Each test compares
+with the local executor, or makes a fault happen by construction: a plugin waits at a gate the test
+controls, and the node it waits on is removed while it waits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # keep the driver on loopback (read at `import ray`)
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'attnbench[ray]'); the cluster tests need it")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from harness.bench import BenchSettings, resume_settings  # noqa: E402
+from harness.bench import run as bench  # noqa: E402
+from harness.bench.timing import TimingConfig  # noqa: E402
+from harness.results import Run, read_run  # noqa: E402
+from harness.results.schema import cell_to_json  # noqa: E402
+from harness.verify import VerifySettings  # noqa: E402
+from harness.verify import run as verify  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reliability"))
+from gates import BOUND_S, plugin_file, wait_started  # noqa: E402
+
+pytestmark = pytest.mark.timeout(420)
+REPO = Path(__file__).resolve().parents[2]
+BROKEN = REPO / "tests" / "verifier" / "plugins" / "broken_wrong_scale.py"
+
+TRACER = '''
+import pathlib
+import numpy as np
+from harness import register
+
+with open({log!r}, "a") as log:  # where every process that loads this plugin found it
+    log.write(__file__ + "\\n")
+
+
+@register("traced_numpy", backend="numpy", dtypes=("float32", "float64"), causal=True, mask=True)
+def traced_numpy(q, k, v, *, causal=False, mask=None, scale=None):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    allowed = np.ones(s.shape[-2:], dtype=bool)
+    if causal:
+        allowed = np.tril(allowed)
+    if mask is not None:
+        allowed = allowed & mask
+    s = np.where(allowed, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = p.sum(-1, keepdims=True)
+    return (p / np.where(total > 0, total, 1.0) @ v).astype(q.dtype)
+'''
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    system = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000}
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                      "node_ip_address": "127.0.0.1", "_system_config": system})
+    try:
+        for _ in range(2):
+            c.add_node(num_cpus=1, resources={"attnbench_node": 1}, node_ip_address="127.0.0.1", include_dashboard=False)
+        c.wait_for_nodes()
+        yield c
+    finally:
+        c.shutdown()
+
+
+def _statuses(run: Run) -> dict[tuple[str, ...], str]:
+    return {(c.key.implementation, c.key.case_id, c.key.variant): c.status.value for c in run.cells}
+
+
+def _worker_node_ids(cluster: Cluster) -> set[str]:
+    return {n.node_id for n in cluster.worker_nodes}
+
+
+def test_verify_on_the_cluster_gives_the_local_statuses_and_ships_a_plugin_file(
+        cluster: Cluster, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"  # a plugin file outside the repository
+    outside.mkdir()
+    log = tmp_path / "loaded-from.txt"
+    tracer = outside / "traced.py"
+    tracer.write_text(TRACER.format(log=str(log)))
+    plugins = (str(tracer), str(BROKEN))
+    only = ("numpy_naive", "traced_numpy", "broken_wrong_scale")
+    on_ray = verify(VerifySettings(suite="small", only=only, plugins=plugins, executor="ray", address=cluster.address,
+                                   progress=False), tmp_path / "ray.json")
+    local = verify(VerifySettings(suite="small", only=only, plugins=plugins, jobs=2, progress=False), tmp_path / "local.json")
+
+    assert _statuses(on_ray) == _statuses(local)
+    statuses = set(_statuses(on_ray).values())
+    assert "pass" in statuses and "fail" in statuses  # the broken plugin is rejected there as here
+    stored = read_run(tmp_path / "ray.json")
+    assert stored.complete and stored.config["executor"] == "ray"
+    nodes = {c.node["node_id"] for c in stored.verify_cells() if c.node}
+    assert nodes <= _worker_node_ids(cluster) and nodes, "every check ran on a worker node and says which"
+    for cell in stored.verify_cells():
+        if cell.status.value != "skipped":
+            assert cell.node and {"hostname", "cpu_model", "gpu", "torch", "kind"} <= set(cell.node)
+    loaded = set(log.read_text().split())
+    assert str(tracer) in loaded  # the driver read the original
+    assert any("runtime_resources" in path and path != str(tracer) for path in loaded), loaded  # the nodes, their copy
+    assert "node" not in json.loads((tmp_path / "local.json").read_text())["cells"][0]
+
+
+def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_path: Path) -> None:
+    settings = BenchSettings(only=["numpy_naive", "torch_sdpa"], overrides={"T": [64, 128, 256], "causal": [False, True]},
+                             timing=TimingConfig(warmup_s=0.01, budget_s=0.05, min_samples=3), memory=False,
+                             cell_budget_s=None, threads=1, memory_budget_bytes=2**30)
+    on_ray = bench(BenchSettings(**{**settings.__dict__, "executor": "ray", "address": cluster.address}), tmp_path / "ray.json")
+    local = bench(settings, tmp_path / "local.json")
+
+    assert _statuses(on_ray) == _statuses(local)
+    cells = read_run(tmp_path / "ray.json").bench_cells()
+    assert len(cells) == 12 and all(c.status.value == "ok" for c in cells)
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for cell in cells:
+        assert cell.node and cell.node["node_id"] in _worker_node_ids(cluster)
+        assert cell.started_at is not None and cell.ended_at is not None and cell.started_at < cell.ended_at
+        by_node.setdefault(cell.node["node_id"], []).append((cell.started_at, cell.ended_at))
+        assert cell.peak_key == f"{cell.case['dtype']}/cpu@{cell.node['kind']}"
+        assert on_ray.pct_peak(cell) is not None  # divided by its own node kind's peak
+    for spans in by_node.values():  # no two timing cells held one node at the same time
+        spans.sort()
+        assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
+    kinds = {k for k in on_ray.peaks if "@" in k}
+    assert kinds and all(on_ray.peaks[k].get("confirmed_gflops") for k in kinds)
+
+    # resume on the cluster: an interrupted local file keeps its cells, the cluster measures the rest
+    partial = json.loads((tmp_path / "local.json").read_text())
+    partial["cells"], partial["complete"] = partial["cells"][:5], False
+    (tmp_path / "resumed.json").write_text(json.dumps(partial))
+    settings = dataclasses.replace(resume_settings(tmp_path / "resumed.json"), executor="ray", address=cluster.address)
+    resumed = bench(settings, tmp_path / "resumed.json", resume=True)
+    assert resumed.complete and _statuses(resumed) == _statuses(local)
+    assert [cell_to_json(c) for c in resumed.cells[:5]] == partial["cells"]  # kept as they were
+    assert all(c.node is None for c in resumed.bench_cells()[:5]) and all(c.node for c in resumed.bench_cells()[5:])
+
+
+GATED = '''
+import numpy as np
+from harness import register
+
+
+@register("gated_numpy", backend="numpy", dtypes=("float32",))
+def gated_numpy(q, k, v, *, causal=False, mask=None, scale=None):
+    gate("call")
+    s = (q @ np.swapaxes(k, -1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True) @ v).astype(q.dtype)
+'''
+
+
+def test_an_interrupted_cluster_run_leaves_a_file_that_resume_finishes(cluster: Cluster, tmp_path: Path) -> None:
+    gated = plugin_file(tmp_path, GATED)
+    out = tmp_path / "bench.json"
+    argv = ["bench", "--only", "numpy_naive,gated_numpy", "--T", "64", "128", "--budget", "0.02", "--min-samples", "2",
+            "--no-memory", "--threads", "1"]
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--plugin", str(gated), "--executor", "ray",
+                             "--address", cluster.address, "--out", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_started(tmp_path, "call", proc)  # a gated cell holds a node: the driver is waiting on it
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130 and f"attnbench bench --resume {out}" in stderr, stderr
+    partial = json.loads(out.read_text())
+    assert not partial["complete"] and partial["config"]["executor"] == "ray"
+    assert {c["implementation"] for c in partial["cells"]} == {"numpy_naive"}  # what finished before the Ctrl-C
+    (tmp_path / "call.release").write_text("")
+    done = subprocess.run([sys.executable, "-m", "harness", "bench", "--resume", str(out)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=BOUND_S)
+    assert done.returncode == 0, done.stderr
+    final = json.loads(out.read_text())
+    assert final["complete"] and final["cells"][:len(partial["cells"])] == partial["cells"]
+    assert len(final["cells"]) == 4 and all(c["status"] == "ok" and c["node"] for c in final["cells"])
+
+
+def _raylet_of(pid: int, cluster: Cluster) -> Any:
+    """The cluster node whose raylet is an ancestor of process ``pid`` (Ray workers are its children)."""
+    raylets = {node.all_processes["raylet"][0].process.pid: node for node in cluster.worker_nodes}
+    while pid > 1:
+        if pid in raylets:
+            return raylets[pid]
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    raise AssertionError("the gated plugin does not run under any worker node of the cluster")
+
+
+def _wait_gone(pid: int) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return  # a zombie: dead, not yet reaped
+        except OSError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} outlived its node by {BOUND_S:g} s")
+
+
+def test_a_node_lost_mid_run_loses_no_recorded_cell(cluster: Cluster, tmp_path: Path) -> None:
+    """Runs last: it removes a node. The gated case's task is retried on the other node (or recorded
+    as a crash with the reason); every cell written before the loss is in the final file unchanged."""
+    gated = plugin_file(tmp_path, GATED)
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen([sys.executable, "-m", "harness", "verify", "--suite", "small", "--only", "numpy_naive,gated_numpy",
+                             "--plugin", str(gated), "--executor", "ray", "--address", cluster.address, "--json", str(out)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        pid = wait_started(tmp_path, "call", proc)
+        node = _raylet_of(pid, cluster)
+        lost_id = node.node_id
+        before = {json.dumps(c, sort_keys=True) for c in json.loads(out.read_text())["cells"]}
+        cluster.remove_node(node, allow_graceful=False)
+        _wait_gone(pid)  # the node's Ray worker died with its raylet, and the call at the gate with it
+        (tmp_path / "call.release").write_text("")
+        stdout, stderr = proc.communicate(timeout=BOUND_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    after = json.loads(out.read_text())
+    assert after["complete"], stderr
+    assert before <= {json.dumps(c, sort_keys=True) for c in after["cells"]}, "a cell recorded before the loss changed"
+    gated_cells = [c for c in after["cells"] if c["implementation"] == "gated_numpy"]
+    # no gated call passed the gate before the node was gone: each one finished elsewhere (or is the lost crash)
+    assert all((c.get("node") or {}).get("node_id") != lost_id for c in gated_cells)
+    assert gated_cells and all(c["status"] == "pass" or (c["status"] == "crash" and "lost on the cluster" in c["reason"])
+                               for c in gated_cells), gated_cells
+    numpy_cases = {c["case_id"] for c in after["cells"] if c["implementation"] == "numpy_naive"}
+    assert len(numpy_cases) == 65 and proc.returncode in (0, 1), stderr

@@ -4,10 +4,10 @@ carries that ISA and the sources' hash, and a failed build turned into a one-lin
 Torch caches builds in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) by name. The
 name carries the ISA the code is compiled for (AVX2 or generic, never -march=native), so a cache
 shared by different CPUs never hands one code it cannot run; AVX-512 code paths are compiled per
-function (target attributes) and chosen at run time. It also carries a hash of the sources and of
-the Python and torch that build it, so two checkouts with different sources (say, two work trees),
-or one checkout used from two environments (a venv beside the system Python), never rebuild over
-each other's cached module. No ``-ffast-math``: masked keys rely on IEEE infinities.
+function (target attributes) and chosen at run time. It also carries a hash of the sources, of where
+they are, and of the Python and torch that build it, so two copies of the sources (two work trees,
+Ray's copy of the package on a node), or one checkout used from two environments (a venv beside the
+system Python), never rebuild over each other's cached module. No ``-ffast-math``: masked keys rely on IEEE infinities.
 
 Torch serialises builds with a file named ``lock`` that the builder deletes when done; a builder
 that is killed (a case's timeout, a test's SIGKILL) leaves it behind, and every later build of that
@@ -36,12 +36,14 @@ def isa_flags() -> tuple[str, list[str]]:
 
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
-    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them,
-    the Python environment that runs (``sys.prefix``, its version) and the torch it builds against."""
+    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them and
+    where they are (ninja's build file names their paths: a copy elsewhere, such as Ray's copy of the package
+    on a node, would rebuild over the original), the Python environment that runs (``sys.prefix``, its
+    version) and the torch it builds against."""
     digest = hashlib.sha1(f"{sys.prefix}\0{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
     headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
     for path in [*sources, *headers]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
     return f"{prefix}_{isa}_{digest.hexdigest()[:10]}"
 
 

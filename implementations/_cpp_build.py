@@ -4,10 +4,13 @@ carries that ISA and the sources' hash, and a failed build turned into a one-lin
 Torch caches builds in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) by name. The
 name carries the ISA the code is compiled for (AVX2 or generic, never -march=native), so a cache
 shared by different CPUs never hands one code it cannot run; AVX-512 code paths are compiled per
-function (target attributes) and chosen at run time. It also carries a hash of the sources, of where
-they are, and of the Python and torch that build it, so two copies of the sources (two work trees,
-Ray's copy of the package on a node), or one checkout used from two environments (a venv beside the
-system Python), never rebuild over each other's cached module. No ``-ffast-math``: masked keys rely on IEEE infinities.
+function (target attributes) and chosen at run time. It also carries a hash of the sources' contents
+and of the Python and torch that build it, so one checkout used from two environments (a venv beside
+the system Python) never rebuilds over the other's cached module. The sources are compiled from a
+copy inside the build directory, not from where the package lives: ninja's build file names the
+sources' paths, so a copy of the same package elsewhere (Ray unpacks one per cluster session on
+every node, a second work tree) would otherwise rebuild for minutes over the cached module; this way
+identical sources share one build wherever they come from. No ``-ffast-math``: masked keys rely on IEEE infinities.
 
 Torch serialises builds with a file named ``lock`` that the builder deletes when done; a builder
 that is killed (a case's timeout, a test's SIGKILL) leaves it behind, and every later build of that
@@ -36,15 +39,32 @@ def isa_flags() -> tuple[str, list[str]]:
 
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
-    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the sources and headers beside them and
-    where they are (ninja's build file names their paths: a copy elsewhere, such as Ray's copy of the package
-    on a node, would rebuild over the original), the Python environment that runs (``sys.prefix``, its
-    version) and the torch it builds against."""
+    """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the contents of the sources and the
+    headers beside them (by file name, not by where they are), the Python environment that runs
+    (``sys.prefix``, its version) and the torch it builds against."""
     digest = hashlib.sha1(f"{sys.prefix}\0{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
-    headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
-    for path in [*sources, *headers]:
-        digest.update(str(path.resolve()).encode() + b"\0" + path.read_bytes())
+    for path in _with_headers(sources):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return f"{prefix}_{isa}_{digest.hexdigest()[:10]}"
+
+
+def _with_headers(sources: list[Path]) -> list[Path]:
+    """The sources and the headers beside them that they may include (``_flash_*.h``)."""
+    headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
+    return [*sources, *headers]
+
+
+def _staged(paths: list[Path], directory: Path) -> list[Path]:
+    """Copies of ``paths`` (and their headers) in ``directory/sources``, rewritten only when their contents
+    differ, so that ninja sees one unchanged source path however many copies of the package exist."""
+    staging = directory / "sources"
+    staging.mkdir(parents=True, exist_ok=True)
+    for path in _with_headers(paths):
+        target = staging / path.name
+        contents = path.read_bytes()
+        if not target.is_file() or target.read_bytes() != contents:
+            target.write_bytes(contents)
+    return [staging / path.name for path in paths]
 
 
 def built_before(name: str) -> bool:
@@ -68,7 +88,8 @@ def build(sources: Path | list[Path], name: str, flags: list[str],
         directory = build_directory or Path(cpp_extension._get_build_directory(name, verbose=False))
         paths = [sources] if isinstance(sources, Path) else sources
         with builder_lock(directory):
-            return cpp_extension.load(name=name, sources=[str(p) for p in paths], extra_cflags=["-O3", *flags],
+            staged = _staged(paths, directory)
+            return cpp_extension.load(name=name, sources=[str(p) for p in staged], extra_cflags=["-O3", *flags],
                                       verbose=False, build_directory=str(directory))
     except (RuntimeError, OSError, ImportError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]

@@ -35,3 +35,38 @@ def test_a_stale_lock_left_by_a_killed_builder_does_not_block_the_next_build(tmp
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "42", done.stdout
     assert not (build_dir / "lock").exists()
+
+
+def _build_in_subprocess(source: Path, build_dir: Path) -> str:
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from implementations._cpp_build import build
+        module = build([Path({str(source)!r})], "attnbench_tiny_copy_test", [], build_directory=Path({str(build_dir)!r}))
+        print(module if isinstance(module, str) else module.answer())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.slow
+def test_a_copy_of_the_same_sources_elsewhere_reuses_the_build(tmp_path: Path) -> None:
+    """Ray unpacks the package to a new directory per cluster session: identical sources must not rebuild."""
+    from implementations._cpp_build import extension_name
+
+    first, second = tmp_path / "checkout" / "tiny.cpp", tmp_path / "ray_copy" / "tiny.cpp"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(SOURCE)
+    assert extension_name("tiny", "avx2", [first]) == extension_name("tiny", "avx2", [second])
+    (second.parent / "tiny.cpp").write_text(SOURCE + "// changed\n")
+    assert extension_name("tiny", "avx2", [first]) != extension_name("tiny", "avx2", [second])
+    second.write_text(SOURCE)
+
+    build_dir = tmp_path / "build"
+    assert _build_in_subprocess(first, build_dir) == "42"
+    built = {p.name: p.stat().st_mtime_ns for p in build_dir.glob("*.so")}
+    assert built
+    assert _build_in_subprocess(second, build_dir) == "42"
+    assert {p.name: p.stat().st_mtime_ns for p in build_dir.glob("*.so")} == built  # loaded, not rebuilt

@@ -76,6 +76,20 @@ def environment() -> dict[str, Any]:
     }
 
 
+def encode_json(data: Any) -> str:
+    """``data`` as JSON text: indented, except that each item of a top-level ``cells`` list is one line.
+
+    A result file is rewritten whole as it grows, so its encoding must be fast: Python's indenting
+    encoder is pure Python (measured 0.7 s per write of a 5,700-cell verify file, a third of a core
+    over a run), while the C encoder writes a cell in microseconds. One cell per line also diffs well."""
+    if not (isinstance(data, dict) and isinstance(data.get("cells"), list)):
+        return json.dumps(data, indent=1, allow_nan=True, default=str)
+    placeholder = json.dumps(f"cells-{secrets.token_hex(16)}")  # a string no other value can hold
+    head = json.dumps({**data, "cells": json.loads(placeholder)}, indent=1, allow_nan=True, default=str)
+    cells = ",\n  ".join(json.dumps(cell, allow_nan=True, default=str) for cell in data["cells"])
+    return head.replace(placeholder, "[\n  " + cells + "\n ]" if cells else "[]", 1)
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a crash) never sees half a file."""
     path = Path(path)
@@ -83,7 +97,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, allow_nan=True, default=str)
+            handle.write(encode_json(data))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)

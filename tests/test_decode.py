@@ -208,3 +208,18 @@ def test_bandwidth_measure() -> None:
     measured = measure_bandwidth("cpu", TimingConfig(budget_s=0.1, min_samples=2), threads=1)
     assert measured["read_gbps"] > 0.1 and measured["copy_gbps"] > 0.1 and measured["threads"] == 1
     assert "256 MiB" in measured["method"]
+
+
+def test_a_cluster_runs_roofline_takes_its_own_kinds_roofs() -> None:
+    import pandas as pd
+
+    from harness.report.plots import roofs
+
+    cells = pd.DataFrame({"node_kind": ["EPYC x2", "EPYC x2", "Xeon x64"], "device": ["cpu"] * 3, "flops": [1.0] * 3})
+    peaks = {"float32/cpu@EPYC x2": {"gflops": 190.0}, "float32/cpu@Xeon x64": {"gflops": 3000.0}, "float32/cpu": {"gflops": 1.0}}
+    bandwidth = {"cpu/threads=1@EPYC x2": {"read_gbps": 30.0}, "cpu/threads=1@Xeon x64": {"read_gbps": 200.0},
+                 "cpu/threads=1": {"read_gbps": 5.0}}
+    kept, kind, peak, read = roofs(cells, "float32", peaks, bandwidth)
+    assert (kind, peak, read, len(kept)) == ("EPYC x2", 190.0, 30.0, 2)
+    local = pd.DataFrame({"device": ["cpu"], "flops": [1.0]})
+    assert roofs(local, "float32", peaks, bandwidth)[1:] == (None, 1.0, 5.0)

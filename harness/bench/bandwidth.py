@@ -19,6 +19,9 @@ from typing import Any
 
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.results.schema import bandwidth_key
+
+__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "measure_bandwidth"]
 
 STREAM_BYTES = 256 * 2**20
 """Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""
@@ -42,8 +45,3 @@ def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, thre
                   f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read['n']} and {copy['n']} calls",
         "bytes": STREAM_BYTES, "threads": used_threads, "read_stats": read, "copy_stats": copy,
     }
-
-
-def bandwidth_key(device: str, threads: int | None) -> str:
-    """The key in a result file's ``bandwidth``: "cpu/threads=2" (bandwidth depends on the threads reading)."""
-    return f"{device}/threads={threads if threads is not None else 'default'}"

@@ -10,7 +10,9 @@ On the node the cell runs in the same isolated timing and memory workers as loca
 Peaks: before the cells, each node measures the GEMM peak of every (dtype, device) the plan needs,
 holding the node as a cell does; readings are kept per node *kind* (the higher one when several
 nodes of a kind answer) under ``"<dtype>/<device>@<kind>"``, and each cell's % of peak divides by
-its own kind's. After the cells each kind is measured again and the higher reading kept.
+its own kind's. The memory bandwidth (the roofline's other roof) is measured there too, per device
+and thread count, under ``"<device>/threads=<n>@<kind>"``. After the cells each kind is measured
+again and the higher reading kept.
 """
 
 from __future__ import annotations
@@ -18,14 +20,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from harness.bench.runner import _cell, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
+from harness.bench.runner import _cell, bandwidth_task, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
 from harness.cluster.connect import NODE_RESOURCE
 from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
 from harness.isolation import OK, THREAD_VARIABLES, Outcome, Task
-from harness.results import Status, peak_key
+from harness.results import Status, bandwidth_key, peak_key
 
 WARM_UP_TIMEOUT_S = 300.0
 """A fresh worker on a node may compile an extension before its first cell (about a minute, more when busy)."""
@@ -50,11 +52,20 @@ def cell_on_node(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode
     return outcomes, {"load_average": os.getloadavg()[0]}
 
 
+BANDWIDTH_PREFIX = "bandwidth:"
+"""Marks a bandwidth reading among :func:`peaks_on_node`'s outcomes."""
+
+
 def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
-    """On a node: the GEMM peak of each (dtype, device), in a worker that never runs plugin code."""
-    return {peak_key(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
-                                                 timeout=timeout, start_method="spawn")
-            for dtype, device in keys}, {}
+    """On a node: the GEMM peak of each (dtype, device) and the memory bandwidth of each device, in a
+    worker that never runs plugin code."""
+    outcomes = {peak_key(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
+                                                     timeout=timeout, start_method="spawn")
+                for dtype, device in keys}
+    for device in sorted({device for _, device in keys}):
+        outcomes[BANDWIDTH_PREFIX + bandwidth_key(device, threads)] = run_in_pool(
+            ("peak",), Task(device, bandwidth_task, (device, threads)), timeout=timeout, start_method="spawn")
+    return outcomes, {}
 
 
 class ClusterPeaks:
@@ -82,7 +93,12 @@ class ClusterPeaks:
         kind = result.node["kind"]
         self.kinds_nodes.setdefault(kind, result.node.get("node_id", ""))
         peaks = {key: dict(value) for key, value in self.runner.writer.run.peaks.items()}
+        bandwidth = {key: dict(value) for key, value in (self.runner.writer.run.bandwidth or {}).items()}
         for base, outcome in result.outcomes.items():
+            if base.startswith(BANDWIDTH_PREFIX):
+                self._record_bandwidth(bandwidth, f"{base.removeprefix(BANDWIDTH_PREFIX)}@{kind}", outcome, result.node,
+                                       confirm=confirm)
+                continue
             key = f"{base}@{kind}"
             reading = outcome.value if outcome.status == OK else None
             peak = peaks.get(key)
@@ -97,6 +113,24 @@ class ClusterPeaks:
             if reading:
                 peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0), reading.get("fastest_call_gflops", 0.0))
         self.runner.writer.set("peaks", peaks)
+        if bandwidth:
+            self.runner.writer.set("bandwidth", bandwidth)
+
+    @staticmethod
+    def _record_bandwidth(records: dict[str, dict[str, Any]], key: str, outcome: Outcome, node: dict[str, Any], *,
+                          confirm: bool) -> None:
+        """As the local runner keeps it: the first reading, then the higher of it and a confirming one."""
+        reading = outcome.value if outcome.status == OK else None
+        record = records.get(key)
+        if record is None or not record.get("read_gbps"):
+            records[key] = {**reading, "node": node} if reading else {"read_gbps": None, "error": f"{outcome.status}: {outcome.error}"}
+            return
+        if reading is None:
+            return
+        for what in ("read_gbps", "copy_gbps"):
+            if confirm:
+                record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], reading[what]
+            record[what] = max(record[what], reading[what])
 
     def slowest(self, dtype: str, device: str) -> float | None:
         """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""

@@ -259,6 +259,22 @@ def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
 
 
 
+def roofs(cells: pd.DataFrame, dtype: str, peaks: dict[str, dict[str, Any]], bandwidth: dict[str, dict[str, Any]]
+          ) -> tuple[pd.DataFrame, str | None, float | None, float | None]:
+    """The cells of one kind of machine (a cluster run's most common; all cells of a local run), that
+    kind, and its two roofs: GEMM GFLOP/s for ``dtype`` and read GB/s. Never one kind's roof over
+    another kind's cells."""
+    kinds = cells["node_kind"].dropna() if "node_kind" in cells else pd.Series(dtype=object)
+    kind = str(kinds.value_counts().index[0]) if not kinds.empty else None
+    if kind is not None:
+        cells = cells[cells["node_kind"] == kind]
+    at_kind = f"@{kind}" if kind is not None else ""
+    peak = (peaks.get(f"{dtype}/{cells['device'].iloc[0]}{at_kind}") or {}).get("gflops")
+    reads = [float(r["read_gbps"]) for key, r in bandwidth.items()
+             if isinstance(r.get("read_gbps"), (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]
+    return cells, kind, peak, (max(reads) if reads else None)
+
+
 def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]],
                   bandwidth: dict[str, dict[str, Any]]) -> Plot | None:
     """Every timed cell with compulsory bytes at (FLOPs / byte, GFLOP/s) under both roofs of its dtype: the
@@ -271,10 +287,8 @@ def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any
         return None
     dtype = str(dtypes.index[0])  # one dtype's roofs: the one most cells ran in
     ok = ok[ok["dtype"] == dtype]
+    ok, kind, peak, roof_bw = roofs(ok, dtype, peaks, bandwidth)
     intensity = ok["flops"].astype(float) / ok["bytes"].astype(float)
-    peak = (peaks.get(f"{dtype}/{ok['device'].iloc[0]}") or {}).get("gflops")
-    reads = [float(r["read_gbps"]) for r in bandwidth.values() if isinstance(r.get("read_gbps"), (int, float))]
-    roof_bw = max(reads) if reads else None
     fig, ax = plt.subplots(figsize=(8, 5))
     lo, hi = float(intensity.min()) / 2, float(intensity.max()) * 2
     xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]
@@ -299,7 +313,8 @@ def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any
     ax.set_ylabel("GFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
-    ax.set_title(_text(f"Roofline ({dtype}, the run's measured roofs)"), fontsize=10)
+    on = f", {kind}" if kind is not None else ""
+    ax.set_title(_text(f"Roofline ({dtype}{on}, the run's measured roofs)"), fontsize=10)
     return _save(fig, out, "roofline", "Roofline",
                  f"Each timed {dtype} cell at its arithmetic intensity and achieved GFLOP/s. Roofs measured in the "
                  "same run: the GEMM peak and the read bandwidth (torch.sum over 256 MiB) times intensity. Prefill "

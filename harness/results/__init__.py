@@ -20,10 +20,11 @@ from harness.results.schema import (
     Run,
     Status,
     VerifyCell,
+    bandwidth_key,
     node_kind,
     peak_key,
 )
 
 __all__ = ["PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
            "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "refuse_to_overwrite",
-           "write_json_atomic", "node_kind", "peak_key"]
+           "write_json_atomic", "node_kind", "peak_key", "bandwidth_key"]

@@ -178,6 +178,13 @@ def peak_key(dtype: str, device: str, kind: str | None = None) -> str:
     return f"{dtype}/{device}" if kind is None else f"{dtype}/{device}@{kind}"
 
 
+def bandwidth_key(device: str, threads: int | None, kind: str | None = None) -> str:
+    """The key in a result file's ``bandwidth``: "cpu/threads=2" (bandwidth depends on the threads
+    reading), or per node kind "cpu/threads=2@<kind>"."""
+    key = f"{device}/threads={threads if threads is not None else 'default'}"
+    return key if kind is None else f"{key}@{kind}"
+
+
 @dataclass(frozen=True)
 class Run:
     """One result file."""
@@ -208,9 +215,10 @@ class Run:
         return None if not peak or cell.gflops is None else 100.0 * cell.gflops / peak
 
     def read_bandwidth(self, cell: BenchCell) -> float | None:
-        """The read bandwidth (GB/s) measured for the cell's device and thread count, if any."""
-        device = (cell.peak_key or "/cpu").split("/")[-1]
-        record = (self.bandwidth or {}).get(f"{device}/threads={cell.threads}") or {}
+        """The read bandwidth (GB/s) measured for the cell's device and thread count, on its own kind of
+        machine for a cluster cell (never another kind's), if any."""
+        device = (cell.peak_key or "/cpu").split("@", 1)[0].split("/")[-1]
+        record = (self.bandwidth or {}).get(bandwidth_key(device, cell.threads, node_kind(cell))) or {}
         return record.get("read_gbps")
 
     def pct_bandwidth(self, cell: BenchCell) -> float | None:

@@ -171,3 +171,20 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
     lse_p[q0 + r] = l[r] > 0.0f ? (m[r] + std::log2(l[r])) * static_cast<float>(M_LN2) : NEG_INF;
   }
 }
+
+// _flash_bf16_backward.cpp
+void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
+                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
+                        int64_t block_q);
+
+// A module of its own, built apart from the float32 kernels: a compiler without AVX512_BF16
+// intrinsics fails this build only, and bf16 input then takes the float32 path.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
+  module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+}

@@ -217,32 +217,16 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-// _flash_bf16.cpp (compiled for AVX512_BF16 function by function; call only if has_avx512bf16()).
-bool has_avx512bf16();
-void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
-                       int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band, double q_scale,
-                       int64_t block_k, int64_t diagonal_chunk);
-// _flash_backward.cpp and (AVX512_BF16) _flash_bf16_backward.cpp
+// _flash_backward.cpp (the bf16 kernels are a separate extension: _flash_bf16.cpp)
 void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
                    const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
                    at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
                    int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
                    int64_t block_q);
-void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
-                        int64_t block_q);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
              pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("backward_item", &backward_item, "One work item (a key block of a kv head) of the backward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
-  module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
              pybind11::call_guard<pybind11::gil_scoped_release>());
 }

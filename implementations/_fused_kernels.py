@@ -26,8 +26,11 @@ from implementations._cpp_build import build, built_before, extension_name, isa_
 from implementations._flash_cpu import LOG2E
 from implementations._workers import run_parallel
 
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_bf16.cpp", "_flash_backward.cpp",
-                                                          "_flash_bf16_backward.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp")]
+"""The float32/float64 kernels: tiled_fused is available when these build."""
+BF16_SOURCES = [Path(__file__).with_name(name) for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp")]
+"""The bf16 kernels, a separate extension: if the compiler cannot build AVX512_BF16 code, only bf16's
+fast path is lost (bf16 input takes the float32 path) and :func:`bf16_reason` says why."""
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 """Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
 _BUILD_LOCK = threading.Lock()
@@ -42,31 +45,56 @@ Sequence = tuple[int, int, int, int, list[int]]
 tensor when unpacked); the band is ``[causal, kmin, kmax, shift, left, right]`` (-1: unbounded)."""
 
 
-def extension() -> ModuleType | str:
-    """The compiled module, or the reason it could not be built (tried once per process)."""
+def _built(key: str, prefix: str, sources: list[Path], what: str) -> ModuleType | str:
     with _BUILD_LOCK:
-        if "result" not in _BUILD:
+        if key not in _BUILD:
             isa, flags = isa_flags()
-            name = extension_name("attnbench_flash_fused", isa, SOURCES)
+            name = extension_name(prefix, isa, sources)
             if not built_before(name):  # a silent minute would look like a hang
-                print("attnbench: building tiled_fused's C++ kernels (first use only, about a minute)", file=sys.stderr)
-            _BUILD["result"] = build(SOURCES, name, flags)
-        return _BUILD["result"]
+                print(f"attnbench: building tiled_fused's {what} C++ kernels (first use only, about a minute)",
+                      file=sys.stderr)
+            _BUILD[key] = build(sources, name, flags)
+        return _BUILD[key]
+
+
+def extension() -> ModuleType | str:
+    """The float32/float64 kernels' module, or the reason it could not be built (tried once per process)."""
+    return _built("result", "attnbench_flash_fused", SOURCES, "float32")
+
+
+def bf16_extension() -> ModuleType | str:
+    """The bf16 kernels' module, or the reason it could not be built (tried once per process)."""
+    return _built("bf16", "attnbench_flash_bf16", BF16_SOURCES, "bf16")
 
 
 def available() -> str | None:
-    """None once the extension is built (or loaded from torch's cache), else the build's error."""
+    """None once the float32 kernels are built (or loaded from torch's cache), else the build's error.
+    Builds the bf16 kernels too, so that no case's time limit ever times a build; their failure is
+    not this one's (:func:`bf16_reason`)."""
     result = extension()
+    bf16_extension()
     return result if isinstance(result, str) else None
 
 
-def bf16_kernel(ext: ModuleType, isa: str | None = None) -> bool:
-    """Whether bfloat16 input runs on the bf16 dot-product units: the CPU has AVX512_BF16 (checked at
-    run time) and neither ``isa`` nor the environment variable ``ATTNBENCH_FUSED_ISA`` says ``avx2``."""
+def bf16_reason(isa: str | None = None) -> str | None:
+    """Why bfloat16 input does not run on the bf16 dot-product units (None when it does): forced to the
+    float32 path, the bf16 kernels did not build, or the CPU lacks AVX512_BF16 (checked at run time)."""
     isa = isa or os.environ.get(FORCE_ISA, "")
     if isa not in ("", "avx2", "avx512_bf16"):
         raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
-    return isa != "avx2" and bool(ext.has_avx512bf16())
+    if isa == "avx2":
+        return f"bf16 takes the float32 path: asked for with isa=avx2 or {FORCE_ISA}=avx2"
+    ext = bf16_extension()
+    if isinstance(ext, str):
+        return f"bf16 takes the float32 path: the bf16 kernels did not build ({ext})"
+    if not ext.has_avx512bf16():
+        return "bf16 takes the float32 path: this CPU has no AVX512_BF16"
+    return None
+
+
+def bf16_kernel(isa: str | None = None) -> bool:
+    """Whether bfloat16 input runs on the bf16 dot-product units (see :func:`bf16_reason`)."""
+    return bf16_reason(isa) is None
 
 
 def sequences(tq: int, tk: int, causal: bool, window: tuple[int, int] | None, causal_align: str,
@@ -107,11 +135,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     blocks = [(q0, min(q0 + block_q, qe), band) for qs, qe, _, _, band in seqs for q0 in range(qs, qe, block_q)]
     blocks.sort(key=lambda blk: -_keys(blk[2], blk[0], blk[1]))  # the longest items first: workers finish together
     items = [(bi, hi, q0, q1, band) for q0, q1, band in blocks for bi in range(b) for hi in range(h)]
-    if q.dtype == torch.bfloat16 and bf16_kernel(ext, isa):
+    if q.dtype == torch.bfloat16 and bf16_kernel(isa):
+        bf16 = bf16_extension()
+        assert not isinstance(bf16, str)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
         out = torch.zeros(b, h, tq, d, dtype=torch.bfloat16)  # zeros: rows outside every sequence stay zero
         lse = torch.full((b, h, tq), -math.inf, dtype=torch.float32)
-        run_parallel(items, lambda item, _: ext.forward_item_bf16(
+        run_parallel(items, lambda item, _: bf16.forward_item_bf16(
             q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
             diagonal_chunk))
         return out, lse
@@ -143,8 +173,8 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tenso
     lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
     delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
     m = _uint8(mask, b, h, tq, tk)
-    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(ext, isa)
-    kernel = ext.backward_item_bf16 if bf16 else ext.backward_item
+    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(isa)
+    kernel = bf16_extension().backward_item_bf16 if bf16 else ext.backward_item  # type: ignore[union-attr]
     # Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
     # bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
     block_q, block_k = (min(block_q, 128), block_k) if bf16 else (min(block_q, 256), min(block_k, 256))

@@ -16,7 +16,9 @@ Structures (windows, bottom-right causal, packed sequences) are native: each row
 range, and no key block outside it is computed (:mod:`implementations._fused_kernels`).
 
 Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
-compiler, and a failed build becomes this plugin's availability reason.
+compiler, and a failed build becomes this plugin's availability reason. The bf16 kernels are a
+second extension: a compiler that cannot build AVX512_BF16 code loses only them (bf16 takes the
+float32 path; :func:`bf16_reason` says why), not the plugin.
 """
 
 from __future__ import annotations
@@ -30,12 +32,22 @@ from harness import register
 from harness.errors import UsageError
 from implementations._cpp_build import build
 from implementations._flash_cpu import _Plan, backward, pick_blocks
-from implementations._fused_kernels import _BUILD, FORCE_ISA, Sequence, available, bf16_kernel, extension, sequences
+from implementations._fused_kernels import (
+    _BUILD,
+    FORCE_ISA,
+    Sequence,
+    available,
+    bf16_extension,
+    bf16_kernel,
+    bf16_reason,
+    extension,
+    sequences,
+)
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
-__all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_kernel", "build", "extension", "fused_flash_attention",
-           "tiled_fused"]
+__all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
+           "fused_flash_attention", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -118,9 +119,9 @@ ISAS = ["avx2", "avx512_bf16"]
 
 
 def _need(isa: str) -> None:
-    ext = module.extension()
-    if isa == "avx512_bf16" and not isinstance(ext, str) and not ext.has_avx512bf16():
-        pytest.skip("this CPU has no AVX512_BF16: bf16 takes the float32 path")
+    reason = module.bf16_reason("avx512_bf16")
+    if isa == "avx512_bf16" and reason is not None:
+        pytest.skip(reason)
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -150,14 +151,46 @@ def test_bf16_on_either_path_matches_the_oracle_with_gradients(impl, case: Atten
 
 
 def test_the_environment_variable_forces_the_fallback(impl, monkeypatch: pytest.MonkeyPatch) -> None:
-    ext = module.extension()
+    bf16 = module.bf16_extension()
     monkeypatch.setenv(module.FORCE_ISA, "avx2")
-    assert module.bf16_kernel(ext) is False
+    assert module.bf16_kernel() is False and "avx2" in (module.bf16_reason() or "")
     monkeypatch.setenv(module.FORCE_ISA, "sse9")
     with pytest.raises(UsageError, match="sse9"):
-        module.bf16_kernel(ext)
+        module.bf16_kernel()
     monkeypatch.delenv(module.FORCE_ISA)
-    assert module.bf16_kernel(ext) is bool(ext.has_avx512bf16())
+    assert module.bf16_kernel() is (not isinstance(bf16, str) and bool(bf16.has_avx512bf16()))
+
+
+def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> None:
+    """A compiler without AVX512_BF16 support fails the bf16 extension only: the float32 kernels stay
+    available and bf16 input takes the float32 path, with the compiler's reason."""
+    broken = tmp_path / "_flash_bf16.cpp"  # what an old compiler makes of the bf16 kernels: an error
+    broken.write_text("#include <immintrin.h>\n__m512bh no_such_intrinsic() { return _mm512_no_such_bf16(); }\n")
+    script = textwrap.dedent(f"""
+        import torch
+        from pathlib import Path
+        from implementations import _cpp_build, _fused_kernels
+        _fused_kernels.BF16_SOURCES = [Path({str(broken)!r})]
+        real_build = _cpp_build.build
+        _fused_kernels.build = lambda sources, name, flags: real_build(  # the broken build: not in torch's cache
+            sources, name, flags, build_directory=Path({str(tmp_path / "build")!r}) if "bf16" in name else None)
+        assert _fused_kernels.available() is None, "the float32 kernels are still available"
+        print(_fused_kernels.bf16_reason())
+        from harness.discovery import load_registry
+        impl = load_registry().get("tiled_fused")
+        torch.manual_seed(0)
+        q, k, v = (torch.randn(1, 2, 64, 32).to(torch.bfloat16) for _ in range(3))
+        out = impl(q, k, v, causal=True)
+        want = torch.nn.functional.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+        print(out.dtype, float((out.double() - want).abs().max()))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0, done.stderr
+    reason, result = done.stdout.strip().splitlines()[-2:]
+    assert reason.startswith("bf16 takes the float32 path: the bf16 kernels did not build") and "error" in reason
+    dtype, err = result.split()
+    assert dtype == "torch.bfloat16" and float(err) < 2e-2
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -21,7 +21,7 @@ from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
 from harness.results.schema import bandwidth_key
 
-__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "measure_bandwidth"]
+__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "keep_higher", "measure_bandwidth"]
 
 STREAM_BYTES = 256 * 2**20
 """Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""
@@ -45,3 +45,12 @@ def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, thre
                   f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read['n']} and {copy['n']} calls",
         "bytes": STREAM_BYTES, "threads": used_threads, "read_stats": read, "copy_stats": copy,
     }
+
+
+def keep_higher(record: dict[str, Any], reading: dict[str, Any], *, confirm: bool) -> None:
+    """Fold a later reading into ``record``: the higher read and copy GB/s (load only ever lowers them);
+    a confirming reading (after the cells) also keeps both readings as ``first_*`` and ``confirmed_*``."""
+    for what in ("read_gbps", "copy_gbps"):
+        if confirm:
+            record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], reading[what]
+        record[what] = max(record[what], reading[what])

@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from harness.bench.bandwidth import keep_higher
 from harness.bench.runner import _cell, bandwidth_task, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
@@ -125,12 +126,8 @@ class ClusterPeaks:
         if record is None or not record.get("read_gbps"):
             records[key] = {**reading, "node": node} if reading else {"read_gbps": None, "error": f"{outcome.status}: {outcome.error}"}
             return
-        if reading is None:
-            return
-        for what in ("read_gbps", "copy_gbps"):
-            if confirm:
-                record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], reading[what]
-            record[what] = max(record[what], reading[what])
+        if reading is not None:
+            keep_higher(record, reading, confirm=confirm)
 
     def slowest(self, dtype: str, device: str) -> float | None:
         """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
-from harness.bench.bandwidth import bandwidth_key, measure_bandwidth
+from harness.bench.bandwidth import bandwidth_key, keep_higher, measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
@@ -222,10 +222,7 @@ class BenchRunner:
             outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads)))
             if outcome.status != OK:
                 continue
-            again = outcome.value
-            for what in ("read_gbps", "copy_gbps"):
-                record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], again[what]
-                record[what] = max(record[what], again[what])
+            keep_higher(record, outcome.value, confirm=True)
         if records:
             self.writer.set("bandwidth", records)
 

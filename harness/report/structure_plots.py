@@ -59,16 +59,21 @@ def window_vs_T_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
     xs = sorted(float(x) for x in s.frame["tq"].unique())
     y0 = float(s.frame[s.frame["tq"] == xs[0]]["median"].median()) * 1e3
     _guide(ax, xs, xs[0], y0, 1.0, "O(T) guide", ":")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel(AXIS_LABEL["T"])
-    ax.set_ylabel("median time (ms)")
-    ax.set_title(_text(f"Time vs T, fixed window beside dense causal\n({s.label})"), fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    _time_axes(ax, AXIS_LABEL["T"], _text(f"Time vs T, fixed window beside dense causal\n({s.label})"), 9, 7)
     return _save(fig, out, "time_vs_T_window", "Time vs T at a fixed window",
                  "Solid: a causal sliding window of fixed width (work O(T)); dashed, same colour: dense causal at the "
                  f"same T (work O(T²)); legend: the windowed sweep's fitted exponent. Fixed: {s.label}.")
+
+
+def _time_axes(ax: Any, xlabel: str, title: str, title_size: int, legend_size: int) -> None:
+    """Log-log axes of median time (ms) against a power-of-two size."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("median time (ms)")
+    ax.set_title(title, fontsize=title_size)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=legend_size)
 
 
 def _width(window: Any) -> int:
@@ -97,13 +102,7 @@ def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
     fixed = dict(zip(keys, best[0]))
     label = (f"T={fixed['tq']}, B={fixed['batch']}, H={fixed['heads']}, d={fixed['d']}, {fixed['dtype']}, {fixed['mode']}"
              + (", causal" if str(fixed["causal"]) == "True" else ""))
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("window width (keys left + right of the diagonal)")
-    ax.set_ylabel("median time (ms)")
-    ax.set_title(_text(f"Time vs window width ({label})"), fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _time_axes(ax, "window width (keys left + right of the diagonal)", _text(f"Time vs window width ({label})"), 10, 8)
     return _save(fig, out, "time_vs_window", "Time vs window width",
                  "Median time against the sliding window's width at one T: a kernel that skips the blocks outside the "
                  f"window grows as the window; one given a dense mask stays flat. Fixed: {_text(label)}.")

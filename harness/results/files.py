@@ -84,10 +84,10 @@ def encode_json(data: Any) -> str:
     over a run), while the C encoder writes a cell in microseconds. One cell per line also diffs well."""
     if not (isinstance(data, dict) and isinstance(data.get("cells"), list)):
         return json.dumps(data, indent=1, allow_nan=True, default=str)
-    placeholder = json.dumps(f"cells-{secrets.token_hex(16)}")  # a string no other value can hold
-    head = json.dumps({**data, "cells": json.loads(placeholder)}, indent=1, allow_nan=True, default=str)
+    placeholder = f"cells-{secrets.token_hex(16)}"  # a string no other value can hold
+    head = json.dumps({**data, "cells": placeholder}, indent=1, allow_nan=True, default=str)
     cells = ",\n  ".join(json.dumps(cell, allow_nan=True, default=str) for cell in data["cells"])
-    return head.replace(placeholder, "[\n  " + cells + "\n ]" if cells else "[]", 1)
+    return head.replace(f'"{placeholder}"', "[\n  " + cells + "\n ]" if cells else "[]", 1)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:

@@ -29,8 +29,10 @@ namespace {
 
 constexpr int BLOCK = 64;  // keys per block: the K and V rows of a block stay in L1/L2 while R rows use them
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-int g_prefetch = 2;    // 0 none, 1 L1 (T0), 2 L2 (T1: the next block must not evict this one from L1), 3 T2
-int g_block = BLOCK;   // keys per block (<= BLOCK)
+int g_prefetch = 2;        // 0 none, 1 T0, 2 T1, 3 T2
+int g_block = BLOCK;       // keys per block (<= BLOCK)
+int64_t g_ahead_bytes = 8192;  // how far ahead of the rows in use each of K and V is prefetched
+int64_t g_warm_blocks = 2;     // paged caches: how many blocks ahead the pages' translations are warmed
 
 struct Problem {
   const float* q;
@@ -99,53 +101,70 @@ inline void scores_tile(const float* q, int64_t dp, const float* const* kp, int6
     for (int j = 0; j < KK; ++j) s[r * ld + j] = hsum(acc[r][j]);
 }
 
-inline void prefetch_rows(const float* const* pk, const float* const* pv, int64_t from, int64_t to, int64_t bytes) {
-  for (int64_t j = from; j < to; ++j)
-    for (int64_t off = 0; off < bytes; off += 64) {
-      if (g_prefetch == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T0);
-      } else if (g_prefetch == 2) {
-        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T1);
-      } else if (g_prefetch == 3) {
-        _mm_prefetch(reinterpret_cast<const char*>(pk[j]) + off, _MM_HINT_T2);
-        _mm_prefetch(reinterpret_cast<const char*>(pv[j]) + off, _MM_HINT_T2);
-      }
-    }
+// One row's cache lines, into the cache level g_prefetch names. A row's bytes need not start on a line.
+// Inline assembly, not _mm_prefetch: GCC 12 at -O3 deletes a loop whose only statements are prefetch
+// builtins (they have no side effects it must keep), and did so here, silently.
+inline void prefetch_row(const float* row, int64_t bytes) {
+  if (row == nullptr || g_prefetch == 0) return;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63);
+  const uintptr_t last = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(bytes) - 1;
+  for (uintptr_t line = first; line <= last; line += 64) {
+    const char* at = reinterpret_cast<const char*>(line);
+    if (g_prefetch == 1) asm volatile("prefetcht0 (%0)" : : "r"(at));
+    else if (g_prefetch == 2) asm volatile("prefetcht1 (%0)" : : "r"(at));
+    else asm volatile("prefetcht2 (%0)" : : "r"(at));
+  }
 }
 
-// The next block's rows (pk, pv: npf of them) are prefetched a few at a time as this block's keys go by,
-// so the loads overlap the arithmetic without flooding the miss queue.
+// Shuffled pages put every page of a sequence in a different place, each a TLB miss whose page walk is not
+// cached (a contiguous cache's walks read neighbouring entries); one line per 4 KiB of the pages that keys
+// [from, to) live on is prefetched a few blocks early so that the walks are done before the rows are needed.
+inline void warm_pages(const Problem& P, int64_t b, int64_t h, int64_t from, int64_t to) {
+  const int64_t bytes = P.page * P.ks[2] * static_cast<int64_t>(sizeof(float));
+  for (int64_t index = from / P.page; index * P.page < to; ++index) {
+    const int64_t slot = P.table[b * P.per_seq + index];
+    const char* kpage = reinterpret_cast<const char*>(P.k + slot * P.ks[0] + h * P.ks[1]);
+    const char* vpage = reinterpret_cast<const char*>(P.v + slot * P.vs[0] + h * P.vs[1]);
+    for (int64_t off = 0; off < bytes; off += 4096) {
+      asm volatile("prefetcht2 (%0)" : : "r"(kpage + off));
+      asm volatile("prefetcht2 (%0)" : : "r"(vpage + off));
+    }
+  }
+}
+
+// ``ahead[j]`` is the K row a fixed distance past key j (null past the end): it is prefetched while key j's
+// tile is computed, so each stream keeps a steady number of lines in flight instead of bursts per block.
 template <int RR>
 inline void scores_rows(const float* q, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s, int64_t ld,
-                        const float* const* pk = nullptr, const float* const* pv = nullptr, int64_t npf = 0,
-                        int64_t bytes = 0) {
+                        const float* const* ahead, int64_t bytes) {
   int64_t j = 0;
   for (; j + 3 <= nk; j += 3) {
-    if (npf) prefetch_rows(pk, pv, std::min(j, npf), std::min(j + 3, npf), bytes);
+    if (ahead)
+      for (int64_t i = j; i < j + 3; ++i) prefetch_row(ahead[i], bytes);
     scores_tile<RR, 3>(q, dp, kp + j, d, s + j, ld);
   }
-  if (npf > j) prefetch_rows(pk, pv, j, npf, bytes);
+  if (ahead)
+    for (int64_t i = j; i < nk; ++i) prefetch_row(ahead[i], bytes);
   if (nk - j == 2) scores_tile<RR, 2>(q, dp, kp + j, d, s + j, ld);
   if (nk - j == 1) scores_tile<RR, 1>(q, dp, kp + j, d, s + j, ld);
 }
 
 void scores(const float* q, int64_t rows, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-            const float* const* pk, const float* const* pv, int64_t npf, int64_t bytes) {
+            const float* const* ahead, int64_t bytes) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, npf = 0) scores_rows<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes);
+  for (; r + 4 <= rows; r += 4, ahead = nullptr) scores_rows<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes);
   switch (rows - r) {
-    case 3: scores_rows<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
-    case 2: scores_rows<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
-    case 1: scores_rows<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
+    case 3: scores_rows<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
+    case 2: scores_rows<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
+    case 1: scores_rows<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
     default: break;
   }
 }
 
 // acc[r][c0 : c0 + 8 CW] += sum_j P[r][j] V_j[c0 : ...] for RR rows: accumulators in registers over the block.
 template <int RR, int CW>
-inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp) {
+inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
+                    const float* const* ahead, int64_t bytes) {
   __m256 a[RR][CW];
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
@@ -154,6 +173,7 @@ inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t 
   const bool tail = c0 + 8 * CW > d;
   const __m256i m = tail_mask(d - (c0 + 8 * (CW - 1)));
   for (int64_t j = 0; j < nk; ++j) {
+    if (ahead) prefetch_row(ahead[j], bytes);
     __m256 vv[CW];
     #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c)
@@ -171,20 +191,23 @@ inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t 
     for (int c = 0; c < CW; ++c) _mm256_storeu_ps(acc + r * dp + c0 + 8 * c, a[r][c]);
 }
 
+// ``ahead`` as in scores_rows, for V: prefetched by the first pass over the block only.
 template <int RR>
-inline void pv_rows(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
+inline void pv_rows(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
+                    const float* const* ahead, int64_t bytes) {
   int64_t c0 = 0;
-  for (; c0 + 16 <= dp; c0 += 16) pv_tile<RR, 2>(p, vp, nk, c0, d, acc, dp);
-  if (c0 < dp) pv_tile<RR, 1>(p, vp, nk, c0, d, acc, dp);
+  for (; c0 + 16 <= dp; c0 += 16, ahead = nullptr) pv_tile<RR, 2>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
+  if (c0 < dp) pv_tile<RR, 1>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
 }
 
-void pv(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
+void pv(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
+        const float* const* ahead, int64_t bytes) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) pv_rows<4>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp);
+  for (; r + 4 <= rows; r += 4, ahead = nullptr) pv_rows<4>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
   switch (rows - r) {
-    case 3: pv_rows<3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp); break;
-    case 2: pv_rows<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp); break;
-    case 1: pv_rows<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp); break;
+    case 3: pv_rows<3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
+    case 2: pv_rows<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
+    case 1: pv_rows<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
     default: break;
   }
 }
@@ -268,13 +291,15 @@ AVX512 inline void scores_tile512(const float* q, int64_t dp, const float* const
 
 template <int RR>
 AVX512 inline void scores_rows512(const float* q, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-                                  int64_t ld, const float* const* pk, const float* const* pv, int64_t npf, int64_t bytes) {
+                                  int64_t ld, const float* const* ahead, int64_t bytes) {
   int64_t j = 0;
   for (; j + 4 <= nk; j += 4) {
-    if (npf) prefetch_rows(pk, pv, std::min(j, npf), std::min(j + 4, npf), bytes);
+    if (ahead)
+      for (int64_t i = j; i < j + 4; ++i) prefetch_row(ahead[i], bytes);
     scores_tile512<RR, 4>(q, dp, kp + j, d, s + j, ld);
   }
-  if (npf > j) prefetch_rows(pk, pv, j, npf, bytes);
+  if (ahead)
+    for (int64_t i = j; i < nk; ++i) prefetch_row(ahead[i], bytes);
   switch (nk - j) {
     case 3: scores_tile512<RR, 3>(q, dp, kp + j, d, s + j, ld); break;
     case 2: scores_tile512<RR, 2>(q, dp, kp + j, d, s + j, ld); break;
@@ -284,13 +309,13 @@ AVX512 inline void scores_rows512(const float* q, int64_t dp, const float* const
 }
 
 AVX512 void scores512(const float* q, int64_t rows, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-                      const float* const* pk, const float* const* pv, int64_t npf, int64_t bytes) {
+                      const float* const* ahead, int64_t bytes) {
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, npf = 0) scores_rows512<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes);
+  for (; r + 4 <= rows; r += 4, ahead = nullptr) scores_rows512<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes);
   switch (rows - r) {
-    case 3: scores_rows512<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
-    case 2: scores_rows512<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
-    case 1: scores_rows512<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, pk, pv, npf, bytes); break;
+    case 3: scores_rows512<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
+    case 2: scores_rows512<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
+    case 1: scores_rows512<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
     default: break;
   }
 }
@@ -298,7 +323,7 @@ AVX512 void scores512(const float* q, int64_t rows, int64_t dp, const float* con
 // acc[r][c0 : c0 + 16 CW] += sum_j P[r][j] V_j[c0 : ...]: RR rows of up to 128 columns held in registers.
 template <int RR, int CW>
 AVX512 inline void pv_tile512(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc,
-                              int64_t dp) {
+                              int64_t dp, const float* const* ahead, int64_t bytes) {
   __m512 a[RR][CW];
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
@@ -307,6 +332,7 @@ AVX512 inline void pv_tile512(const float* p, const float* const* vp, int64_t nk
   const int64_t last = d - (c0 + 16 * (CW - 1));  // columns of the last register that exist (may be < 16)
   const __mmask16 m = last >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last) - 1u);
   for (int64_t j = 0; j < nk; ++j) {
+    if (ahead) prefetch_row(ahead[j], bytes);
     __m512 pr[RR];
     #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) pr[r] = _mm512_set1_ps(p[r * BLOCK + j]);
@@ -324,25 +350,27 @@ AVX512 inline void pv_tile512(const float* p, const float* const* vp, int64_t nk
 }
 
 template <int RR>
-AVX512 inline void pv_rows512(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
-  for (int64_t c0 = 0; c0 < dp; c0 += 128) {
+AVX512 inline void pv_rows512(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
+                              const float* const* ahead, int64_t bytes) {
+  for (int64_t c0 = 0; c0 < dp; c0 += 128, ahead = nullptr) {
     switch (std::min<int64_t>(8, (dp - c0) / 16)) {
-      case 8: pv_tile512<RR, 8>(p, vp, nk, c0, d, acc, dp); break;
-      case 7: pv_tile512<RR, 7>(p, vp, nk, c0, d, acc, dp); break;
-      case 6: pv_tile512<RR, 6>(p, vp, nk, c0, d, acc, dp); break;
-      case 5: pv_tile512<RR, 5>(p, vp, nk, c0, d, acc, dp); break;
-      case 4: pv_tile512<RR, 4>(p, vp, nk, c0, d, acc, dp); break;
-      case 3: pv_tile512<RR, 3>(p, vp, nk, c0, d, acc, dp); break;
-      case 2: pv_tile512<RR, 2>(p, vp, nk, c0, d, acc, dp); break;
-      default: pv_tile512<RR, 1>(p, vp, nk, c0, d, acc, dp); break;
+      case 8: pv_tile512<RR, 8>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 7: pv_tile512<RR, 7>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 6: pv_tile512<RR, 6>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 5: pv_tile512<RR, 5>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 4: pv_tile512<RR, 4>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 3: pv_tile512<RR, 3>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      case 2: pv_tile512<RR, 2>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
+      default: pv_tile512<RR, 1>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
     }
   }
 }
 
-AVX512 void pv512(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc) {
+AVX512 void pv512(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
+                  const float* const* ahead, int64_t bytes) {
   int64_t r = 0;
-  for (; r + 2 <= rows; r += 2) pv_rows512<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp);
-  if (r < rows) pv_rows512<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp);
+  for (; r + 2 <= rows; r += 2, ahead = nullptr) pv_rows512<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
+  if (r < rows) pv_rows512<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
 }
 
 bool g_avx512 = __builtin_cpu_supports("avx512f");  // tune() may turn it off (tests run both paths)
@@ -363,7 +391,7 @@ inline void row_range(const Problem& P, int64_t len, int64_t t, int64_t* lo, int
 struct Scratch {
   std::vector<float> q, s, acc, m, l;
   std::vector<int64_t> lo, hi;
-  std::vector<const float*> kp, vp, kn, vn;
+  std::vector<const float*> kp, vp, kn, vn, ka, va;  // rows of this block, the next, and `ahead` on
 };
 
 void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse, Scratch& w) {
@@ -427,16 +455,26 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   };
   w.kn.resize(BLOCK);
   w.vn.resize(BLOCK);
+  w.ka.resize(BLOCK);
+  w.va.resize(BLOCK);
   if (k0 < k1) pointers(k0, w.kp.data(), w.vp.data());
   const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
+  const int64_t ahead = std::min<int64_t>(g_block, std::max<int64_t>(1, g_ahead_bytes / row_bytes));
   for (int64_t kb = k0; kb < k1; kb += g_block) {
     const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
-    const int64_t nn = kb + g_block < k1 && g_prefetch ? pointers(kb + g_block, w.kn.data(), w.vn.data()) : 0;
-    if (!g_prefetch && kb + g_block < k1) pointers(kb + g_block, w.kn.data(), w.vn.data());
+    const int64_t nn = kb + g_block < k1 ? pointers(kb + g_block, w.kn.data(), w.vn.data()) : 0;
+    if (P.page && g_prefetch && g_warm_blocks) warm_pages(P, b, h, kb + g_warm_blocks * g_block, std::min(k1, kb + (g_warm_blocks + 1) * g_block));
+    for (int64_t j = 0; j < nk; ++j) {  // the rows ``ahead`` keys on, in this block or the next
+      const int64_t i = j + ahead;
+      w.ka[j] = i < nk ? w.kp[i] : i - nk < nn ? w.kn[i - nk] : nullptr;
+      w.va[j] = i < nk ? w.vp[i] : i - nk < nn ? w.vn[i - nk] : nullptr;
+    }
+    const float* const* ka = g_prefetch ? w.ka.data() : nullptr;
+    const float* const* va = g_prefetch ? w.va.data() : nullptr;
     if (g_avx512)
-      scores512(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), w.kn.data(), w.vn.data(), nn, row_bytes);
+      scores512(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), ka, row_bytes);
     else
-      scores(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), w.kn.data(), w.vn.data(), nn, row_bytes);
+      scores(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), ka, row_bytes);
     const bool masked = !(kb >= all_lo && kb + nk <= all_hi);
     for (int64_t r = 0; r < rows; ++r) {
       float* s = w.s.data() + r * BLOCK;
@@ -474,9 +512,9 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
       w.m[r] = m_new;
     }
     if (g_avx512)
-      pv512(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data());
+      pv512(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), va, row_bytes);
     else
-      pv(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data());
+      pv(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), va, row_bytes);
     std::swap(w.kp, w.kn);
     std::swap(w.vp, w.vn);
   }
@@ -599,7 +637,9 @@ void merge(torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, to
   }
 }
 
-bool tune(int64_t prefetch, int64_t block, bool avx512) {
+bool tune(int64_t prefetch, int64_t block, bool avx512, int64_t ahead_bytes, int64_t warm_blocks) {
+  g_warm_blocks = std::max<int64_t>(warm_blocks, 0);
+  g_ahead_bytes = std::max<int64_t>(ahead_bytes, 0);
   g_avx512 = avx512 && __builtin_cpu_supports("avx512f");
   g_prefetch = static_cast<int>(prefetch);
   g_block = static_cast<int>(std::min<int64_t>(std::max<int64_t>(block, 1), BLOCK));
@@ -607,7 +647,7 @@ bool tune(int64_t prefetch, int64_t block, bool avx512) {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("tune", &tune, "prefetch mode (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it; returns whether it is used");
+  module.def("tune", &tune, "prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it, prefetch distance in bytes; returns whether AVX-512 is used");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

@@ -38,9 +38,9 @@ SOURCES = [Path(__file__).with_name("_decode.cpp")]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
-PREFETCH, BLOCK_KEYS = 2, 64
-"""The next block's K and V rows are prefetched into L2 (not L1: it would evict the block in use) while a
-block of 64 keys is computed; measured on a loaded 2-core VM, T1 and T2 hints were within noise of each other."""
+PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS = 2, 64, 8192, 2
+"""Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it is computed on, a steady stream of
+lines in flight per core; keys go through the softmax in blocks of 64."""
 FORCE_ISA = "ATTNBENCH_DECODE_ISA"
 """Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run both)."""
 _BUILD_LOCK = threading.Lock()
@@ -71,7 +71,7 @@ def use_isa(isa: str | None = None) -> str:
     isa = isa or os.environ.get(FORCE_ISA, "")
     if isa not in ("", "avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
-    return "avx512" if ext.tune(PREFETCH, BLOCK_KEYS, isa != "avx2") else "avx2"
+    return "avx512" if ext.tune(PREFETCH, BLOCK_KEYS, isa != "avx2", AHEAD_BYTES, WARM_BLOCKS) else "avx2"
 
 
 def available() -> str | None:

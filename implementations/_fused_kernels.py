@@ -122,6 +122,20 @@ def _uint8(mask: torch.Tensor | None, b: int, h: int, tq: int, tk: int) -> torch
     return None if mask is None else mask.to(torch.bool).expand(b, h, tq, tk).view(torch.uint8)
 
 
+def _clear_uncovered(out: torch.Tensor, lse: torch.Tensor, seqs: list[Sequence]) -> None:
+    """Zero output and -inf LSE on the query rows outside every sequence; the work items write all others.
+
+    Why not ``torch.zeros``: a fill of the whole output is an OpenMP region, whose threads then spin on
+    the cores the kernel's workers are about to use (measured: 7% of a bf16 forward at T = 4,096)."""
+    covered = sorted((qs, qe) for qs, qe, _, _, _ in seqs)
+    start = 0
+    for qs, qe in [*covered, (out.shape[2], out.shape[2])]:
+        if qs > start:
+            out[:, :, start:qs].zero_()
+            lse[:, :, start:qs] = -math.inf
+        start = max(start, qe)
+
+
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, seqs: list[Sequence],
             scale: float, block_q: int, block_k: int, isa: str | None = None,
             diagonal_chunk: int = DIAGONAL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -139,16 +153,18 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         bf16 = bf16_extension()
         assert not isinstance(bf16, str)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-        out = torch.zeros(b, h, tq, d, dtype=torch.bfloat16)  # zeros: rows outside every sequence stay zero
-        lse = torch.full((b, h, tq), -math.inf, dtype=torch.float32)
+        out = torch.empty(b, h, tq, d, dtype=torch.bfloat16)
+        lse = torch.empty(b, h, tq, dtype=torch.float32)
+        _clear_uncovered(out, lse, seqs)
         run_parallel(items, lambda item, _: bf16.forward_item_bf16(
             q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
             diagonal_chunk))
         return out, lse
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
-    out = torch.zeros(b, h, tq, d, dtype=dtype)
-    lse = torch.full((b, h, tq), -math.inf, dtype=dtype)
+    out = torch.empty(b, h, tq, d, dtype=dtype)
+    lse = torch.empty(b, h, tq, dtype=dtype)
+    _clear_uncovered(out, lse, seqs)
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
         bi, hi, q0, q1, band = item

@@ -289,16 +289,21 @@ def test_key_blocks_outside_the_band_are_never_read(impl, isa: str) -> None:
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_rows_after_the_last_packed_sequence_are_zero_with_lse_minus_inf(impl, isa: str) -> None:
-    """The output is allocated uninitialised (a zero fill would be an OpenMP region): rows no sequence
-    covers, here the padding after a packed batch, must still come back as zeros and -inf, never garbage."""
+    """The output, dK and dV are allocated uninitialised (a zero fill would be an OpenMP region): rows no
+    sequence covers, here the padding after a packed batch, must still come back as zeros (and -inf
+    LSE), never garbage."""
     _need(isa)
     for dtype in (torch.float32, torch.bfloat16, torch.float64):
         for _ in range(3):
-            q, k, v = (torch.randn(1, 2, 40, 16).to(dtype) for _ in range(3))
+            q, k, v = (torch.randn(1, 2, 40, 16).to(dtype).requires_grad_() for _ in range(3))
             cu = torch.tensor([0, 12, 30], dtype=torch.int32)
-            garbage = torch.full((1, 2, 40, 16), float("nan"), dtype=dtype)
-            del garbage  # freed memory the output's allocation may reuse
+            garbage = torch.full((1, 2, 40, 16), float("nan"), dtype=torch.float32)
+            del garbage  # freed memory the output's (and the gradients') allocation may reuse
             out, lse = module.fused_flash_attention(q, k, v, cu_seqlens_q=cu, cu_seqlens_k=cu, isa=isa)
             assert (out[:, :, 30:] == 0).all(), (dtype, isa)
             assert (lse[:, :, 30:] == -math.inf).all(), (dtype, isa)
             assert torch.isfinite(out[:, :, :30]).all(), (dtype, isa)
+            out.backward(torch.randn_like(out))
+            for grad in (q.grad, k.grad, v.grad):
+                assert grad is not None and (grad[:, :, 30:] == 0).all(), (dtype, isa)
+                assert torch.isfinite(grad).all(), (dtype, isa)

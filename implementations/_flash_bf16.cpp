@@ -201,11 +201,21 @@ void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tens
                         int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
                         int64_t block_q);
 
+// _flash_f32.cpp
+bool has_avx512f();
+void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
+                      int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
+                      int64_t diagonal_chunk);
+
 // A module of its own, built apart from the float32 kernels: a compiler without AVX512_BF16
 // intrinsics fails this build only, and bf16 input then takes the float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
   module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
+  module.def("forward_item_f32", &forward_item_f32, "One work item of the AVX-512 float32 forward",
              pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",
              pybind11::call_guard<pybind11::gil_scoped_release>());

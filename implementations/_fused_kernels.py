@@ -28,11 +28,13 @@ from implementations._workers import run_parallel
 
 SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp")]
 """The float32/float64 kernels: tiled_fused is available when these build."""
-BF16_SOURCES = [Path(__file__).with_name(name) for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp")]
-"""The bf16 kernels, a separate extension: if the compiler cannot build AVX512_BF16 code, only bf16's
-fast path is lost (bf16 input takes the float32 path) and :func:`bf16_reason` says why."""
+BF16_SOURCES = [Path(__file__).with_name(name)
+                for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp", "_flash_f32.cpp")]
+"""The AVX-512 kernels (bf16, and the float32 forward with its own GEMMs), a separate extension: if the
+compiler cannot build AVX512_BF16 code, only these fast paths are lost (bf16 and float32 input take the
+MKL float32 path) and :func:`bf16_reason` and :func:`f32_reason` say why."""
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
-"""Environment variable: ``avx2`` makes bf16 take the float32 path (MKL GEMMs) even on an AVX512_BF16 CPU."""
+"""Environment variable: ``avx2`` sends bf16 and float32 down the MKL float32 path even on an AVX-512 CPU."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 DIAGONAL_CHUNK = 64
@@ -89,6 +91,22 @@ def bf16_reason(isa: str | None = None) -> str | None:
         return f"bf16 takes the float32 path: the bf16 kernels did not build ({ext})"
     if not ext.has_avx512bf16():
         return "bf16 takes the float32 path: this CPU has no AVX512_BF16"
+    return None
+
+
+def f32_reason(isa: str | None = None) -> str | None:
+    """Why the float32 forward does not run on its AVX-512 kernel (None when it does): forced to the MKL
+    path, the AVX-512 kernels did not build, or the CPU lacks AVX512F (checked at run time)."""
+    isa = isa or os.environ.get(FORCE_ISA, "")
+    if isa not in ("", "avx2", "avx512_bf16"):
+        raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
+    if isa == "avx2":
+        return f"float32 takes the MKL path: asked for with isa=avx2 or {FORCE_ISA}=avx2"
+    ext = bf16_extension()
+    if isinstance(ext, str):
+        return f"float32 takes the MKL path: the AVX-512 kernels did not build ({ext})"
+    if not ext.has_avx512f():
+        return "float32 takes the MKL path: this CPU has no AVX512F"
     return None
 
 
@@ -165,6 +183,14 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     out = torch.empty(b, h, tq, d, dtype=dtype)
     lse = torch.empty(b, h, tq, dtype=dtype)
     _clear_uncovered(out, lse, seqs)
+    if dtype == torch.float32 and f32_reason(isa) is None:
+        fast = bf16_extension()
+        assert not isinstance(fast, str)
+        q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
+        run_parallel(items, lambda item, _: fast.forward_item_f32(
+            q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
+            diagonal_chunk))
+        return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
         bi, hi, q0, q1, band = item

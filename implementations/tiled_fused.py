@@ -1,9 +1,12 @@
 """FlashAttention-2 forward and backward as a compiled C++ extension (``tiled`` is the readable version).
 
-float32: the tile GEMMs go to MKL through ATen; each tile row's softmax (mask, max, exp2, sum,
-rescale) is one C++ loop (:file:`_flash_fused.cpp`) instead of five torch passes; blocks crossing
-the causal diagonal are multiplied in 64-row chunks; Q is scaled inside each work item (a torch op
-just before the workers leaves OpenMP threads spinning on the cores they need).
+float32 on a CPU with AVX512F (checked at run time): K^T and V packed once per key block, both tile
+GEMMs in an 8 x 32 register kernel of its own (:file:`_flash_f32.cpp`: MKL packs its operands on every
+call), the softmax of each row in two AVX-512 passes. Elsewhere, or with ``ATTNBENCH_FUSED_ISA=avx2``:
+the tile GEMMs go to MKL through ATen and each tile row's softmax is one AVX2 loop
+(:file:`_flash_fused.cpp`). Either way blocks crossing the causal diagonal are multiplied in 64-row
+chunks, and no torch operation runs just before the workers (it would leave OpenMP threads spinning
+on the cores they need).
 bfloat16 on a CPU with AVX512_BF16 (checked at run time): both GEMMs on VDPBF16PS with float32
 accumulation (:file:`_flash_bf16.cpp`), softmax and running sums in float32, the output rounded
 once. Elsewhere, or with ``ATTNBENCH_FUSED_ISA=avx2``, bf16/fp16 go through the float32 path. float16:
@@ -17,8 +20,9 @@ range, and no key block outside it is computed (:mod:`implementations._fused_ker
 
 Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
 compiler, and a failed build becomes this plugin's availability reason. The bf16 kernels are a
-second extension: a compiler that cannot build AVX512_BF16 code loses only them (bf16 takes the
-float32 path; :func:`bf16_reason` says why), not the plugin.
+second extension, with the AVX-512 float32 forward: a compiler that cannot build AVX512_BF16 code
+loses only them (bf16 and float32 take the MKL float32 path; :func:`bf16_reason` and
+:func:`f32_reason` say why), not the plugin.
 """
 
 from __future__ import annotations
@@ -41,13 +45,14 @@ from implementations._fused_kernels import (
     bf16_kernel,
     bf16_reason,
     extension,
+    f32_reason,
     sequences,
 )
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
 __all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
-           "fused_flash_attention", "tiled_fused"]
+           "f32_reason", "fused_flash_attention", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 

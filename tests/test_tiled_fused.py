@@ -51,8 +51,12 @@ def _oracle(inputs, case):
                                mask=inputs.mask64, scale=case.scale)
 
 
+@pytest.mark.parametrize("isa", ["avx2", ""], ids=["mkl-path", "default-path"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_any_block_size_matches_the_oracle(impl, case: AttentionCase) -> None:
+def test_any_block_size_matches_the_oracle(impl, case: AttentionCase, isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the default path (float32 and bf16 on their AVX-512 kernels where the CPU has them) and on the
+    MKL float32 path every CPU has (``ATTNBENCH_FUSED_ISA=avx2``)."""
+    monkeypatch.setenv(module.FORCE_ISA, isa)
     assert set(impl.options) == {"block_q", "block_k"} and impl.memory == "linear"
     inputs = make_inputs(case, seed=2)
     before = [x.clone() for x in (inputs.q, inputs.k, inputs.v)]
@@ -154,11 +158,13 @@ def test_the_environment_variable_forces_the_fallback(impl, monkeypatch: pytest.
     bf16 = module.bf16_extension()
     monkeypatch.setenv(module.FORCE_ISA, "avx2")
     assert module.bf16_kernel() is False and "avx2" in (module.bf16_reason() or "")
+    assert "avx2" in (module.f32_reason() or "")
     monkeypatch.setenv(module.FORCE_ISA, "sse9")
     with pytest.raises(UsageError, match="sse9"):
         module.bf16_kernel()
     monkeypatch.delenv(module.FORCE_ISA)
     assert module.bf16_kernel() is (not isinstance(bf16, str) and bool(bf16.has_avx512bf16()))
+    assert (module.f32_reason() is None) is (not isinstance(bf16, str) and bool(bf16.has_avx512f()))
 
 
 def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> None:
@@ -244,7 +250,7 @@ STRUCTURED = [
 ]
 
 
-@pytest.mark.parametrize("path", ["float32", "float64", "bfloat16-avx2", "bfloat16-avx512_bf16"])
+@pytest.mark.parametrize("path", ["float32-avx2", "float32", "float64", "bfloat16-avx2", "bfloat16-avx512_bf16"])
 @pytest.mark.parametrize("case", STRUCTURED, ids=lambda c: c.id)
 def test_structures_are_native_on_every_path_with_gradients(impl, case: AttentionCase, path: str) -> None:
     """Windows, bottom-right causal and packed sequences (with a sequence of no query and one of no key)

@@ -56,12 +56,13 @@ __all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", 
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-def fused_blocks(tq: int, tk: int, d: int, bf16: bool = False) -> tuple[int, int]:
-    """``tiled``'s per-shape blocks, with 512 query rows at d <= 64 (and 512 x 512 up to d = 128 in
-    bf16, whose kernel works in 64-row chunks anyway): each packed K and V tile serves more rows.
-    At B1-H8-T4096 (interleaved runs): d = 64, 512 x 512 was 2-5% faster than 256 x 512; bf16
-    d = 128, 512 x 512 was 4-6% faster than 256 x 512."""
-    if bf16 and d <= 128:
+def fused_blocks(tq: int, tk: int, d: int, own_gemm: bool = False) -> tuple[int, int]:
+    """``tiled``'s per-shape blocks, with 512 query rows at d <= 64, and 512 x 512 up to d = 128 on the
+    kernels with their own GEMMs (AVX-512 float32 and bf16: they work in 64-row chunks anyway, and a
+    bigger block packs K and V for more rows). At B1-H8-T4096 (interleaved runs): d = 64, 512 x 512 was
+    2-5% faster than 256 x 512; d = 128, bf16 4-6% and the AVX-512 float32 kernel 3-7% faster than
+    256 x 256."""
+    if own_gemm and d <= 128:
         return min(512, max(tq, 16)), min(512, max(tk, 16))
     block_q, block_k = pick_blocks(tq, tk, d)
     return (min(512, max(tq, 16)) if d <= 64 else block_q), block_k
@@ -127,7 +128,8 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         raise UsageError(f"tiled_fused: causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
     cu_q, cu_k = (None if c is None else [int(x) for x in c] for c in (cu_seqlens_q, cu_seqlens_k))
     seqs = sequences(q.shape[2], k.shape[2], causal, window, causal_align, cu_q, cu_k)
-    auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], q.dtype == torch.bfloat16)
+    own_gemm = q.dtype != torch.float64 and f32_reason(isa) is None  # bf16 without AVX512_BF16 runs as float32
+    auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
     return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
                                      (window, causal_align, seqs))
 

@@ -103,37 +103,10 @@ bool has_avx512bf16() {
 
 // One work item, as forward_item in _flash_fused.cpp: query rows [q0, q1) of head h of batch b.
 // q, k, v: bfloat16 with contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
-// Sizes, in 32-bit words, of one key block of block_k keys packed as forward_item_bf16 packs it: K^T, V.
-std::vector<int64_t> packed_sizes_bf16(int64_t d, int64_t block_k) {
-  return {round_up(block_k, NR) * round_up(d, 2) / 2, round_up(d, NR) * round_up(block_k, 2) / 2};
-}
-
-// Every key block of kv head hk of batch b over keys [kmin, kmax), from kmin in steps of block_k, packed
-// into kt[b][hk][j] and vv[b][hk][j] (int32 tensors (B, Hkv, blocks, packed_sizes_bf16)): done once per
-// head instead of once per work item (at T = 4,096 and 512-row items, 8 times over).
-void pack_blocks_bf16(const at::Tensor& k, const at::Tensor& v, at::Tensor kt, at::Tensor vv, int64_t b, int64_t hk,
-                      int64_t kmin, int64_t kmax, int64_t block_k) {
-  TORCH_CHECK(k.scalar_type() == at::kBFloat16 && v.scalar_type() == at::kBFloat16 && k.stride(3) == 1 &&
-                  v.stride(3) == 1 && kt.is_contiguous() && vv.is_contiguous(),
-              "pack_blocks_bf16: bf16 k, v with contiguous rows; contiguous outputs");
-  const int64_t d = k.size(3);
-  const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>()) + b * k.stride(0) + hk * k.stride(1);
-  const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>()) + b * v.stride(0) + hk * v.stride(1);
-  for (int64_t kb = kmin, j = 0; kb < kmax; kb += block_k, ++j) {
-    const int64_t cols = std::min(kb + block_k, kmax) - kb;
-    pack_kt(kp + kb * k.stride(2), k.stride(2), cols, d,
-            reinterpret_cast<uint32_t*>(kt[b][hk][j].data_ptr<int32_t>()));
-    pack_v(vp + kb * v.stride(2), v.stride(2), cols, d, reinterpret_cast<uint32_t*>(vv[b][hk][j].data_ptr<int32_t>()));
-  }
-}
-
-// kt_pre, vv_pre: this item's sequence's blocks from pack_blocks_bf16 (none for a window with a left edge,
-// whose items start at their own keys): used instead of packing here when given.
 BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
                                    int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec,
-                                   double q_scale, int64_t block_k, int64_t diagonal_chunk,
-                                   const c10::optional<at::Tensor>& kt_pre, const c10::optional<at::Tensor>& vv_pre) {
+                                   double q_scale, int64_t block_k, int64_t diagonal_chunk) {
   const Band band(band_spec);
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && k.scalar_type() == at::kBFloat16 &&
                   v.scalar_type() == at::kBFloat16 && out.scalar_type() == at::kBFloat16 &&
@@ -173,11 +146,9 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
   // Rows [r0, r1) against keys [kb + c0, kb + c1) of the packed block starting at key kb; c0 is a multiple
   // of NR (a panel of packed K^T, an even pair of packed V).
   int64_t v_pairs = 0;  // pairs of keys per packed V panel (of the current block)
-  const uint32_t* kpack = kbuf.data();  // the current block, packed here or by pack_blocks_bf16
-  const uint32_t* vpack = vbuf.data();
   auto tile = [&](int64_t r0, int64_t r1, int64_t kb, int64_t c0, int64_t c1) {
     const int64_t n = r1 - r0, need = c1 - c0;
-    gemm(n, (need + NR - 1) / NR, dp / 2, dp / 2, &qbuf[r0 * dp], dp, kpack + c0 / NR * (dp / 2) * NR,
+    gemm(n, (need + NR - 1) / NR, dp / 2, dp / 2, &qbuf[r0 * dp], dp, kbuf.data() + c0 / NR * (dp / 2) * NR,
          sbuf.data(), sw, false);
     bool any = false;
     for (int64_t r = r0; r < r1; ++r) {
@@ -191,25 +162,15 @@ BF16_TARGET void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, con
       if (alpha >= 0.0f && alpha != 1.0f) scale_row(&acc[r * dw], dw, alpha);
     }
     if (any) {
-      gemm(n, dw / NR, (need + 1) / 2, v_pairs, &pbuf[r0 * pw], pw, vpack + c0 / 2 * NR, &acc[r0 * dw], dw, true);
+      gemm(n, dw / NR, (need + 1) / 2, v_pairs, &pbuf[r0 * pw], pw, vbuf.data() + c0 / 2 * NR, &acc[r0 * dw], dw,
+           true);
     }
   };
-  // Pre-packed blocks start at the sequence's first key, every block_k keys (bk <= block_k: when the
-  // item sees fewer keys than a block, there is one block either way).
-  const bool pre = kt_pre.has_value() && vv_pre.has_value() && k_begin == band.kmin;
-  const int64_t step = pre ? block_k : bk;
-  for (int64_t kb = k_begin; kb < k_end; kb += step) {
-    const int64_t cols = std::min(kb + step, k_end) - kb;
-    if (pre) {
-      const int64_t j = (kb - band.kmin) / block_k;
-      kpack = reinterpret_cast<const uint32_t*>((*kt_pre)[b][hk][j].data_ptr<int32_t>());
-      vpack = reinterpret_cast<const uint32_t*>((*vv_pre)[b][hk][j].data_ptr<int32_t>());
-      v_pairs = (std::min(block_k, band.kmax - kb) + 1) / 2;
-    } else {
-      pack_kt(kp + kb * k.stride(2), k.stride(2), cols, d, kbuf.data());
-      pack_v(vp + kb * v.stride(2), v.stride(2), cols, d, vbuf.data());
-      v_pairs = (cols + 1) / 2;
-    }
+  for (int64_t kb = k_begin; kb < k_end; kb += bk) {
+    const int64_t cols = std::min(kb + bk, k_end) - kb;
+    pack_kt(kp + kb * k.stride(2), k.stride(2), cols, d, kbuf.data());
+    pack_v(vp + kb * v.stride(2), v.stride(2), cols, d, vbuf.data());
+    v_pairs = (cols + 1) / 2;
     // In chunks of diagonal_chunk rows, each against only the keys its rows may see (from the panel
     // holding the first): a chunk's score tile stays in L2, and most of what lies outside the band
     // (the causal diagonal's upper triangle, a window's edges) is skipped.
@@ -245,25 +206,15 @@ bool has_avx512f();
 void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                      int64_t diagonal_chunk, const c10::optional<at::Tensor>& kt_pre,
-                      const c10::optional<at::Tensor>& vv_pre);
-std::vector<int64_t> packed_sizes_f32(int64_t d, int64_t block_k);
-void pack_blocks_f32(const at::Tensor& k, const at::Tensor& v, at::Tensor kt, at::Tensor vv, int64_t b, int64_t hk,
-                     int64_t kmin, int64_t kmax, int64_t block_k);
+                      int64_t diagonal_chunk);
 
 // A module of its own, built apart from the float32 kernels: a compiler without AVX512_BF16
 // intrinsics fails this build only, and bf16 input then takes the float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
-  module.def("packed_sizes_bf16", &packed_sizes_bf16, "32-bit words of one packed key block: K^T, V");
-  module.def("pack_blocks_bf16", &pack_blocks_bf16, "A kv head's key blocks, packed once for all its items",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
              pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
-  module.def("packed_sizes_f32", &packed_sizes_f32, "floats of one packed key block: K^T, V");
-  module.def("pack_blocks_f32", &pack_blocks_f32, "A kv head's key blocks, packed once for all its items",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("forward_item_f32", &forward_item_f32, "One work item of the AVX-512 float32 forward",
              pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",

@@ -206,35 +206,12 @@ bool has_avx512f() {
   return __builtin_cpu_supports("avx512f");
 }
 
-// Sizes, in floats, of one key block of block_k keys packed as forward_item_f32 packs it: K^T, V.
-std::vector<int64_t> packed_sizes_f32(int64_t d, int64_t block_k) {
-  return {round_up(block_k, NR) * d, round_up(d, NR) * block_k};
-}
-
-// As pack_blocks_bf16 (_flash_bf16.cpp), for the float32 kernel: kt, vv float32 (B, Hkv, blocks, sizes).
-void pack_blocks_f32(const at::Tensor& k, const at::Tensor& v, at::Tensor kt, at::Tensor vv, int64_t b, int64_t hk,
-                     int64_t kmin, int64_t kmax, int64_t block_k) {
-  TORCH_CHECK(k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat && k.stride(3) == 1 &&
-                  v.stride(3) == 1 && kt.is_contiguous() && vv.is_contiguous(),
-              "pack_blocks_f32: float32 k, v with contiguous rows; contiguous outputs");
-  const int64_t d = k.size(3);
-  const float* kp = k.data_ptr<float>() + b * k.stride(0) + hk * k.stride(1);
-  const float* vp = v.data_ptr<float>() + b * v.stride(0) + hk * v.stride(1);
-  for (int64_t kb = kmin, j = 0; kb < kmax; kb += block_k, ++j) {
-    const int64_t cols = std::min(kb + block_k, kmax) - kb;
-    pack_kt(kp + kb * k.stride(2), k.stride(2), cols, d, kt[b][hk][j].data_ptr<float>());
-    pack_v(vp + kb * v.stride(2), v.stride(2), cols, d, vv[b][hk][j].data_ptr<float>());
-  }
-}
-
 // One work item, as forward_item_bf16: query rows [q0, q1) of head h of batch b. q, k, v, out: float32
-// with contiguous rows (out contiguous (B, H, Tq, d)); lse: float32 (B, H, Tq), natural log. kt_pre, vv_pre:
-// the sequence's blocks from pack_blocks_f32, used instead of packing here when given.
+// with contiguous rows (out contiguous (B, H, Tq, d)); lse: float32 (B, H, Tq), natural log.
 F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                  const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
                                  int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec,
-                                 double q_scale, int64_t block_k, int64_t diagonal_chunk,
-                                 const c10::optional<at::Tensor>& kt_pre, const c10::optional<at::Tensor>& vv_pre) {
+                                 double q_scale, int64_t block_k, int64_t diagonal_chunk) {
   const Band band(band_spec);
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
                   out.scalar_type() == at::kFloat && lse.scalar_type() == at::kFloat,
@@ -269,12 +246,10 @@ F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const
   }
   const float c = static_cast<float>(q_scale);
   int64_t keys = 0;  // keys in the packed block (the V panels' row count)
-  const float* kpack = kbuf.data();  // the current block, packed here or by pack_blocks_f32
-  const float* vpack = vbuf.data();
   // Rows [r0, r1) against keys [kb + c0, kb + c1) of the packed block at kb; c0 is a multiple of NR.
   auto tile = [&](int64_t r0, int64_t r1, int64_t kb, int64_t c0, int64_t c1) {
     const int64_t n = r1 - r0, need = c1 - c0;
-    gemm(n, (need + NR - 1) / NR, d, d, qp + r0 * lq, lq, kpack + c0 / NR * d * NR, sbuf.data(), sw, false);
+    gemm(n, (need + NR - 1) / NR, d, d, qp + r0 * lq, lq, kbuf.data() + c0 / NR * d * NR, sbuf.data(), sw, false);
     bool any = false;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = q0 + r;
@@ -285,26 +260,16 @@ F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const
       if (alpha >= 0.0f) any = true;
       if (alpha >= 0.0f && alpha != 1.0f) scale_row(&acc[r * dw], dw, alpha);
     }
-    if (any) gemm(n, dw / NR, need, keys, &pbuf[r0 * pw], pw, vpack + c0 * NR, &acc[r0 * dw], dw, true);
+    if (any) gemm(n, dw / NR, need, keys, &pbuf[r0 * pw], pw, vbuf.data() + c0 * NR, &acc[r0 * dw], dw, true);
   };
-  const bool pre = kt_pre.has_value() && vv_pre.has_value() && k_begin == band.kmin;  // see _flash_bf16.cpp
-  const int64_t step = pre ? block_k : bk;
-  for (int64_t kb = k_begin; kb < k_end; kb += step) {
-    const int64_t cols = std::min(kb + step, k_end) - kb;
-    if (pre) {
-      const int64_t j = (kb - band.kmin) / block_k;
-      kpack = (*kt_pre)[b][hk][j].data_ptr<float>();
-      vpack = (*vv_pre)[b][hk][j].data_ptr<float>();
-      keys = std::min(block_k, band.kmax - kb);
-    } else {
-      keys = cols;
-      pack_kt(kp + kb * k.stride(2), k.stride(2), keys, d, kbuf.data());
-      pack_v(vp + kb * v.stride(2), v.stride(2), keys, d, vbuf.data());
-    }
+  for (int64_t kb = k_begin; kb < k_end; kb += bk) {
+    keys = std::min(kb + bk, k_end) - kb;
+    pack_kt(kp + kb * k.stride(2), k.stride(2), keys, d, kbuf.data());
+    pack_v(vp + kb * v.stride(2), v.stride(2), keys, d, vbuf.data());
     // Chunks of diagonal_chunk rows, each against only the keys its rows may see (see _flash_bf16.cpp).
     for (int64_t r0 = 0; r0 < rows; r0 += diagonal_chunk) {
       const int64_t r1 = std::min(r0 + diagonal_chunk, rows);
-      const int64_t a = std::max(kb, band.lo(q0 + r0)), e = std::min(kb + cols, band.hi(q0 + r1 - 1));
+      const int64_t a = std::max(kb, band.lo(q0 + r0)), e = std::min(kb + keys, band.hi(q0 + r1 - 1));
       if (e > a) tile(r0, r1, kb, (a - kb) / NR * NR, e - kb);
     }
   }

@@ -16,10 +16,8 @@ import math
 import os
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import torch
 
@@ -156,28 +154,6 @@ def _clear_uncovered(out: torch.Tensor, lse: torch.Tensor, seqs: list[Sequence])
         start = max(start, qe)
 
 
-def _prepacked(pack: Callable[..., None], sizes: list[int], dtype: torch.dtype, k: torch.Tensor, v: torch.Tensor,
-               seqs: list[Sequence], group: int, block_q: int, block_k: int) -> list[tuple[Any, Any]]:
-    """Per sequence, its key blocks packed once for all the work items that read them (the AVX-512
-    kernels' K^T and V panels, one pair per kv head and block), or (None, None) where the items pack
-    their own: a window with a left edge (each item starts at its own first key), or a sequence whose
-    kv head serves one item only. At B1-H8-T4096 with 512-row items a block was packed 8 times over,
-    5% of the bf16 forward; the packed copies are O(T d), as K and V are."""
-    b, hk = k.shape[:2]
-    packs: list[tuple[Any, Any]] = []
-    jobs = []
-    for qs, qe, ks, ke, band in seqs:
-        if band[4] >= 0 or ke <= ks or -(-(qe - qs) // block_q) * group < 2:
-            packs.append((None, None))
-            continue
-        n = -(-(ke - ks) // block_k)
-        kt, vv = (torch.empty(b, hk, n, size, dtype=dtype) for size in sizes)
-        packs.append((kt, vv))
-        jobs += [(kt, vv, bi, hi, ks, ke) for bi in range(b) for hi in range(hk)]
-    run_parallel(jobs, lambda job, _: pack(k, v, *job, block_k))
-    return packs
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, seqs: list[Sequence],
             scale: float, block_q: int, block_k: int, isa: str | None = None,
             diagonal_chunk: int = DIAGONAL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
@@ -188,10 +164,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         raise RuntimeError(ext)
     b, h, tq, d = q.shape
     m = _uint8(mask, b, h, tq, k.shape[2])
-    blocks = [(q0, min(q0 + block_q, qe), band, s) for s, (qs, qe, _, _, band) in enumerate(seqs)
-              for q0 in range(qs, qe, block_q)]
+    blocks = [(q0, min(q0 + block_q, qe), band) for qs, qe, _, _, band in seqs for q0 in range(qs, qe, block_q)]
     blocks.sort(key=lambda blk: -_keys(blk[2], blk[0], blk[1]))  # the longest items first: workers finish together
-    items = [(bi, hi, q0, q1, band, s) for q0, q1, band, s in blocks for bi in range(b) for hi in range(h)]
+    items = [(bi, hi, q0, q1, band) for q0, q1, band in blocks for bi in range(b) for hi in range(h)]
     if q.dtype == torch.bfloat16 and bf16_kernel(isa):
         bf16 = bf16_extension()
         assert not isinstance(bf16, str)
@@ -199,11 +174,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         out = torch.empty(b, h, tq, d, dtype=torch.bfloat16)
         lse = torch.empty(b, h, tq, dtype=torch.float32)
         _clear_uncovered(out, lse, seqs)
-        packs = _prepacked(bf16.pack_blocks_bf16, bf16.packed_sizes_bf16(d, block_k), torch.int32, k2, v2, seqs,
-                           h // k.shape[1], block_q, block_k)
         run_parallel(items, lambda item, _: bf16.forward_item_bf16(
             q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
-            diagonal_chunk, *packs[item[5]]))
+            diagonal_chunk))
         return out, lse
     dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
@@ -214,15 +187,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         fast = bf16_extension()
         assert not isinstance(fast, str)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
-        packs = _prepacked(fast.pack_blocks_f32, fast.packed_sizes_f32(d, block_k), torch.float32, k2, v2, seqs,
-                           h // k.shape[1], block_q, block_k)
         run_parallel(items, lambda item, _: fast.forward_item_f32(
             q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
-            diagonal_chunk, *packs[item[5]]))
+            diagonal_chunk))
         return out, lse
 
-    def one(item: tuple[int, int, int, int, list[int], int], cache: dict) -> None:
-        bi, hi, q0, q1, band, _ = item
+    def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
+        bi, hi, q0, q1, band = item
         if "scratch" not in cache:
             cache["scratch"] = torch.empty(block_q * (block_k + d), dtype=dtype)
         ext.forward_item(q2, k2, v2, m, out, lse, cache["scratch"], bi, hi, hi + 1, q0, q1, band, scale * LOG2E,

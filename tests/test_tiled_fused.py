@@ -313,18 +313,3 @@ def test_rows_after_the_last_packed_sequence_are_zero_with_lse_minus_inf(impl, i
             for grad in (q.grad, k.grad, v.grad):
                 assert grad is not None and (grad[:, :, 30:] == 0).all(), (dtype, isa)
                 assert torch.isfinite(grad).all(), (dtype, isa)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("causal", [False, True])
-def test_blocks_packed_once_per_head_give_the_bits_of_blocks_packed_per_item(impl, dtype, causal: bool) -> None:
-    """Many row blocks per head share K and V blocks packed once (_prepacked); one row block per head packs
-    its own. Rows are computed alike either way, so the outputs must be bitwise equal."""
-    if module.f32_reason() is not None:
-        pytest.skip(module.f32_reason())
-    q, k, v = (torch.randn(2, 3, 150, 40).to(dtype) for _ in range(3))
-    mask = torch.rand(2, 1, 150, 150) > 0.2
-    for m in (None, mask):
-        shared, _ = module.fused_flash_attention(q, k, v, causal=causal, mask=m, block_q=32, block_k=64)
-        own, _ = module.fused_flash_attention(q, k, v, causal=causal, mask=m, block_q=256, block_k=64)
-        assert torch.equal(shared, own), (dtype, causal, m is None)

@@ -134,21 +134,19 @@ void pack_v(const float* v, int64_t ld, int64_t n, int64_t d, float* out) {
   }
 }
 
-// 2^x for x <= 0: the degree-5 fit of _flash_exp2.h (two float32 ulps), 16 lanes, p * 2^n by scalef;
-// exact 0 below -126.
-F32_TARGET inline __m512 exp2_nonpositive(__m512 x) {
-  const __m512 lo = _mm512_set1_ps(-126.0f);
-  const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-  const __m512 xc = _mm512_max_ps(x, lo);
-  const __m512 n = _mm512_roundscale_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 f = _mm512_sub_ps(xc, n);
+// 2^x on the lanes in ``keep`` (0 on the others), x = c s - m: at most a rounding above 0 and finite
+// (masked keys are the lanes not kept), so no clamp: below -149 scalef underflows to 0 by itself. The
+// degree-5 fit of _flash_exp2.h (two float32 ulps), p * 2^n by scalef.
+F32_TARGET inline __m512 exp2_masked(__mmask16 keep, __m512 x) {
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.3266970636323094e-3f);
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.675459936261177e-3f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550742521882057e-2f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022121727466583e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440460205e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896e0f));
-  return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~under), p, n);
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 // One row, as softmax_row in _flash_bf16.cpp with P kept in float32: the max of c * s over the allowed
@@ -184,7 +182,7 @@ F32_TARGET float softmax_row(const float* s, float* prow, int64_t lo, int64_t li
   for (int64_t j = 0; j < lim; j += 16) {
     const __mmask16 t = tail(lim - j), ok = lo > j || mrow != nullptr ? allowed(j) : t;
     const __m512 x = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(t, s + j), cv, neg_m);
-    const __m512 p = _mm512_maskz_mov_ps(ok, exp2_nonpositive(_mm512_min_ps(x, _mm512_setzero_ps())));
+    const __m512 p = exp2_masked(ok, x);
     sum = _mm512_add_ps(sum, p);
     _mm512_mask_storeu_ps(prow + j, t, p);
   }

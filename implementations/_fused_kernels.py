@@ -78,36 +78,31 @@ def available() -> str | None:
     return result if isinstance(result, str) else None
 
 
-def bf16_reason(isa: str | None = None) -> str | None:
-    """Why bfloat16 input does not run on the bf16 dot-product units (None when it does): forced to the
-    float32 path, the bf16 kernels did not build, or the CPU lacks AVX512_BF16 (checked at run time)."""
+def _avx512_reason(isa: str | None, fallback: str, check: str, feature: str) -> str | None:
+    """Why a kernel of the AVX-512 extension does not run (None when it does): ``isa`` (or the
+    environment variable) forces ``fallback``, the extension did not build, or the CPU lacks
+    ``feature`` (the extension's function ``check`` asks the CPU at run time)."""
     isa = isa or os.environ.get(FORCE_ISA, "")
     if isa not in ("", "avx2", "avx512_bf16"):
         raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
     if isa == "avx2":
-        return f"bf16 takes the float32 path: asked for with isa=avx2 or {FORCE_ISA}=avx2"
+        return f"{fallback}: asked for with isa=avx2 or {FORCE_ISA}=avx2"
     ext = bf16_extension()
     if isinstance(ext, str):
-        return f"bf16 takes the float32 path: the bf16 kernels did not build ({ext})"
-    if not ext.has_avx512bf16():
-        return "bf16 takes the float32 path: this CPU has no AVX512_BF16"
+        return f"{fallback}: the AVX-512 kernels did not build ({ext})"
+    if not getattr(ext, check)():
+        return f"{fallback}: this CPU has no {feature}"
     return None
+
+
+def bf16_reason(isa: str | None = None) -> str | None:
+    """Why bfloat16 input does not run on the bf16 dot-product units (None when it does)."""
+    return _avx512_reason(isa, "bf16 takes the float32 path", "has_avx512bf16", "AVX512_BF16")
 
 
 def f32_reason(isa: str | None = None) -> str | None:
-    """Why the float32 forward does not run on its AVX-512 kernel (None when it does): forced to the MKL
-    path, the AVX-512 kernels did not build, or the CPU lacks AVX512F (checked at run time)."""
-    isa = isa or os.environ.get(FORCE_ISA, "")
-    if isa not in ("", "avx2", "avx512_bf16"):
-        raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
-    if isa == "avx2":
-        return f"float32 takes the MKL path: asked for with isa=avx2 or {FORCE_ISA}=avx2"
-    ext = bf16_extension()
-    if isinstance(ext, str):
-        return f"float32 takes the MKL path: the AVX-512 kernels did not build ({ext})"
-    if not ext.has_avx512f():
-        return "float32 takes the MKL path: this CPU has no AVX512F"
-    return None
+    """Why the float32 forward does not run on its AVX-512 kernel with its own GEMMs (None when it does)."""
+    return _avx512_reason(isa, "float32 takes the MKL path", "has_avx512f", "AVX512F")
 
 
 def bf16_kernel(isa: str | None = None) -> bool:

@@ -463,8 +463,9 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   for (int64_t kb = k0; kb < k1; kb += g_block) {
     const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
     const int64_t nn = kb + g_block < k1 ? pointers(kb + g_block, w.kn.data(), w.vn.data()) : 0;
-    if (P.page && g_prefetch && g_warm_blocks) warm_pages(P, b, h, kb + g_warm_blocks * g_block, std::min(k1, kb + (g_warm_blocks + 1) * g_block));
-    for (int64_t j = 0; j < nk; ++j) {  // the rows ``ahead`` keys on, in this block or the next
+    if (P.page && g_prefetch && g_warm_blocks)
+      warm_pages(P, b, h, kb + g_warm_blocks * g_block, std::min(k1, kb + (g_warm_blocks + 1) * g_block));
+    for (int64_t j = 0; g_prefetch && j < nk; ++j) {  // the rows ``ahead`` keys on, in this block or the next
       const int64_t i = j + ahead;
       w.ka[j] = i < nk ? w.kp[i] : i - nk < nn ? w.kn[i - nk] : nullptr;
       w.va[j] = i < nk ? w.vp[i] : i - nk < nn ? w.vn[i - nk] : nullptr;
@@ -647,7 +648,7 @@ bool tune(int64_t prefetch, int64_t block, bool avx512, int64_t ahead_bytes, int
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("tune", &tune, "prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it, prefetch distance in bytes; returns whether AVX-512 is used");
+  module.def("tune", &tune, "prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it, prefetch distance in bytes, blocks ahead to warm a paged cache's pages; returns whether AVX-512 is used");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

@@ -40,9 +40,9 @@ BF16_TARGET inline __m512 exp2_for_p(__mmask16 keep, __m512 x) {
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
-// One row: x = c * s (base-2 scores; keys outside [lo, lim) and forbidden keys -inf, keys [lim, pw) zero
-// in P), new max, P = bf16(2^(x - m)), running sum in float32. Returns alpha for the accumulator row, or
-// -1 when the row has had no allowed key yet (P is all zeros, the accumulator stays zero).
+// One row: x = c * s (base-2 scores), its new max over the allowed keys, P = bf16(2^(x - m)) with keys
+// outside [lo, lim), forbidden keys and keys [lim, pw) zero, the running sum in float32. Returns alpha for
+// the accumulator row, or -1 when the row has had no allowed key yet (P all zeros, the accumulator stays zero).
 // Two passes over the float32 scores, neither writing them back: the max of c * s over the allowed lanes,
 // then 2^(c * s - m) by one FMA and the exponential, forbidden lanes zeroed (the softmax was a fifth of the
 // bf16 forward's time; scores are never stored twice now).
@@ -206,8 +206,8 @@ void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
                       int64_t diagonal_chunk);
 
-// A module of its own, built apart from the float32 kernels: a compiler without AVX512_BF16
-// intrinsics fails this build only, and bf16 input then takes the float32 path.
+// A module of its own, built apart from the MKL float32 kernels: a compiler without AVX512_BF16
+// intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
   module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",

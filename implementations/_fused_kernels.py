@@ -65,14 +65,15 @@ def extension() -> ModuleType | str:
 
 
 def bf16_extension() -> ModuleType | str:
-    """The bf16 kernels' module, or the reason it could not be built (tried once per process)."""
-    return _built("bf16", "attnbench_flash_bf16", BF16_SOURCES, "bf16")
+    """The AVX-512 kernels' module (bf16, and the float32 forward), or the reason it could not be built
+    (tried once per process)."""
+    return _built("bf16", "attnbench_flash_bf16", BF16_SOURCES, "AVX-512")
 
 
 def available() -> str | None:
     """None once the float32 kernels are built (or loaded from torch's cache), else the build's error.
-    Builds the bf16 kernels too, so that no case's time limit ever times a build; their failure is
-    not this one's (:func:`bf16_reason`)."""
+    Builds the AVX-512 kernels too, so that no case's time limit ever times a build; their failure is
+    not this one's (:func:`bf16_reason`, :func:`f32_reason`)."""
     result = extension()
     bf16_extension()
     return result if isinstance(result, str) else None
@@ -168,29 +169,22 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     blocks = [(q0, min(q0 + block_q, qe), band) for qs, qe, _, _, band in seqs for q0 in range(qs, qe, block_q)]
     blocks.sort(key=lambda blk: -_keys(blk[2], blk[0], blk[1]))  # the longest items first: workers finish together
     items = [(bi, hi, q0, q1, band) for q0, q1, band in blocks for bi in range(b) for hi in range(h)]
+    # The AVX-512 kernels (own GEMMs) where they run: bf16 on the bf16 units, float32; else MKL (float32, float64).
+    own: str | None
     if q.dtype == torch.bfloat16 and bf16_kernel(isa):
-        bf16 = bf16_extension()
-        assert not isinstance(bf16, str)
-        q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, v))
-        out = torch.empty(b, h, tq, d, dtype=torch.bfloat16)
-        lse = torch.empty(b, h, tq, dtype=torch.float32)
-        _clear_uncovered(out, lse, seqs)
-        run_parallel(items, lambda item, _: bf16.forward_item_bf16(
-            q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
-            diagonal_chunk))
-        return out, lse
-    dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for float32 / float64 input, any strides
+        dtype, lse_dtype, own = torch.bfloat16, torch.float32, "forward_item_bf16"
+    else:
+        dtype = lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+        own = "forward_item_f32" if dtype == torch.float32 and f32_reason(isa) is None else None
+    q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for input already in dtype, any strides
     out = torch.empty(b, h, tq, d, dtype=dtype)
-    lse = torch.empty(b, h, tq, dtype=dtype)
+    lse = torch.empty(b, h, tq, dtype=lse_dtype)
     _clear_uncovered(out, lse, seqs)
-    if dtype == torch.float32 and f32_reason(isa) is None:
-        fast = bf16_extension()
-        assert not isinstance(fast, str)
+    if own is not None:
+        kernel = getattr(bf16_extension(), own)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
-        run_parallel(items, lambda item, _: fast.forward_item_f32(
-            q2, k2, v2, m, out, lse, item[0], item[1], item[2], item[3], item[4], scale * LOG2E, block_k,
-            diagonal_chunk))
+        run_parallel(items, lambda item, _: kernel(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k,
+                                                   diagonal_chunk))
         return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:

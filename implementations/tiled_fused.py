@@ -60,8 +60,8 @@ def fused_blocks(tq: int, tk: int, d: int, own_gemm: bool = False) -> tuple[int,
     """``tiled``'s per-shape blocks, with 512 query rows at d <= 64, and 512 x 512 up to d = 128 on the
     kernels with their own GEMMs (AVX-512 float32 and bf16: they work in 64-row chunks anyway, and a
     bigger block packs K and V for more rows). At B1-H8-T4096 (interleaved runs): d = 64, 512 x 512 was
-    2-5% faster than 256 x 512; d = 128, bf16 4-6% and the AVX-512 float32 kernel 3-7% faster than
-    256 x 256."""
+    2-5% faster than 256 x 512; d = 128, bf16 4-6% faster than 256 x 512 and the AVX-512 float32
+    kernel 3-6% faster than 256 x 256."""
     if own_gemm and d <= 128:
         return min(512, max(tq, 16)), min(512, max(tk, 16))
     block_q, block_k = pick_blocks(tq, tk, d)

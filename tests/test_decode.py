@@ -173,8 +173,8 @@ def test_the_built_kernel_keeps_its_prefetch_instructions() -> None:
         pytest.skip("objdump (binutils) is not installed")
     listing = subprocess.run([objdump, "-d", "--no-show-raw-insn", extension().__file__], capture_output=True,
                              text=True, check=True, timeout=120).stdout
-    assert listing.count("prefetcht1") >= 2  # K and V rows (T1, the default), and the paged cache's page warming uses T2
-    assert "prefetcht2" in listing
+    assert "prefetcht1" in listing  # the K and V rows (hint T1 by default)
+    assert "prefetcht2" in listing  # a paged cache's pages, warmed ahead
 
 
 def test_decode_suites() -> None:

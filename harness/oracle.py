@@ -13,21 +13,22 @@ import torch
 
 def structure_allowed(
     tq: int, tk: int, *, causal: bool, window: tuple[int, int] | None = None, causal_align: str = "top_left",
-    device: torch.device | str = "cpu",
+    device: torch.device | str = "cpu", rows: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """Boolean (Tq, Tk) of the keys causal masking and a sliding window leave each query, or None (all).
 
     Query i sees key j when, with j' = j - (Tk - Tq) for bottom-right alignment and j' = j for top-left,
     ``j' <= i`` (causal) and ``i - left <= j' <= i + right`` (window ``(left, right)``).
+    ``rows`` (int64 query indices) restricts the answer to those rows: (len(rows), Tk).
     """
     if not causal and window is None:
         return None
     if causal_align not in ("top_left", "bottom_right"):
         raise ValueError(f"causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
     offset = tk - tq if causal_align == "bottom_right" else 0
-    i = torch.arange(tq, device=device)[:, None]
+    i = (torch.arange(tq, device=device) if rows is None else rows.to(device))[:, None]
     j = torch.arange(tk, device=device)[None, :] - offset  # j'
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=device)
+    allowed = torch.ones(i.shape[0], tk, dtype=torch.bool, device=device)
     if causal:
         allowed &= j <= i
     if window is not None:
@@ -133,9 +134,83 @@ def reference_attention(
     mask_t = None if mask is None else torch.as_tensor(mask)
     allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device, window=window,
                            causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
+    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v)
+
+
+def allowed_rows(
+    rows: torch.Tensor, tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu",
+    window: tuple[int, int] | None = None, causal_align: str = "top_left",
+    varlen: tuple[tuple[int, int], ...] | None = None, cache_seqlens: tuple[int, ...] | None = None,
+) -> torch.Tensor | None:
+    """:func:`allowed_keys` of the query rows ``rows`` only: (…, len(rows), Tk), at O(rows x Tk) cost."""
+    rows = rows.to(device=device, dtype=torch.long)
+    if cache_seqlens is not None:
+        allowed: torch.Tensor | None = torch.zeros(len(cache_seqlens), 1, len(rows), tk, dtype=torch.bool, device=device)
+        assert allowed is not None
+        for b, n in enumerate(cache_seqlens):
+            if n:
+                block = structure_allowed(tq, n, causal=causal, window=window, causal_align=causal_align,
+                                          device=device, rows=rows)
+                allowed[b, 0, :, :n] = True if block is None else block
+    elif varlen is not None:
+        allowed = torch.zeros(len(rows), tk, dtype=torch.bool, device=device)
+        q0 = k0 = 0
+        for lq, lk in varlen:
+            inside = (rows >= q0) & (rows < q0 + lq)
+            if lk and bool(inside.any()):
+                local = rows[inside] - q0
+                block = structure_allowed(lq, lk, causal=causal, window=window, causal_align=causal_align,
+                                          device=device, rows=local)
+                allowed[inside, k0:k0 + lk] = True if block is None else block
+            q0, k0 = q0 + lq, k0 + lk
+    else:
+        allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device,
+                                    rows=rows)
+    if mask is not None:
+        mask = torch.as_tensor(mask).to(device=device, dtype=torch.bool)
+        mask = mask.expand(*mask.shape[:-2], tq, tk)[..., rows, :]
+        allowed = mask if allowed is None else (allowed & mask)
+    return allowed
+
+
+def sample_rows(tq: int, count: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``count`` distinct query rows (all when Tq <= count), always with the first and last: sorted int64."""
+    if tq <= count:
+        return torch.arange(tq)
+    picked = torch.randperm(tq - 2, generator=generator)[:max(count - 2, 0)] + 1
+    return torch.cat([torch.tensor([0, tq - 1]), picked]).sort().values
+
+
+def reference_rows(
+    q: Any, k: Any, v: Any, rows: torch.Tensor, *, causal: bool = False, mask: Any = None,
+    scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
+    causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
+    cache_seqlens: tuple[int, ...] | None = None,
+) -> torch.Tensor:
+    """:func:`reference_attention` of the query rows ``rows`` only, exactly, in float64: (B, H, len(rows), d).
+
+    Costs O(B H rows Tk d): how a case too large for the whole oracle is still checked exactly, on a
+    random sample of its rows (:func:`sample_rows`). Compare with ``out[:, :, rows]``.
+    """
+    q, k, v = (_as_f64(x) for x in (q, k, v))
+    rows = torch.as_tensor(rows, dtype=torch.long)
+    tq, tk = q.shape[-2], k.shape[-2]
+    sub_bias = None if bias is None else _as_f64(bias).expand(*_as_f64(bias).shape[:-2], tq, tk)[..., rows, :]
+    mask_t = None if mask is None else torch.as_tensor(mask)
+    allowed = allowed_rows(rows, tq, tk, causal=causal, mask=mask_t, device=q.device, window=window,
+                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
+    heads, d = q.shape[1], q.shape[-1]
+    k, v = expand_kv(k, heads), expand_kv(v, heads)
+    scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    scores = torch.matmul(q[..., rows.to(q.device), :], k.transpose(-1, -2)) * scale
+    if sub_bias is not None:
+        scores = scores + sub_bias
+    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v)
+
+
+def _masked_softmax_v(scores: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor) -> torch.Tensor:
     if allowed is None:
         return torch.softmax(scores, dim=-1) @ v
-    allowed = allowed.expand(scores.shape)
     scores = scores.masked_fill(~allowed, float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()

@@ -66,8 +66,8 @@ def structure_bias(fmha: Any, tq: int, tk: int, causal: bool, window: tuple[int,
         if window is not None and aligned_br:
             return (ab.LowerTriangularFromBottomRightLocalAttentionMask(window[0] + 1) if causal
                     else ab.LocalAttentionFromBottomRightMask(window_left=window[0], window_right=window[1]))
-    except ValueError:  # e.g. a causal bottom-right block with fewer keys than queries: xformers refuses it
-        return None
+    except (ValueError, RuntimeError):  # xformers refuses e.g. a causal bottom-right block with fewer keys than
+        return None                     # queries, or a sequence whose window leaves a query no key
     return None
 
 

@@ -71,6 +71,7 @@ STRUCTURED = [  # (case, the xformers class expected; None: the additive tensor 
     (AttentionCase(heads=2, tq=17, tk=13, d=8, varlen=((3, 9), (12, 4), (2, 0)), causal=True,
                    causal_align="bottom_right"), None),  # fewer keys than queries in a block: xformers refuses
     (AttentionCase(batch=2, heads=2, tq=9, tk=13, d=8, causal=True, causal_align="bottom_right", mask="key_padding"), None),
+    (AttentionCase(tq=2, tk=1, d=1, causal=True, window=(0, 0), varlen=((2, 1),)), None),  # a query the window leaves no key
 ]
 
 

@@ -5,7 +5,7 @@ dim, dtype, mask or GQA variant 5-20 s more), so the strategy keeps it to one gr
 
 * one compiled function with dynamic shapes: a new T, batch or head count reuses the graph (one more
   graph where T first exceeds one 128-key block: dynamo specialises a size of 1); the head
-  dim is padded with zeros to 16, 32, 64, 128 or 256 (it is compiled in) and the scale folded into Q
+  dim is padded with zeros to 32, 64, 128 or 256 (it is compiled in; not 16: see below) and the scale folded into Q
   (a float argument is compiled in too: 9 s per new value);
 * structure as data: every case's allowed keys are a range per query row, ``[lo[i], hi[i])`` (causal
   in either alignment, a window, packed sequences), in two int32 tensors that one module-level
@@ -17,7 +17,15 @@ dim, dtype, mask or GQA variant 5-20 s more), so the strategy keeps it to one gr
 
 PyTorch 2.13 has no FlexAttention backward on CPU: gradient cases get PyTorch's own error as the reason.
 Nor does its CPU template compile a mask_mod that reads a boolean (B, H, Tq, Tk) mask under dynamic shapes
-(a C++ error, ``'cur_kvSplitSize9' was not declared``): cases with a mask get that reason on the CPU.
+(a C++ error, ``'cur_kvSplitSize9' was not declared``): cases with a mask get that reason on the CPU, and so
+do cases whose cache lengths or pages would reach the plugin as such a mask (structures it does not take).
+
+The head dim is padded to at least 32, never 16: PyTorch 2.13's CPU FlexAttention template, compiled for
+AVX2 (the vector width inductor picks on a CPU without AVX-512, or with ``ATEN_CPU_CAPABILITY=avx2``),
+returns wrong rows or NaN at head dim 16 whenever the last key block's length is 8 mod 16 (Tk = 8, 24,
+40, 136, ...), with or without a mask_mod, static or dynamic shapes; head dims 32 to 256 are exact there, and
+the AVX-512 code is exact at 16. Measured with ``benchmarks/flex_cpu_isa_check.py``. An inductor cache
+filled on an AVX-512 machine hides it on an AVX2 one, which is why it shows on cold caches.
 """
 
 from __future__ import annotations
@@ -90,7 +98,8 @@ def _cpu_backward_reason() -> str | None:
     return None
 
 
-PADDED_D = (16, 32, 64, 128, 256)
+PADDED_D = (32, 64, 128, 256)
+STRUCTURES = ("window", "bottom_right", "varlen")
 CPU_MASK_REASON = ("PyTorch {}'s CPU FlexAttention template does not compile a mask_mod reading a boolean mask tensor "
                    "under dynamic shapes (C++ error: 'cur_kvSplitSize9' was not declared in this scope)")
 
@@ -102,7 +111,7 @@ def _available(case: AttentionCase) -> str | None:
         return f"PyTorch {torch.__version__} has no FlexAttention ({exc}); it needs torch >= 2.5"
     if case.d > PADDED_D[-1]:
         return f"head dim {case.d} > {PADDED_D[-1]}: FlexAttention's templates take at most {PADDED_D[-1]}"
-    if case.device == "cpu" and case.mask != "none":
+    if case.device == "cpu" and (case.mask != "none" or case.structures - set(STRUCTURES)):
         return CPU_MASK_REASON.format(torch.__version__)
     if case.grad and case.device == "cpu":
         return _cpu_backward_reason()
@@ -111,7 +120,7 @@ def _available(case: AttentionCase) -> str | None:
 
 @register("flex_attention", backend="torch", memory="linear", dtypes=("float32", "bfloat16", "float16"),
           devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, prepare=True, on_request=True,
-          structures=("window", "bottom_right", "varlen"), available=_available,
+          structures=STRUCTURES, available=_available,
           description="torch.nn.attention.flex_attention compiled (one dynamic-shape graph; structure as data)")
 def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                    mask: torch.Tensor | None = None, scale: float | None = None,

@@ -5,6 +5,10 @@ and shapes against the oracle (one compile, ~25 s cold here; inductor's cache ma
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,6 +52,10 @@ def test_it_runs_only_on_request_and_says_why_it_cannot() -> None:
         assert any("backward" in r and torch.__version__ in r for r in grad), grad  # PyTorch's own words
         assert any("mask" in r for r in masked), masked
     assert any("float64" in r for r in impl.not_supported_reasons(AttentionCase(tq=8, d=16, dtype="float64")))
+    # cache lengths reach it folded into a boolean mask: the same CPU reason, not inductor's CppCompileError
+    decode = impl.not_supported_reasons(AttentionCase(heads=4, kv_heads=1, tq=1, d=1, cache_seqlens=(0,)))
+    if not torch.cuda.is_available():
+        assert any("mask" in r for r in decode), decode
 
 
 CASES = [
@@ -77,3 +85,50 @@ def test_one_graph_serves_every_structure_and_shape() -> None:
     # once for all structures and shapes (d = 11 is padded to 16), and once more for T over one 128-key
     # block (300): dynamo always specialises a size of 1, here the number of key blocks
     assert graphs[-1] - graphs[0] <= 1 and graphs[3] == graphs[0], graphs
+
+
+SHORT_KEY_BLOCKS = [  # the last key block 8 mod 16 long: PyTorch's AVX2 template is wrong there at head dim 16
+    AttentionCase(tq=8, tk=8, d=16, window=(1, 1)),
+    AttentionCase(tq=1, tk=8, d=16),
+    AttentionCase(heads=2, tq=5, tk=24, d=16, causal=True, causal_align="bottom_right"),
+    AttentionCase(heads=2, tq=28, tk=24, d=16, varlen=((3, 9), (0, 4), (12, 4), (2, 0), (11, 7)), causal=True),
+    AttentionCase(heads=2, tq=3, tk=136, d=8),
+]
+
+
+def _short_key_block_errors() -> list[tuple[str, float]]:
+    impl = REGISTRY.get("flex_attention")
+    errors = []
+    for n, case in enumerate(SHORT_KEY_BLOCKS):
+        inputs = make_inputs(case, seed=n)
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
+        errors.append((case.id, (to_float64(call()) - want).abs().max().item()))
+    return errors
+
+
+def test_short_key_blocks_are_exact() -> None:
+    if REGISTRY.get("flex_attention").not_supported_reasons(SHORT_KEY_BLOCKS[0]):
+        pytest.skip("flex_attention is not available here")
+    errors = _short_key_block_errors()
+    assert all(err < 1e-5 for _, err in errors), errors  # NaN fails too
+
+
+@pytest.mark.slow
+def test_short_key_blocks_are_exact_on_the_avx2_code_too(tmp_path: Path) -> None:
+    """On a CPU with AVX-512, inductor compiles AVX-512 code; users mostly run the AVX2 code, where PyTorch's
+    template has the fault: compile that too, in a fresh process with an empty inductor cache."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists() or "avx512f" not in cpuinfo.read_text():
+        pytest.skip("no AVX-512 here: the test above already ran the AVX2 code")
+    if REGISTRY.get("flex_attention").not_supported_reasons(SHORT_KEY_BLOCKS[0]):
+        pytest.skip("flex_attention is not available here")
+    root = str(Path(__file__).parents[1])
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    code = "import test_flex_attention as t; print(repr(t._short_key_block_errors()))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=Path(__file__).parent, capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    errors = eval(done.stdout.strip().splitlines()[-1], {"nan": float("nan"), "inf": float("inf")})
+    assert all(err < 1e-5 for _, err in errors), errors

@@ -5,13 +5,16 @@ is the one road in; attnbench's own built-ins are declared there in ``pyproject.
 When attnbench runs from a source tree that was never installed, the built-ins are
 found by scanning the ``implementations`` package instead, and the registry says so.
 
-A plugin that fails to import becomes a :class:`LoadError` that names its source;
-the others still load.
+A plugin that fails to import (an exception, or an exit: ``sys.exit`` at import) becomes a
+:class:`LoadError` that names its source; the others still load.
+
+The command's process loads every source to read what each declares; a worker loads only
+the source of the implementation it runs (:func:`load_source`, by the spec
+:attr:`Registry.sources` gives), so one plugin's import never runs in another's worker.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -24,11 +27,16 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
+from harness import plugin_state
 from harness.errors import PluginError, UsageError
 from harness.registry import Implementation
 
 ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
+ENTRY_POINT_SOURCE = "entry-point:"
+"""A source spec naming one entry point of :data:`ENTRY_POINT_GROUP` (``entry-point:NAME=VALUE``, loadable
+where the distribution is not installed: a cluster node); any other spec is a ``--plugin`` spec, a file
+path (absolute) or a module name (the built-ins' modules included)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class Registry:
     implementations: dict[str, Implementation] = field(default_factory=dict)
     errors: list[LoadError] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sources: dict[str, str] = field(default_factory=dict)
+    """Implementation name -> the source spec that loads it alone (:func:`load_source`)."""
 
     def __iter__(self) -> Iterator[Implementation]:
         return iter(self.implementations.values())
@@ -77,7 +87,7 @@ class Registry:
             return [impl for impl in self if not impl.on_request]
         return [self.get(n) for n in wanted]
 
-    def add(self, impl: Implementation, origin: str) -> None:
+    def add(self, impl: Implementation, origin: str, source: str) -> None:
         if impl.name in self.implementations:
             first = self.implementations[impl.name]
             if first.source == impl.source:
@@ -90,6 +100,7 @@ class Registry:
             ))
             return
         self.implementations[impl.name] = impl
+        self.sources[impl.name] = source
 
     @property
     def fatal_errors(self) -> list[LoadError]:
@@ -97,12 +108,14 @@ class Registry:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):  # a plugin's exit is its own failure to load, never the command's exit
+        return f"it called sys.exit({exc.code!r}) while being imported; a plugin must not exit"
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
     return f"{type(exc).__name__}: {exc}{where}"
 
 
-def _collect(registry: Registry, obj: object, origin: str) -> int:
+def _collect(registry: Registry, obj: object, origin: str, source: str) -> int:
     """Add what ``obj`` (a module or a decorated function) declared; return how many."""
     if isinstance(obj, ModuleType):
         impls = declared_in(obj)
@@ -111,7 +124,7 @@ def _collect(registry: Registry, obj: object, origin: str) -> int:
     else:
         raise PluginError(f"{origin} is neither a module nor a function decorated with @register")
     for impl in impls:
-        registry.add(impl, origin)
+        registry.add(impl, origin, source)
     return len(impls)
 
 
@@ -167,23 +180,28 @@ def load_plugin(registry: Registry, spec: str) -> None:
             module = _import_file(path)
         else:
             module = importlib.import_module(spec)
-        if _collect(registry, module, origin) == 0:
+        if _collect(registry, module, origin, absolute_specs([spec])[0]) == 0:
             raise PluginError(f"{origin} registered no implementation; decorate a function with @harness.register")
-    except Exception as exc:  # noqa: BLE001 - a broken plugin must never take the others down
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must never take the others down
         registry.errors.append(LoadError(origin, _describe(exc), requested=True))
+
+
+def _load_entry_point(registry: Registry, ep: metadata.EntryPoint) -> None:
+    dist = getattr(ep.dist, "name", None) or "?"
+    origin = f"entry point {ep.name} = {ep.value} (distribution {dist})"
+    try:
+        with plugin_state.kept():
+            _collect(registry, ep.load(), origin, f"{ENTRY_POINT_SOURCE}{ep.name}={ep.value}")
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
+        registry.errors.append(LoadError(origin, _describe(exc)))
 
 
 def _load_entry_points(registry: Registry) -> set[str]:
     """Load the entry-point group; return the module names it covered."""
     covered: set[str] = set()
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = getattr(ep.dist, "name", None) or "?"
-        origin = f"entry point {ep.name} = {ep.value} (distribution {dist})"
         covered.add(ep.module)
-        try:
-            _collect(registry, ep.load(), origin)
-        except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
-            registry.errors.append(LoadError(origin, _describe(exc)))
+        _load_entry_point(registry, ep)
     return covered
 
 
@@ -204,8 +222,9 @@ def _scan_builtins(registry: Registry, covered: set[str]) -> None:
         )
     for module_name in missing:
         try:
-            _collect(registry, importlib.import_module(module_name), f"built-in module {module_name}")
-        except Exception as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
+            with plugin_state.kept():
+                _collect(registry, importlib.import_module(module_name), f"built-in module {module_name}", module_name)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - recorded in full as this plugin's error; the others go on
             registry.errors.append(LoadError(f"built-in module {module_name}", _describe(exc)))
 
 
@@ -219,12 +238,40 @@ def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_p
     """Build the registry: entry points, then built-ins not reached that way, then ``--plugin`` specs.
 
     What plugin modules print while they import goes to stderr: stdout is the command's answer.
+    The process state each one changes at import is put back (:func:`harness.plugin_state.kept`):
+    the command's process must not carry it to the implementations it starts workers for.
     """
     registry = Registry()
-    with contextlib.redirect_stdout(sys.stderr):
+    with plugin_state.stdout_to_stderr():
         covered = _load_entry_points(registry) if entry_points else set()
         if builtins:
             _scan_builtins(registry, covered)
         for spec in plugins:
-            load_plugin(registry, spec)
+            with plugin_state.kept():
+                load_plugin(registry, spec)
     return registry
+
+
+def load_source(source: str) -> Registry:
+    """Only what one source declares (a spec from :attr:`Registry.sources`): what a worker loads, so that
+    no other plugin's import runs in the process of the implementation it serves. A PluginError if it fails."""
+    registry = Registry()
+    with plugin_state.stdout_to_stderr():
+        if source.startswith(ENTRY_POINT_SOURCE):
+            name, _, value = source[len(ENTRY_POINT_SOURCE):].partition("=")
+            _load_entry_point(registry, metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))
+        else:
+            load_plugin(registry, source)
+    if registry.errors:
+        raise PluginError("; ".join(str(e) for e in registry.errors))
+    return registry
+
+
+_LOADED: dict[str, Registry] = {}
+
+
+def load_implementation(source: str, name: str) -> Implementation:
+    """In a worker: implementation ``name`` from its source alone, loaded once per process."""
+    if source not in _LOADED:
+        _LOADED[source] = load_source(source)
+    return _LOADED[source].get(name)

@@ -16,18 +16,25 @@ thread pools running is unsafe).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
 DEFAULT_TIMEOUT_S = 60.0
+LONGEST_WAIT_S = 2_000_000.0
+"""About 23 days: a wait for a worker's answer is cut to this. ``poll`` takes its timeout as a C int of
+milliseconds (at most 2,147,483 s), so a longer limit (``verify --fuzz 1000000`` asks for 58 days) would
+raise OverflowError; a limit of weeks is no limit in practice either way."""
 OK, ERROR, CRASH, TIMEOUT = "ok", "error", "crash", "timeout"
 #: The environment variables that set BLAS/OpenMP thread counts in a worker (read at its start).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -117,6 +124,24 @@ def _describe_death(exitcode: int | None) -> str:
     return f"worker exited with code {exitcode}"
 
 
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Processes started inside the block begin life with SIGINT blocked: a thread's signal mask
+    survives fork and exec, and Python keeps it. A terminal sends Ctrl-C to the whole process group,
+    and a helper caught starting up (the forkserver imports torch for seconds, before it can ignore
+    SIGINT) would print a KeyboardInterrupt traceback of its own; only the command answers Ctrl-C.
+    CPython starts its resource tracker the same way. A SIGINT meant for this process while the block
+    runs stays pending and is delivered when it ends, so none is lost."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 @dataclass
 class _Worker:
     process: mp.process.BaseProcess
@@ -127,7 +152,15 @@ class _Worker:
         context = _context(method)
         parent, child = context.Pipe()
         process = context.Process(target=_worker_main, args=(child,), daemon=True)
-        process.start()
+        # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
+        multiprocessing.resource_tracker.ensure_running()
+        if context.get_start_method() == "forkserver":
+            with _sigint_blocked():  # the server (and so every worker it forks) starts with SIGINT blocked
+                multiprocessing.forkserver.ensure_running()
+            process.start()  # waits for the server's preload: not in the block, so Ctrl-C stops it at once
+        else:
+            with _sigint_blocked():
+                process.start()
         child.close()
         worker = cls(process, parent)
         _LIVE.add(worker)
@@ -194,7 +227,7 @@ class WorkerPool:
         if self._worker is None or not self._worker.process.is_alive():
             self._worker = _Worker.start(self.start_method)
         worker = self._worker
-        limit = self.timeout if task.timeout is None else task.timeout
+        limit = min(self.timeout if task.timeout is None else task.timeout, LONGEST_WAIT_S)
         started = time.perf_counter()
         try:
             worker.conn.send((task.fn, task.args))

@@ -6,12 +6,14 @@ from typing import Any
 
 from harness.bench.runner import memory_task
 from harness.cases import AttentionCase
+from harness.discovery import load_registry
 from harness.isolation import OK, Task, run_isolated
 
 
 def _measure(cells: list[tuple[str, AttentionCase]]) -> list[dict[str, Any]]:
     results: list[Any] = []
-    tasks = [Task(i, memory_task, (name, (), case.to_dict(), "fwd", 2)) for i, (name, case) in enumerate(cells)]
+    sources = load_registry().sources
+    tasks = [Task(i, memory_task, (name, sources[name], case.to_dict(), "fwd", 2)) for i, (name, case) in enumerate(cells)]
     run_isolated(tasks, lambda task, outcome: results.append(outcome), timeout=120)
     for outcome in results:
         assert outcome.status == OK, outcome.error

@@ -38,17 +38,17 @@ if TYPE_CHECKING:
     from harness.cluster.remote import NodeResult
 
 
-def cell_on_node(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str, timing: TimingConfig,
+def cell_on_node(name: str, source: str, case: dict[str, Any], mode: str, timing: TimingConfig,
                  threads: int | None, memory: bool, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
     """On a node: time one cell and measure its memory in this node's workers for ``name``."""
-    args = (name, plugins, case, mode)
-    warm = Task(name, warm_up_task, (name, plugins), timeout=max(timeout, WARM_UP_TIMEOUT_S))
-    outcomes = {"timing": run_in_pool(("timing", plugins, name), Task(name, timing_task, args + (timing, threads)),
+    args = (name, source, case, mode)
+    warm = Task(name, warm_up_task, (name, source), timeout=max(timeout, WARM_UP_TIMEOUT_S))
+    outcomes = {"timing": run_in_pool(("timing", source, name), Task(name, timing_task, args + (timing, threads)),
                                       timeout=timeout, start_method="spawn", warm_up=warm)}
     if memory and outcomes["timing"].status == OK:
         # no warm-up here: the memory worker sets its allocator up before anything else (as locally);
         # the timing worker has just built or loaded whatever the implementation needs on this node
-        outcomes["memory"] = run_in_pool(("memory", plugins, name), Task(name, memory_task, args + (threads,)),
+        outcomes["memory"] = run_in_pool(("memory", source, name), Task(name, memory_task, args + (threads,)),
                                          timeout=timeout, start_method="spawn")
     return outcomes, {"load_average": os.getloadavg()[0]}
 
@@ -161,7 +161,8 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell]) -> None:
             runner._finish(skipped_cell(cell, over))
             return None
         predicted[cell.key] = runner.budget.cell_seconds_predicted(cell, peak)
-        return submit(cell_on_node, cell.implementation, cluster.plugins, cell.case.to_dict(), cell.mode,
+        source = cluster.remote_source(runner.registry.sources[cell.implementation])
+        return submit(cell_on_node, cell.implementation, source, cell.case.to_dict(), cell.mode,
                       settings.timing, settings.threads, settings.memory, settings.timeout_s)
 
     def on_done(cell: PlannedCell, result: NodeResult | None, lost: str | None) -> None:

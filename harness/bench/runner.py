@@ -24,20 +24,16 @@ from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
-from harness.discovery import Registry, load_registry
+from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
 from harness.results import BenchCell, CellKey, ResultWriter, Status
 
 # ---------------------------------------------------------------- worker side
 
-_REGISTRIES: dict[tuple[str, ...], Registry] = {}
-
-
-def _implementation(name: str, plugins: tuple[str, ...]) -> Any:
-    if plugins not in _REGISTRIES:
-        _REGISTRIES[plugins] = load_registry(plugins)
-    return _REGISTRIES[plugins].get(name)
+def _implementation(name: str, source: str) -> Any:
+    """Implementation ``name`` from the one source that declares it: no other plugin is imported here."""
+    return load_implementation(source, name)
 
 
 def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Callable[[], Any]:
@@ -65,17 +61,17 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
     raise ValueError(f"unknown mode {mode!r}")
 
 
-def warm_up_task(name: str, plugins: tuple[str, ...]) -> None:
-    """Worker: load the plugins and the implementation's own set-up (its availability check may build a
+def warm_up_task(name: str, source: str) -> None:
+    """Worker: load the implementation's source and the implementation's own set-up (its availability check may build a
     C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
-    _implementation(name, plugins).availability()
+    _implementation(name, source).availability()
 
 
-def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
+def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
                 config: TimingConfig, threads: int | None) -> dict[str, Any]:
     """Worker: time one cell; raw samples and the thread count in force."""
     used = pin_threads(threads)
-    impl = _implementation(name, plugins)
+    impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
     started = time.perf_counter()
     call = build_call(impl, attention_case, mode)
@@ -83,14 +79,14 @@ def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode:
     return {"samples_s": time_call(call, attention_case.device, config), "threads": used, "setup_s": setup_s}
 
 
-def memory_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode: str,
+def memory_task(name: str, source: str, case: dict[str, Any], mode: str,
                 threads: int | None) -> dict[str, Any]:
     """Worker (the memory one): peak extra bytes of one call."""
     from harness.bench.memory import measure, prepare_process
 
     prepare_process()
     pin_threads(threads)
-    impl = _implementation(name, plugins)
+    impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
     call = build_call(impl, attention_case, mode)
     return measure(call, impl.backend, attention_case.device)
@@ -166,7 +162,6 @@ class BenchRunner:
         self.writer = writer
         self.registry = registry
         self.on_cell = on_cell
-        self.plugins = tuple(settings.plugins)
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
 
@@ -263,7 +258,7 @@ class BenchRunner:
             return skipped_cell(cell, over)
         predicted_s = self.budget.cell_seconds_predicted(cell, peak)
         started = time.perf_counter()
-        args = (cell.implementation, self.plugins, cell.case.to_dict(), cell.mode)
+        args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
         mem = None
         if outcome.status == OK and self.settings.memory:

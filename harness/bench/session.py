@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.analysis.scaling import cell_fits
 from harness.bench.runner import BenchRunner, BenchSettings
-from harness.bench.sweeps import free_ram_bytes, plan
+from harness.bench.sweeps import SUITES, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
 from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
@@ -44,6 +44,8 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     cells = plan(settings.suite, names, settings.overrides, settings.device)
+    if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
+        raise UsageError(_why_no_cells(settings, names))
     with _executor(settings) as cluster:  # connected before the file is touched: a bad --address writes nothing
         writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
         try:
@@ -69,6 +71,21 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
                               f"finish with: attnbench bench --resume {path}") from None
         finally:
             writer.close()
+
+
+def _why_no_cells(settings: BenchSettings, names: list[str]) -> str:
+    """What made the plan empty, and the flag to change."""
+    if not names:
+        return (f"no implementation to benchmark: {', '.join(settings.only) or 'the selection'} names no kernel "
+                "implementation; see `attnbench list`")
+    axes = sorted(set(k for k, v in settings.overrides.items() if v) - {"mode", "dtype"})
+    fixed = all("cases" in sweep for sweep in SUITES[settings.suite])
+    if axes and fixed:
+        flags = " ".join(f"--{axis}" for axis in axes)
+        return (f"--suite {settings.suite} runs fixed cases (decode steps with their own Tq, Tk, batch and heads), "
+                f"so {flags} selects none of them; drop {flags} (only --mode and --dtype apply to these cases)")
+    return (f"--suite {settings.suite} with these flags plans no cell for {', '.join(names)}; "
+            "drop or widen the axis flags (--T, --d, --heads, --batch, --dtype, --causal, --mode)")
 
 
 @contextlib.contextmanager

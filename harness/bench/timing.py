@@ -40,7 +40,9 @@ class TimingConfig:
     budget_s: float = 1.0
     """Stop repeating once this many seconds were spent in timed calls (and min_samples reached)."""
     min_samples: int = 5
+    """Timed calls made whatever the budget: always honoured, even above ``max_samples``."""
     max_samples: int = 1000
+    """Where the budget stops adding samples (a fast call would otherwise add millions)."""
 
 
 @contextmanager
@@ -96,7 +98,7 @@ def time_cpu(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> li
             calls += 1
         samples: list[float] = []
         spent = 0.0
-        while len(samples) < config.max_samples and (len(samples) < config.min_samples or spent < config.budget_s):
+        while len(samples) < config.min_samples or (len(samples) < config.max_samples and spent < config.budget_s):
             t0 = clock()
             out = fn()
             t1 = clock()

@@ -90,8 +90,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; return its exit status (see the module docstring)."""
+def main(argv: Sequence[str] | None = None, *, nested: bool = False) -> int:
+    """Run one command; return its exit status (see the module docstring).
+
+    ``nested``: a step of another command (``attnbench run``), which says itself what a Ctrl-C
+    left: the KeyboardInterrupt is raised on to it instead of printed here.
+    """
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
     if in_main_thread:
@@ -111,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
+        if nested:
+            raise
         detail = f"; {exc}" if str(exc) else ""
         print(f"{command}: interrupted{detail}", file=sys.stderr)
         return EXIT_INTERRUPTED

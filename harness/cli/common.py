@@ -11,7 +11,7 @@ from harness.discovery import Registry, load_registry
 from harness.errors import PluginError
 from harness.report.terminal import format_table
 
-__all__ = ["format_table", "positive_int", "positive_number", "registry_from_args"]
+__all__ = ["format_table", "positive_int", "positive_number", "probability", "registry_from_args"]
 
 
 def registry_from_args(args: argparse.Namespace) -> Registry:
@@ -37,6 +37,17 @@ def positive_number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: give a finite number greater than 0")
+    return value
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number strictly between 0 and 1 (a significance level)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:  # nan fails too
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number between 0 and 1 (exclusive), e.g. 0.05")
     return value
 
 

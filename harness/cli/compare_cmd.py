@@ -6,7 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
-from harness.cli.common import format_table
+from harness.cli.common import format_table, probability
+from harness.errors import UsageError
 from harness.report.compare import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("new", type=Path, metavar="NEW", help="the run to judge")
     parser.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", metavar="PCT",
                         help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
-    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+    parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
                         help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA})")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
@@ -37,8 +38,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha)
     if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(markdown(result), encoding="utf-8")
+        try:
+            args.markdown.parent.mkdir(parents=True, exist_ok=True)
+            args.markdown.write_text(markdown(result), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--markdown {args.markdown}: cannot write it ({exc.strerror or exc}); "
+                             "give a writable file path") from None
     regs, imps = result.regressions, result.improvements
     if args.json:
         print(json.dumps(result.as_dict(), indent=2))

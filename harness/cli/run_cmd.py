@@ -61,13 +61,17 @@ def _common(args: argparse.Namespace) -> list[str]:
 
 
 def _step(title: str, argv: list[str], *, quiet: bool = False) -> tuple[int, float]:
-    """Run one attnbench command in this process; ``quiet`` sends its stdout to stderr."""
+    """Run one attnbench command in this process; ``quiet`` sends its stdout to stderr. A Ctrl-C is
+    EXIT_INTERRUPTED, said once by ``run`` itself (the step prints no line of its own)."""
     from harness.cli import main
 
     print(f"attnbench run: {title}: attnbench {' '.join(argv)}", file=sys.stderr, flush=True)
     started = time.monotonic()
-    with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
-        code = main(argv)
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
+            code = main(argv, nested=True)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED, time.monotonic() - started
     seconds = time.monotonic() - started
     print(f"attnbench run: {title} finished in {seconds:.0f} s (exit {code})", file=sys.stderr, flush=True)
     return code, seconds
@@ -78,15 +82,15 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
     have = [str(p) for p in (verify, bench) if p is not None and p.exists()]
     files = f"result files so far: {', '.join(have)}" if have else "no result file was written"
     common = " ".join(_common(args))
-    bench_path = bench or args.results_dir / "<run-id>-bench.json"
+    threads = f" --threads {args.threads}" if args.threads else ""
     todo = []
     if step == "verify":
         todo.append(f"attnbench verify --suite quick --json {verify} {common}".rstrip())
-    if step == "verify" and not args.skip_bench:
-        todo.append(f"attnbench bench --suite quick --out {bench_path} {common}".rstrip())
+    if step == "verify" and bench is not None:
+        todo.append(f"attnbench bench --suite quick --out {bench}{threads} {common}".rstrip())
     if step == "bench":
-        todo.append(f"attnbench bench --resume {bench_path}")
-    todo.append(f"attnbench report {' '.join(str(p) for p in (verify, bench_path) if p is not None)}")
+        todo.append(f"attnbench bench --resume {bench}")
+    todo.append(f"attnbench report {' '.join(str(p) for p in (verify, bench) if p is not None)}")
     return Interrupted(f"{files}; to finish: {'; then '.join(todo)}")
 
 
@@ -101,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         codes["verify"], _ = _step("verify", ["verify", "--suite", "quick", "--json", str(verify_path),
                                               *_common(args)])
         if codes["verify"] == EXIT_INTERRUPTED:
-            raise _stop_here("verify", verify_path, None, args)
+            raise _stop_here("verify", verify_path, bench_path, args)
         if verify_path.exists():
             results.append(verify_path)
     if bench_path is not None:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,8 @@ from harness.errors import UsageError
 NODE_RESOURCE = "attnbench_node"
 """The whole-node custom resource: each node started with ``--resources '{"attnbench_node": 1}'``;
 a CPU timing cell takes all of it, so no two timing cells ever share a node."""
+CONNECT_TIMEOUT_S = 10.0
+"""How long the driver waits for the cluster's address to accept a TCP connection before it gives up."""
 INSTALL_HINT = "pip install 'attnbench[ray]'  (or pip install 'ray>=2.40')"
 EXECUTORS = ("local", "ray")
 
@@ -54,6 +57,25 @@ def _import_ray(address: str | None) -> Any:
     import ray
 
     return ray
+
+
+def _start_hint() -> str:
+    return f"start one with `ray start --head --resources '{{\"{NODE_RESOURCE}\": 1}}'` or pass --address HOST:PORT"
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """A UsageError unless something accepts a TCP connection at ``address`` (HOST:PORT, or ray://HOST:PORT)
+    within ``timeout``. Ray itself retries an address where nothing listens until it is killed."""
+    if not address or address == "auto":
+        return  # Ray finds the local cluster's address itself, and says at once when there is none
+    host, _, port = address.split("://", 1)[-1].rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--address {address!r}: give HOST:PORT, e.g. 127.0.0.1:6379")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise UsageError(f"cannot reach a Ray cluster at {address} ({why}); {_start_hint()}") from None
 
 
 def _package_dir(name: str) -> str:
@@ -85,6 +107,12 @@ class RayCluster:
     address: str | None
     plugins: tuple[str, ...]
     """The ``--plugin`` specs for tasks: file plugins as their staged copies."""
+    staged: dict[str, str] = field(default_factory=dict)
+    """A plugin file's path on this driver -> the path of its copy as the workers see it."""
+
+    def remote_source(self, source: str) -> str:
+        """An implementation's source spec (:attr:`harness.discovery.Registry.sources`) as a node loads it."""
+        return self.staged.get(source, source)
 
     def resources(self) -> dict[str, float]:
         return dict(self.ray.cluster_resources())
@@ -111,6 +139,7 @@ class RayCluster:
 def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluster]:
     """Connect to the cluster at ``address`` (None or "auto": the one ``ray start`` made here),
     with attnbench and the plugin files in the runtime environment; disconnect afterwards."""
+    check_reachable(address)
     ray = _import_ray(address)
     staging = Path(tempfile.mkdtemp(prefix="attnbench-ray-"))
     try:
@@ -121,10 +150,9 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
             ray.init(address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
                      logging_level="warning", configure_logging=True)
         except ConnectionError as exc:
-            raise UsageError(f"cannot reach a Ray cluster at {address or 'auto'}: {exc}; start one with "
-                             f"`ray start --head --resources '{{\"{NODE_RESOURCE}\": 1}}'` or pass --address HOST:PORT") from None
+            raise UsageError(f"cannot reach a Ray cluster at {address or 'auto'}: {exc}; {_start_hint()}") from None
         try:
-            yield RayCluster(ray, address, remote)
+            yield RayCluster(ray, address, remote, dict(zip(plugins, remote)))
         finally:
             ray.shutdown()
     finally:

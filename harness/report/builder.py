@@ -7,6 +7,7 @@ CSV tables (``bench.csv``, ``verify.csv``, ``correctness.csv``, ``complexity.csv
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.errors import UsageError
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
 from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
 from harness.report.headline import Line, headline
@@ -78,6 +80,7 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
     """Read ``paths`` and write the whole report under ``out``; returns what was written."""
     out = Path(out)
     results = load(paths)
+    _writable_directory(out)
     bench, verify = results.bench, results.verify
     rows = complexity_table(bench, results.implementations)
     matrix = tables.correctness_matrix(verify)
@@ -113,6 +116,18 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
     _write_text(report.index, html.render(report))
     _write_text(report.summary, markdown.render(report))
     return report
+
+
+def _writable_directory(out: Path) -> None:
+    """Make ``out`` (a directory) or say, before any plot is drawn, why it cannot hold the report."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"the report directory {out} is a file; give a directory path (it is created if missing)")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to {out} ({exc.strerror or exc}); give a writable directory") from None
 
 
 def _write_text(path: Path, text: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind
+from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind, read_text
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
@@ -59,7 +59,7 @@ def read_any(path: Path) -> tuple[str, dict[str, Any]]:
     """("attnbench" | "pytest-benchmark", parsed JSON); a clear error for anything else."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass a results/*.json file written by attnbench "
                          "or a pytest --benchmark-json file") from None

@@ -7,6 +7,7 @@ from harness.results.files import (
     load_results,
     new_run_id,
     read_run,
+    read_text,
     refuse_to_overwrite,
     write_json_atomic,
 )
@@ -26,5 +27,5 @@ from harness.results.schema import (
 )
 
 __all__ = ["PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
-           "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "refuse_to_overwrite",
+           "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite",
            "write_json_atomic", "node_kind", "peak_key", "bandwidth_key"]

@@ -212,7 +212,7 @@ def load_results(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such result file") from None
     except json.JSONDecodeError as exc:
@@ -223,6 +223,20 @@ def load_results(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: schema_version {data.get('schema_version')} is not supported "
                          f"(this attnbench reads {', '.join(map(str, READABLE_VERSIONS))}); re-run with this version")
     return data
+
+
+def read_text(path: Path) -> str:
+    """A file's text; a UsageError naming the path when it is a directory or cannot be read
+    (FileNotFoundError is left to the caller, whose message says what file it wanted)."""
+    try:
+        return Path(path).read_text()
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory; give the path of a result file (e.g. results/<run-id>.json)") from None
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot read {path}: {why}; give a result file written by attnbench") from None
 
 
 def read_run(path: Path) -> Run:

@@ -43,17 +43,17 @@ def batch_size(cases: int, cpus: int) -> int:
 Item = tuple[Implementation, list[Any]]
 
 
-def check_on_node(plugins: tuple[str, ...], name: str, cases: list[Any], trials: int, threads: int,
+def check_on_node(source: str, name: str, cases: list[Any], trials: int, threads: int,
                   timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
     """On a node: every check of each of ``cases``, one after another in this node's worker for ``name``;
     outcomes keyed by the case's position in ``cases``."""
     from harness.verify.runner import WARM_UP_TIMEOUT_S, run_case, warm_up
 
-    warm = Task((name, "warm-up"), warm_up, (plugins, name, threads), timeout=max(timeout, WARM_UP_TIMEOUT_S))
+    warm = Task((name, "warm-up"), warm_up, (source, name, threads), timeout=max(timeout, WARM_UP_TIMEOUT_S))
     outcomes = {}
     for index, case in enumerate(cases):
-        task = Task((name, case.id), run_case, (plugins, name, case, trials, threads))
-        outcomes[str(index)] = run_in_pool(("verify", plugins, name), task, timeout=timeout, warm_up=warm)
+        task = Task((name, case.id), run_case, (source, name, case, trials, threads))
+        outcomes[str(index)] = run_in_pool(("verify", source, name), task, timeout=timeout, warm_up=warm)
     return outcomes, {}
 
 
@@ -91,7 +91,7 @@ def run_on_cluster(run: VerifyRun, plans: list[tuple[Implementation, list[Any], 
 
     def submit_item(item: Item) -> Any | None:
         impl, cases = item
-        return submit(check_on_node, cluster.plugins, impl.name, cases, run.trials, threads, run.timeout)
+        return submit(check_on_node, cluster.remote_source(run.sources[impl.name]), impl.name, cases, run.trials, threads, run.timeout)
 
     def on_done(item: Item, result: NodeResult | None, lost: str | None) -> None:
         impl, cases = item

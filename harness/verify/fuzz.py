@@ -17,6 +17,7 @@ a crash or a hang costs that implementation's search, recorded as such.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,7 @@ def _found(case: AttentionCase, result: dict[str, Any], examples: int, replayed:
             "replayed": replayed}
 
 
-def fuzz_task(plugins: tuple[str, ...], name: str, examples: int, seed: int, saved: list[dict[str, Any]]
+def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict[str, Any]]
               ) -> dict[str, Any]:
     """In a worker: the saved minimal failures first, then ``examples`` searched cases; the minimal
     failure (case, check, reason) or a pass."""
@@ -83,7 +84,7 @@ def fuzz_task(plugins: tuple[str, ...], name: str, examples: int, seed: int, sav
 
     from harness.verify.runner import _worker_impl
 
-    impl, _ = _worker_impl(plugins, name, 1)
+    impl, _ = _worker_impl(source, name, 1)
     for fields in saved:
         case = AttentionCase.from_dict(fields)
         bad = [] if impl.not_supported_reasons(case) else failing_checks(impl, case)
@@ -152,17 +153,18 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check:
     return "\n".join(lines) + "\n"
 
 
-def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], examples: int, seed: int, timeout: float,
-             writer: ResultWriter, database: Path = DATABASE_DIR) -> list[VerifyCell]:
-    """The parent side: one worker per implementation runs its search; a verify cell per implementation."""
+def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], sources: Mapping[str, str], examples: int,
+             seed: int, timeout: float, writer: ResultWriter, database: Path = DATABASE_DIR) -> list[VerifyCell]:
+    """The parent side: one worker per implementation runs its search (loading only ``sources[name]``);
+    a verify cell per implementation. ``plugins`` go into the printed reproducer."""
     database.mkdir(parents=True, exist_ok=True)
     for impl in impls:
-        writer.add(_fuzz_impl(impl, plugins, examples, seed, timeout, database))
+        writer.add(_fuzz_impl(impl, plugins, sources[impl.name], examples, seed, timeout, database))
     return [c for c in writer.cells if isinstance(c, VerifyCell)]
 
 
-def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], examples: int, seed: int, timeout: float,
-               database: Path) -> VerifyCell:
+def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, examples: int, seed: int,
+               timeout: float, database: Path) -> VerifyCell:
     """One implementation's search, in a worker: its verify cell (check "fuzz")."""
     import sys
 
@@ -177,7 +179,7 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], examples: int, se
     saved_path = database / f"{impl.name}.json"
     saved = _load_saved(saved_path)
     with WorkerPool(timeout=timeout * 10 + 5.0 * examples, start_method="forkserver") as pool:
-        outcome = pool.run(Task(impl.name, fuzz_task, (plugins, impl.name, examples, seed, saved)))
+        outcome = pool.run(Task(impl.name, fuzz_task, (source, impl.name, examples, seed, saved)))
     cell = replace(cell, seconds=round(outcome.seconds, 3))
     if outcome.status != OK:
         return replace(cell, status=Status(outcome.status), reason=f"the search's worker: {outcome.error}")

@@ -2,9 +2,9 @@
 
 Each implementation gets its own :class:`~harness.isolation.WorkerPool`: its plugin code
 only ever runs there, one case per task, so a crash or a hang costs that case (recorded
-as ``crash`` or ``timeout``) and a fresh worker takes the rest. A worker loads the
-registry once per process (cached by the plugin specs) and looks the implementation up
-by name. Every outcome becomes verify cells written to the :class:`ResultWriter` as it
+as ``crash`` or ``timeout``) and a fresh worker takes the rest. A worker loads only the
+source that declares its implementation (once per process), so no other plugin's import
+runs there. Every outcome becomes verify cells written to the :class:`ResultWriter` as it
 arrives, so nothing measured is lost when a later case kills the run.
 
 Case generation and checking dispatch on ``impl.kind`` through :data:`KINDS`; the
@@ -20,7 +20,7 @@ import importlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,40 +64,35 @@ def kind_functions(kind: str) -> tuple[CasesFn, CheckFn] | str:
 
 # ---- worker side ----------------------------------------------------------------------------
 
-_REGISTRIES: dict[tuple[str, ...], Any] = {}
-
-
 WARM_UP_TIMEOUT_S = 300.0
-"""A fresh worker imports torch and every plugin before its first case: not part of a case's time limit."""
+"""A fresh worker imports torch and its implementation's plugin before its first case: not part of a case's time limit."""
 
 
-def _worker_impl(plugins: tuple[str, ...], name: str, threads: int) -> tuple[Implementation, CheckFn]:
+def _worker_impl(source: str, name: str, threads: int) -> tuple[Implementation, CheckFn]:
     import torch
+
+    from harness.discovery import load_implementation
 
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
-    if plugins not in _REGISTRIES:
-        from harness.discovery import load_registry
-
-        _REGISTRIES[plugins] = load_registry(plugins)
-    impl = _REGISTRIES[plugins].get(name)
+    impl = load_implementation(source, name)
     functions = kind_functions(impl.kind)
     if isinstance(functions, str):
         raise TypeError(functions)
     return impl, functions[1]
 
 
-def warm_up(plugins: tuple[str, ...], name: str, threads: int) -> None:
-    """In a fresh worker: load the registry, the checker and the implementation's own set-up (its
+def warm_up(source: str, name: str, threads: int) -> None:
+    """In a fresh worker: load the implementation's source, the checker and the implementation's own set-up (its
     availability check, which may build a C++ extension: on a cluster node, for the first time), so
     that case timeouts time only cases."""
-    impl, _ = _worker_impl(plugins, name, threads)
+    impl, _ = _worker_impl(source, name, threads)
     impl.availability()
 
 
-def run_case(plugins: tuple[str, ...], name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
-    """In the worker: every check of one case for implementation ``name``."""
-    impl, check = _worker_impl(plugins, name, threads)
+def run_case(source: str, name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
+    """In the worker: every check of one case for implementation ``name`` (declared by ``source``)."""
+    impl, check = _worker_impl(source, name, threads)
     return check(impl, case, trials)
 
 
@@ -124,7 +119,8 @@ class VerifyRun:
     """One verify run over some implementations; cells go to ``writer`` as they come."""
 
     impls: list[Implementation]
-    plugins: tuple[str, ...]
+    sources: Mapping[str, str]
+    """Implementation name -> the source that declares it (:attr:`harness.discovery.Registry.sources`)."""
     suite: str
     trials: int
     timeout: float
@@ -221,14 +217,15 @@ class VerifyRun:
                 else:
                     outcome = None
                     if fresh:
-                        outcome = pool.run(Task((impl.name, "warm-up"), warm_up, (self.plugins, impl.name, threads),
+                        outcome = pool.run(Task((impl.name, "warm-up"), warm_up, (self.sources[impl.name], impl.name, threads),
                                                 timeout=max(self.timeout, WARM_UP_TIMEOUT_S)))
                         if outcome.status == OK:
                             outcome, fresh = None, False
                         elif outcome.error:
                             outcome.error = f"worker start-up failed: {outcome.error}"
                     if outcome is None:
-                        task = Task((impl.name, case.id), run_case, (self.plugins, impl.name, case, self.trials, threads))
+                        task = Task((impl.name, case.id), run_case,
+                                    (self.sources[impl.name], impl.name, case, self.trials, threads))
                         outcome = pool.run(task)
                     if self._stop.is_set():  # the run was interrupted and this worker killed: not a crash
                         return

@@ -55,6 +55,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
         if registry.fatal_errors:
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
     impls = registry.select(list(settings.only))
+    sources = {impl.name: registry.sources[impl.name] for impl in impls}
     path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('verify')}.json"
     config = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
               "jobs": settings.jobs, "implementations": [i.name for i in impls], "plugins": list(plugins),
@@ -72,11 +73,11 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 from harness.verify.fuzz import DATABASE_DIR, run_fuzz
 
                 database = settings.fuzz_database or DATABASE_DIR
-                run_fuzz(impls, plugins, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
+                run_fuzz(impls, plugins, sources, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
                 from harness.verify.distributed import run_on_cluster
 
-                VerifyRun(impls, plugins, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
+                VerifyRun(impls, sources, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
                           progress_enabled=settings.progress, cluster=cluster, on_cluster=run_on_cluster).run()
             writer.finish()
             return writer.run

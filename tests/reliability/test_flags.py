@@ -13,6 +13,8 @@ BAD = [
     ("bench", "--cell-budget", "0"), ("bench", "--threads", "0"), ("bench", "--min-samples", "0"),
     ("verify", "--timeout", "nan"), ("verify", "--trials", "0"), ("verify", "--jobs", "-1"),
     ("run", "--threads", "0"),
+    ("compare", "--alpha", "-1"), ("compare", "--alpha", "0"), ("compare", "--alpha", "1"), ("compare", "--alpha", "2"),
+    ("compare", "--alpha", "nan"),
 ]
 
 

@@ -1,0 +1,90 @@
+"""Ctrl-C as a terminal sends it: to the whole process group, helper processes included.
+
+A terminal's Ctrl-C reaches every process of the foreground group: attnbench, its forkserver
+and its workers. Only attnbench may answer it (exit 130, one "interrupted" line); a helper
+must never print a ``KeyboardInterrupt`` traceback of its own. The signal lands while a helper
+is starting up by construction: a ``sitecustomize`` module (imported by every interpreter at
+start-up) stops the forkserver at a gate until the test has sent SIGINT to the group.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from gates import BOUND_S, finish, release, wait_started
+
+SITECUSTOMIZE = '''
+import os
+import pathlib
+import time
+
+_GATES = pathlib.Path({gates!r})
+
+
+def _command_line():
+    try:
+        return pathlib.Path("/proc/self/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+if {marker!r} in _command_line():
+    try:  # the first such helper stops here; any later one goes on
+        _fd = os.open(_GATES / "helper.started", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        _fd = None
+    if _fd is not None:
+        os.write(_fd, str(os.getpid()).encode())
+        os.close(_fd)
+        _deadline = time.monotonic() + {bound}
+        while not (_GATES / "helper.release").exists() and time.monotonic() < _deadline:
+            time.sleep(0.02)
+'''
+
+FORKSERVER = "from multiprocessing.forkserver import main"
+
+
+def _group_interrupted(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+    """Run attnbench in its own process group, SIGINT the group while its forkserver starts up."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(gates=str(tmp_path), marker=FORKSERVER, bound=BOUND_S))
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], env={**os.environ, "PYTHONPATH": path},
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        wait_started(tmp_path, "helper", proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: every process of the group gets it
+    finally:
+        release(tmp_path, "helper")
+    return finish(proc)
+
+
+def _interrupted_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if "interrupted" in line]
+
+
+def test_ctrl_c_to_the_group_while_verify_starts_its_helpers_is_one_clean_line(tmp_path: Path) -> None:
+    out = tmp_path / "v.json"
+    code, _, err = _group_interrupted(tmp_path, "verify", "--only", "numpy_naive", "--suite", "small",
+                                      "--json", str(out))
+    assert code == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert len(_interrupted_lines(err)) == 1, err
+
+
+def test_ctrl_c_to_the_group_during_runs_verify_is_one_line_with_the_real_paths(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    code, _, err = _group_interrupted(tmp_path, "run", "--only", "numpy_naive", "--results-dir", str(results),
+                                      "--reports-dir", str(tmp_path / "reports"))
+    assert code == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    [line] = _interrupted_lines(err)
+    [verify_file] = results.glob("*-verify.json")
+    bench_file = results / verify_file.name.replace("-verify.json", "-bench.json")
+    assert "<run-id>" not in line and f"--out {bench_file}" in line, line
+    assert f"attnbench report {verify_file} {bench_file}" in line, line

@@ -1,0 +1,30 @@
+"""`--executor ray --address` where nothing listens: a bounded connect and one line, not a wait until killed."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BOUND_S = 120.0
+"""Only so a broken test ends: the connect itself gives up far sooner (nothing answers on loopback port 1)."""
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
+    out = tmp_path / "r.json"
+    where = ["--json", str(out)] if command == "verify" else ["--out", str(out), "--T", "16", "--quiet"]
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness", command, "--executor", "ray", "--address", "127.0.0.1:1",
+                               "--only", "numpy_naive", *where], capture_output=True, text=True, timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"attnbench {command} --address 127.0.0.1:1 still waiting after {BOUND_S:g} s")
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "127.0.0.1:1" in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+    assert not out.exists()

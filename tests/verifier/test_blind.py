@@ -79,8 +79,6 @@ NOT_CAUGHT_BY_QUICK: dict[str, str] = {
     "broken_returns_input_view": "no check that a result shares no storage with an input",
     "broken_reused_output_buffer": "no check that an earlier result stays unchanged after the next call",
     "broken_scale_zero_falsy": "no case has scale 0",
-    "broken_splitkv_boundary_overlap": "no quick cache is longer than 2,048 keys (the longest is 1,500)",
-    "broken_stale_rows_workspace": "no case calls twice with the same shape and a row that loses all its keys",
     "broken_varlen_long_sequence_blocks": "no quick packed sequence is longer than 256 keys",
     "broken_work_items_tail": "no quick case has more than 64 (batch, head) work items",
 }

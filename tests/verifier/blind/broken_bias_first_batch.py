@@ -1,0 +1,34 @@
+"""Broken: a bias with a batch dimension is read from its first element for every element.
+
+Broadcast bookkeeping in the kernel's bias loader: it supports (H, Tq, Tk), (1, H, Tq, Tk) and
+(B, H, Tq, Tk) biases, but its batch stride is set to 0 in all three cases. Right for every bias
+that is the same across the batch (ALiBi, relative-position tables); wrong for a per-element bias
+(a document-dependent bias, T5 biases with padding folded in, a learned per-sample prior).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness import register
+
+
+@register("broken_bias_first_batch", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True, bias=True)
+def broken_bias_first_batch(q, k, v, *, causal=False, mask=None, scale=None, bias=None):  # type: ignore[no-untyped-def]
+    tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
+    g = q.shape[1] // k.shape[1]
+    if g > 1:
+        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if bias is not None:
+        if bias.dim() == 4:
+            bias = bias[:1]  # the bug: batch stride 0
+        s = s + bias.to(s.dtype)
+    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is None:
+        return torch.softmax(s, -1) @ v
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v

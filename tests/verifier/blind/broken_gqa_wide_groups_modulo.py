@@ -1,0 +1,35 @@
+"""Broken: for GQA groups wider than 4, query heads are dealt to kv heads round-robin.
+
+A kernel with a special path for wide groups (one CTA loads one kv head and serves up to 8 query
+heads) builds its head map as ``h % Hkv`` instead of ``h // G``. Groups of 2, 3 and 4 take the
+ordinary path and are right; so is MQA (Hkv = 1, where both maps give 0). Wrong only for G > 4
+with more than one kv head (Llama-2 70B: 64 query heads on 8 kv heads).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness import register
+
+
+@register("broken_gqa_wide_groups_modulo", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
+          gqa=True)
+def broken_gqa_wide_groups_modulo(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
+    heads, tq, d = q.shape[1], q.shape[2], q.shape[3]
+    kv_heads, tk = k.shape[1], k.shape[2]
+    g = heads // kv_heads
+    if g > 4:  # the bug: round-robin instead of contiguous groups
+        index = torch.arange(heads, device=q.device) % kv_heads
+    else:
+        index = torch.arange(heads, device=q.device) // g
+    k, v = k[:, index], v[:, index]
+    scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    s = (q @ k.transpose(-1, -2)) * scale
+    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    if allowed is None:
+        return torch.softmax(s, -1) @ v
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
+    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v

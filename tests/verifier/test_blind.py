@@ -1,0 +1,147 @@
+"""How well `verify --suite quick` generalises: kernels broken in ways no other verifier test names.
+
+The plugins in ``tests/verifier/blind/`` were written without reading the verifier's other broken
+plugins or its tests (``blind/README.md`` has the table of what quick and full catch). Each broken
+one is right on most inputs and wrong under one trigger, stated here as a predicate on the case: quick
+must flag it (a ``fail`` or ``error``) on a case that has the trigger. The ones quick does not catch
+yet are strict xfails that say why; when the verifier learns to catch one, its xfail turns into an
+XPASS failure and the mark is removed. Each correct but unusual one must pass every quick case.
+
+The checks run in this process, exactly as a verify worker runs them (``kernel_cases`` for the
+cases, ``check_kernel_case`` for the checks, three trials, one torch thread), so no worker start-up
+is paid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.discovery import load_registry
+from harness.registry import Implementation
+from harness.verify.case_checks import check_kernel_case
+from harness.verify.suites import kernel_cases
+
+pytestmark = pytest.mark.slow
+
+BLIND = Path(__file__).resolve().parent / "blind"
+TRIALS = 3
+"""verify's default --trials."""
+
+Trigger = Callable[[AttentionCase], bool]
+
+
+def _max_klen(case: AttentionCase) -> int:
+    return max((k for _, k in case.varlen), default=0) if case.varlen else case.tk
+
+
+TRIGGERS: dict[str, Trigger] = {
+    "broken_advances_cache_seqlens": lambda c: c.cache_seqlens is not None or c.page_size is not None,
+    "broken_bf16_long_running_sum": lambda c: c.dtype == "bfloat16" and c.tk > 2048,
+    "broken_bias_dropped_with_mask": lambda c: c.bias != "none" and (c.mask != "none" or bool(c.structures)),
+    "broken_bias_first_batch": lambda c: c.bias != "none" and c.batch > 1,
+    "broken_cache_window_capacity": lambda c: c.window is not None and c.cache_seqlens is not None,
+    "broken_causal_query_chunks": lambda c: c.tq > 2048 and (c.causal or bool(c.structures)),
+    "broken_gqa_wide_groups_modulo": lambda c: c.heads // c.kv_heads > 4 and c.kv_heads > 1,
+    "broken_grad_noncontiguous_upstream": lambda c: c.grad,
+    "broken_headdim_chunks_floor": lambda c: c.d > 128 and c.d % 128 != 0,
+    "broken_kv_layout_from_q": lambda c: c.layout != "contiguous",
+    "broken_long_keys_tail_block": lambda c: c.tk > 4096 and c.tk % 512 != 0,
+    "broken_paged_default_scale": lambda c: c.page_size is not None and c.scale is not None,
+    "broken_returns_input_view": lambda c: c.tk == 1,
+    "broken_reused_output_buffer": lambda c: True,
+    "broken_scale_zero_falsy": lambda c: c.scale == 0,
+    "broken_splitkv_boundary_overlap": lambda c: c.tk > 2048,
+    "broken_stale_rows_workspace": lambda c: c.mask != "none" or bool(c.structures),
+    "broken_varlen_long_sequence_blocks": lambda c: c.varlen is not None and c.causal and _max_klen(c) > 256,
+    "broken_window_bottom_right_shift": lambda c: c.window is not None and c.causal_align == "bottom_right" and c.tq != c.tk,
+    "broken_work_items_tail": lambda c: c.batch * c.heads > 64,
+}
+"""What each broken plugin needs in a case to be wrong (its docstring says why)."""
+
+NOT_CAUGHT_BY_QUICK: dict[str, str] = {
+    "broken_advances_cache_seqlens": "cache_seqlens is built afresh for every call and never compared after it",
+    "broken_bf16_long_running_sum": "the bf16 error-growth point at Tk 4,096 is 11x the baseline's error but under "
+                                    "the bfloat16 floor (1.6e-2)",
+    "broken_bias_dropped_with_mask": "no quick case passes a bias together with a mask",
+    "broken_bias_first_batch": "the only bias is ALiBi, the same for every batch element",
+    "broken_cache_window_capacity": "no quick case has a window together with cache lengths",
+    "broken_causal_query_chunks": "no quick case has more than 2,048 queries",
+    "broken_grad_noncontiguous_upstream": "the upstream gradient is always contiguous",
+    "broken_headdim_chunks_floor": "no quick case has a head dim above 128",
+    "broken_long_keys_tail_block": "no quick case has more than 4,096 keys",
+    "broken_paged_default_scale": "no quick paged case has a non-default scale",
+    "broken_returns_input_view": "no check that a result shares no storage with an input",
+    "broken_reused_output_buffer": "no check that an earlier result stays unchanged after the next call",
+    "broken_scale_zero_falsy": "no case has scale 0",
+    "broken_varlen_long_sequence_blocks": "no quick packed sequence is longer than 256 keys",
+    "broken_work_items_tail": "no quick case has more than 64 (batch, head) work items",
+}
+"""Broken plugins quick misses today, and why (measured; see blind/README.md)."""
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """One torch thread, as verify's workers run (many small problems: a thread pool costs more than it
+    gains, 5x here on a loaded 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _names(prefix: str) -> list[str]:
+    return sorted(p.stem for p in BLIND.glob(f"{prefix}_*.py"))
+
+
+def _impl(name: str) -> Implementation:
+    registry = load_registry([str(BLIND / f"{name}.py")], builtins=False, entry_points=False)
+    assert not registry.fatal_errors, registry.fatal_errors
+    return registry.get(name)
+
+
+def _problems(impl: Implementation) -> Iterator[tuple[AttentionCase, dict[str, Any]]]:
+    """Every (case, result) of quick that is not a pass or a skip, in suite order, lazily."""
+    for case in kernel_cases(impl, "quick"):
+        if impl.not_supported_reasons(case):
+            continue
+        for result in check_kernel_case(impl, case, TRIALS):
+            if result["status"] not in ("pass", "skipped"):
+                yield case, result
+
+
+def _broken_params() -> list[Any]:
+    params = []
+    for name in _names("broken"):
+        why = NOT_CAUGHT_BY_QUICK.get(name)
+        marks = [pytest.mark.xfail(strict=True, reason=f"not caught yet by quick: {why}")] if why else []
+        params.append(pytest.param(name, marks=marks, id=name))
+    return params
+
+
+def test_every_broken_plugin_states_its_trigger() -> None:
+    assert sorted(TRIGGERS) == _names("broken")
+    assert set(NOT_CAUGHT_BY_QUICK) <= set(TRIGGERS)
+    assert len(_names("broken")) >= 12 and len(_names("correct")) >= 3
+
+
+@pytest.mark.parametrize("name", _broken_params())
+def test_quick_flags_the_broken_plugin_on_its_trigger(name: str) -> None:
+    impl = _impl(name)
+    first = next(_problems(impl), None)
+    assert first is not None, f"verify --suite quick passed {name}"
+    case, result = first
+    assert TRIGGERS[name](case), (f"{name} was flagged on {case.id} ({result['check']}: {result['reason']}), a case "
+                                  f"without its trigger: a false alarm, or the trigger is stated wrongly")
+
+
+@pytest.mark.parametrize("name", _names("correct"))
+def test_quick_accepts_the_correct_plugin(name: str) -> None:
+    problems = [f"{case.id} {result['check']}: {result['status']}: {result['reason']}"
+                for case, result in _problems(_impl(name))]
+    assert not problems, "\n".join(problems)

@@ -211,6 +211,11 @@ class WorkerPool:
         return Outcome(TIMEOUT, error=f"no answer within {limit:g} s; worker killed",
                        seconds=time.perf_counter() - started)
 
+    @property
+    def running(self) -> bool:
+        """A worker is up (the next task does not pay for starting one)."""
+        return self._worker is not None and self._worker.process.is_alive()
+
     def _discard(self, kill: bool) -> None:
         if self._worker is not None:
             self._worker.stop(kill=kill)

@@ -7,9 +7,11 @@ about ``warmup_s`` seconds of calls are run and thrown away.
 
 CUDA (cannot run on this machine, kept small so it is obviously right): the method of
 ``triton.testing.do_bench``. Kernels are asynchronous, so host clocks would time the
-launch; instead a pair of CUDA events brackets each call and the device is synchronised
-before the events are read. Before every call a 256 MB buffer is zeroed, which evicts the
-L2 cache, so no call is timed with its inputs still warm in cache from the previous one.
+launch; instead a pair of CUDA events brackets each call. The end event is recorded after a
+device-wide synchronize, so work the call queued on other streams is inside the bracket (the
+synchronize's own few microseconds are too). Before every call a 256 MB buffer is zeroed,
+which evicts the L2 cache, so no call is timed with its inputs still warm in cache from the
+previous one (``TimingConfig.warm_cache`` turns the flush off).
 
 ``synchronized_perf_counter`` is the timer for pytest-benchmark: it synchronises CUDA (when
 it is in use) before reading the clock, so a round ends when the device work ends.
@@ -41,6 +43,11 @@ class TimingConfig:
     """Stop repeating once this many seconds were spent in timed calls (and min_samples reached)."""
     min_samples: int = 5
     max_samples: int = 1000
+    warm_cache: bool = False
+    """Time every call on the same inputs (one input set, no L2 flush on CUDA): the warm-cache case, on
+    purpose. The default rotates through several input sets (docs/integrity.md)."""
+    checks: bool = True
+    """The integrity checks of each cell (docs/integrity.md); off only to measure what they cost."""
 
 
 @contextmanager
@@ -129,9 +136,11 @@ def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> l
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         for i in range(repeats):
-            cache.zero_()  # evict L2: the call starts cold, as inside a model
+            if not config.warm_cache:
+                cache.zero_()  # evict L2: the call starts cold, as inside a model
             starts[i].record()
             fn()
+            torch.cuda.synchronize()  # every stream's work done: a kernel on a side stream is timed too
             ends[i].record()
         torch.cuda.synchronize()
     return [s.elapsed_time(e) / 1000 for s, e in zip(starts, ends)]

@@ -100,12 +100,12 @@ class Kept:
 
 def clock_problem() -> str | None:
     """A sentence when a time function was replaced since this module was imported, or ours was."""
-    changed = [name for name, fn in _BOUND.items() if getattr(time, name) is not fn]
+    changed = [f"time.{name}" for name, fn in _BOUND.items() if getattr(time, name) is not fn]
     ours = CLOCK is _BOUND["perf_counter"] and type(CLOCK) is types.BuiltinFunctionType \
         and getattr(CLOCK, "__self__", None) is sys.modules.get("time")
     if not ours:
-        changed.append("the harness's bound clock")
-    return f"time.{', time.'.join(changed)} replaced during the run: the clock must not be patched" if changed else None
+        changed.append("the harness's own bound clock")
+    return f"{', '.join(changed)} replaced in the timing worker: the clock must not be patched" if changed else None
 
 
 def cpu_burnt(window_s: float = CPU_WINDOW_S) -> float:

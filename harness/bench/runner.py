@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
+from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import bandwidth_key, keep_higher, measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
@@ -60,7 +61,7 @@ def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode:
                 config: TimingConfig, threads: int | None) -> dict[str, Any]:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
-    from harness.bench import audit, guard
+    from harness.bench import audit
 
     entered = guard.CLOCK()
     used = pin_threads(threads)

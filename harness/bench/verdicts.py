@@ -36,7 +36,7 @@ def _s(seconds: float) -> str:
 
 
 def judge(value: Mapping[str, Any], wall_s: float | None, floor: Mapping[str, Any] | None) -> tuple[Status, str | None]:
-    """OK, or the first problem status (implausible, violation, wrong) with every reason found."""
+    """OK, or the first problem status found (implausible, violation, wrong, in that order) with every reason."""
     found: dict[Status, list[str]] = {Status.IMPLAUSIBLE: [], Status.VIOLATION: [], Status.WRONG: []}
     samples = list(value["samples_s"])
     record = value.get("integrity") or {}
@@ -60,8 +60,8 @@ def judge(value: Mapping[str, Any], wall_s: float | None, floor: Mapping[str, An
             f"(thread pools spinning burn up to {_s(spin)}; margin {CPU_MARGIN:g} core): work continued after the call")
     found[Status.WRONG] += list(record.get("output_problems", []))
     for status, reasons in found.items():
-        if reasons:
-            return status, "; ".join(reasons)
+        if reasons:  # the first status found; every reason, so the record shows all the evidence
+            return status, "; ".join(r for rs in found.values() for r in rs)
     return Status.OK, None
 
 
@@ -70,9 +70,9 @@ def _accounting(samples: list[float], acc: Mapping[str, Any], wall_s: float | No
         return []
     problems = []
     total, timed = acc["total_s"], sum(samples)
-    if wall_s is not None and total < WALL_SHARE * wall_s - WALL_SLACK_S:
+    if wall_s is not None and not WALL_SHARE * wall_s - WALL_SLACK_S <= total <= wall_s / WALL_SHARE + WALL_SLACK_S:
         problems.append(f"the worker's clock counted {_s(total)} for a task that took {_s(wall_s)} on the parent's "
-                        "clock: the clock was slowed or replaced")
+                        "clock: a clock was slowed or replaced")
     if not (0.95 * total - 0.02 <= acc["phases_s"] <= total + 0.02):
         problems.append(f"the worker's phases add up to {_s(acc['phases_s'])} of its {_s(total)}: its clock "
                         "disagreed with itself")

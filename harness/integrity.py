@@ -58,8 +58,11 @@ def thread_problem(before: frozenset[int], wait_s: float = 0.002, sleep: Any = N
         start = {tid: thread_cpu_s(tid) for tid in new}
         (sleep or _sleep)(wait_s)
         after = {tid: thread_cpu_s(tid) for tid in new}
-        busy = sum(1 for tid in new if start[tid] is not None and after[tid] is not None
-                   and after[tid] - start[tid] > wait_s / 5)  # type: ignore[operator]
+        busy = 0
+        for tid in new:
+            before_s, after_s = start[tid], after[tid]
+            if before_s is not None and after_s is not None and after_s - before_s > wait_s / 5:
+                busy += 1
     if not busy:
         return None
     return (f"{busy} thread(s) started by the call were still working after it returned: work left running "

@@ -10,11 +10,10 @@ case is small. Gradients (bwd, fwd+bwd) are checked in full against float64 auto
 
 from __future__ import annotations
 
-from typing import Any
-
 import contextlib
 import copy
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 
@@ -50,21 +49,22 @@ def draw_sets(case: AttentionCase, count: int, backend: str) -> list[Inputs]:
     for s in range(1, count):
         other = copy.copy(first)
         made: dict[int, Any] = {}
-
-        def variant(x: Any, paged: bool = False) -> Any:
-            if x is None:
-                return None
-            if id(x) not in made:  # self-attention: q, k and v are one array, and stay one
-                t = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
-                y = t * (-1.0) ** s + s / 4.0
-                made[id(x)] = (y if isinstance(x, torch.Tensor) else y.numpy()) if paged \
-                    else _to_backend(y, backend, case.layout)
-            return made[id(x)]
-
-        other.q, other.k, other.v = variant(first.q), variant(first.k), variant(first.v)
-        other.k_pages, other.v_pages = variant(first.k_pages, True), variant(first.v_pages, True)
+        for name in ("q", "k", "v", "k_pages", "v_pages"):
+            x = getattr(first, name)
+            if x is not None and id(x) not in made:  # self-attention: q, k and v are one array, and stay one
+                made[id(x)] = _variant(x, s, backend, None if name.endswith("pages") else case.layout)
+            setattr(other, name, None if x is None else made[id(x)])
         sets.append(other)
     return sets
+
+
+def _variant(x: Any, s: int, backend: str, layout: str | None) -> Any:
+    """``(-1)^s x + s/4``, laid out as ``layout`` (None: contiguous, as page pools are)."""
+    t = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
+    y = t * (-1.0) ** s + s / 4.0
+    if layout is not None:
+        return _to_backend(y, backend, layout)
+    return y if isinstance(x, torch.Tensor) else y.numpy()
 
 
 def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: int, shift: bool) -> InputSet:

@@ -82,8 +82,8 @@ class InputSet:
             finally:
                 torch.set_num_threads(threads)
         else:
-            vec = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32).numpy()
-            np.add(self.base_q, vec.astype(self.live_q.dtype), out=self.live_q)
+            row = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32).numpy()
+            np.add(self.base_q, row.astype(self.live_q.dtype), out=self.live_q)
 
 
 @dataclass

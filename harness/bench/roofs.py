@@ -81,9 +81,10 @@ def cpu_roofs() -> dict[str, Any]:
                 per_cycle[dtype] = max(per_cycle.get(dtype, 0), rate)
     for dtype in ("float64", "float32", "float16", "bfloat16"):
         per_cycle.setdefault(dtype, UNKNOWN_FLOPS_PER_CYCLE)
+    reported = "unknown clock" if ghz is None else f"{ghz:.2f} GHz reported x {BOOST:g}"
     return {"gflops": {d: cores * clock * r for d, r in per_cycle.items()}, "load_gbps": cores * clock * LOAD_BYTES_PER_CYCLE,
-            "method": f"{cores} logical CPUs x {clock:.2f} GHz ({'unknown clock' if ghz is None else f'{ghz:.2f} GHz reported x {BOOST:g}'}) "
-                      f"x FLOPs/cycle {per_cycle} ; loads {LOAD_BYTES_PER_CYCLE} B/cycle"}
+            "method": f"{cores} logical CPUs x {clock:.2f} GHz ({reported}) x FLOPs/cycle {per_cycle}; "
+                      f"loads {LOAD_BYTES_PER_CYCLE} B/cycle"}
 
 
 def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Mapping[str, Any] | None,
@@ -101,4 +102,5 @@ def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Ma
     return {"floor_s": max(compute_s, memory_s), "compute_roof_gflops": compute, "memory_roof_gbps": memory,
             "compute_s": compute_s, "memory_s": memory_s,
             "how": f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s; "
-                   f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"}
+                   f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
+                   + (f"; theory: {theory['method']}" if theory and device == "cpu" else "")}

@@ -20,7 +20,7 @@ from typing import Any
 
 from harness.analysis.stats import summarize
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
-from harness.bench.bandwidth import bandwidth_key, keep_higher, measure_bandwidth
+from harness.bench.bandwidth import keep_higher, measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell

@@ -83,11 +83,11 @@ def timing_task(name: str, plugins: tuple[str, ...], case: dict[str, Any], mode:
         loop: dict[str, Any] = {"samples": time_call(lambda: next(turn).call(), "cuda", config), "kept": [],
                                 "untyped": [], "warmup_s": 0.0, "loop_s": 0.0, "captures_s": 0.0}
     else:
-        loop = guard.timed_loop(sets, config, impl.backend)
+        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop["kept"], sets, attention_case, mode)
-    profile = audit.profile_call(sets[0].call) if impl.backend == "torch" else None
+    profile = loop.get("profile")
     spin = guard.spin_baseline() if loop["kept"] else 0.0
     checks_s = guard.CLOCK() - checked
     total = guard.CLOCK() - entered

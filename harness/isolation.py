@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+_CLOCK = time.perf_counter
+"""Bound when this module is imported, before any plugin is: the wall time of a task (bench holds the
+worker's own account of its time against it) cannot be changed by a plugin patching ``time``."""
 DEFAULT_TIMEOUT_S = 60.0
 LONGEST_WAIT_S = 2_000_000.0
 """About 23 days: a wait for a worker's answer is cut to this. ``poll`` takes its timeout as a C int of
@@ -228,21 +231,26 @@ class WorkerPool:
             self._worker = _Worker.start(self.start_method)
         worker = self._worker
         limit = min(self.timeout if task.timeout is None else task.timeout, LONGEST_WAIT_S)
-        started = time.perf_counter()
+        started = _CLOCK()
         try:
             worker.conn.send((task.fn, task.args))
             answered = worker.conn.poll(limit)
             if answered:
                 status, value, error, trace = worker.conn.recv()
-                return Outcome(status, value, error, trace, time.perf_counter() - started)
+                return Outcome(status, value, error, trace, _CLOCK() - started)
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(timeout=5)
             self._discard(kill=True)
             return Outcome(CRASH, error=_describe_death(worker.process.exitcode),
-                           seconds=time.perf_counter() - started)
+                           seconds=_CLOCK() - started)
         self._discard(kill=True)
         return Outcome(TIMEOUT, error=f"no answer within {limit:g} s; worker killed",
-                       seconds=time.perf_counter() - started)
+                       seconds=_CLOCK() - started)
+
+    @property
+    def running(self) -> bool:
+        """A worker is up (the next task does not pay for starting one)."""
+        return self._worker is not None and self._worker.process.is_alive()
 
     def _discard(self, kill: bool) -> None:
         if self._worker is not None:

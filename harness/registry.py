@@ -65,6 +65,8 @@ class Implementation:
     """Runs only when named (``--only NAME``): its set-up is too slow for the default suites (a compiler)."""
     description: str = ""
     source: str = "?"
+    set_up: bool = False
+    """Registered with ``prepare=True``: its set-up may read the inputs, so bench only rotates them."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Declared extras, each checked at registration (see :data:`OPTIONS`): tile sizes a property
     check may pass to ``prepare``, a module's layers and RoPE conventions, a lifted module's kernel."""
@@ -306,7 +308,8 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
-        options=options, deterministic=deterministic, structures=structures, on_request=on_request, **flags,
+        set_up=bool(keywords.get("prepare", False)), options=options, deterministic=deterministic,
+        structures=structures, on_request=on_request, **flags,
     )
 
 

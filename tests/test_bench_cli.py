@@ -125,8 +125,9 @@ def test_a_relative_plugin_path_is_stored_absolute_so_resume_works_from_anywhere
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "plugin").mkdir()
     (tmp_path / "plugin" / "mine.py").write_text(
-        "from harness import register\n\n@register('mine', backend='torch')\n"
-        "def mine(q, k, v, *, causal=False, mask=None, scale=None):\n    return q\n")
+        "import torch\nfrom harness import register\n\n@register('mine', backend='torch')\n"
+        "def mine(q, k, v, *, causal=False, mask=None, scale=None):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale)\n")
     monkeypatch.chdir(tmp_path / "plugin")
     out = tmp_path / "run.json"
     assert main(["bench", "--plugin", "mine.py", "--only", "mine", "--T", "16", "--d", "8", "--heads", "1",

@@ -19,15 +19,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
-from harness.bench.bandwidth import bandwidth_key, keep_higher, measure_bandwidth
+from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
+from harness.bench.bandwidth import keep_higher, measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
+from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.results import BenchCell, CellKey, ResultWriter, Status
+from harness.results import BenchCell, CellKey, ResultWriter, Status, bandwidth_key
 
 # ---------------------------------------------------------------- worker side
 
@@ -37,28 +39,12 @@ def _implementation(name: str, source: str) -> Any:
 
 
 def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Callable[[], Any]:
-    """The zero-argument call to time, with every bit of set-up (inputs, layout, graph) done here.
-
-    fwd: the implementation's prepared closure. bwd: the forward runs once here and the
-    closure computes the input gradients from its retained graph. fwd+bwd: both in the call.
-    """
+    """The zero-argument call to time, with every bit of set-up (inputs, layout, graph) done here
+    (:func:`harness.bench.audit.build_set` describes each mode)."""
+    from harness.bench.audit import build_set
     from harness.tensors import make_inputs
 
-    inputs = make_inputs(case, seed, impl.backend)
-    if mode == "fwd":
-        return impl.prepare(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
-    import torch
-
-    q, k, v = (x.detach().requires_grad_(True) for x in (inputs.q, inputs.k, inputs.v))
-    forward = impl.prepare(q, k, v, **inputs.kwargs(case, impl.structures))
-    gen = torch.Generator().manual_seed(seed + 1)
-    out = forward()
-    grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
-    if mode == "bwd":
-        return lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True)
-    if mode == "fwd+bwd":
-        return lambda: torch.autograd.grad(forward(), (q, k, v), grad_out)
-    raise ValueError(f"unknown mode {mode!r}")
+    return build_set(impl, case, mode, make_inputs(case, seed, impl.backend), seed, shift=False).call
 
 
 def warm_up_task(name: str, source: str) -> None:
@@ -69,14 +55,48 @@ def warm_up_task(name: str, source: str) -> None:
 
 def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
                 config: TimingConfig, threads: int | None) -> dict[str, Any]:
-    """Worker: time one cell; raw samples and the thread count in force."""
+    """Worker: time one cell; raw samples, the thread count in force, and what backs the time
+    (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
+    from harness.bench import audit
+
+    entered = guard.CLOCK()
     used = pin_threads(threads)
     impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
-    started = time.perf_counter()
-    call = build_call(impl, attention_case, mode)
-    setup_s = time.perf_counter() - started  # inputs and the implementation's set-up (a compile, say)
-    return {"samples_s": time_call(call, attention_case.device, config), "threads": used, "setup_s": setup_s}
+    started = guard.CLOCK()
+    if not config.checks:
+        call = build_call(impl, attention_case, mode)
+        setup_s = guard.CLOCK() - started
+        return {"samples_s": time_call(call, attention_case.device, config), "threads": used, "setup_s": setup_s}
+    shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
+    with audit.one_thread():
+        drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+    sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
+    setup_s = guard.CLOCK() - started  # inputs and the implementation's set-up (a compile, say)
+    looped = guard.CLOCK()
+    if attention_case.device == "cuda":  # rotation only: the kept-call checks read host memory
+        turn = itertools.cycle(sets)
+        loop: dict[str, Any] = {"samples": time_call(lambda: next(turn).call(), "cuda", config), "kept": [],
+                                "untyped": [], "warmup_s": 0.0, "loop_s": 0.0, "captures_s": 0.0}
+    else:
+        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
+    loop_total = guard.CLOCK() - looped
+    checked = guard.CLOCK()
+    outputs = audit.check_kept(loop["kept"], sets, attention_case, mode)
+    profile = loop.get("profile")
+    spin = guard.spin_baseline() if loop["kept"] else 0.0
+    checks_s = guard.CLOCK() - checked
+    total = guard.CLOCK() - entered
+    integrity = {
+        "input_sets": len(sets), "shifted": shift, "clock": guard.clock_problem(), "untyped": loop["untyped"],
+        "kept_problems": [f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop["kept"] if k.problem],
+        "output_problems": outputs["problems"], "checked": outputs["checked"],
+        "cpu_after_s": [k.cpu_after_s for k in loop["kept"] if k.cpu_after_s is not None], "spin_s": spin,
+        "accounting": {"total_s": total, "loop_s": loop["loop_s"], "captures_s": loop["captures_s"],
+                       "phases_s": (started - entered) + setup_s + loop_total + checks_s, "checks_s": checks_s},
+    }
+    return {"samples_s": loop["samples"], "threads": used, "setup_s": setup_s, "integrity": integrity,
+            "profile": profile}
 
 
 def memory_task(name: str, source: str, case: dict[str, Any], mode: str,
@@ -164,6 +184,8 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
+        self.roofs = cpu_roofs()
+        """This machine's theoretical roofs (:mod:`harness.bench.roofs`): the physics floor of local cells."""
 
     def learn_from_done(self) -> set[CellKey]:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
@@ -258,7 +280,10 @@ class BenchRunner:
             return skipped_cell(cell, over)
         predicted_s = self.budget.cell_seconds_predicted(cell, peak)
         started = time.perf_counter()
-        args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
+        source = self.registry.sources[cell.implementation]
+        args = (cell.implementation, source, cell.case.to_dict(), cell.mode)
+        if not timing_pool.running:  # plugins loaded first: the timed task's wall time is the task's alone
+            timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
         mem = None
         if outcome.status == OK and self.settings.memory:
@@ -277,10 +302,28 @@ class BenchRunner:
             memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
         where = {"load_average": _load_average(), **where}  # a node's own load average when it sent one
         result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=timing.value["threads"],
-                       memory=memory, predicted_seconds=predicted_s, setup_s=timing.value.get("setup_s"), **where)
+                       memory=memory, predicted_seconds=predicted_s, setup_s=timing.value.get("setup_s"),
+                       profile=timing.value.get("profile"), **where)
         result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9, seconds=seconds)
-        self.budget.record(cell, stats["median"], result.peak_extra_bytes)
+        if timing.value.get("integrity") is not None:
+            result = self._judged(result, timing)
+        if result.status == Status.OK:
+            self.budget.record(cell, stats["median"], result.peak_extra_bytes)
         return result
+
+    def _judged(self, cell: BenchCell, timing: Outcome) -> BenchCell:
+        """The cell held against the physics floor and its worker's checks (:mod:`harness.bench.verdicts`)."""
+        from harness.bench.verdicts import judge
+
+        case = cell.case
+        device = str(case.get("device", "cpu"))
+        bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, (cell.node or {}).get("kind")))
+        floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
+                              self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
+                              None if cell.node else self.roofs)  # a node's own CPUs are not this machine's
+        status, reason = judge(timing.value, timing.seconds, floor)
+        integrity = {**timing.value["integrity"], "floor": floor, "wall_s": timing.seconds}
+        return replace(cell, status=status, reason=reason, integrity=integrity)
 
 
 def _load_average() -> float | None:

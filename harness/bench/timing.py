@@ -7,9 +7,11 @@ about ``warmup_s`` seconds of calls are run and thrown away.
 
 CUDA (cannot run on this machine, kept small so it is obviously right): the method of
 ``triton.testing.do_bench``. Kernels are asynchronous, so host clocks would time the
-launch; instead a pair of CUDA events brackets each call and the device is synchronised
-before the events are read. Before every call a 256 MB buffer is zeroed, which evicts the
-L2 cache, so no call is timed with its inputs still warm in cache from the previous one.
+launch; instead a pair of CUDA events brackets each call. The end event is recorded after a
+device-wide synchronize, so work the call queued on other streams is inside the bracket (the
+synchronize's own few microseconds are too). Before every call a 256 MB buffer is zeroed,
+which evicts the L2 cache, so no call is timed with its inputs still warm in cache from the
+previous one (``TimingConfig.warm_cache`` turns the flush off).
 
 ``synchronized_perf_counter`` is the timer for pytest-benchmark: it synchronises CUDA (when
 it is in use) before reading the clock, so a round ends when the device work ends.
@@ -43,6 +45,11 @@ class TimingConfig:
     """Timed calls made whatever the budget: always honoured, even above ``max_samples``."""
     max_samples: int = 1000
     """Where the budget stops adding samples (a fast call would otherwise add millions)."""
+    warm_cache: bool = False
+    """Time every call on the same inputs (one input set, no L2 flush on CUDA): the warm-cache case, on
+    purpose. The default rotates through several input sets (docs/integrity.md)."""
+    checks: bool = True
+    """The integrity checks of each cell (docs/integrity.md); off only to measure what they cost."""
 
 
 @contextmanager
@@ -131,9 +138,11 @@ def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> l
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
         for i in range(repeats):
-            cache.zero_()  # evict L2: the call starts cold, as inside a model
+            if not config.warm_cache:
+                cache.zero_()  # evict L2: the call starts cold, as inside a model
             starts[i].record()
             fn()
+            torch.cuda.synchronize()  # every stream's work done: a kernel on a side stream is timed too
             ends[i].record()
         torch.cuda.synchronize()
     return [s.elapsed_time(e) / 1000 for s, e in zip(starts, ends)]

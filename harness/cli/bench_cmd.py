@@ -35,6 +35,7 @@ from harness.progress import Progress
 from harness.registry import DTYPES
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
+from harness.results.schema import INTEGRITY
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
 DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]
@@ -82,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-budget", type=positive_number, metavar="GiB",
                         help="skip cells predicted to need more (default: half of the free RAM)")
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
+    parser.add_argument("--warm-cache", action="store_true",
+                        help="time every call on the same inputs (caches warm, no L2 flush on CUDA) instead of "
+                             "rotating through several input sets; see docs/integrity.md")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
     add_executor_arguments(parser)
@@ -103,7 +107,7 @@ def _settings(args: argparse.Namespace) -> Any:
         overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
     if args.mode:
         overrides["mode"] = list(args.mode)
-    timing = {**SUITE_TIMING[args.suite]}
+    timing = {**SUITE_TIMING[args.suite], "warm_cache": bool(args.warm_cache)}
     if args.budget is not None:
         timing["budget_s"] = args.budget
     if args.min_samples is not None:
@@ -237,6 +241,9 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
     if spreads and not math.isnan(max(spreads)):
         print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
     print(f"results: {path}")
+    for c in problems:
+        if c.status in INTEGRITY:
+            print(f"attnbench bench: {c.status}: {c.implementation} {c.case_id} {c.mode}: {c.reason}", file=sys.stderr)
     if problems:
         print(f"attnbench bench: {len(problems)} cell(s) failed: "
               + ", ".join(f"{c.implementation} {c.case_id} {c.mode}: {c.status}" for c in problems[:5]),

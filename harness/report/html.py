@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from harness.report import tables
+
 if TYPE_CHECKING:
     from harness.report.builder import Report
 
@@ -27,7 +29,7 @@ table{border-collapse:collapse;margin:.6em 0;font-size:.88em}
 th,td{border:1px solid #d0d0d0;padding:.25em .55em;text-align:left;vertical-align:top}
 th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tr.flag td{background:#fff1ef}.pass{background:#e3f4e8}.fail,.error{background:#fbe0de}
-.crash{background:#f1e0f5}.timeout{background:#fdf0dc}.skipped{background:#f2f2f2;color:#666}
+.implausible,.violation,.wrong{background:#f8c9c4}.crash{background:#f1e0f5}.timeout{background:#fdf0dc}.skipped{background:#f2f2f2;color:#666}
 figure{margin:1.2em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
 .verdict{padding:.6em 1em;border-radius:4px}.ok{background:#e3f4e8}.bad{background:#fbe0de}
 code{background:#f5f5f5;padding:0 .2em}small{color:#666}
@@ -140,6 +142,12 @@ def render(report: Report) -> str:
         pivot.columns = [str(c) if c == "implementation" else f"T={c}" for c in pivot.columns]
         parts.append(f"<h2>Speedup over {esc(report.baseline)}</h2>"
                      + frame_table(pivot, [c for c in pivot.columns if c != "implementation"]))
+    flagged = tables.untrusted(report.results.bench)
+    if not flagged.empty:
+        parts.append("<h2>Bench cells whose time is not backed by a verified computation</h2>"
+                     "<p><small>Not plotted, never a speedup (docs/integrity.md says what each status means).</small></p>"
+                     + table(list(flagged.columns), flagged.itertuples(index=False),
+                             row_classes=list(flagged["status"]), numeric=[4]))
     if not report.bench_table.empty:
         parts.append(f"<h2>All bench cells</h2><details><summary>{len(report.bench_table)} cells</summary>"
                      + frame_table(report.bench_table, ["median", "iqr_over_median", "n", "gflops", "pct_peak",
@@ -162,7 +170,10 @@ def _verdict(report: Report) -> str:
     if flagged:
         text += f"; {flagged} fitted exponent(s) off theory"
     note = f"<p><small>{esc(report.noise_note)}.</small></p>" if report.noise_note else ""
-    return f'<p class="verdict {"bad" if problems else "ok"}">{esc(text)}.</p>{note}'
+    untrusted = len(tables.untrusted(report.results.bench))
+    if untrusted:
+        text += f"; {untrusted} bench cell(s) failed the integrity checks (implausible, violation or wrong)"
+    return f'<p class="verdict {"bad" if problems or untrusted else "ok"}">{esc(text)}.</p>{note}'
 
 
 def _sources(report: Report) -> str:

@@ -29,7 +29,7 @@ STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
-                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind")
+                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile")
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
@@ -172,8 +172,16 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
                 "cache_seqlens": None if case.get("cache_seqlens") is None else ",".join(map(str, case["cache_seqlens"])),
                 "page_size": case.get("page_size"),
-                "node_kind": node_kind(cell)})  # a cluster cell's machine: sweeps and ratios stay within one kind
+                "node_kind": node_kind(cell),  # a cluster cell's machine: sweeps and ratios stay within one kind
+                "profile": profile_text(cell)})
     return row
+
+
+def profile_text(cell: BenchCell) -> str | None:
+    """The profiled call's top ATen operators, "93% aten::x; 4% aten::y" (None when not profiled)."""
+    if not cell.profile:
+        return None if cell.profile is None else "no ATen operator"
+    return "; ".join(f"{100 * share:.0f}% {name}" for name, share in cell.profile)
 
 
 def _case_columns(case: Mapping[str, Any]) -> dict[str, Any]:

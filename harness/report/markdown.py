@@ -40,6 +40,14 @@ def render(report: Report) -> str:
     out.append(f"**Correctness:** {problems} problem cell(s)." if problems else
                ("**Correctness:** every verified cell passed." if not report.matrix.empty else
                 "**Correctness:** no verify results."))
+    from harness.report.tables import untrusted
+
+    flagged = untrusted(report.results.bench)
+    if not flagged.empty:
+        out += ["", f"**Integrity:** {len(flagged)} bench cell(s) whose time is not backed by a verified computation "
+                "(not plotted, never a speedup):", "",
+                md_table(("implementation", "case", "mode", "status", "reason"),
+                         [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
     if report.noise_note:
         out += ["", f"> {md(report.noise_note)}.", ""]
     runs = ", ".join(f"`{md(s.get('run_id'))}` ({md(s.get('command'))})" for s in report.sources)

@@ -62,6 +62,17 @@ def failures(verify: pd.DataFrame) -> pd.DataFrame:
     return bad[["implementation", "case_id", "check", "status", "ratio", "max_abs_err", "rel_l2", "reason"]]
 
 
+INTEGRITY = ("implausible", "violation", "wrong")
+"""Bench statuses of a cell whose time is not backed by a verified computation (docs/integrity.md)."""
+
+
+def untrusted(bench: pd.DataFrame) -> pd.DataFrame:
+    """Bench cells flagged by the integrity checks, with the reasons that prove it."""
+    if bench.empty:
+        return bench
+    return bench[bench["status"].isin(INTEGRITY)][["implementation", "case_id", "mode", "status", "median", "reason"]]
+
+
 def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
     """Per bench cell, the numbers people read (no raw samples)."""
     if bench.empty:
@@ -72,6 +83,8 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
         columns[columns.index("pct_peak") + 1:columns.index("pct_peak") + 1] = ["gbps", "pct_bandwidth"]
     if "node_kind" in bench and bench["node_kind"].notna().any():  # a cluster run: which kind of machine
         columns.append("node_kind")
+    if "profile" in bench and bench["profile"].notna().any():  # what one profiled call spent its time in
+        columns.append("profile")
     return bench[columns].sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
 
 

@@ -57,6 +57,9 @@ class Status(str, Enum):
     ERROR = "error"      # the implementation raised
     CRASH = "crash"      # its worker process died
     TIMEOUT = "timeout"  # its worker was stopped at the time limit
+    IMPLAUSIBLE = "implausible"  # bench: faster than physics allows, or the worker's clock does not add up
+    VIOLATION = "violation"  # bench: a timed call broke the rules (patched clock, wrapper result, work left running)
+    WRONG = "wrong"      # bench: a timed call's output does not match float64 on its inputs
 
     def __str__(self) -> str:
         return self.value
@@ -67,7 +70,10 @@ class Status(str, Enum):
         return self in PROBLEMS
 
 
-PROBLEMS = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT})
+PROBLEMS = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, Status.IMPLAUSIBLE, Status.VIOLATION,
+                      Status.WRONG})
+INTEGRITY = frozenset({Status.IMPLAUSIBLE, Status.VIOLATION, Status.WRONG})
+"""Bench statuses of a cell whose time is not backed by a verified computation (docs/integrity.md)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -116,9 +122,16 @@ class BenchCell:
     started_at: float | None = None
     """Epoch seconds on the node when the cell's task started holding it (cluster runs)."""
     ended_at: float | None = None
+    integrity: Mapping[str, Any] | None = None
+    """What backs the cell's time (docs/integrity.md): the physics floor and its roofs, the input sets,
+    the checked samples and their errors, the clock's accounting. Absent in files from before it."""
+    profile: tuple[tuple[str, float], ...] | None = None
+    """The top ATen operators of one profiled call, (name, share of the call's time); disclosure only."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        if self.profile is not None:
+            object.__setattr__(self, "profile", tuple((str(n), float(s)) for n, s in self.profile))
 
     @property
     def key(self) -> CellKey:
@@ -258,7 +271,7 @@ class Run:
         )
 
 
-_WHEN_KNOWN = {"node", "started_at", "ended_at"}  # v3 fields: absent from a local run's cells, as in v2
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile"}  # absent when unknown: older cells read as before
 
 
 def cell_to_json(cell: Cell) -> dict[str, Any]:
@@ -267,6 +280,8 @@ def cell_to_json(cell: Cell) -> dict[str, Any]:
         value = getattr(cell, f.name)
         if value is None and f.name in _WHEN_KNOWN:
             continue
+        if f.name == "profile":
+            value = [list(pair) for pair in value]
         stored[f.name] = value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple) else value
     return stored
 

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.integrity import live_threads, result_problem, thread_problem
 from harness.oracle import allowed_keys, expand_kv, reference_attention
 from harness.registry import Implementation
 from harness.tensors import TORCH_DTYPES, Inputs, dtype_name, make_inputs, to_float64
@@ -131,6 +132,21 @@ def mutation_problem(inputs: Inputs, before: list[tuple[str, Any]]) -> str | Non
     return f"the call modified its input(s) {', '.join(changed)}" if changed else None
 
 
+_CALLED: set[str] = set()
+"""Implementations already called in this process: their thread pools, if any, are running by now."""
+
+
+def returned_problem(impl: Implementation, inputs: Inputs, out: Any, threads: frozenset[int]) -> str | None:
+    """An exact, materialised array of its own, with no thread of the call left running
+    (:mod:`harness.integrity`, the checks bench applies to its timed calls too). A first call may
+    start a thread pool that stays for later calls, so threads are checked from the second call on."""
+    named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias),
+             ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages)]
+    first = impl.name not in _CALLED
+    _CALLED.add(impl.name)
+    return result_problem(out, named, impl.backend) or (None if first else thread_problem(threads))
+
+
 def worst_of(verdicts: list[tuple[int, Verdict]]) -> tuple[int, Verdict]:
     """The failing trial if any, else the trial closest to its bound."""
     for trial, verdict in verdicts:
@@ -160,8 +176,10 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Resu
     for trial in range(trials):
         inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
         before = snapshot(inputs)
+        threads = live_threads()
         out = call(impl, case, inputs)
-        problem = structure_problem(impl, case, out, shape) or mutation_problem(inputs, before)
+        problem = (structure_problem(impl, case, out, shape) or returned_problem(impl, inputs, out, threads)
+                   or mutation_problem(inputs, before))
         if problem:
             verdicts.append((trial, Verdict(False, problem, {})))
             break

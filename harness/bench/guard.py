@@ -1,0 +1,223 @@
+"""The timed loop of a bench cell, built so that a plugin cannot fake its time.
+
+Imported by the timing worker before any plugin is, so the clock, the CPU clock, ``sleep`` and
+the random source below are the interpreter's own, bound before plugin code could replace them
+(:func:`clock_problem` checks afterwards that nobody did).
+
+- **Rotating inputs.** Calls cycle through several input sets (distinct storage, distinct values;
+  :data:`DEFAULT_INPUT_SETS`), each prepared once, so no call sees the inputs of the call before
+  it. For an implementation without its own set-up (``prepare=False``), q is also shifted in
+  place before every call by a fresh random vector: its values never repeat, so a cache keyed on
+  pointers, versions, shapes or content cannot return a right answer. An implementation with
+  ``prepare=True`` may read q in its set-up, so its inputs are only rotated; the physics floor is
+  what bounds it.
+- **Kept samples.** The first timed call, one chosen at random (unpredictably, from the system's
+  entropy) and one more after the loop, the last, are checked as they return: an exact,
+  materialised array of its own (:mod:`harness.integrity`), copied at once for the output check,
+  no new thread still working, and (random and last) the process's CPU time over
+  :data:`CPU_WINDOW_S` after the return, against what the thread pools of torch and the BLAS burn
+  spinning after a call of their own (:func:`spin_baseline`).
+- **Accounting.** The worker reports how its time was spent, phase by phase, on the bound clock;
+  the parent holds the sum against its own wall-clock time of the task.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.bench.timing import TimingConfig, gc_disabled
+from harness.integrity import live_threads, result_problem, thread_problem
+
+CLOCK = time.perf_counter
+CPU_CLOCK = time.process_time
+SLEEP = time.sleep
+ENTROPY = random.SystemRandom()
+_BOUND = {name: getattr(time, name) for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns",
+                                                 "process_time", "thread_time", "time", "sleep")}
+
+DEFAULT_INPUT_SETS = 3
+"""Input sets a cell rotates through; 2 when three would exceed :data:`SETS_BYTES`, 1 with ``--warm-cache``."""
+SETS_BYTES = 1 << 30
+CPU_WINDOW_S = 0.015
+"""Wall seconds after a checked call over which the process's CPU time is read."""
+CPU_MARGIN = 0.5
+"""Allowed CPU beyond the spin baseline, as a fraction of the window: half a core."""
+
+
+@dataclass
+class InputSet:
+    """One set of inputs and the call prepared on it."""
+
+    call: Callable[[], Any]
+    named: list[tuple[str, Any]]
+    """Everything the call received, by name: a result may share memory with none of it."""
+    inputs: Any
+    """The :class:`~harness.tensors.Inputs` (float64 copies for the reference)."""
+    live_q: Any = None
+    """The q the call reads, shifted in place before each call (None: not shifted)."""
+    base_q: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Mode-specific state (the output gradient of a backward)."""
+
+    def shift(self, gen: Any) -> None:
+        """New values for q: its pristine values plus a random row vector (O(Tq d), outside the timed call)."""
+        if self.live_q is None:
+            return
+        import numpy as np
+        import torch
+
+        if isinstance(self.live_q, torch.Tensor):
+            vec = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32)
+            threads = torch.get_num_threads()
+            torch.set_num_threads(1)  # an OpenMP region stalls for milliseconds on a busy machine; one add need not
+            try:
+                with torch.no_grad():
+                    torch.add(self.base_q, vec.to(self.live_q.dtype).to(self.live_q.device), out=self.live_q)
+            finally:
+                torch.set_num_threads(threads)
+        else:
+            row = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32).numpy()
+            np.add(self.base_q, row.astype(self.live_q.dtype), out=self.live_q)
+
+
+@dataclass
+class Kept:
+    """A checked timed call: where it was, its output copied as it returned, what was wrong with it."""
+
+    index: int
+    set_index: int
+    out: Any
+    q: Any
+    problem: str | None
+    cpu_after_s: float | None = None
+
+
+def clock_problem() -> str | None:
+    """A sentence when a time function was replaced since this module was imported, or ours was."""
+    changed = [f"time.{name}" for name, fn in _BOUND.items() if getattr(time, name) is not fn]
+    ours = CLOCK is _BOUND["perf_counter"] and type(CLOCK) is types.BuiltinFunctionType \
+        and getattr(CLOCK, "__self__", None) is sys.modules.get("time")
+    if not ours:
+        changed.append("the harness's own bound clock")
+    return f"{', '.join(changed)} replaced in the timing worker: the clock must not be patched" if changed else None
+
+
+def cpu_burnt(window_s: float = CPU_WINDOW_S) -> float:
+    """Process CPU seconds over ``window_s`` wall seconds of this thread sleeping."""
+    c0 = CPU_CLOCK()
+    SLEEP(window_s)
+    return CPU_CLOCK() - c0
+
+
+_SPIN: list[float] = []
+
+
+def spin_baseline() -> float:
+    """CPU seconds torch's and the BLAS's idle threads burn over the window after a call of their own
+    (they spin a while before sleeping): the most of three readings of each, measured once per worker."""
+    if not _SPIN:
+        import numpy as np
+        import torch
+
+        a = torch.ones(384, 384)
+        b = np.ones((384, 384), dtype=np.float32)
+        readings = []
+        for fn in (lambda: a @ a, lambda: b @ b) * 3:
+            fn()
+            readings.append(cpu_burnt())
+        _SPIN.append(max(readings))
+    return _SPIN[0]
+
+
+def _exact(out: Any) -> bool:
+    import numpy as np
+    import torch
+
+    parts = out if isinstance(out, tuple) else (out,)
+    return all(p is None or type(p) is torch.Tensor or type(p) is np.ndarray for p in parts)
+
+
+def _copy(out: Any) -> Any:
+    from harness.tensors import to_float64
+
+    if isinstance(out, tuple):
+        return tuple(None if p is None else to_float64(p) for p in out)
+    return to_float64(out)
+
+
+def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int], backend: str,
+             cpu: bool) -> Kept:
+    s = sets[index % len(sets)]
+    problem = result_problem(out, s.named, backend)
+    try:
+        copy = _copy(out)  # what the call returned, as it is now
+    except Exception as exc:  # noqa: BLE001 - an output that cannot be read is the finding
+        copy, problem = None, problem or f"the result could not be read: {type(exc).__name__}: {exc}"
+    problem = problem or thread_problem(threads, sleep=SLEEP)
+    q = None if s.live_q is None else _copy(s.live_q)
+    kept = Kept(index, index % len(sets), copy, q, problem)
+    if cpu:
+        kept.cpu_after_s = cpu_burnt()
+    return kept
+
+
+def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
+               profile: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
+    """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
+    ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call."""
+    import torch
+
+    gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
+    n = len(sets)
+    untyped: list[int] = []
+    with gc_disabled():
+        started = CLOCK()
+        calls = 0
+        profiled = None
+        while calls < 1 or CLOCK() - started < config.warmup_s:
+            sets[calls % n].shift(gen)
+            if calls == 0 and profile is not None:
+                profiled = profile(sets[0].call)
+            else:
+                out = sets[calls % n].call()
+                del out
+            calls += 1
+        warm_s = CLOCK() - started
+        expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(warm_s / calls, 1e-9))))
+        pick = ENTROPY.randrange(1, max(2, expected))
+        samples: list[float] = []
+        kept: list[Kept] = []
+        spent = captured = 0.0
+        loop_started = CLOCK()
+        last = False
+        while True:
+            i = len(samples)
+            if not last and not (i < config.max_samples - 1 and (i < config.min_samples - 1 or spent < config.budget_s)):
+                last = True  # one more call, the last, checked
+            s = sets[i % n]
+            s.shift(gen)
+            check = i == 0 or i == pick or last
+            threads = live_threads() if check else frozenset()
+            t0 = CLOCK()
+            out = s.call()
+            t1 = CLOCK()
+            samples.append(t1 - t0)
+            spent += t1 - t0
+            if check:
+                c0 = CLOCK()
+                kept.append(_capture(i, sets, out, threads, backend, cpu=i == pick or last))
+                captured += CLOCK() - c0
+            elif not _exact(out):
+                untyped.append(i)
+            del out
+            if last:
+                break
+        loop_s = CLOCK() - loop_started
+    return {"samples": samples, "kept": kept, "untyped": untyped, "warmup_s": warm_s, "loop_s": loop_s,
+            "captures_s": captured, "expected": expected, "pick": pick, "profile": profiled}

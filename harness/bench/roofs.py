@@ -1,0 +1,106 @@
+"""The physics floor of a cell: no correct computation of it takes less than
+``max(FLOPs / compute roof, compulsory bytes / memory roof)``.
+
+The run's measured GEMM peak and bandwidth are what the libraries reached, floors of what the
+machine can do (a good decode kernel reads faster than ``torch.sum``), so the roofs here are honest
+*upper* estimates, the larger of:
+
+- **theory** (CPU): logical CPUs x clock x :data:`BOOST` x FLOPs per cycle per core of the best
+  vector unit the CPU reports (:data:`FLOPS_PER_CYCLE`: two FMA pipes of the widest vectors, or an
+  AMX tile unit, counting a multiply-add as two FLOPs) for the compute roof; for the memory roof the
+  same cores x clock x :data:`LOAD_BYTES_PER_CYCLE`, what the L1 cache can feed, faster than any
+  memory behind it. The clock is the highest any CPU reports (``cpufreq``'s maximum, else
+  ``/proc/cpuinfo``'s MHz), times :data:`BOOST` because a virtual machine reports its base clock;
+  without either, :data:`UNKNOWN_GHZ`. Counting SMT siblings as cores over-estimates again.
+- **measured** x :data:`SAFETY`: the fastest GEMM call and the higher bandwidth reading of the run.
+
+Every estimate errs upward, so the floor errs downward: a cell under it did not do its work.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Mapping
+from typing import Any
+
+SAFETY = 2.0
+"""Measured readings times this: what the libraries reached is at least half what the machine can do."""
+BOOST = 2.0
+"""Clock multiplier: no server CPU's boost clock is twice its reported base (EPYC 2.6 -> 3.7 GHz)."""
+UNKNOWN_GHZ = 6.0
+"""No shipping CPU core runs faster."""
+LOAD_BYTES_PER_CYCLE = 192
+"""Three 64-byte loads per cycle per core: more than any x86 or Arm core's L1 delivers."""
+FLOPS_PER_CYCLE: dict[str, dict[str, int]] = {
+    # feature flag: dtype -> FLOPs per cycle per core (2 pipes x lanes x 2 for a multiply-add)
+    "amx_bf16": {"bfloat16": 2048}, "amx_fp16": {"float16": 2048},
+    "avx512_fp16": {"float16": 128}, "avx512_bf16": {"bfloat16": 128},
+    "avx512f": {"float64": 32, "float32": 64, "float16": 64, "bfloat16": 64},
+    "fma": {"float64": 16, "float32": 32, "float16": 32, "bfloat16": 32},
+    "sve": {"float64": 32, "float32": 64, "float16": 128, "bfloat16": 128},  # 512-bit SVE, the widest shipped
+    "asimd": {"float64": 8, "float32": 16, "float16": 32, "bfloat16": 32},
+}
+UNKNOWN_FLOPS_PER_CYCLE = 2048
+"""An ISA none of the above names: as many as an AMX unit, so the floor never binds wrongly."""
+
+
+def _cpu_info() -> tuple[set[str], float | None]:
+    """The CPU feature flags and the highest clock (GHz) this machine reports; (set(), None) when unknown."""
+    flags: set[str] = set()
+    mhz: list[float] = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key in ("flags", "features"):
+                    flags |= set(value.split())
+                elif key == "cpu mhz":
+                    mhz.append(float(value))
+    except (OSError, ValueError):
+        pass
+    for path in glob.glob("/sys/devices/system/cpu/cpu*/cpufreq/cpuinfo_max_freq"):
+        try:
+            with open(path) as f:
+                mhz.append(int(f.read()) / 1000)
+        except (OSError, ValueError):
+            continue
+    return flags, (max(mhz) / 1000 if mhz else None)
+
+
+def cpu_roofs() -> dict[str, Any]:
+    """Theoretical upper roofs of this machine's CPUs: GFLOP/s per dtype and load GB/s, with the inputs."""
+    flags, ghz = _cpu_info()
+    cores = os.cpu_count() or 1
+    clock = UNKNOWN_GHZ if ghz is None else ghz * BOOST
+    per_cycle: dict[str, int] = {}
+    for flag, rates in FLOPS_PER_CYCLE.items():
+        if flag in flags:
+            for dtype, rate in rates.items():
+                per_cycle[dtype] = max(per_cycle.get(dtype, 0), rate)
+    for dtype in ("float64", "float32", "float16", "bfloat16"):
+        per_cycle.setdefault(dtype, UNKNOWN_FLOPS_PER_CYCLE)
+    reported = "unknown clock" if ghz is None else f"{ghz:.2f} GHz reported x {BOOST:g}"
+    return {"gflops": {d: cores * clock * r for d, r in per_cycle.items()}, "load_gbps": cores * clock * LOAD_BYTES_PER_CYCLE,
+            "method": f"{cores} logical CPUs x {clock:.2f} GHz ({reported}) x FLOPs/cycle {per_cycle}; "
+                      f"loads {LOAD_BYTES_PER_CYCLE} B/cycle"}
+
+
+def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Mapping[str, Any] | None,
+                  bandwidth: Mapping[str, Any] | None, theory: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The floor in seconds and how it was derived (roofs in GFLOP/s and GB/s, each the larger estimate)."""
+    peak, bandwidth = peak or {}, bandwidth or {}
+    measured_gflops = SAFETY * max(peak.get("fastest_call_gflops") or 0.0, peak.get("gflops") or 0.0)
+    measured_gbps = SAFETY * max(bandwidth.get("read_gbps") or 0.0, bandwidth.get("copy_gbps") or 0.0)
+    theory_gflops = theory["gflops"].get(dtype, 0.0) if theory and device == "cpu" else 0.0
+    theory_gbps = theory["load_gbps"] if theory and device == "cpu" else 0.0
+    compute = max(measured_gflops, theory_gflops)
+    memory = max(measured_gbps, theory_gbps)
+    compute_s = flops / (compute * 1e9) if compute and flops else 0.0
+    memory_s = nbytes / (memory * 1e9) if memory and nbytes else 0.0
+    return {"floor_s": max(compute_s, memory_s), "compute_roof_gflops": compute, "memory_roof_gbps": memory,
+            "compute_s": compute_s, "memory_s": memory_s,
+            "how": f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s; "
+                   f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
+                   + (f"; theory: {theory['method']}" if theory and device == "cpu" else "")}

@@ -198,7 +198,7 @@ def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
         last = False
         while True:
             i = len(samples)
-            if not last and not (i < config.max_samples - 1 and (i < config.min_samples - 1 or spent < config.budget_s)):
+            if not last and not (i < config.min_samples - 1 or (i < config.max_samples - 1 and spent < config.budget_s)):
                 last = True  # one more call, the last, checked
             s = sets[i % n]
             s.shift(gen)

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_performance_suite_writes_grouped_benchmarks_with_flops(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     # --benchmark-json alone turns benchmarking on, although addopts carry --benchmark-disable.
-    cmd = [sys.executable, "-m", "pytest", "suites/performance", "-q", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "suites/performance", "-q", "-p", "no:cacheprovider", "-n", "0",
            "--attnbench-only", "numpy_naive,torch_sdpa", "-k", "T256", "--benchmark-json", str(out),
            "--benchmark-min-rounds", "2", "--benchmark-max-time", "0.01", "--benchmark-warmup", "off"]
     proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)

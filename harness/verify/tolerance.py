@@ -56,7 +56,7 @@ from typing import Any
 
 import torch
 
-from harness.oracle import allowed_keys, expand_kv
+from harness.oracle import allowed_keys, allowed_rows, expand_kv
 
 OUTPUT_M = 2.0
 GRAD_M = 3.0
@@ -98,16 +98,24 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                        mask: torch.Tensor | None = None, scale: float | None = None,
                        bias: torch.Tensor | None = None, window: tuple[int, int] | None = None,
                        causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-                       cache_seqlens: tuple[int, ...] | None = None) -> torch.Tensor:
-    """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere)."""
+                       cache_seqlens: tuple[int, ...] | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere).
+    ``rows`` (query indices) computes those rows only, (B, H, len(rows), d), at O(rows x Tk) cost: the
+    baseline beside :func:`harness.oracle.reference_rows` when a large case is checked on sampled rows."""
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
+    tk = k.shape[-2]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    if rows is not None:
+        rows = rows.to(device=q.device, dtype=torch.long)
+        q = q[..., rows, :]
+        bias = None if bias is None else bias.expand(*bias.shape[:-2], tq, tk)[..., rows, :]
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
-    allowed = allowed_keys(tq, k.shape[-2], causal=causal, mask=mask, device=q.device, window=window,
-                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
+    where = dict(causal=causal, mask=mask, device=q.device, window=window, causal_align=causal_align, varlen=varlen,
+                 cache_seqlens=cache_seqlens)
+    allowed = allowed_keys(tq, tk, **where) if rows is None else allowed_rows(rows, tq, tk, **where)  # type: ignore[arg-type]
     if allowed is None:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
     allowed = allowed.expand(scores.shape)

@@ -72,18 +72,13 @@ def arguments(q: Any, k: Any, v: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     return {"q": q, "k": k, "v": v, **{n: x for n, x in kwargs.items() if isinstance(x, (torch.Tensor, np.ndarray))}}
 
 
-def _span(x: Any) -> tuple[int, int] | None:
-    """[first byte, last byte] an array's elements occupy, or None when it is empty."""
-    if isinstance(x, torch.Tensor):
-        if x.numel() == 0:
-            return None
-        start = x.data_ptr()
-        extent = sum((n - 1) * s for n, s in zip(x.shape, x.stride())) * x.element_size()
-        return start, start + extent + x.element_size() - 1
-    if x.size == 0:
+def _span(x: torch.Tensor) -> tuple[int, int] | None:
+    """[first byte, last byte] a tensor's elements occupy, or None when it is empty."""
+    if x.numel() == 0:
         return None
-    low, high = np.byte_bounds(x)
-    return low, high - 1
+    start = x.data_ptr()
+    extent = sum((n - 1) * s for n, s in zip(x.shape, x.stride())) * x.element_size()
+    return start, start + extent + x.element_size() - 1
 
 
 def shares_storage(a: Any, b: Any) -> bool:

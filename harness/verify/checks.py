@@ -258,7 +258,8 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
         return (leaves[0],) * 3 if case.self_attention else leaves
 
     def oracle(*ls: torch.Tensor) -> torch.Tensor:
-        return reference_attention(*qkv(ls), **okw) if rows is None else reference_rows(*qkv(ls), rows, **okw)
+        q, k, v = qkv(ls)
+        return reference_attention(q, k, v, **okw) if rows is None else reference_rows(q, k, v, rows, **okw)
 
     watch = Watch({**arguments(inputs.q, inputs.k, inputs.v, kw), "dout": dout})
     got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v), dout)

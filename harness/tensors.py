@@ -16,7 +16,10 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
 from harness.oracle import cache_allowed, gather_pages, packed_allowed, structure_allowed
+
+__all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
 
 TORCH_DTYPES = {
     "float64": torch.float64, "float32": torch.float32,
@@ -105,8 +108,8 @@ class Inputs:
         if values is None:
             return None
         if isinstance(self.q, torch.Tensor):
-            return torch.tensor(values, dtype=torch.int32, device=case.device)
-        return np.asarray(values, dtype=np.int64)
+            return aux(torch.tensor(values, dtype=torch.int32, device=case.device), case)
+        return aux(np.asarray(values, dtype=np.int64), case)
 
     def _cu_seqlens(self, case: AttentionCase) -> tuple[Any, Any]:
         """Cumulative query and key lengths (S + 1 each, from 0) of packed sequences, or (None, None)."""
@@ -114,20 +117,26 @@ class Inputs:
             return None, None
         cu = [np.concatenate([[0], np.cumsum([pair[i] for pair in case.varlen])]) for i in (0, 1)]
         if isinstance(self.q, torch.Tensor):
-            return tuple(torch.tensor(c, dtype=torch.int32, device=case.device) for c in cu)  # type: ignore[return-value]
-        return cu[0].astype(np.int64), cu[1].astype(np.int64)
+            return tuple(aux(torch.tensor(c, dtype=torch.int32, device=case.device), case) for c in cu)  # type: ignore[return-value]
+        return aux(cu[0].astype(np.int64), case), aux(cu[1].astype(np.int64), case)
 
     def _dense(self, case: AttentionCase, allowed: Any) -> Any:
         """``allowed`` (Tq, Tk) combined with the case's mask, as the implementation's kind of array."""
         if isinstance(self.q, torch.Tensor):
-            return allowed if self.mask is None else (allowed & self.mask.to(torch.bool))
+            return aux(allowed if self.mask is None else (allowed & self.mask.to(torch.bool)), case)
         dense = allowed.cpu().numpy()
-        return dense if self.mask is None else np.logical_and(dense, self.mask)
+        return aux(dense if self.mask is None else np.logical_and(dense, self.mask), case)
 
     def oracle_kwargs(self, case: AttentionCase) -> dict[str, Any]:
         """The same call for :func:`harness.oracle.reference_attention`, in float64 (structure given natively)."""
         return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64,
                 **case.structure_kwargs()}
+
+
+def aux(x: Any, case: AttentionCase) -> Any:
+    """An array the contract passes besides q, k and v (mask, bias, upstream gradient, cache lengths, block
+    table, cumulative lengths) in the case's ``aux_layout``; unchanged when that is contiguous."""
+    return x if case.aux_layout == "contiguous" else in_layout(x, case.aux_layout)
 
 
 def dtype_name(x: Any) -> str:
@@ -144,42 +153,11 @@ def to_float64(x: Any) -> torch.Tensor:
     return torch.from_numpy(np.asarray(x, dtype=np.float64).copy())
 
 
-OFFSET = 37
-"""Elements before an ``offset`` view's first one: odd, so no alignment assumption survives it."""
-
-
-def _layout(x: torch.Tensor, layout: str) -> torch.Tensor:
-    """Same values as ``x`` (B, H, T, d), in the memory layout the case asks for."""
-    if layout == "offset":
-        buffer = torch.zeros(OFFSET + x.numel(), dtype=x.dtype, device=x.device)
-        view = buffer[OFFSET:].view(x.shape)
-        view.copy_(x)
-        return view
-    if layout == "transposed":
-        return x.transpose(1, 2).contiguous().transpose(1, 2)
-    if layout == "strided":
-        wide = torch.zeros(*x.shape[:-1], 2 * x.shape[-1], dtype=x.dtype, device=x.device)
-        wide[..., ::2] = x
-        return wide[..., ::2]
-    return x.contiguous()
-
-
 def _to_backend(x: torch.Tensor, backend: str, layout: str) -> Any:
+    """q, k or v (B, H, T, d) as the backend's array in the case's layout (:mod:`harness.layouts`)."""
     if backend == "torch":
-        return _layout(x, layout)
-    array = x.cpu().numpy()
-    if layout == "offset":
-        buffer = np.zeros(OFFSET + array.size, dtype=array.dtype)
-        view = buffer[OFFSET:].reshape(array.shape)
-        view[...] = array
-        return view
-    if layout == "transposed":
-        return np.ascontiguousarray(array.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)
-    if layout == "strided":
-        wide = np.zeros(array.shape[:-1] + (2 * array.shape[-1],), dtype=array.dtype)
-        wide[..., ::2] = array
-        return wide[..., ::2]
-    return np.ascontiguousarray(array)
+        return torch_layout(x, layout, QKV_SWAP)
+    return numpy_layout(x.cpu().numpy(), layout, QKV_SWAP)
 
 
 def _key_validity(groups: int, tk: int, kind: str, gen: torch.Generator) -> torch.Tensor:
@@ -279,18 +257,18 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         qb = _to_backend(q.to(device), "torch", case.layout)
         kb = qb if case.self_attention else _to_backend(k.to(device), "torch", case.layout)
         vb = qb if case.self_attention else _to_backend(v.to(device), "torch", case.layout)
-        mb = None if mask is None else mask.to(device)
+        mb = None if mask is None else aux(mask.to(device), case)
     else:
         qb = _to_backend(q, "numpy", case.layout)
         kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout)
         vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout)
-        mb = None if mask is None else mask.numpy()  # type: ignore[assignment]  # numpy backend: arrays throughout
+        mb = None if mask is None else aux(mask.numpy(), case)  # numpy backend: arrays throughout
     bias = bias64 = None
     if case.bias == "alibi":
         from harness.positional import alibi_bias
 
         bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
-        bias = bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype)
+        bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case)
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
     if case.page_size is not None:  # drawn last: every other case's inputs stay as they were
         from harness.paging import make_pages
@@ -300,8 +278,9 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         inputs.k64 = gather_pages(k_pages.to(torch.float64), table, tk)
         inputs.v64 = gather_pages(v_pages.to(torch.float64), table, tk)
         if backend == "torch":
-            inputs.k_pages, inputs.v_pages, inputs.block_table = k_pages.to(device), v_pages.to(device), table.to(device)
+            inputs.k_pages, inputs.v_pages = (torch_layout(x.to(device), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
+            inputs.block_table = aux(table.to(device), case)
         else:
-            inputs.k_pages, inputs.v_pages = k_pages.numpy(), v_pages.numpy()
-            inputs.block_table = table.numpy().astype(np.int64)
+            inputs.k_pages, inputs.v_pages = (numpy_layout(x.numpy(), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
+            inputs.block_table = aux(table.numpy().astype(np.int64), case)
     return inputs

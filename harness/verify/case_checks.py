@@ -10,7 +10,7 @@ import functools
 
 from harness.cases import AttentionCase
 from harness.registry import Implementation
-from harness.verify.checks import Result, check_grad, check_output, guarded
+from harness.verify.checks import Result, check_grad, check_output, guarded, large_case
 from harness.verify.growth import CHECK, check_growth
 from harness.verify.properties import applicable_properties
 
@@ -19,7 +19,8 @@ def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) ->
     """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
     if case.growth:  # a point of the error-growth sweep: that one measurement, nothing else
         return [guarded(CHECK, lambda: check_growth(impl, case))]
-    trials = 1 if case.pairwise else trials  # a covering-array row is worth its combination, not its draws
+    # a covering-array row is worth its combination, not its draws; an edge of size, its size
+    trials = 1 if case.pairwise or large_case(case) else trials
     results = [guarded("output", lambda: check_output(impl, case, trials))]
     if case.grad:
         results.append(guarded("grad", lambda: check_grad(impl, case, trials)))

@@ -22,14 +22,28 @@ import torch
 
 from harness.cases import AttentionCase
 from harness.integrity import live_threads, result_problem, thread_problem
-from harness.oracle import allowed_keys, expand_kv, reference_attention
+from harness.oracle import allowed_keys, allowed_rows, expand_kv, reference_attention, reference_rows, sample_rows
 from harness.registry import Implementation
-from harness.tensors import TORCH_DTYPES, Inputs, dtype_name, make_inputs, to_float64
+from harness.tensors import TORCH_DTYPES, Inputs, aux, dtype_name, make_inputs, to_float64
+from harness.verify.boundary import Watch, arguments
 from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 SEED_BASE = 1000
 """Trial ``i`` draws its inputs with seed ``SEED_BASE + i``."""
+SAMPLE_ABOVE_SCORES = 1 << 22
+"""A case with more scores (B x H x Tq x Tk) than this is checked on sampled query rows: the float64
+oracle of a whole large case is dear, that of a few rows exact and cheap (:func:`harness.oracle.reference_rows`)."""
+SAMPLED_ROWS = 48
+"""Query rows checked per trial of a large case: random ones, always with the first and the last."""
+LARGE_ELEMENTS = 1 << 22
+"""A case with more elements than this (scores, plus q, k and v) is an edge of size: checked with one trial
+and no properties (a property repeats the call); its state across calls is checked on the small cases."""
+
+
+def large_case(case: AttentionCase) -> bool:
+    """Whether ``case`` is past :data:`LARGE_ELEMENTS` (B x H x (Tq x Tk + (Tq + Tk) x d))."""
+    return case.batch * case.heads * (case.tq * case.tk + (case.tq + case.tk) * case.d) > LARGE_ELEMENTS
 
 Result = dict[str, Any]
 
@@ -62,41 +76,72 @@ def guarded(check: str, fn: Callable[[], Result]) -> Result:
     return result
 
 
-def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None, v: Any = None,
-         **extra: Any) -> Any:
-    """One call of the implementation through its ``prepare`` (set-up included)."""
-    native_q, native_k, native_v = inputs.arrays(impl.structures)  # page pools for a paged implementation
+def call_arguments(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None,
+                   v: Any = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+    """(q, k, v, keyword arguments) of one call as the contract passes them (page pools to a paged kernel)."""
+    native_q, native_k, native_v = inputs.arrays(impl.structures)
     q = native_q if q is None else q
     k = native_k if k is None else k
     v = native_v if v is None else v
-    return impl.prepare(q, k, v, **inputs.kwargs(case, impl.structures), **extra)()
+    return q, k, v, inputs.kwargs(case, impl.structures)
+
+
+def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None, v: Any = None,
+         **extra: Any) -> Any:
+    """One call of the implementation through its ``prepare`` (set-up included)."""
+    q, k, v, kwargs = call_arguments(impl, case, inputs, q, k, v)
+    return impl.prepare(q, k, v, **kwargs, **extra)()
+
+
+def watched_call(impl: Implementation, case: AttentionCase, inputs: Inputs) -> tuple[Any, str | None]:
+    """One call, and what it wrote to that it did not allocate (:class:`~harness.verify.boundary.Watch`)."""
+    q, k, v, kwargs = call_arguments(impl, case, inputs)
+    watch = Watch(arguments(q, k, v, kwargs))
+    out = impl.prepare(q, k, v, **kwargs)()
+    return out, watch.problem()
+
+
+def sampled_rows(case: AttentionCase, trial: int) -> torch.Tensor | None:
+    """The query rows a large case is checked on in ``trial`` (seeded), or None: every row."""
+    if case.batch * case.heads * case.tq * case.tk <= SAMPLE_ABOVE_SCORES:
+        return None
+    return sample_rows(case.tq, SAMPLED_ROWS, torch.Generator().manual_seed(SEED_BASE + 7 * trial + 3))
 
 
 def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | None = None,
-                    k64: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The float64 oracle and the same formula in the case's dtype (as float64), for these inputs."""
+                    k64: torch.Tensor | None = None, rows: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 oracle and the same formula in the case's dtype (as float64), for these inputs;
+    of the query rows ``rows`` only when given (compare with ``out[:, :, rows]``)."""
     k64 = inputs.k64 if k64 is None else k64
     v64 = inputs.v64 if v64 is None else v64
     kwargs = inputs.oracle_kwargs(case)
-    oracle = reference_attention(inputs.q64, k64, v64, **kwargs)
+    if rows is None:
+        oracle = reference_attention(inputs.q64, k64, v64, **kwargs)
+    else:
+        oracle = reference_rows(inputs.q64, k64, v64, rows, **kwargs)
     dt = TORCH_DTYPES[case.dtype]
     bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
     base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
-                              mask=kwargs["mask"], scale=case.scale, bias=bias, **case.structure_kwargs())
+                              mask=kwargs["mask"], scale=case.scale, bias=bias, rows=rows, **case.structure_kwargs())
     return oracle, base.to(torch.float64)
 
 
-def logit_max(case: AttentionCase, inputs: Inputs) -> float:
-    """max |scale * q.k + bias| over the keys each query may attend to (float64): sizes the rule's floor."""
+def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
+    """max |scale * q.k + bias| over the keys each query (of ``rows``, when given) may attend to (float64):
+    sizes the rule's floor."""
     kwargs = inputs.oracle_kwargs(case)
     k = expand_kv(inputs.k64, case.heads)
-    logits = torch.matmul(inputs.q64, k.transpose(-1, -2)) * case.effective_scale
+    q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
+    logits = torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale
     if kwargs["bias"] is not None:
-        logits = logits + kwargs["bias"]
-    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
+        bias = kwargs["bias"]
+        logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])
+    where = dict(causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
+    allowed = allowed_keys(case.tq, case.tk, **where) if rows is None else allowed_rows(rows, case.tq, case.tk, **where)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
-    return float(logits.abs().max())
+    return float(logits.abs().max()) if logits.numel() else 0.0
 
 
 def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
@@ -111,25 +156,6 @@ def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape
     if isinstance(out, torch.Tensor) and out.device.type != case.device:
         return f"output on device {out.device}, expected {case.device}"
     return None
-
-
-def snapshot(inputs: Inputs) -> list[tuple[str, Any]]:
-    """Copies of every input the implementation receives, to detect mutation."""
-    named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias),
-             ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages), ("block_table", inputs.block_table)]
-    return [(n, x.clone() if isinstance(x, torch.Tensor) else np.array(x, copy=True)) for n, x in named if x is not None]
-
-
-def mutation_problem(inputs: Inputs, before: list[tuple[str, Any]]) -> str | None:
-    current = {"q": inputs.q, "k": inputs.k, "v": inputs.v, "mask": inputs.mask, "bias": inputs.bias,
-               "k_pages": inputs.k_pages, "v_pages": inputs.v_pages, "block_table": inputs.block_table}
-    changed = []
-    for name, old in before:
-        new = current[name]
-        same = torch.equal(new, old) if isinstance(new, torch.Tensor) else np.array_equal(new, old)
-        if not same:
-            changed.append(name)
-    return f"the call modified its input(s) {', '.join(changed)}" if changed else None
 
 
 _CALLED: set[str] = set()
@@ -175,17 +201,21 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Resu
     shape = (case.batch, case.heads, case.tq, case.d)
     for trial in range(trials):
         inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
-        before = snapshot(inputs)
         threads = live_threads()
-        out = call(impl, case, inputs)
-        problem = (structure_problem(impl, case, out, shape) or returned_problem(impl, inputs, out, threads)
-                   or mutation_problem(inputs, before))
+        out, wrote = watched_call(impl, case, inputs)
+        problem = structure_problem(impl, case, out, shape) or returned_problem(impl, inputs, out, threads) or wrote
         if problem:
             verdicts.append((trial, Verdict(False, problem, {})))
             break
-        oracle, base = oracle_and_base(case, inputs)
-        verdicts.append((trial, compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M,
-                                        logit_max=logit_max(case, inputs))))
+        rows = sampled_rows(case, trial)
+        oracle, base = oracle_and_base(case, inputs, rows=rows)
+        got = to_float64(out) if rows is None else to_float64(out)[:, :, rows]
+        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs, rows))
+        if rows is not None:
+            verdict.metrics["sampled_rows"] = len(rows)
+            if verdict.metrics.get("worst_index"):  # the case's own row, not the sample's
+                verdict.metrics["worst_index"][2] = int(rows[verdict.metrics["worst_index"][2]])
+        verdicts.append((trial, verdict))
         if not verdicts[-1][1].ok:
             break
     return finish("output", verdicts, trials)
@@ -203,23 +233,38 @@ def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) 
     """The size of the terms dq and dk are the difference of: dS = P * (dO V^T - rowsum(dO * O)), then
     dq = scale dS K and dk = scale dS^T Q. A dq that cancels to ~0 (a row with one key) still carries
     rounding of scale * max|dO V^T| * max|K| in any correct kernel; with randn inputs this is about
-    max|dq|, but with large V (``inputs="wide"``) it is orders of magnitude more."""
+    max|dq|, but with large V (``inputs="wide"``) it is orders of magnitude more. ``dout64`` may be the
+    sampled rows' only (the others are zero)."""
     v = expand_kv(inputs.v64, case.heads)
     scale = case.d ** -0.5 if case.scale is None else case.scale
     qk = max(float(inputs.q64.abs().max()), float(inputs.k64.abs().max()))
     return abs(scale) * float((dout64 @ v.transpose(-1, -2)).abs().max()) * qk
 
 
+def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> torch.Tensor:
+    """The backward's upstream gradient dO (float64, representable in the case's dtype); on a large case
+    zero outside the sampled rows, so that the exact gradients are those of the sampled rows' outputs."""
+    gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
+    dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
+    if rows is not None:
+        keep = torch.zeros(case.tq, dtype=torch.float64)
+        keep[rows] = 1.0
+        dout64 = dout64 * keep[:, None]
+    return dout64.to(TORCH_DTYPES[case.dtype]).to(torch.float64)
+
+
 def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[Verdict]:
-    """One trial of the gradient check: a verdict per input gradient, in order."""
+    """One trial of the gradient check: a verdict per input gradient, in order. A large case's gradients
+    are those of its sampled rows' outputs (dO zero elsewhere): exact against :func:`reference_rows`."""
     names = ["dx"] if case.self_attention else ["dq", "dk", "dv"]
     dt = TORCH_DTYPES[case.dtype]
     inputs = make_inputs(case, SEED_BASE + trial, "torch")
-    gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
-    dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
-    dout64 = dout64.to(dt).to(torch.float64)  # representable in the case's dtype
+    rows = sampled_rows(case, trial)
+    dout64 = _upstream(case, trial, rows)
+    dout_rows = dout64 if rows is None else dout64[:, :, rows]
     kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
+    dout = aux(dout64.to(dt).to(case.device), case)  # the upstream gradient crosses the boundary too
 
     def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
         if case.self_attention:
@@ -229,16 +274,22 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     def qkv(leaves: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
         return (leaves[0],) * 3 if case.self_attention else leaves
 
-    got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v),
-                 dout64.to(case.device))
-    want = _grads(lambda *ls: reference_attention(*qkv(ls), **okw), leaves_of(inputs.q64, inputs.k64, inputs.v64),
-                  dout64)
+    def oracle(*ls: torch.Tensor) -> torch.Tensor:
+        q, k, v = qkv(ls)
+        return reference_attention(q, k, v, **okw) if rows is None else reference_rows(q, k, v, rows, **okw)
+
+    watch = Watch({**arguments(inputs.q, inputs.k, inputs.v, kw), "dout": dout})
+    got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v), dout)
+    wrote = watch.problem()
+    if wrote:
+        return [Verdict(False, f"backward: {wrote}", {})]
+    want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64), dout_rows)
     base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
-                                                 bias=bias_dt, **case.structure_kwargs()),
-                  leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout64)
-    logits = logit_max(case, inputs)
+                                                 bias=bias_dt, rows=rows, **case.structure_kwargs()),
+                  leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout_rows)
+    logits = logit_max(case, inputs, rows)
     magnitude = max(float(w.abs().max()) for w in want if w is not None)
-    magnitudes = [magnitude, max(magnitude, _cancelled_terms(case, inputs, dout64))]
+    magnitudes = [magnitude, max(magnitude, _cancelled_terms(case, inputs, dout_rows))]
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
         magnitude = magnitudes[name != "dv"]

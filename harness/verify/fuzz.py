@@ -1,8 +1,10 @@
 """``attnbench verify --fuzz N``: search random cases inside what an implementation declares, and
 shrink the first failure to a minimal case printed as a Python reproducer.
 
-Hypothesis draws cases (batch, heads and the GQA group, Tq, Tk, d, dtype, scale, causal, mask
-kind and rank, inputs, layout, gradients) from the declared capabilities only, checks each
+Hypothesis draws cases (batch, heads and the GQA group up to 32, Tq, Tk, d up to 256, dtype, scale,
+causal, mask kind and rank, bias, inputs, the layout of q, k, v and of every other array, gradients,
+and every structure the implementation can express: windows, alignment, packed sequences, cache
+lengths, pages, with their parameters) from the declared capabilities only, checks each
 with the output, gradient and stateful checks (one seeded trial), and on a failure shrinks
 toward the smallest B, H, T, d and the simplest mask, layout and inputs (each axis's first
 value is its simplest). The search is seeded (``--fuzz-seed``), so a run reproduces. Hypothesis
@@ -25,6 +27,7 @@ from typing import Any
 from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
+from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
 
 DATABASE_DIR = Path("results") / ".hypothesis"
 MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "key_padding_holes", "one_masked",
@@ -32,28 +35,60 @@ MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "ke
 
 
 def case_strategy(impl: Implementation) -> Any:
-    """Hypothesis strategy of kernel cases ``impl`` declares, simplest values first (so they shrink there)."""
+    """Hypothesis strategy of kernel cases ``impl`` declares, simplest values first (so they shrink there):
+    every declared capability and every structure it can express (:mod:`harness.verify.structured`),
+    with the structure's parameters drawn too (window sides, packed lengths, cache lengths, page sizes)."""
     from hypothesis import strategies as st
+
+    kinds = structure_kinds(impl)
+    can = expressible(impl)
+    grad_ok = impl.grad and impl.backend == "torch"
 
     @st.composite
     def cases(draw: Any) -> AttentionCase:
         kv_heads = draw(st.integers(1, 3))
-        group = draw(st.integers(1, 7)) if impl.gqa else 1
+        group = draw(st.one_of(st.integers(1, 8), st.sampled_from((16, 32)))) if impl.gqa else 1
+        kind = draw(st.sampled_from(kinds))
+        causal = draw(st.booleans()) if impl.causal else False
+        causal = causal or kind in NEEDS_CAUSAL
+        grad = draw(st.booleans()) if grad_ok and kind not in FORWARD_ONLY else False
+        batch = 1 if kind in BATCH_ONE else draw(st.integers(1, 3))
         tq = draw(st.integers(1, 160))
         tk = draw(st.one_of(st.just(tq), st.integers(1, 160)))
         mask = draw(st.sampled_from(MASKS_SIMPLEST_FIRST)) if impl.mask else "none"
-        return AttentionCase(
-            batch=draw(st.integers(1, 3)), heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
-            d=draw(st.integers(1, 128)), dtype=draw(st.sampled_from(impl.dtypes)),
-            device="cpu" if "cpu" in impl.devices else impl.devices[0],
-            causal=draw(st.booleans()) if impl.causal else False,
-            mask=mask, mask_rank=draw(st.sampled_from(MASK_RANKS)) if mask != "none" else "full",
+        fields: dict[str, Any] = dict(
+            batch=batch, heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
+            d=draw(st.one_of(st.integers(1, 128), st.sampled_from((160, 192, 255, 256)))),
+            dtype=draw(st.sampled_from(impl.dtypes)), device="cpu" if "cpu" in impl.devices else impl.devices[0],
+            causal=causal, mask=mask, mask_rank=draw(st.sampled_from(MASK_RANKS)) if mask != "none" else "full",
             scale=draw(st.sampled_from((None, 0.3, 1.0))), inputs=draw(st.sampled_from(INPUTS)),
-            layout=draw(st.sampled_from(LAYOUTS)),
-            grad=draw(st.booleans()) if impl.grad and impl.backend == "torch" else False,
-        )
+            layout=draw(st.sampled_from(LAYOUTS)), grad=grad,
+            bias=draw(st.sampled_from(("none", "alibi"))) if impl.bias else "none",
+            aux_layout=draw(st.sampled_from(LAYOUTS)))
+        return AttentionCase(**_structure(draw, st, kind, fields, can))
 
     return cases()
+
+
+def _structure(draw: Any, st: Any, kind: str, fields: dict[str, Any], can: frozenset[str]) -> dict[str, Any]:
+    """``fields`` with structure ``kind``, its parameters drawn (the recipe's values first, to shrink to)."""
+    fields = apply_structure(kind, fields, can)
+    tq, tk, batch = fields["tq"], fields["tk"], fields["batch"]
+    if fields.get("window") is not None:
+        fields["window"] = (draw(st.integers(0, tk + 2)), 0 if kind == "window_left" else draw(st.integers(0, tk + 2)))
+    if fields.get("varlen") is not None:
+        count = draw(st.integers(1, 5))
+        cuts_q = sorted(draw(st.lists(st.integers(0, tq), min_size=count - 1, max_size=count - 1)))
+        cuts_k = sorted(draw(st.lists(st.integers(0, tk), min_size=count - 1, max_size=count - 1)))
+        qs = [b - a for a, b in zip([0, *cuts_q], [*cuts_q, tq])]
+        ks = [b - a for a, b in zip([0, *cuts_k], [*cuts_k, tk])]
+        fields["varlen"] = tuple(zip(qs, ks))
+    if fields.get("cache_seqlens") is not None:
+        lengths = st.one_of(st.just(tk), st.integers(0, tk), st.just(max(tk - 1, 0)), st.just(0))
+        fields["cache_seqlens"] = tuple(draw(st.lists(lengths, min_size=batch, max_size=batch)))
+    if fields.get("page_size") is not None:
+        fields["page_size"] = draw(st.one_of(st.just(fields["page_size"]), st.integers(1, 33)))
+    return fields
 
 
 def failing_checks(impl: Implementation, case: AttentionCase) -> list[dict[str, Any]]:

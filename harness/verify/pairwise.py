@@ -13,6 +13,7 @@ input), so a suite is the same on every run and machine.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -20,11 +21,13 @@ from typing import Any
 
 from allpairspy import AllPairs
 
-from harness.cases import INPUTS, MASK_RANKS, AttentionCase
+from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
+from harness.verify.structured import apply_structure, expressible, invalid, structure_kinds, structure_label
 
-GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), "mqa": (6, 1)}
-"""GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), and MQA."""
+GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), 8: (16, 2), "mqa": (6, 1)}
+"""GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), 8 (Llama-3 70B's
+64/8), and MQA."""
 MASK_KINDS = ("none", "random", "key_padding", "key_padding_left", "key_padding_holes", "one_masked", "empty_rows")
 
 
@@ -59,53 +62,100 @@ def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
         "tk": list(size.tk),
         "d": list(size.d),
         "inputs": list(INPUTS),
-        "layout": ["contiguous", "transposed", "strided", "offset"],
+        "layout": list(LAYOUTS),
         "grad": [False, True] if impl.grad and impl.backend == "torch" else [False],
         "batch": list(size.batch),
+        "structure": structure_kinds(impl),
+        "bias": ["none", "alibi"] if impl.bias else ["none"],
+        "aux_layout": list(LAYOUTS),
     }
 
 
-def _valid(row: list[Any]) -> bool:
-    """allpairspy's filter, on partial rows too: a mask rank needs a mask."""
-    return not (len(row) > 4 and row[3] == "none" and row[4] != "full")
+def pair_problem(a: str, x: Any, b: str, y: Any) -> str | None:
+    """Why values ``x`` of axis ``a`` and ``y`` of axis ``b`` cannot share a case, or None."""
+    values = {a: x, b: y}
+    if values.get("mask") == "none" and values.get("mask_rank", "full") != "full":
+        return "a mask rank needs a mask"
+    if "structure" in values:
+        return invalid(values["structure"], causal=values.get("causal", True), batch=values.get("batch", 1),
+                       grad=values.get("grad", False))
+    return None
 
 
-def _case(names: list[str], row: Iterable[Any], device: str) -> AttentionCase:
+def _valid_row(names: list[str]) -> Any:
+    """allpairspy's filter, on partial rows too: the values so far can share a case (the only constraints
+    are :func:`pair_problem`'s, which involve the mask, its rank, and the structure with three others)."""
+    def valid(row: list[Any]) -> bool:
+        named = dict(zip(names, row))
+        if named.get("mask") == "none" and named.get("mask_rank", "full") != "full":
+            return False
+        kind = named.get("structure")
+        return kind is None or not invalid(kind, causal=named.get("causal", True), batch=named.get("batch", 1),
+                                           grad=named.get("grad", False))
+    return valid
+
+
+def _case(names: list[str], row: Iterable[Any], device: str, can: frozenset[str] = frozenset()) -> AttentionCase:
     fields = dict(zip(names, row))
     heads, kv_heads = GQA[fields.pop("gqa")]
+    fields = apply_structure(fields.pop("structure", "none"), fields, can)
     return AttentionCase(heads=heads, kv_heads=kv_heads, device=device, kind="kernel", pairwise=True, **fields)
 
 
 def _wanted(axes: dict[str, list[Any]]) -> set[tuple[Any, ...]]:
     """Every (axis, value, axis, value) pair a valid case can hold."""
     return {(a, x, b, y) for a, b in itertools.combinations(list(axes), 2) for x in axes[a] for y in axes[b]
-            if not (a == "mask" and b == "mask_rank" and x == "none" and y != "full")}
+            if not pair_problem(a, x, b, y)}
 
 
 def _pairs(row: dict[str, Any]) -> set[tuple[Any, ...]]:
     return {(a, row[a], b, row[b]) for a, b in itertools.combinations(list(row), 2)}
 
 
-def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
-    """allpairspy's rows, then one patched row per pair its filter left out (a filter can cost pairs)."""
-    names = list(axes)
-    rows = [dict(zip(names, row)) for row in AllPairs([axes[n] for n in names], filter_func=_valid)]
-    seen = set().union(*(_pairs(r) for r in rows)) if rows else set()
-    for a, x, b, y in sorted(_wanted(axes) - seen, key=repr):
-        if (a, x, b, y) in seen:
+def _patch_row(axes: dict[str, list[Any]], pair: tuple[Any, ...], missing: set[tuple[Any, ...]]) -> dict[str, Any]:
+    """A valid row holding ``pair``, every other axis set greedily to the value that covers most missing pairs."""
+    a, x, b, y = pair
+    row: dict[str, Any] = {a: x, b: y}
+    for axis, values in axes.items():
+        if axis in row:
             continue
-        row = {**rows[0], a: x, b: y}
-        if row["mask"] == "none" and row["mask_rank"] != "full":  # keep the pair wanted, mend the other axis
-            row.update({"mask_rank": "full"} if "mask" in (a, b) else {"mask": "random"})
+        best, score = None, -1
+        for value in values:
+            if any(pair_problem(axis, value, other, v) for other, v in row.items()):
+                continue
+            gain = sum(((axis, value, o, v) in missing) or ((o, v, axis, value) in missing) for o, v in row.items())
+            if gain > score:
+                best, score = value, gain
+        row[axis] = best if score >= 0 else values[0]
+    return {axis: row[axis] for axis in axes}
+
+
+def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+    """allpairspy's rows, then greedy rows for the pairs its filter left out (a filter can cost pairs).
+    Implementations with the same axes share one array (computed once per process)."""
+    return [dict(row) for row in _rows(tuple((name, tuple(values)) for name, values in axes.items()))]
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(key: tuple[tuple[str, tuple[Any, ...]], ...]) -> tuple[tuple[tuple[str, Any], ...], ...]:
+    axes = {name: list(values) for name, values in key}
+    names = list(axes)
+    order = sorted(names, key=lambda n: -len(axes[n]))  # the largest axes first: about 15% fewer rows
+    built = AllPairs([axes[n] for n in order], filter_func=_valid_row(order))
+    rows = [{n: dict(zip(order, row))[n] for n in names} for row in built]
+    seen = set().union(*(_pairs(r) for r in rows)) if rows else set()
+    missing = _wanted(axes) - seen
+    while missing:
+        row = _patch_row(axes, min(missing, key=repr), missing)
         rows.append(row)
-        seen |= _pairs(row)
-    return rows
+        missing -= _pairs(row)
+    return tuple(tuple(row.items()) for row in rows)
 
 
 def pairwise_cases(impl: Implementation, suite: str, device: str) -> list[AttentionCase]:
     """The covering array's cases for ``impl`` on ``device``: every pair of axis values at least once."""
     axes = axes_for(impl, suite)
-    return [_case(list(row), row.values(), device) for row in pairwise_rows(axes)]
+    return [_case(list(row), row.values(), device, expressible(impl)) for row in pairwise_rows(axes)]
 
 
 def case_values(case: AttentionCase) -> dict[str, Any]:
@@ -113,7 +163,8 @@ def case_values(case: AttentionCase) -> dict[str, Any]:
     ratio: Any = "mqa" if case.kv_heads == 1 and case.heads > 1 else case.heads // case.kv_heads
     return {"dtype": case.dtype, "scale": case.scale, "causal": case.causal, "mask": case.mask,
             "mask_rank": case.mask_rank, "gqa": ratio, "tq": case.tq, "tk": case.tk, "d": case.d,
-            "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch}
+            "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch,
+            "structure": structure_label(case), "bias": case.bias, "aux_layout": case.aux_layout}
 
 
 def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> dict[str, Any]:

@@ -9,7 +9,10 @@ kernel whose reductions race gives different bits on identical inputs. One check
    equal (unless the implementation declared ``deterministic=False``; then both must pass
    the rule on their own);
 2. write inputs B into the *same* buffers in place (q, k, v and the mask), call a third
-   time: the output must pass the rule against the oracle of B.
+   time: the output must pass the rule against the oracle of B;
+3. results stay valid: the first call's result, held by the caller all along, must not have changed
+   (a kernel that hands back an internal buffer it reuses overwrites it on the next call), and no two
+   results may share storage.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import torch
 from harness.cases import AttentionCase
 from harness.registry import Implementation
 from harness.tensors import Inputs, make_inputs, to_float64
+from harness.verify.boundary import shares_storage
 from harness.verify.checks import PASS, SEED_BASE, Result, call, cell, logit_max, oracle_and_base, structure_problem
 from harness.verify.tolerance import OUTPUT_M, compare
 
@@ -48,10 +52,10 @@ def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> Result | 
 def stateful(impl: Implementation, case: AttentionCase) -> Result:
     """Twice on the same inputs (bitwise equal), then new values written into the same buffers."""
     inputs = make_inputs(case, SEED_BASE + 101, impl.backend)
-    first, problem = _checked(impl, case, inputs, "first call")
+    held, problem = _checked(impl, case, inputs, "first call")
     if problem:
         return problem
-    first = first.clone() if isinstance(first, torch.Tensor) else np.array(first, copy=True)
+    first = held.clone() if isinstance(held, torch.Tensor) else np.array(held, copy=True)
     second, problem = _checked(impl, case, inputs, "second call on identical inputs")
     if problem:
         return problem
@@ -79,4 +83,23 @@ def stateful(impl: Implementation, case: AttentionCase) -> Result:
     if problem:
         return problem
     problem = _rule(case, inputs, third, "call after new values were written into the same buffers (in place)")
-    return problem or cell("property:stateful", PASS, None, {})
+    return problem or _still_valid(inputs, held, first, second, third) or cell("property:stateful", PASS, None, {})
+
+
+def _still_valid(inputs: Inputs, held: Any, first: Any, second: Any, third: Any) -> Result | None:
+    """The first result, held since, is what it was; no two results share storage."""
+    a, b = to_float64(held), to_float64(first)
+    changed = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
+    if bool(changed.any()):
+        views = [n for n in ("q", "k", "v") if shares_storage(held, getattr(inputs, n))]
+        why = (f"it is a view of input {', '.join(views)}, which the caller overwrote: a result must be the call's "
+               f"own memory") if views else "the implementation reuses an output buffer across calls"
+        return cell("property:stateful", "fail",
+                    f"a result handed back changed in {int(changed.sum())} element(s) when the implementation was "
+                    f"called again ({why})", {"changed": int(changed.sum())})
+    for name, other in (("second", second), ("third", third)):
+        if shares_storage(held, other):
+            return cell("property:stateful", "fail",
+                        f"the first and the {name} call returned results that share storage: the caller's first "
+                        f"result is overwritten by the next call")
+    return None

@@ -164,6 +164,45 @@ def _decode(tiny: bool) -> list[Template]:
     return cases
 
 
+def _edges(suite: str) -> list[Template]:
+    """Every axis at the sizes real models and kernels' internal thresholds reach, cheaply: a case with
+    more than :data:`~harness.verify.checks.SAMPLE_ABOVE_SCORES` scores is checked exactly on sampled query
+    rows (its gradients too, with dO zero elsewhere), so its cost is the implementation's own call.
+
+    Thresholds: FlashAttention's head dims up to 256 (kernels specialise at 64/96/128/160/192/256), odd
+    ones no tile divides; key counts past 2,048/4,096 (block counts, SDPA's CPU kv split of 512, query split
+    switching at 192/768 rows); B x H past 65,535 (a CUDA grid's y/z limit, where kernels that put batch x
+    heads on one grid axis fail); GQA groups of 8 and 16 (Llama-3 70B, 405B); decode caches of 4,097 to
+    16,400 keys with few heads, where split-KV kernels cut the cache (FlashAttention's num_splits heuristic
+    on blocks vs. SMs) and change how many pieces they merge."""
+    decode_br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
+    quick = [
+        T(heads=2, tq=1030, tk=2060, d=256, causal=True),  # d at FlashAttention's limit, past SDPA's splits
+        T(batch=2, heads=8, kv_heads=1, tq=1, tk=8200, d=64, cache_seqlens=(8200, 4097)),  # split-KV decode, GQA 8
+        T(heads=32, kv_heads=2, tq=130, tk=700, d=64, mask="key_padding", **decode_br),  # GQA 16, chunked prefill
+        T(heads=2, tq=1030, tk=2060, d=160, causal=True, grad=True),  # backward past block thresholds, sampled
+        T(tq=33, tk=97, d=255, scale=0.3),  # an odd head dim no tile divides
+        T(batch=3, heads=40, kv_heads=8, tq=33, tk=70, d=32, causal=True),  # 120 work items: past 64, no multiple of 48
+        T(heads=2, d=32, causal=True, **packed((3, 5), (0, 4), (300, 300), (9, 0))),  # a packed sequence past 256 keys
+    ]
+    if suite != "full":
+        return quick
+    return quick + [
+        T(heads=1, tq=4100, d=128, causal=True),  # 4,100 x 4,100 scores, on sampled rows
+        T(heads=2, tq=600, tk=8200, d=64, mask="random", mask_rank="2d"),
+        T("all", heads=2, tq=1025, tk=2049, d=192, causal=True, window=(700, 300), causal_align="bottom_right"),
+        T("all", heads=2, tq=1030, tk=2060, d=256, grad=True, inputs="large"),
+        T(heads=16, kv_heads=2, tq=520, tk=1030, d=128, causal=True, grad=True),  # GQA 8 backward
+        T(heads=4, tq=2100, d=96, bias="alibi", causal=True),
+        T(heads=2, d=64, causal=True, **packed((5, 7), (0, 9), (2050, 2050), (40, 0))),  # a long packed sequence
+        T(batch=4097, heads=16, tq=2, tk=3, d=8),  # 65,552 (batch, head) work items
+        T(batch=3, heads=16, kv_heads=1, tq=4, tk=16400, d=64, cache_seqlens=(16400, 0, 4097), **decode_br),
+        T(batch=2, heads=8, kv_heads=1, tq=1, tk=8200, d=128, cache_seqlens=(8200, 7), page_size=256),
+        T(batch=4, heads=8, kv_heads=2, tq=16, tk=4100, d=64, cache_seqlens=(4100, 1, 0, 4099), page_size=48, **decode_br),
+        T(heads=2, tq=97, d=257, causal=True),  # past FlashAttention's 256: refused or right
+    ]
+
+
 def _plan(suite: str) -> list[Template]:
     if suite == "small":
         seq = [T(heads=2, tq=n, d=16) for n in (1, 2, 3, 17, 33, 64)]
@@ -193,7 +232,7 @@ def _plan(suite: str) -> list[Template]:
             T("all", heads=2, tq=128, d=64, causal=True, grad=True),
             T(heads=4, tq=1000, d=64, bias="alibi", causal=True),
         ]
-    return seq + pairs + dims + heads + _common(tiny=False) + full_extra
+    return seq + pairs + dims + heads + _common(tiny=False) + full_extra + _edges(suite)
 
 
 def primary_dtype(impl: Implementation) -> str:

@@ -16,8 +16,9 @@ from harness.tolerance import (
     compare,
     describe_rule,
     floor_for,
+    logit_rel_l2,
     rule_config,
 )
 
 __all__ = ["EPS", "FLOORS", "GRAD_M", "OUTPUT_M", "REL_L2_BOUNDS", "Verdict", "baseline_attention", "baseline_rows",
-           "compare", "describe_rule", "floor_for", "rule_config"]
+           "compare", "describe_rule", "floor_for", "logit_rel_l2", "rule_config"]

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PLUGINS = Path(__file__).parent / "plugins"
 
 
@@ -53,3 +55,15 @@ def test_a_correct_implementation_survives_the_search(tmp_path: Path) -> None:
     assert code == 0, err
     [cell] = data["cells"]
     assert cell["status"] == "pass" and cell["metrics"]["examples"] >= 100
+
+
+@pytest.mark.parametrize(("plugin", "field"), [("broken_window_left_off_by_one", "window"),
+                                               ("broken_cache_len_off_by_one", "cache_seqlens")])
+def test_the_search_draws_the_structures_an_implementation_declares(tmp_path: Path, plugin: str, field: str) -> None:
+    out = tmp_path / "fuzz.json"
+    run = subprocess.run([sys.executable, "-m", "harness", "verify", "--plugin", str(PLUGINS / f"{plugin}.py"),
+                          "--only", plugin, "--fuzz", "150", "--json", str(out), "--force"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 1, run.stderr
+    [cell] = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "fail" and cell["case"][field] is not None, cell["case_id"]

@@ -69,5 +69,33 @@ def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) 
     assert main(["verify", "--only", "numpy_naive", "--trials", "1", "--json", str(result)]) == 0
     assert main(["report", str(result), "--out", str(tmp_path / "report")]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "## Pairwise coverage" in summary and "| numpy_naive | 1316 | 1316 | 100.0 | quick |" in summary
+    assert "## Pairwise coverage" in summary and "| numpy_naive | 2247 | 2247 | 100.0 | quick |" in summary
     assert "Pairwise coverage" in (tmp_path / "report" / "index.html").read_text()
+
+
+def test_structures_are_an_axis_crossed_with_every_other() -> None:
+    from harness.verify.structured import structure_label
+
+    impl = _impl(**FULL, bias=True)
+    for suite in ("quick", "full"):
+        cases = pairwise_cases(impl, suite, "cpu")
+        values = [case_values(c) for c in cases]
+        kinds = {v["structure"] for v in values}
+        assert kinds == {"none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache",
+                         "cache_window"}, kinds  # no pages: not declared natively, and not a mask
+        for other in ("scale", "layout", "aux_layout", "dtype", "mask", "inputs", "gqa", "bias"):
+            met = {(v["structure"], v[other]) for v in values}
+            assert met >= {(k, x) for k in kinds for x in axes_for(impl, suite)[other]}, other
+        assert {(v["structure"], v["grad"]) for v in values} >= {(k, True) for k in kinds}
+        for case in cases:  # every structure valid and labelled as it was asked for
+            assert structure_label(case) == case_values(case)["structure"]
+        varlen = [c for c in cases if c.varlen]
+        assert any(0 in pair for c in varlen for pair in c.varlen) and all(c.batch == 1 for c in varlen)
+        cache = [c for c in cases if c.cache_seqlens]
+        assert any(min(c.cache_seqlens) < c.tk for c in cache) and any(c.tk in c.cache_seqlens for c in cache)
+        assert any(0 in c.cache_seqlens for c in cache)
+    paged = _impl(dtypes=("float32",), causal=True, gqa=True, structures=("cache_seqlens", "paged", "bottom_right"))
+    pages = [c for c in pairwise_cases(paged, "quick", "cpu") if c.page_size]
+    assert any(c.tk % c.page_size for c in pages) and any(c.tk % c.page_size == 0 for c in pages)
+    assert any(c.cache_seqlens and max(c.cache_seqlens) <= c.tk - c.page_size for c in pages)  # table longer than needed
+    assert {c.layout for c in pages} == {"contiguous", "transposed", "strided", "offset"}

@@ -112,3 +112,32 @@ def test_a_contract_break_inside_a_property_is_a_failure_not_an_error() -> None:
 def test_an_unknown_kind_has_a_reason_instead_of_a_checker() -> None:
     reason = kind_functions("nope")
     assert isinstance(reason, str) and "no verifier for kind 'nope'" in reason
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_a_flash_attention_backward_recomputing_p_from_the_saved_lse_passes_with_large_logits() -> None:
+    """The relative-L2 bound carries the floor's large-logit allowance: without it this correct backward
+    failed dq on the norm (2.7e-4 > 1.5e-4) with its max error 80x under its bound."""
+    from pathlib import Path
+
+    from harness.verify.checks import check_grad
+
+    plugin = Path(__file__).parent / "plugins" / "unusual_lse_backward.py"
+    impl = load_registry((str(plugin),)).get("unusual_lse_backward")
+    case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=2, tk=17, d=16, causal=True, mask="random", mask_rank="2d",
+                         scale=0.3, inputs="large", layout="transposed", grad=True)
+    assert case.id == "B2-H4/2-T2x17-d16-float32-causal-mask=random/2d-scale=0.3-in=large-transposed-grad"
+    result = check_grad(impl, case, 3)
+    assert result["status"] == "pass", result["reason"]
+
+
+def test_the_relative_l2_allowance_for_large_logits_still_fails_a_wrong_answer() -> None:
+    gen = torch.Generator().manual_seed(0)
+    oracle = torch.randn(1, 2, 8, 16, generator=gen, dtype=torch.float64) * 1e-3  # below the floor: the norm decides
+    rounded = oracle.to(torch.float32).to(torch.float64)
+    relative = oracle * (1 + 3e-4)  # 3e-4 relative everywhere: above the norm bound without logits
+    verdict = compare(relative, oracle, rounded, dtype="float32", m=2)
+    assert not verdict.ok and "relative L2" in (verdict.reason or "")
+    assert compare(relative, oracle, rounded, dtype="float32", m=2, logit_max=2000.0).ok
+    for wrong in (torch.zeros_like(oracle), oracle.flip(-2)):  # far off: the allowance does not hide it
+        assert not compare(wrong, oracle, rounded, dtype="float32", m=2, logit_max=30.0).ok

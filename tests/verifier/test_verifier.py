@@ -71,11 +71,21 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_cache_len_off_by_one": ("fail", "output", "max|err|"),
     "broken_split_merge_no_rescale": ("fail", "output", "max|err|"),
     "broken_paged_wrong_page": ("fail", "output", "max|err|"),
+    # every array that crosses the boundary, in every layout; results that stay valid; memory not its own
+    "broken_mask_assumes_contiguous": ("fail", "output", "max|err|"),
+    "broken_cache_lengths_ignore_offset": ("fail", "output", "max|err|"),
+    "broken_upstream_grad_contiguous": ("fail", "grad", "max|err|"),
+    "broken_reused_output_buffer": ("fail", "property:stateful", "changed"),
+    "broken_scratch_in_input_gaps": ("fail", "output", "buffer behind input(s) q"),
+    # right on every common shape, wrong past a size threshold real models reach (the edge cases)
+    "broken_head_dim_over_128": ("fail", "output", "max|err|"),
+    "broken_long_keys_split": ("fail", None, "max|err|"),
+    "broken_gqa_group_over_8": ("fail", "output", "max|err|"),
 }
 MASKED = "mask=|window=|bottom_right|varlen=|cache="
 """Cases that reach a plugin with a mask: its own, or a structure it does not declare, folded into a dense one."""
 COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the failing cases' ids
-    "broken_scale_ignored_with_mask": ("scale=", "mask="),
+    "broken_scale_ignored_with_mask": ("scale=", MASKED),
     "broken_mask_rank": ("/3d",),
     "broken_causal_bottom_right": ("causal",),
     "broken_storage_offset": ("offset",),
@@ -90,6 +100,12 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
     "broken_varlen_global_causal": ("varlen=",),
     "broken_cache_len_off_by_one": ("cache=",),
     "broken_paged_wrong_page": ("paged=",),
+    "broken_mask_assumes_contiguous": ("aux=transposed|aux=strided",),
+    "broken_cache_lengths_ignore_offset": ("aux=", "cache="),
+    "broken_upstream_grad_contiguous": ("aux=transposed|aux=strided",),
+    "broken_scratch_in_input_gaps": ("strided",),
+    "broken_head_dim_over_128": ("d160|d192|d255|d256",),
+    "broken_gqa_group_over_8": ("H32/2|H16/1",),
 }
 
 

@@ -13,6 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE = ROOT / "docs" / "ci" / "bench-compare.sh"
 PLUGIN = '''

@@ -9,7 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from harness.discovery import load_registry
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 PLUGIN = textwrap.dedent('''
     import numpy as np

@@ -7,7 +7,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from harness.cli.list_cmd import SHORT_REASON, short_reason
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 LONG = "x" * 30 + " is not supported because: " + "y" * 300 + "; and another reason"
 

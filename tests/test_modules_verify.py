@@ -8,7 +8,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import harness.verify.runner  # noqa: F401  (attnbench's own module: a failure to import is a failure)
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 WRONG_PLUGIN = textwrap.dedent('''
     import numpy as np

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
+
 HERE = Path(__file__).parent
 CHEATS = {
     # implementation: (status, words the reason must contain)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from gates import attnbench, finish
 
 from harness.results import load_results
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 PLUGINS = '''
 import numpy as np

@@ -15,7 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from gates import BOUND_S, finish, release, wait_started
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 SITECUSTOMIZE = '''
 import os

@@ -11,9 +11,12 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
 from gates import attnbench, finish, plugin_file, release, wait_started
 
 from harness.results import load_results
+
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 
 def _interrupted_lines(err: str) -> int:

@@ -17,6 +17,8 @@ from gates import BOUND_S, attnbench, finish
 
 from harness.results import load_results
 
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
+
 BAD_IMPORT = '''
 import os
 

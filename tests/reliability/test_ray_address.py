@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
+
 BOUND_S = 120.0
 """Only so a broken test ends: the connect itself gives up far sooner (nothing answers on loopback port 1)."""
 

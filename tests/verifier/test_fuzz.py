@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
+
 PLUGINS = Path(__file__).parent / "plugins"
 
 

@@ -8,6 +8,8 @@ elsewhere (:mod:`harness.verify.suites`); this module only defines what a case i
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
@@ -144,7 +146,7 @@ class AttentionCase(CaseRecord):
         need(self.bias in BIASES, f"bias {self.bias!r} is not one of {BIASES}")
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
-        need(self.scale is None or self.scale > 0, "scale must be positive")
+        need(self.scale is None or (math.isfinite(self.scale) and self.scale >= 0), "scale must be a finite number >= 0")
         need(self.window is None or (isinstance(self.window, tuple) and len(self.window) == 2 and all(
             isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in self.window)),
              f"window {self.window!r} must be (left, right), two integers >= 0")

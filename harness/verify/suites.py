@@ -184,6 +184,8 @@ def _edges(suite: str) -> list[Template]:
         T(tq=33, tk=97, d=255, scale=0.3),  # an odd head dim no tile divides
         T(batch=3, heads=40, kv_heads=8, tq=33, tk=70, d=32, causal=True),  # 120 work items: past 64, no multiple of 48
         T(heads=2, d=32, causal=True, **packed((3, 5), (0, 4), (300, 300), (9, 0))),  # a packed sequence past 256 keys
+        T(tq=2100, d=32, causal=True),  # past 2,048 query rows (kernels' query chunking), on sampled rows
+        T(tq=17, tk=23, d=16, causal=True, scale=0.0),  # scale 0 (uniform weights) is a scale, not "none given"
     ]
     if suite != "full":
         return quick

@@ -65,22 +65,9 @@ TRIGGERS: dict[str, Trigger] = {
 """What each broken plugin needs in a case to be wrong (its docstring says why)."""
 
 NOT_CAUGHT_BY_QUICK: dict[str, str] = {
-    "broken_advances_cache_seqlens": "cache_seqlens is built afresh for every call and never compared after it",
     "broken_bf16_long_running_sum": "the bf16 error-growth point at Tk 4,096 is 11x the baseline's error but under "
                                     "the bfloat16 floor (1.6e-2)",
-    "broken_bias_dropped_with_mask": "no quick case passes a bias together with a mask",
     "broken_bias_first_batch": "the only bias is ALiBi, the same for every batch element",
-    "broken_cache_window_capacity": "no quick case has a window together with cache lengths",
-    "broken_causal_query_chunks": "no quick case has more than 2,048 queries",
-    "broken_grad_noncontiguous_upstream": "the upstream gradient is always contiguous",
-    "broken_headdim_chunks_floor": "no quick case has a head dim above 128",
-    "broken_long_keys_tail_block": "no quick case has more than 4,096 keys",
-    "broken_paged_default_scale": "no quick paged case has a non-default scale",
-    "broken_returns_input_view": "no check that a result shares no storage with an input",
-    "broken_reused_output_buffer": "no check that an earlier result stays unchanged after the next call",
-    "broken_scale_zero_falsy": "no case has scale 0",
-    "broken_varlen_long_sequence_blocks": "no quick packed sequence is longer than 256 keys",
-    "broken_work_items_tail": "no quick case has more than 64 (batch, head) work items",
 }
 """Broken plugins quick misses today, and why (measured; see blind/README.md)."""
 

@@ -1,6 +1,11 @@
 """Issue 15's targets for ``tiled_fused`` against ``torch_sdpa`` (B1-H8-T4096, d = 64 and 128).
 
     PYTHONPATH=. python3 benchmarks/tiled_fused_targets.py [--rounds 5] [--bf16-peak 820] [--no-memory]
+        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd]
+
+``--isa`` runs both implementations as a CPU of that tier would: tiled_fused's kernels through
+``ATTNBENCH_FUSED_ISA`` and torch's (SDPA's ATen kernels, MKL, oneDNN) through their own variables
+(:data:`TIER_ENV`), set before torch loads (the script re-executes itself). Every line names the tier.
 
 Timing: in this one process, each configuration's two implementations are called alternately
 (sdpa, ours, sdpa, ours, ...; ``--rounds`` pairs after one warm-up pair) and compared by their median
@@ -17,7 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +33,16 @@ import torch
 import torch.nn.functional as F
 
 from harness.cli import main as attnbench
+from implementations._fused_kernels import tier
 from implementations.tiled_fused import fused_flash_attention
+
+TIER_ENV = {  # what each tier's CPU would run: ours, and torch's own dispatch (ATen, MKL, oneDNN)
+    "avx2": {"ATTNBENCH_FUSED_ISA": "avx2", "ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+             "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx512f": {"ATTNBENCH_FUSED_ISA": "avx512f", "ATEN_CPU_CAPABILITY": "avx512",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "avx512_bf16": {"ATTNBENCH_FUSED_ISA": "avx512_bf16"},
+}
 
 TARGETS = [  # (dtype, mode, causal, the target ratio torch_sdpa time / tiled_fused time)
     ("bfloat16", "fwd", False, 2.0), ("bfloat16", "fwd", True, 2.0),
@@ -93,14 +109,23 @@ def main() -> None:
     parser.add_argument("--bf16-peak", type=float, default=820.0, help="bf16 GEMM peak, GFLOP/s (issue: ~820)")
     parser.add_argument("--out-dir", type=Path, default=Path("results"), help="for the memory run's result file")
     parser.add_argument("--no-memory", action="store_true")
+    parser.add_argument("--isa", choices=sorted(TIER_ENV), help="run as a CPU of this tier would (see above)")
+    parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--only", default="", help="comma-separated dtypes/modes to keep, e.g. float32,fwd")
     args = parser.parse_args()
+    if args.isa and any(os.environ.get(k) != v for k, v in TIER_ENV[args.isa].items()):
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **TIER_ENV[args.isa]})
     measured = _bf16_peak()
-    print(f"B1-H8-T4096, {torch.get_num_threads()} threads; bf16 GEMM peak: given {args.bf16_peak:.0f}, "
-          f"fastest 1024^3 matmul here {measured:.0f} GFLOP/s")
-    print(f"{'d':>4} {'dtype':9} {'mode':8} {'causal':6} {'sdpa ms':>9} {'ours ms':>9} {'ratio':>6} {'target':>6}"
-          f" {'GFLOP/s':>8}  share of the bf16 peak (given, measured)", flush=True)
-    for d in (64, 128):
+    keep = {w for w in args.only.split(",") if w}
+    print(f"B1-H8-T4096, {torch.get_num_threads()} threads, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}"
+          f" kernels), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; bf16 GEMM peak: given "
+          f"{args.bf16_peak:.0f}, fastest 1024^3 matmul here {measured:.0f} GFLOP/s")
+    print(f"{'tier':11} {'d':>4} {'dtype':9} {'mode':8} {'causal':6} {'sdpa ms':>9} {'ours ms':>9} {'ratio':>6}"
+          f" {'target':>6} {'GFLOP/s':>8}  share of the bf16 peak (given, measured)", flush=True)
+    for d in args.d:
         for dtype, mode, causal, target in TARGETS:
+            if keep - {dtype, mode}:
+                continue
             dt = getattr(torch, dtype)
             t_sdpa, t_ours = _interleaved([_call(n, dt, d, causal, mode) for n in ("torch_sdpa", "tiled_fused")],
                                           args.rounds)
@@ -108,8 +133,9 @@ def main() -> None:
             gflops, ratio = flops / t_ours / 1e9, t_sdpa / t_ours
             share = f"  {100 * gflops / args.bf16_peak:.0f}%, {100 * gflops / measured:.0f}%" \
                 if dtype == "bfloat16" and mode == "fwd" else ""
-            print(f"{d:>4} {dtype:9} {mode:8} {causal!s:6} {1e3 * t_sdpa:9.1f} {1e3 * t_ours:9.1f} {ratio:6.2f}"
+            print(f"{tier(getattr(torch, dtype)):11} {d:>4} {dtype:9} {mode:8} {causal!s:6} {1e3 * t_sdpa:9.1f} {1e3 * t_ours:9.1f} {ratio:6.2f}"
                   f" {target:6.2f} {gflops:8.0f}{share}" + ("" if ratio >= target else "  (missed)"), flush=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.no_memory:
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)

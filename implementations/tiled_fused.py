@@ -46,13 +46,15 @@ from implementations._fused_kernels import (
     bf16_reason,
     extension,
     f32_reason,
+    f32_tier,
     sequences,
+    tier,
 )
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
 __all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
-           "f32_reason", "fused_flash_attention", "tiled_fused"]
+           "f32_reason", "f32_tier", "fused_flash_attention", "tier", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -128,7 +130,7 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         raise UsageError(f"tiled_fused: causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
     cu_q, cu_k = (None if c is None else [int(x) for x in c] for c in (cu_seqlens_q, cu_seqlens_k))
     seqs = sequences(q.shape[2], k.shape[2], causal, window, causal_align, cu_q, cu_k)
-    own_gemm = q.dtype != torch.float64 and f32_reason(isa) is None  # bf16 without AVX512_BF16 runs as float32
+    own_gemm = tier(q.dtype, isa) != "generic"
     auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
     return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
                                      (window, causal_align, seqs))

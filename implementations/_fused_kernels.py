@@ -26,7 +26,8 @@ from implementations._cpp_build import build, built_before, extension_name, isa_
 from implementations._flash_cpu import LOG2E
 from implementations._workers import run_parallel
 
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
+                                                                  "_flash_avx2_backward.cpp")]
 """The float32/float64 kernels (generic, and avx2 where the build's baseline has AVX2 + FMA): tiled_fused
 is available when these build."""
 BF16_SOURCES = [Path(__file__).with_name(name)
@@ -243,12 +244,20 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tenso
     lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
     delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
     m = _uint8(mask, b, h, tq, tk)
-    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(isa)
-    kernel = bf16_extension().backward_item_bf16 if bf16 else ext.backward_item  # type: ignore[union-attr]
+    # The kernels with their own GEMMs read q, k, v, dO in their dtype (float32, or bf16 converted as
+    # they load it); MKL's (generic) need float32 copies.
+    level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
+    if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
+        level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
+    kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
+               "avx2": getattr(ext, "backward_item_avx2", None)}
+    kernel = kernels.get(level) or ext.backward_item  # type: ignore[union-attr]
     # Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
     # bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
-    block_q, block_k = (min(block_q, 128), block_k) if bf16 else (min(block_q, 256), min(block_k, 256))
-    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if bf16 else x.float() for x in (q, k, v, dout))
+    own = level != "generic"
+    block_q, block_k = (min(block_q, 128), block_k if level == "avx512_bf16" else min(block_k, 256)) if own \
+        else (min(block_q, 256), min(block_k, 256))
+    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if own else x.float() for x in (q, k, v, dout))
     # dK and dV uninitialised: each item zeroes its own key block on its worker (see _clear_uncovered).
     dk = torch.empty(b, hk, tk, d)
     dv = torch.empty(b, hk, tk, d)

@@ -100,8 +100,10 @@ void forward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     qp = qsrc, lq = q.stride(2);
   } else {  // the item's Q rows converted once
     qbuf.resize(rows * d);
+    const int64_t ld = q.stride(2);
+    float* qb = qbuf.data();
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t u = 0; u < d; ++u) qbuf[r * d + u] = to_float(qsrc[r * q.stride(2) + u]);
+      for (int64_t u = 0; u < d; ++u) qb[r * d + u] = to_float(qsrc[r * ld + u]);
     qp = qbuf.data(), lq = d;
   }
   const T* kp = base<T>(k, b, hk);

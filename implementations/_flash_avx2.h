@@ -39,12 +39,17 @@ inline float hmax(__m256 x) {
   return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
 }
 
-// C[0:6, 0:16] (+)= A[0:6, 0:kk] * panel (kk rows of 16 floats). Accumulators are named variables so
-// that all twelve stay in registers (with the two B vectors and the broadcast: 15 of 16).
-inline void micro6(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add) {
-#define ATTNBENCH_ACC(i) \
-  __m256 c##i##0 = add ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps(); \
-  __m256 c##i##1 = add ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+// C[0:R, 0:16] (+)= A[0:R, 0:kk] * panel (kk rows of 16 floats), R <= 6. Accumulators are named
+// variables, not an array, so that all 2R stay in registers (with the two B vectors and the
+// broadcast: at most 15 of 16; GCC keeps an array in memory and reloads it every step).
+template <int R>
+inline void micro(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add) {
+  const __m256 z = _mm256_setzero_ps();
+#define ATTNBENCH_ACC(i)                                                                 \
+  __m256 c##i##0 = z, c##i##1 = z;                                                       \
+  if constexpr (R > i) {                                                                 \
+    if (add) c##i##0 = _mm256_loadu_ps(c + i * ldc), c##i##1 = _mm256_loadu_ps(c + i * ldc + 8); \
+  }
   ATTNBENCH_ACC(0) ATTNBENCH_ACC(1) ATTNBENCH_ACC(2) ATTNBENCH_ACC(3) ATTNBENCH_ACC(4) ATTNBENCH_ACC(5)
 #undef ATTNBENCH_ACC
   const float* a0 = a;
@@ -53,7 +58,7 @@ inline void micro6(const float* a, int64_t lda, const float* panel, int64_t kk, 
     const __m256 b0 = _mm256_loadu_ps(panel + p * NR);
     const __m256 b1 = _mm256_loadu_ps(panel + p * NR + 8);
 #define ATTNBENCH_ROW(i, base, off)                          \
-  {                                                          \
+  if constexpr (R > i) {                                     \
     const __m256 x = _mm256_broadcast_ss(base + off + p);    \
     c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);               \
     c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);               \
@@ -63,50 +68,33 @@ inline void micro6(const float* a, int64_t lda, const float* panel, int64_t kk, 
 #undef ATTNBENCH_ROW
   }
 #define ATTNBENCH_STORE(i) \
-  _mm256_storeu_ps(c + i * ldc, c##i##0); \
-  _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
+  if constexpr (R > i) _mm256_storeu_ps(c + i * ldc, c##i##0), _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
   ATTNBENCH_STORE(0) ATTNBENCH_STORE(1) ATTNBENCH_STORE(2) ATTNBENCH_STORE(3) ATTNBENCH_STORE(4) ATTNBENCH_STORE(5)
 #undef ATTNBENCH_STORE
 }
 
-// The same for the last R < 6 rows of a tile.
-template <int R>
-inline void micro(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add) {
-  __m256 acc[R][2];
-  for (int i = 0; i < R; ++i) {
-    acc[i][0] = add ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc[i][1] = add ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
-  }
-  for (int64_t p = 0; p < kk; ++p) {
-    const __m256 b0 = _mm256_loadu_ps(panel + p * NR);
-    const __m256 b1 = _mm256_loadu_ps(panel + p * NR + 8);
-    for (int i = 0; i < R; ++i) {
-      const __m256 x = _mm256_broadcast_ss(a + i * lda + p);
-      acc[i][0] = _mm256_fmadd_ps(x, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(x, b1, acc[i][1]);
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
-  }
-}
+constexpr int64_t KC = 256;  // k per pass: a B panel of KC x 16 floats (16 KiB) stays in L1 beside A's rows
 
-// C (m x 16 panels) (+)= A (m x kk, row stride lda) * packed B, whose panels hold kstride >= kk rows each.
+// C (m x 16 panels) (+)= A (m x kk, row stride lda) * packed B, whose panels hold kstride >= kk rows each;
+// in passes of KC rows of B (P V with 512 keys: one panel alone would fill L1).
 inline void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, const float* a, int64_t lda, const float* b,
-          float* c, int64_t ldc, bool add) {
-  for (int64_t j = 0; j < panels; ++j) {
-    const float* panel = b + j * kstride * NR;
-    for (int64_t i = 0; i < m; i += MR) {
-      const float* ai = a + i * lda;
-      float* ci = c + i * ldc + j * NR;
-      switch (std::min(MR, m - i)) {
-        case 6: micro6(ai, lda, panel, kk, ci, ldc, add); break;
-        case 5: micro<5>(ai, lda, panel, kk, ci, ldc, add); break;
-        case 4: micro<4>(ai, lda, panel, kk, ci, ldc, add); break;
-        case 3: micro<3>(ai, lda, panel, kk, ci, ldc, add); break;
-        case 2: micro<2>(ai, lda, panel, kk, ci, ldc, add); break;
-        default: micro<1>(ai, lda, panel, kk, ci, ldc, add); break;
+                 float* c, int64_t ldc, bool add) {
+  for (int64_t k0 = 0; k0 < kk; k0 += KC) {
+    const int64_t kc = std::min(KC, kk - k0);
+    const bool acc = add || k0 > 0;
+    for (int64_t j = 0; j < panels; ++j) {
+      const float* panel = b + j * kstride * NR + k0 * NR;
+      for (int64_t i = 0; i < m; i += MR) {
+        const float* ai = a + i * lda + k0;
+        float* ci = c + i * ldc + j * NR;
+        switch (std::min(MR, m - i)) {
+          case 6: micro<6>(ai, lda, panel, kc, ci, ldc, acc); break;
+          case 5: micro<5>(ai, lda, panel, kc, ci, ldc, acc); break;
+          case 4: micro<4>(ai, lda, panel, kc, ci, ldc, acc); break;
+          case 3: micro<3>(ai, lda, panel, kc, ci, ldc, acc); break;
+          case 2: micro<2>(ai, lda, panel, kc, ci, ldc, acc); break;
+          default: micro<1>(ai, lda, panel, kc, ci, ldc, acc); break;
+        }
       }
     }
   }

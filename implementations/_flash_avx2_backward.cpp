@@ -73,13 +73,17 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
     for (int64_t q0 = first; q0 < last; q0 += block_q) {
       const int64_t rows = std::min(block_q, last - q0);
-      const T* qp = base<T>(q, b, h) + q0 * q.stride(2);
-      const T* dop = base<T>(dout, b, h) + q0 * dout.stride(2);
-      for (int64_t r = 0; r < rows; ++r) {  // the rows as float32, and Q^T, dO^T (d x rows)
+      const int64_t lq = q.stride(2), lo_ = dout.stride(2);
+      const T* qp = base<T>(q, b, h) + q0 * lq;
+      const T* dop = base<T>(dout, b, h) + q0 * lo_;
+      // The rows as float32, and Q^T, dO^T (d x rows); raw pointers: through the thread_local vectors
+      // and Tensor::stride, GCC reloaded both on every element (a tenth of the backward).
+      float *qb = qbuf.data(), *gb = dobuf.data(), *qtb = qt.data(), *gtb = dot.data();
+      for (int64_t r = 0; r < rows; ++r) {
         for (int64_t u = 0; u < d; ++u) {
-          const float qv = to_float(qp[r * q.stride(2) + u]), gv = to_float(dop[r * dout.stride(2) + u]);
-          qbuf[r * d + u] = qv, dobuf[r * d + u] = gv;
-          qt[u * rows + r] = qv, dot[u * rows + r] = gv;
+          const float qv = to_float(qp[r * lq + u]), gv = to_float(dop[r * lo_ + u]);
+          qb[r * d + u] = qv, gb[r * d + u] = gv;
+          qtb[u * rows + r] = qv, gtb[u * rows + r] = gv;
         }
       }
       gemm(rows, panels, d, d, qbuf.data(), d, kt.data(), sbuf.data(), sw, false);
@@ -112,10 +116,11 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   }
   float* dk_p = dk.data_ptr<float>() + ((b * k.size(1) + hk) * k.size(2) + k0) * d;
   float* dv_p = dv.data_ptr<float>() + ((b * k.size(1) + hk) * k.size(2) + k0) * d;
+  const float *dkb = dkt.data(), *dvb = dvt.data();
   for (int64_t j = 0; j < cols; ++j) {
     for (int64_t u = 0; u < d; ++u) {
-      dk_p[j * d + u] = scale * dkt[u * sw + j];
-      dv_p[j * d + u] = dvt[u * sw + j];
+      dk_p[j * d + u] = scale * dkb[u * sw + j];
+      dv_p[j * d + u] = dvb[u * sw + j];
     }
   }
 }

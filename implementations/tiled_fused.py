@@ -39,6 +39,7 @@ from implementations._flash_cpu import _Plan, backward, pick_blocks
 from implementations._fused_kernels import (
     _BUILD,
     FORCE_ISA,
+    TIERS,
     Sequence,
     available,
     bf16_extension,
@@ -53,7 +54,7 @@ from implementations._fused_kernels import (
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
-__all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
+__all__ = ["_BUILD", "FORCE_ISA", "TIERS", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
            "f32_reason", "f32_tier", "fused_flash_attention", "tier", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 

@@ -100,14 +100,54 @@ inline void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, const f
   }
 }
 
-// K rows [0, n) as B = K^T: panels of 16 keys, each d rows of 16 floats (keys past n zero).
+// Eight consecutive values as float32 (bf16: widened and shifted into the upper half).
+inline __m256 load8(const float* src) { return _mm256_loadu_ps(src); }
+inline __m256 load8(const uint16_t* src) {
+  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+
+// Rows r[0..7] transposed in place (r[i][j] becomes r[j][i]).
+inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+  }
+}
+
+// K rows [0, n) as B = K^T: panels of 16 keys, each d rows of 16 floats (keys past n zero). Blocks of
+// 8 keys x 8 columns by an in-register transpose (the scalar loop was a few % of the forward), the
+// edges one value at a time.
 template <typename T>
 inline void pack_kt(const T* k, int64_t ld, int64_t n, int64_t d, float* out) {
   for (int64_t j0 = 0; j0 < round_up(n, NR); j0 += NR) {
     float* panel = out + (j0 / NR) * d * NR;
-    for (int64_t c = 0; c < NR; ++c) {
-      const T* row = j0 + c < n ? k + (j0 + c) * ld : nullptr;
-      for (int64_t p = 0; p < d; ++p) panel[p * NR + c] = row ? to_float(row[p]) : 0.0f;
+    for (int64_t h = 0; h < NR; h += 8) {
+      const int64_t key = j0 + h;
+      int64_t p0 = 0;
+      if (key + 8 <= n) {
+        for (; p0 + 8 <= d; p0 += 8) {
+          __m256 r[8];
+          for (int i = 0; i < 8; ++i) r[i] = load8(k + (key + i) * ld + p0);
+          transpose8(r);
+          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (p0 + i) * NR + h, r[i]);
+        }
+      }
+      for (int64_t c = h; c < h + 8; ++c) {
+        const T* row = j0 + c < n ? k + (j0 + c) * ld : nullptr;
+        for (int64_t p = p0; p < d; ++p) panel[p * NR + c] = row ? to_float(row[p]) : 0.0f;
+      }
     }
   }
 }
@@ -120,7 +160,12 @@ inline void pack_v(const T* v, int64_t ld, int64_t n, int64_t d, float* out) {
     const int64_t w = std::min(NR, d - c0);
     for (int64_t p = 0; p < n; ++p) {
       const T* row = v + p * ld + c0;
-      for (int64_t c = 0; c < NR; ++c) panel[p * NR + c] = c < w ? to_float(row[c]) : 0.0f;
+      if (w == NR) {
+        _mm256_storeu_ps(panel + p * NR, load8(row));
+        _mm256_storeu_ps(panel + p * NR + 8, load8(row + 8));
+      } else {
+        for (int64_t c = 0; c < NR; ++c) panel[p * NR + c] = c < w ? to_float(row[c]) : 0.0f;
+      }
     }
   }
 }

@@ -140,7 +140,7 @@ def main() -> None:
             flops = 4 * 8 * 4096**2 * d / (2 if causal else 1) * (3.5 if mode == "fwd+bwd" else 1)  # bwd: 2.5 x fwd
             gflops, ratio = flops / t_ours / 1e9, t_sdpa / t_ours
             share = f"  {100 * gflops / args.bf16_peak:.0f}%, {100 * gflops / measured:.0f}%" \
-                if dtype == "bfloat16" and mode == "fwd" else ""
+                if dtype == "bfloat16" and mode == "fwd" and level == "avx512_bf16" else ""
             print(f"{level:11} {d:>4} {dtype:9} {mode:8} {causal!s:6} {1e3 * t_sdpa:9.1f} {1e3 * t_ours:9.1f} {ratio:6.2f}"
                   f" {goal:6.2f} {gflops:8.0f}{share}" + ("" if ratio >= goal else "  (missed)"), flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -40,8 +40,8 @@ FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 CPU that has a higher one; unset or empty: the best the CPU and the builds allow."""
 TIERS = ("generic", "avx2", "avx512f", "avx512_bf16")
 """Kernel tiers, lowest first: generic (MKL's GEMMs, scalar or AVX2 softmax), avx2 (AVX2 + FMA tile
-GEMMs of their own; bf16 converted to float32 as it loads), avx512f (the same on AVX-512), avx512_bf16
-(bf16 on VDPBF16PS)."""
+GEMMs of their own; bf16 converted to float32 as it loads), avx512f (the same forward on AVX-512),
+avx512_bf16 (bf16 on VDPBF16PS)."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 DIAGONAL_CHUNK = 64
@@ -206,7 +206,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     level = tier(q.dtype, isa)
     own = {"avx512_bf16": "forward_item_bf16", "avx512f": "forward_item_f32", "avx2": "forward_item_avx2"}.get(level)
     if own is not None:
-        dtype = torch.bfloat16 if q.dtype == torch.bfloat16 and level != "avx512f" else torch.float32
+        dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
         lse_dtype = torch.float32
     else:
         dtype = lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32

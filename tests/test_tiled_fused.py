@@ -178,15 +178,15 @@ def test_the_environment_variable_caps_the_tier(impl, monkeypatch: pytest.Monkey
     assert module.tier(torch.float64) == module.tier(torch.float16) == "generic"
 
 
-@pytest.mark.parametrize("isa", ["generic", "avx2"])
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512f"])
 def test_bf16_without_the_bf16_units_is_converted_as_it_loads(impl, isa: str) -> None:
-    """On the avx2 tier the kernel reads bf16 and writes its output in bf16 (nothing converted whole);
-    the generic path computes on a float32 copy and returns float32, converted after."""
+    """On the avx2 and avx512f tiers the kernel reads bf16 and writes its output in bf16 (nothing
+    converted whole); the generic path computes on a float32 copy and returns float32, converted after."""
     _need(isa)
     q, k, v = (torch.randn(1, 2, 50, 24).to(torch.bfloat16) for _ in range(3))
     seqs = module.sequences(50, 50, True, None, "top_left", None, None)
     out, lse = fused_forward(q, k, v, None, seqs, 0.2, 16, 16, isa)
-    assert out.dtype == (torch.bfloat16 if isa == "avx2" else torch.float32) and lse.dtype == torch.float32
+    assert out.dtype == (torch.float32 if isa == "generic" else torch.bfloat16) and lse.dtype == torch.float32
     want = reference_attention(q.double(), k.double(), v.double(), causal=True, scale=0.2)
     assert (out.double() - want).abs().max().item() < 1e-2
 

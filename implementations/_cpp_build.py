@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import torch
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 def isa_flags() -> tuple[str, list[str]]:
@@ -40,7 +43,7 @@ def isa_flags() -> tuple[str, list[str]]:
 
 def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
     """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the contents of the sources and the
-    headers beside them (by file name, not by where they are), the Python environment that runs
+    local headers they include (by file name, not by where they are), the Python environment that runs
     (``sys.prefix``, its version) and the torch it builds against."""
     digest = hashlib.sha1(f"{sys.prefix}\0{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
     for path in _with_headers(sources):
@@ -49,9 +52,18 @@ def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
 
 
 def _with_headers(sources: list[Path]) -> list[Path]:
-    """The sources and the headers beside them that they may include (``_flash_*.h``)."""
-    headers = sorted({h for s in sources for h in s.parent.glob("_flash_*.h")})
-    return [*sources, *headers]
+    """The sources and the local headers they include (``#include "name.h"`` beside them, transitively):
+    a change to one kernel's header rebuilds only the extensions that include it."""
+    found: list[Path] = []
+    todo = list(sources)
+    while todo:
+        path = todo.pop()
+        for name in _INCLUDE.findall(path.read_text(errors="replace")):
+            header = path.parent / name
+            if header.is_file() and header not in found:
+                found.append(header)
+                todo.append(header)
+    return [*sources, *sorted(found)]
 
 
 def _staged(paths: list[Path], directory: Path) -> list[Path]:

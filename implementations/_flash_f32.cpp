@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "_flash_band.h"
@@ -111,28 +112,45 @@ F32_TARGET void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, con
   }
 }
 
+inline float to_float(float x) { return x; }
+inline float to_float(uint16_t bits) {  // bf16 -> float32: the bits are the float's upper half
+  const uint32_t u = uint32_t(bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
 // K rows [0, n) as B = K^T: panels of 32 keys, each d rows of 32 floats (keys past n zero).
-void pack_kt(const float* k, int64_t ld, int64_t n, int64_t d, float* out) {
+template <typename T>
+void pack_kt(const T* k, int64_t ld, int64_t n, int64_t d, float* out) {
   for (int64_t j0 = 0; j0 < round_up(n, NR); j0 += NR) {
     float* panel = out + (j0 / NR) * d * NR;
     for (int64_t c = 0; c < NR; ++c) {
-      const float* row = j0 + c < n ? k + (j0 + c) * ld : nullptr;
-      for (int64_t p = 0; p < d; ++p) panel[p * NR + c] = row ? row[p] : 0.0f;
+      const T* row = j0 + c < n ? k + (j0 + c) * ld : nullptr;
+      for (int64_t p = 0; p < d; ++p) panel[p * NR + c] = row ? to_float(row[p]) : 0.0f;
     }
   }
 }
 
 // V rows [0, n) as B = V: panels of 32 columns of d (columns past d zero), each n rows.
-void pack_v(const float* v, int64_t ld, int64_t n, int64_t d, float* out) {
+template <typename T>
+void pack_v(const T* v, int64_t ld, int64_t n, int64_t d, float* out) {
   for (int64_t c0 = 0; c0 < round_up(d, NR); c0 += NR) {
     float* panel = out + (c0 / NR) * n * NR;
     const int64_t w = std::min(NR, d - c0);
     for (int64_t p = 0; p < n; ++p) {
-      std::memcpy(panel + p * NR, v + p * ld + c0, w * sizeof(float));
+      if constexpr (std::is_same_v<T, float>) {
+        std::memcpy(panel + p * NR, v + p * ld + c0, w * sizeof(float));
+      } else {
+        for (int64_t c = 0; c < w; ++c) panel[p * NR + c] = to_float(v[p * ld + c0 + c]);
+      }
       std::fill(panel + p * NR + w, panel + (p + 1) * NR, 0.0f);
     }
   }
 }
+
+inline void store(float* dst, float x) { *dst = x; }
+inline void store(uint16_t* dst, float x) { *dst = c10::BFloat16(x).x; }  // round to nearest even
 
 // 2^x on the lanes in ``keep`` (0 on the others), x = c s - m: at most a rounding above 0 and finite
 // (masked keys are the lanes not kept), so no clamp: below -149 scalef underflows to 0 by itself. The
@@ -204,20 +222,15 @@ bool has_avx512f() {
   return __builtin_cpu_supports("avx512f");
 }
 
-// One work item, as forward_item_bf16: query rows [q0, q1) of head h of batch b. q, k, v, out: float32
-// with contiguous rows (out contiguous (B, H, Tq, d)); lse: float32 (B, H, Tq), natural log.
-F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                 const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b,
-                                 int64_t h, int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec,
-                                 double q_scale, int64_t block_k, int64_t diagonal_chunk) {
-  const Band band(band_spec);
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat &&
-                  out.scalar_type() == at::kFloat && lse.scalar_type() == at::kFloat,
-              "forward_item_f32: float32 q, k, v, out and lse");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && out.is_contiguous() && lse.is_contiguous(),
-              "forward_item_f32: rows must be contiguous");
-  TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
-              "mask must be a uint8 (B, H, Tq, Tk) view");
+namespace {
+
+// One work item, as forward_item_bf16: query rows [q0, q1) of head h of batch b; T = float, or
+// uint16_t for bf16 input converted to float32 as it is packed (bf16 -> float32 is a shift).
+template <typename T>
+F32_TARGET void forward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                             const c10::optional<at::Tensor>& mask, at::Tensor& out, at::Tensor& lse, int64_t b,
+                             int64_t h, int64_t q0, int64_t q1, const Band& band, double q_scale, int64_t block_k,
+                             int64_t diagonal_chunk) {
   constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
   const int64_t heads = q.size(1), kv_heads = k.size(1), d = q.size(3);
   const int64_t hk = h / (heads / kv_heads), rows = q1 - q0;
@@ -232,10 +245,22 @@ F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const
   pbuf.resize(rows * pw);
   acc.assign(rows * dw, 0.0f);
   std::vector<float> m(rows, NEG_INF), l(rows, 0.0f);
-  const float* qp = q.data_ptr<float>() + b * q.stride(0) + h * q.stride(1) + q0 * q.stride(2);
-  const float* kp = k.data_ptr<float>() + b * k.stride(0) + hk * k.stride(1);
-  const float* vp = v.data_ptr<float>() + b * v.stride(0) + hk * v.stride(1);
-  const int64_t lq = q.stride(2);
+  const T* qsrc = reinterpret_cast<const T*>(q.data_ptr()) + b * q.stride(0) + h * q.stride(1) + q0 * q.stride(2);
+  const T* kp = reinterpret_cast<const T*>(k.data_ptr()) + b * k.stride(0) + hk * k.stride(1);
+  const T* vp = reinterpret_cast<const T*>(v.data_ptr()) + b * v.stride(0) + hk * v.stride(1);
+  const float* qp;
+  int64_t lq;
+  thread_local std::vector<float> qbuf;
+  if constexpr (std::is_same_v<T, float>) {
+    qp = qsrc, lq = q.stride(2);
+  } else {  // the item's Q rows converted once
+    const int64_t ld = q.stride(2);
+    qbuf.resize(rows * d);
+    float* qb = qbuf.data();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t u = 0; u < d; ++u) qb[r * d + u] = to_float(qsrc[r * ld + u]);
+    qp = qbuf.data(), lq = d;
+  }
   const uint8_t* mbase = nullptr;
   int64_t ms_q = 0, ms_k = 0;
   if (mask.has_value()) {
@@ -271,15 +296,43 @@ F32_TARGET void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const
       if (e > a) tile(r0, r1, kb, (a - kb) / NR * NR, e - kb);
     }
   }
-  float* op = out.data_ptr<float>() + (b * heads + h) * out.size(2) * d;
+  T* op = reinterpret_cast<T*>(out.data_ptr()) + (b * heads + h) * out.size(2) * d;
   float* lse_p = lse.data_ptr<float>() + (b * heads + h) * out.size(2);
   for (int64_t r = 0; r < rows; ++r) {
     const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-    float* orow = op + (q0 + r) * d;
-    for (int64_t j = 0; j < d; j += 16) {
-      const __mmask16 t = tail(d - j);
-      _mm512_mask_storeu_ps(orow + j, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, &acc[r * dw + j]), _mm512_set1_ps(inv)));
+    T* orow = op + (q0 + r) * d;
+    if constexpr (std::is_same_v<T, float>) {
+      for (int64_t j = 0; j < d; j += 16) {
+        const __mmask16 t = tail(d - j);
+        _mm512_mask_storeu_ps(orow + j, t, _mm512_mul_ps(_mm512_maskz_loadu_ps(t, &acc[r * dw + j]), _mm512_set1_ps(inv)));
+      }
+    } else {
+      for (int64_t j = 0; j < d; ++j) store(orow + j, acc[r * dw + j] * inv);
     }
     lse_p[q0 + r] = l[r] > 0.0f ? (m[r] + std::log2(l[r])) * static_cast<float>(M_LN2) : NEG_INF;
+  }
+}
+
+}  // namespace
+
+// q, k, v, out: float32, or bf16 (converted to float32 as it loads), one dtype, with contiguous rows (out
+// contiguous (B, H, Tq, d)); lse: float32 (B, H, Tq), natural log.
+void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                      const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
+                      int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
+                      int64_t diagonal_chunk) {
+  const Band band(band_spec);
+  const auto dt = q.scalar_type();
+  TORCH_CHECK((dt == at::kFloat || dt == at::kBFloat16) && k.scalar_type() == dt && v.scalar_type() == dt &&
+                  out.scalar_type() == dt && lse.scalar_type() == at::kFloat,
+              "forward_item_f32: q, k, v, out float32 or bf16 (one dtype), lse float32");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 && out.is_contiguous() && lse.is_contiguous(),
+              "forward_item_f32: rows must be contiguous");
+  TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
+              "mask must be a uint8 (B, H, Tq, Tk) view");
+  if (dt == at::kFloat) {
+    forward_rows<float>(q, k, v, mask, out, lse, b, h, q0, q1, band, q_scale, block_k, diagonal_chunk);
+  } else {
+    forward_rows<uint16_t>(q, k, v, mask, out, lse, b, h, q0, q1, band, q_scale, block_k, diagonal_chunk);
   }
 }

@@ -224,7 +224,26 @@ void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
                    int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
                    int64_t block_q);
 
+// _flash_avx2.cpp
+bool has_avx2_fma();
+void forward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
+                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
+                       int64_t diagonal_chunk);
+
+// _flash_avx2_backward.cpp
+void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
+                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
+                        int64_t block_q);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  module.def("backward_item_avx2", &backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
+  module.def("forward_item_avx2", &forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs",
+             pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
              pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("backward_item", &backward_item, "One work item (a key block of a kv head) of the backward",

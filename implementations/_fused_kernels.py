@@ -26,15 +26,22 @@ from implementations._cpp_build import build, built_before, extension_name, isa_
 from implementations._flash_cpu import LOG2E
 from implementations._workers import run_parallel
 
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp")]
-"""The float32/float64 kernels: tiled_fused is available when these build."""
+SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
+                                                                  "_flash_avx2_backward.cpp")]
+"""The float32/float64 kernels (generic, and avx2 where the build's baseline has AVX2 + FMA): tiled_fused
+is available when these build."""
 BF16_SOURCES = [Path(__file__).with_name(name)
                 for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp", "_flash_f32.cpp")]
 """The AVX-512 kernels (bf16, and the float32 forward with its own GEMMs), a separate extension: if the
 compiler cannot build AVX512_BF16 code, only these fast paths are lost (bf16 and float32 input take the
 MKL float32 path) and :func:`bf16_reason` and :func:`f32_reason` say why."""
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
-"""Environment variable: ``avx2`` sends bf16 and float32 down the MKL float32 path even on an AVX-512 CPU."""
+"""Environment variable capping the tier (one of :data:`TIERS`), to run a lower tier's kernels on a
+CPU that has a higher one; unset or empty: the best the CPU and the builds allow."""
+TIERS = ("generic", "avx2", "avx512f", "avx512_bf16")
+"""Kernel tiers, lowest first: generic (MKL's GEMMs, scalar or AVX2 softmax), avx2 (AVX2 + FMA tile
+GEMMs of their own; bf16 converted to float32 as it loads), avx512f (the same forward on AVX-512),
+avx512_bf16 (bf16 on VDPBF16PS)."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 DIAGONAL_CHUNK = 64
@@ -79,31 +86,56 @@ def available() -> str | None:
     return result if isinstance(result, str) else None
 
 
-def _avx512_reason(isa: str | None, fallback: str, check: str, feature: str) -> str | None:
-    """Why a kernel of the AVX-512 extension does not run (None when it does): ``isa`` (or the
-    environment variable) forces ``fallback``, the extension did not build, or the CPU lacks
-    ``feature`` (the extension's function ``check`` asks the CPU at run time)."""
+def _cap(isa: str | None) -> int:
+    """The highest tier allowed: ``isa``, else the environment variable, else the best (any CPU)."""
     isa = isa or os.environ.get(FORCE_ISA, "")
-    if isa not in ("", "avx2", "avx512_bf16"):
-        raise UsageError(f"tiled_fused: isa={isa!r}; one of avx2, avx512_bf16")
-    if isa == "avx2":
-        return f"{fallback}: asked for with isa=avx2 or {FORCE_ISA}=avx2"
-    ext = bf16_extension()
+    if isa and isa not in TIERS:
+        raise UsageError(f"tiled_fused: isa={isa!r}; one of {', '.join(TIERS)}")
+    return TIERS.index(isa) if isa else len(TIERS) - 1
+
+
+def _tier_reason(isa: str | None, want: str) -> str | None:
+    """Why the kernels of tier ``want`` do not run (None when they do): ``isa`` (or the environment
+    variable) caps the tier lower, the extension holding them did not build, or the CPU (AVX-512
+    tiers: asked at run time) or the build's baseline (AVX2: the extension is compiled for it only
+    where torch reports AVX2) lacks the feature."""
+    if _cap(isa) < TIERS.index(want):
+        return f"the {want} kernels are not used: isa or {FORCE_ISA} asks for {TIERS[_cap(isa)]}"
+    if want == "generic":
+        return None
+    ext = extension() if want == "avx2" else bf16_extension()
     if isinstance(ext, str):
-        return f"{fallback}: the AVX-512 kernels did not build ({ext})"
-    if not getattr(ext, check)():
-        return f"{fallback}: this CPU has no {feature}"
+        return f"the {want} kernels did not build ({ext})"
+    check = {"avx2": "has_avx2_fma", "avx512f": "has_avx512f", "avx512_bf16": "has_avx512bf16"}[want]
+    if not hasattr(ext, check) or not getattr(ext, check)():
+        return f"this CPU (or the build's baseline) has no {want.upper()}"
     return None
 
 
+def f32_tier(isa: str | None = None) -> str:
+    """The tier whose kernels run float32 input (and bf16 without the bf16 units): avx512f, avx2 (tile
+    GEMMs of their own) or generic (MKL's GEMMs)."""
+    return next(t for t in ("avx512f", "avx2", "generic") if _tier_reason(isa, t) is None)
+
+
+def tier(dtype: torch.dtype, isa: str | None = None) -> str:
+    """The tier whose kernels run ``dtype`` input (float16 and float64: the float32/float64 generic path)."""
+    if dtype == torch.bfloat16 and _tier_reason(isa, "avx512_bf16") is None:
+        return "avx512_bf16"
+    return f32_tier(isa) if dtype in (torch.float32, torch.bfloat16) else "generic"
+
+
 def bf16_reason(isa: str | None = None) -> str | None:
-    """Why bfloat16 input does not run on the bf16 dot-product units (None when it does)."""
-    return _avx512_reason(isa, "bf16 takes the float32 path", "has_avx512bf16", "AVX512_BF16")
+    """Why bfloat16 input does not run on the bf16 dot-product units (None when it does); it then runs
+    on :func:`f32_tier`'s kernels, converted to float32 as they load it."""
+    reason = _tier_reason(isa, "avx512_bf16")
+    return None if reason is None else f"bf16 runs on the {f32_tier(isa)} float32 kernels: {reason}"
 
 
 def f32_reason(isa: str | None = None) -> str | None:
     """Why the float32 forward does not run on its AVX-512 kernel with its own GEMMs (None when it does)."""
-    return _avx512_reason(isa, "float32 takes the MKL path", "has_avx512f", "AVX512F")
+    reason = _tier_reason(isa, "avx512f")
+    return None if reason is None else f"float32 takes the {f32_tier(isa)} path: {reason}"
 
 
 def bf16_kernel(isa: str | None = None) -> bool:
@@ -169,19 +201,21 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     blocks = [(q0, min(q0 + block_q, qe), band) for qs, qe, _, _, band in seqs for q0 in range(qs, qe, block_q)]
     blocks.sort(key=lambda blk: -_keys(blk[2], blk[0], blk[1]))  # the longest items first: workers finish together
     items = [(bi, hi, q0, q1, band) for q0, q1, band in blocks for bi in range(b) for hi in range(h)]
-    # The AVX-512 kernels (own GEMMs) where they run: bf16 on the bf16 units, float32; else MKL (float32, float64).
-    own: str | None
-    if q.dtype == torch.bfloat16 and bf16_kernel(isa):
-        dtype, lse_dtype, own = torch.bfloat16, torch.float32, "forward_item_bf16"
+    # Kernels with their own GEMMs where the tier has them (bf16 on the bf16 units, or converted to
+    # float32 as it loads); else MKL's GEMMs (float32, float64: bf16 and float16 converted whole).
+    level = tier(q.dtype, isa)
+    own = {"avx512_bf16": "forward_item_bf16", "avx512f": "forward_item_f32", "avx2": "forward_item_avx2"}.get(level)
+    if own is not None:
+        dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
+        lse_dtype = torch.float32
     else:
         dtype = lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-        own = "forward_item_f32" if dtype == torch.float32 and f32_reason(isa) is None else None
     q2, k2, v2 = q.to(dtype), k.to(dtype), v.to(dtype)  # views for input already in dtype, any strides
     out = torch.empty(b, h, tq, d, dtype=dtype)
     lse = torch.empty(b, h, tq, dtype=lse_dtype)
     _clear_uncovered(out, lse, seqs)
     if own is not None:
-        kernel = getattr(bf16_extension(), own)
+        kernel = getattr(extension() if level == "avx2" else bf16_extension(), own)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
         run_parallel(items, lambda item, _: kernel(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k,
                                                    diagonal_chunk))
@@ -210,12 +244,20 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tenso
     lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
     delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
     m = _uint8(mask, b, h, tq, tk)
-    bf16 = q.dtype == torch.bfloat16 and dout.dtype == torch.bfloat16 and bf16_kernel(isa)
-    kernel = bf16_extension().backward_item_bf16 if bf16 else ext.backward_item  # type: ignore[union-attr]
+    # The kernels with their own GEMMs read q, k, v, dO in their dtype (float32, or bf16 converted as
+    # they load it); MKL's (generic) need float32 copies.
+    level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
+    if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
+        level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
+    kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
+               "avx2": getattr(ext, "backward_item_avx2", None)}
+    kernel = kernels.get(level) or ext.backward_item  # type: ignore[union-attr]
     # Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
     # bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
-    block_q, block_k = (min(block_q, 128), block_k) if bf16 else (min(block_q, 256), min(block_k, 256))
-    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if bf16 else x.float() for x in (q, k, v, dout))
+    own = level != "generic"
+    block_q, block_k = (min(block_q, 128), block_k if level == "avx512_bf16" else min(block_k, 256)) if own \
+        else (min(block_q, 256), min(block_k, 256))
+    q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if own else x.float() for x in (q, k, v, dout))
     # dK and dV uninitialised: each item zeroes its own key block on its worker (see _clear_uncovered).
     dk = torch.empty(b, hk, tk, d)
     dv = torch.empty(b, hk, tk, d)

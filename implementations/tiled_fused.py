@@ -1,27 +1,28 @@
 """FlashAttention-2 forward and backward as a compiled C++ extension (``tiled`` is the readable version).
 
-float32 on a CPU with AVX512F (checked at run time): K^T and V packed once per key block, both tile
-GEMMs in an 8 x 32 register kernel of its own (:file:`_flash_f32.cpp`: MKL packs its operands on every
-call), the softmax of each row in two AVX-512 passes. Elsewhere, or with ``ATTNBENCH_FUSED_ISA=avx2``:
-the tile GEMMs go to MKL through ATen and each tile row's softmax is one AVX2 loop
-(:file:`_flash_fused.cpp`). Either way blocks crossing the causal diagonal are multiplied in 64-row
-chunks, and no torch operation runs just before the workers (it would leave OpenMP threads spinning
-on the cores they need).
-bfloat16 on a CPU with AVX512_BF16 (checked at run time): both GEMMs on VDPBF16PS with float32
-accumulation (:file:`_flash_bf16.cpp`), softmax and running sums in float32, the output rounded
-once. Elsewhere, or with ``ATTNBENCH_FUSED_ISA=avx2``, bf16/fp16 go through the float32 path. float16:
-this CPU family has no fp16 dot-product instruction (AVX512_FP16 is Intel's), so fp16 always does.
-Backward (:file:`_flash_backward.cpp`, :file:`_flash_bf16_backward.cpp`): FlashAttention-2's dQ, dK,
-dV recomputed from the saved log-sum-exp; work items are key blocks of one kv head (dK, dV private,
-GQA without copies, causal blocks skipped), dQ in one float32 buffer per worker, summed at the end.
-float64 keeps ``tiled``'s torch-ops backward.
+Kernels come in ISA tiers chosen at run time (:data:`TIERS`; docs/isa_tiers.md; ``ATTNBENCH_FUSED_ISA``
+or ``isa=`` caps the tier, :func:`tier` names the one a dtype runs on):
+avx512_bf16: bf16 on VDPBF16PS with float32 accumulation (:file:`_flash_bf16.cpp`), softmax and sums
+in float32, the output rounded once; backward on the bf16 units (:file:`_flash_bf16_backward.cpp`).
+avx512f: float32 with K^T and V packed once per key block and an 8 x 32 register kernel of its own
+(:file:`_flash_f32.cpp`: MKL packs its operands on every call); bf16 without the bf16 units as float32.
+avx2 (AVX2 + FMA): the same design on 8 lanes, a 6 x 16 kernel (:file:`_flash_avx2.cpp`), float32 or
+bf16 converted to float32 as it loads; its backward (:file:`_flash_avx2_backward.cpp`, five GEMMs of
+its own) also serves the avx512f tier, where it beat MKL's.
+generic: MKL's tile GEMMs through ATen, one softmax loop per row (:file:`_flash_fused.cpp`,
+:file:`_flash_backward.cpp`); float64 and float16 always (no fp16 dot product on this CPU family).
+Blocks crossing the causal diagonal are multiplied in 64-row chunks, and no torch operation runs just
+before the workers (it would leave OpenMP threads spinning on the cores they need). Backward:
+FlashAttention-2's dQ, dK, dV recomputed from the saved log-sum-exp; work items are key blocks of one
+kv head (dK, dV private, GQA without copies, causal blocks skipped), dQ in one float32 buffer per
+worker, summed at the end. float64 keeps ``tiled``'s torch-ops backward.
 Structures (windows, bottom-right causal, packed sequences) are native: each row's allowed keys are one
 range, and no key block outside it is computed (:mod:`implementations._fused_kernels`).
 
 Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
 compiler, and a failed build becomes this plugin's availability reason. The bf16 kernels are a
 second extension, with the AVX-512 float32 forward: a compiler that cannot build AVX512_BF16 code
-loses only them (bf16 and float32 take the MKL float32 path; :func:`bf16_reason` and
+loses only them (bf16 and float32 take the avx2 or generic kernels; :func:`bf16_reason` and
 :func:`f32_reason` say why), not the plugin.
 """
 
@@ -39,6 +40,7 @@ from implementations._flash_cpu import _Plan, backward, pick_blocks
 from implementations._fused_kernels import (
     _BUILD,
     FORCE_ISA,
+    TIERS,
     Sequence,
     available,
     bf16_extension,
@@ -46,13 +48,15 @@ from implementations._fused_kernels import (
     bf16_reason,
     extension,
     f32_reason,
+    f32_tier,
     sequences,
+    tier,
 )
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
-__all__ = ["_BUILD", "FORCE_ISA", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
-           "f32_reason", "fused_flash_attention", "tiled_fused"]
+__all__ = ["_BUILD", "FORCE_ISA", "TIERS", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
+           "f32_reason", "f32_tier", "fused_flash_attention", "tier", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -118,8 +122,8 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
                           block_q: int | None = None, block_k: int | None = None, isa: str | None = None,
                           window: tuple[int, int] | None = None, causal_align: str = "top_left",
                           cu_seqlens_q: Any = None, cu_seqlens_k: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa="avx2"``
-    forces bf16 input onto the float32 path (see :func:`bf16_kernel`). ``window``, ``causal_align`` and
+    """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa``
+    caps the kernels' tier (one of :data:`TIERS`; see :func:`tier`). ``window``, ``causal_align`` and
     packed sequences (``cu_seqlens_*``, batch 1) as in the contract (README "Structured attention")."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
@@ -128,7 +132,7 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         raise UsageError(f"tiled_fused: causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
     cu_q, cu_k = (None if c is None else [int(x) for x in c] for c in (cu_seqlens_q, cu_seqlens_k))
     seqs = sequences(q.shape[2], k.shape[2], causal, window, causal_align, cu_q, cu_k)
-    own_gemm = q.dtype != torch.float64 and f32_reason(isa) is None  # bf16 without AVX512_BF16 runs as float32
+    own_gemm = tier(q.dtype, isa) != "generic"
     auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
     return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
                                      (window, causal_align, seqs))

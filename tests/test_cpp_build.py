@@ -70,3 +70,20 @@ def test_a_copy_of_the_same_sources_elsewhere_reuses_the_build(tmp_path: Path) -
     assert built
     assert _build_in_subprocess(second, build_dir) == "42"
     assert {p.name: p.stat().st_mtime_ns for p in build_dir.glob("*.so")} == built  # loaded, not rebuilt
+
+
+def test_the_name_follows_the_headers_a_source_includes_and_no_others(tmp_path: Path) -> None:
+    """A kernel's header (included transitively) changes the names of the extensions that include it
+    only: editing the AVX2 kernels' header must not rebuild the AVX-512 extension."""
+    from implementations._cpp_build import extension_name
+
+    source = tmp_path / "tiny.cpp"
+    source.write_text('#include "_flash_used.h"\n' + SOURCE)
+    (tmp_path / "_flash_used.h").write_text('#pragma once\n#include "_flash_deep.h"\n')
+    (tmp_path / "_flash_deep.h").write_text("#pragma once\n")
+    (tmp_path / "_flash_other.h").write_text("#pragma once\n")
+    before = extension_name("tiny", "avx2", [source])
+    (tmp_path / "_flash_other.h").write_text("#pragma once\n// changed\n")
+    assert extension_name("tiny", "avx2", [source]) == before
+    (tmp_path / "_flash_deep.h").write_text("#pragma once\n// changed\n")
+    assert extension_name("tiny", "avx2", [source]) != before

@@ -23,6 +23,7 @@ from harness.errors import UsageError
 from harness.oracle import reference_attention
 from harness.tensors import dtype_name, make_inputs, to_float64
 from implementations import tiled_fused as module
+from implementations._fused_kernels import forward as fused_forward
 
 REGISTRY = load_registry()
 CASES = [
@@ -51,12 +52,23 @@ def _oracle(inputs, case):
                                mask=inputs.mask64, scale=case.scale)
 
 
-@pytest.mark.parametrize("isa", ["avx2", ""], ids=["mkl-path", "default-path"])
+TIERS = list(module.TIERS)
+
+
+def _need(isa: str, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Skip unless this machine runs ``dtype`` on tier ``isa``'s kernels when asked to."""
+    if isa and module.tier(dtype, isa) != isa:
+        pytest.skip(f"{dtype} does not run on {isa} here: {module.bf16_reason(isa)}; {module.f32_reason(isa)}")
+
+
+@pytest.mark.parametrize("isa", [*TIERS, ""], ids=[*TIERS, "default"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_any_block_size_matches_the_oracle(impl, case: AttentionCase, isa: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """On the default path (float32 and bf16 on their AVX-512 kernels where the CPU has them) and on the
-    MKL float32 path every CPU has (``ATTNBENCH_FUSED_ISA=avx2``)."""
+    """On every tier this machine can run (``ATTNBENCH_FUSED_ISA`` caps it; each dtype runs on the best
+    kernels of the tier for it) and on the default, the best."""
     monkeypatch.setenv(module.FORCE_ISA, isa)
+    if isa and module.tier(torch.float32, isa) != isa and module.tier(torch.bfloat16, isa) != isa:
+        pytest.skip(f"tier {isa} does not run here: {module.bf16_reason(isa)}")
     assert set(impl.options) == {"block_q", "block_k"} and impl.memory == "linear"
     inputs = make_inputs(case, seed=2)
     before = [x.clone() for x in (inputs.q, inputs.k, inputs.v)]
@@ -119,13 +131,7 @@ def test_float32_gradients_of_the_compiled_backward_match_the_oracle(impl, case:
         assert (to_float64(got) - want).abs().max().item() < 1e-5 * max(1.0, want.abs().max().item())
 
 
-ISAS = ["avx2", "avx512_bf16"]
-
-
-def _need(isa: str) -> None:
-    reason = module.bf16_reason("avx512_bf16")
-    if isa == "avx512_bf16" and reason is not None:
-        pytest.skip(reason)
+ISAS = TIERS
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -154,17 +160,35 @@ def test_bf16_on_either_path_matches_the_oracle_with_gradients(impl, case: Atten
             assert err < 2e-2 * max(1.0, want.abs().max().item()), (isa, block_q, block_k, err)
 
 
-def test_the_environment_variable_forces_the_fallback(impl, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_environment_variable_caps_the_tier(impl, monkeypatch: pytest.MonkeyPatch) -> None:
     bf16 = module.bf16_extension()
+    avx2 = bool(module.extension().has_avx2_fma())  # type: ignore[union-attr]
     monkeypatch.setenv(module.FORCE_ISA, "avx2")
     assert module.bf16_kernel() is False and "avx2" in (module.bf16_reason() or "")
     assert "avx2" in (module.f32_reason() or "")
+    assert module.tier(torch.float32) == module.tier(torch.bfloat16) == ("avx2" if avx2 else "generic")
+    monkeypatch.setenv(module.FORCE_ISA, "generic")
+    assert module.tier(torch.float32) == module.tier(torch.bfloat16) == "generic"
     monkeypatch.setenv(module.FORCE_ISA, "sse9")
     with pytest.raises(UsageError, match="sse9"):
         module.bf16_kernel()
     monkeypatch.delenv(module.FORCE_ISA)
     assert module.bf16_kernel() is (not isinstance(bf16, str) and bool(bf16.has_avx512bf16()))
     assert (module.f32_reason() is None) is (not isinstance(bf16, str) and bool(bf16.has_avx512f()))
+    assert module.tier(torch.float64) == module.tier(torch.float16) == "generic"
+
+
+@pytest.mark.parametrize("isa", ["generic", "avx2", "avx512f"])
+def test_bf16_without_the_bf16_units_is_converted_as_it_loads(impl, isa: str) -> None:
+    """On the avx2 and avx512f tiers the kernel reads bf16 and writes its output in bf16 (nothing
+    converted whole); the generic path computes on a float32 copy and returns float32, converted after."""
+    _need(isa)
+    q, k, v = (torch.randn(1, 2, 50, 24).to(torch.bfloat16) for _ in range(3))
+    seqs = module.sequences(50, 50, True, None, "top_left", None, None)
+    out, lse = fused_forward(q, k, v, None, seqs, 0.2, 16, 16, isa)
+    assert out.dtype == (torch.float32 if isa == "generic" else torch.bfloat16) and lse.dtype == torch.float32
+    want = reference_attention(q.double(), k.double(), v.double(), causal=True, scale=0.2)
+    assert (out.double() - want).abs().max().item() < 1e-2
 
 
 def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> None:
@@ -194,7 +218,7 @@ def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> No
                           cwd=Path(__file__).resolve().parents[1])
     assert done.returncode == 0, done.stderr
     reason, result = done.stdout.strip().splitlines()[-2:]
-    assert reason.startswith("bf16 takes the float32 path: the AVX-512 kernels did not build") and "error" in reason
+    assert reason.startswith("bf16 runs on the") and "avx512_bf16 kernels did not build" in reason and "error" in reason
     dtype, err = result.split()
     assert dtype == "torch.bfloat16" and float(err) < 2e-2
 
@@ -250,13 +274,14 @@ STRUCTURED = [
 ]
 
 
-@pytest.mark.parametrize("path", ["float32-avx2", "float32", "float64", "bfloat16-avx2", "bfloat16-avx512_bf16"])
+@pytest.mark.parametrize("path", ["float64", *(f"{dt}-{t}" for dt in ("float32", "bfloat16") for t in TIERS
+                                              if (dt, t) != ("float32", "avx512_bf16"))])
 @pytest.mark.parametrize("case", STRUCTURED, ids=lambda c: c.id)
 def test_structures_are_native_on_every_path_with_gradients(impl, case: AttentionCase, path: str) -> None:
     """Windows, bottom-right causal and packed sequences (with a sequence of no query and one of no key)
     through the C++ forward and backward of each dtype and ISA, against the oracle, for several blocks."""
     dtype, _, isa = path.partition("-")
-    _need(isa or "avx2")
+    _need(isa, getattr(torch, dtype))
     case = case.with_(dtype=dtype)
     assert set(impl.structures) == {"window", "bottom_right", "varlen"}
     inputs = make_inputs(case, seed=4)

@@ -186,6 +186,8 @@ def _edges(suite: str) -> list[Template]:
         T(heads=2, d=32, causal=True, **packed((3, 5), (0, 4), (300, 300), (9, 0))),  # a packed sequence past 256 keys
         T(tq=2100, d=32, causal=True),  # past 2,048 query rows (kernels' query chunking), on sampled rows
         T(tq=17, tk=23, d=16, causal=True, scale=0.0),  # scale 0 (uniform weights) is a scale, not "none given"
+        T(tq=8, tk=8, d=16, window=(1, 1)),  # key counts one 8-lane vector past a 16-lane multiple (8, 24, 136):
+        T(heads=2, tq=5, tk=24, d=16, causal=True, causal_align="bottom_right"),  # where vector tails go wrong
     ]
     if suite != "full":
         return quick

@@ -74,9 +74,9 @@ def _compiled() -> Any:
     from torch.nn.attention.flex_attention import flex_attention
 
     config = torch._dynamo.config
-    for name in ("recompile_limit", "cache_size_limit"):  # one graph per variant, several variants per run
+    for name in ("recompile_limit", "cache_size_limit"):  # one graph per variant; verify quick holds over 64 variants
         if hasattr(config, name):
-            setattr(config, name, max(getattr(config, name), 64))
+            setattr(config, name, max(getattr(config, name), 1024))
     import torch.fx.experimental._config as shapes
 
     shapes.use_duck_shape = False  # Tq == Tk in one case must not specialise the graph to equal lengths

@@ -9,7 +9,6 @@ elsewhere (:mod:`harness.verify.suites`); this module only defines what a case i
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,10 +14,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_performance_suite_writes_grouped_benchmarks_with_flops(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     # --benchmark-json alone turns benchmarking on, although addopts carry --benchmark-disable.
-    cmd = [sys.executable, "-m", "pytest", "suites/performance", "-q", "-p", "no:cacheprovider", "-n", "0",
+    cmd = [sys.executable, "-m", "pytest", "suites/performance", "-q", "-p", "no:cacheprovider",
            "--attnbench-only", "numpy_naive,torch_sdpa", "-k", "T256", "--benchmark-json", str(out),
            "--benchmark-min-rounds", "2", "--benchmark-max-time", "0.01", "--benchmark-warmup", "off"]
-    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # a worker's: not this run's
+    proc = subprocess.run(cmd, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     benchmarks = json.loads(out.read_text())["benchmarks"]
     assert {b["extra_info"]["implementation"] for b in benchmarks} == {"numpy_naive", "torch_sdpa"}

@@ -20,15 +20,16 @@ pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not
 
 HERE = Path(__file__).parent
 CHEATS = {
-    # implementation: (status, words the reason must contain)
+    # implementation: (status, words the reason must contain); a cheat that does real work (a fraction of the
+    # rows, a lower precision) is "wrong", and also under the floor ("implausible", which wins) on a fast machine
     "memo_pointer": ("implausible", ["physics floor", "timed sample", "max|err|"]),
     "replay_after_three": ("implausible", ["physics floor", "max|err|"]),
     "lazy_subclass": ("implausible", ["physics floor", "not an exact torch.Tensor"]),
     "background_fill": ("implausible", ["physics floor"]),
     "side_stream": ("implausible", ["physics floor", "max|err|"]),
     "precomputed": ("implausible", ["physics floor"]),
-    "every_eighth_row": ("wrong", ["timed sample", "rows", "max|err|"]),
-    "half_precision": ("wrong", ["timed sample", "max|err|"]),
+    "every_eighth_row": ("wrong|implausible", ["timed sample", "rows", "max|err|"]),
+    "half_precision": ("wrong|implausible", ["timed sample", "max|err|"]),
 }
 HONEST = ("honest_sdpa", "honest_prepared", "honest_pool", "tiled_fused", "torch_sdpa")
 
@@ -55,7 +56,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, An
 def test_each_cheat_is_flagged_with_its_reason(run: dict[str, list[dict[str, Any]]], name: str) -> None:
     (cell,) = [c for c in run[name] if c["mode"] == "fwd"]
     status, words = CHEATS[name]
-    assert cell["status"] == status, cell["reason"]
+    assert cell["status"] in status.split("|"), cell["reason"]
     for word in words:
         assert word in cell["reason"], (word, cell["reason"])
     assert cell["integrity"]["floor"]["floor_s"] > 0

@@ -15,6 +15,8 @@ from harness.flops import attention_flops
 from harness.results import Run, load_results
 from harness.results.schema import cell_from_json
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 FAST = ["--budget", "0.05", "--min-samples", "3", "--threads", "1", "--quiet"]
 
 

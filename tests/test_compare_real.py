@@ -16,6 +16,8 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 PLUGIN = '''
 import time
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 SOURCE = """
 #include <torch/extension.h>
 int answer() { return 42; }

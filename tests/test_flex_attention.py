@@ -19,6 +19,8 @@ from harness.oracle import packed_allowed, reference_attention, structure_allowe
 from harness.tensors import make_inputs, to_float64
 from implementations.flex_attention import key_ranges
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 REGISTRY = load_registry()
 
 

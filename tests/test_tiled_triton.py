@@ -16,6 +16,8 @@ from harness.cases import AttentionCase
 from harness.discovery import load_registry
 from harness.errors import UsageError
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 pytest.importorskip("triton")
 REGISTRY = load_registry()
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from harness.verify import run as verify  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "reliability"))
 from gates import BOUND_S, plugin_file, wait_started  # noqa: E402
 
-pytestmark = pytest.mark.timeout(420)
+pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = REPO / "tests" / "verifier" / "plugins" / "broken_wrong_scale.py"
 

@@ -16,6 +16,8 @@ import pytest
 
 from harness.cli import main
 
+pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
+
 PLUGINS = sorted(p for p in (Path(__file__).parent / "plugins").glob("*.py") if not p.name.startswith("_"))
 BROKEN = [p.stem for p in PLUGINS if p.stem.startswith("broken_")]
 UNUSUAL = [p.stem for p in PLUGINS if p.stem.startswith("unusual_")]

@@ -8,6 +8,7 @@ inside ``sdpa_kernel(backend)`` and, when it refuses, report PyTorch's own words
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import warnings
@@ -48,8 +49,33 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
                                           enable_gqa=gqa)
 
 
+@functools.cache
+def _scale_zero_causal_reason(device: str, backend_name: str | None) -> str | None:
+    """PyTorch's answer to scale=0 with is_causal on a tiny input: NaN from its CPU flash kernel (masked scores
+    of -inf times a scale of 0), though every score is then 0 and the answer is the mean of the allowed rows."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.ones(1, 1, 3, 8, device=device)
+    try:
+        with sdpa_kernel(getattr(SDPBackend, backend_name)) if backend_name else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(q, q, q, is_causal=True, scale=0.0)
+    except RuntimeError:
+        return None  # the backend refuses the input: the other reasons say so
+    if torch.isfinite(out).all():
+        return None
+    where = f"SDPBackend.{backend_name}" if backend_name else "F.scaled_dot_product_attention"
+    return f"PyTorch {torch.__version__}'s {where} returns NaN on {device} for scale=0 with is_causal=True"
+
+
+def _scale_zero_causal(case: AttentionCase, backend_name: str | None) -> str | None:
+    if case.scale != 0.0 or not case.causal or case.mask != "none" or case.bias != "none":
+        return None  # a mask or a bias goes through attn_mask, which is right at scale 0
+    return _scale_zero_causal_reason(case.device, backend_name)
+
+
 @register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, bias=True,
+          available=lambda case: _scale_zero_causal(case, None),
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return sdpa(q, k, v, **kwargs)
@@ -103,7 +129,7 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
         return _probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                      case.kv_heads != case.heads, case.grad, case.layout)
+                      case.kv_heads != case.heads, case.grad, case.layout) or _scale_zero_causal(case, backend_name)
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from torch.nn.attention import SDPBackend, sdpa_kernel

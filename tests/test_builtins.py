@@ -70,3 +70,19 @@ def test_oracle_gqa_maps_query_head_to_kv_head_by_integer_division() -> None:
     for h in range(4):
         alone = reference_attention(q[:, h:h + 1], k[:, h // 2:h // 2 + 1], v[:, h // 2:h // 2 + 1])
         torch.testing.assert_close(out[:, h:h + 1], alone)
+
+
+def test_sdpa_is_refused_at_scale_zero_with_causal_exactly_where_pytorch_returns_nan() -> None:
+    """A refusal, not a wrong answer: where PyTorch's own dispatch gives NaN, the reason says so; else it runs."""
+    registry = load_registry()
+    case = AttentionCase(tq=17, tk=23, d=16, causal=True, scale=0.0)
+    inputs = make_inputs(case, seed=0)
+    for name in ("torch_sdpa", "torch_sdpa_flash", "torch_sdpa_math"):
+        impl = registry.get(name)
+        reasons = impl.not_supported_reasons(case)
+        if reasons:
+            assert any("NaN" in r and "scale=0" in r for r in reasons), reasons
+            continue
+        out = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case))()
+        assert torch.isfinite(out).all(), name
+    assert not registry.get("torch_sdpa").not_supported_reasons(case.with_(causal=False))

@@ -1,0 +1,267 @@
+"""Cost models for a sweep: lower-order terms plus one leading power term, fitted non-negatively.
+
+A single power law cannot show an algorithm's exponent over the sizes a benchmark can afford:
+at T = 1,024 the softmax's O(T^2) work and per-call fixed costs are most of the time of a
+d sweep, so time against d looks flat although the GEMMs grow as d. The model here is
+
+    y(x) = c_0 + c_1 x + ... + c_{k-1} x^{k-1} + A x^p,    every c_j >= 0, A >= 0,
+
+the lower-order terms being the integer powers below the theory exponent (for the d sweep at
+fixed T the O(T^2) softmax term is constant in d, so c_0 absorbs it). p is the leading
+exponent. Residuals are relative ((fit - y) / y), because times span decades. For each
+candidate p on a grid the coefficients are a non-negative least-squares problem, solved
+exactly by trying every set of active terms (at most four columns), so thousands of fits
+cost a few batched NumPy solves; the best grid p is refined with a bounded scalar search.
+
+The interval for p is a percentile bootstrap over the raw samples the result file keeps
+(each size's samples resampled, its median taken, the model refitted), joined with the
+leave-one-size-out estimates (a single size that bends the curve shows), and never narrower
+than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot resolve an exponent
+more finely. Each size is put in the regime of the term that is most of its fitted value;
+"lead" when the leading term is. A fit judges theory only where the leading term dominates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+P_MAX = 4.0
+"""The largest leading exponent considered (O(T^4) is beyond any attention kernel's cost)."""
+P_STEP = 0.05
+"""Grid spacing of candidate exponents (refined continuously for the point estimate)."""
+MIN_GAP = 0.1
+"""The leading exponent stays at least this far above the highest lower-order term."""
+BOOTSTRAP = 200
+"""Bootstrap replicates (fixed seed: the same files always give the same interval)."""
+LEVEL = 0.95
+MIN_HALF_WIDTH = 0.1
+"""The narrowest half-width reported: exponents from sizes a factor 2 apart are no finer than this."""
+LEAD_SHARE = 0.5
+"""A size is in the leading regime when the leading term is at least this share of its fitted value."""
+MIN_LEAD_POINTS = 2
+"""A fit is judged against theory only when the leading term dominates at this many sizes (a slope needs two)."""
+SEED = 20261125
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """One sweep's fitted cost model, its leading exponent with an interval, and each size's regime."""
+
+    exponent: float
+    """The leading exponent p (when the leading term is absent: the highest lower-order term present)."""
+    low: float
+    high: float
+    """The interval for p (bootstrap over samples joined with leave-one-size-out, at least ±MIN_HALF_WIDTH)."""
+    lower_terms: tuple[int, ...]
+    """Exponents of the lower-order terms in the model (c_0 is the constant)."""
+    coefs: tuple[float, ...]
+    """c_j for each lower-order term, then A, in the units of y and x."""
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    regimes: tuple[str, ...]
+    """Per size: "lead", or the dominating lower-order term ("fixed" for c_0, "x", "x^2", ...)."""
+    r2: float
+    """R² of the model on log y (comparable with a log-log fit's)."""
+
+    @property
+    def n(self) -> int:
+        return len(self.xs)
+
+    @property
+    def lead_points(self) -> int:
+        return sum(r == "lead" for r in self.regimes)
+
+    @property
+    def reached(self) -> bool:
+        """The leading term is most of the fitted value at enough sizes to judge its exponent."""
+        return self.lead_points >= MIN_LEAD_POINTS
+
+    def predict(self, x: Sequence[float] | np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        *lower, lead = self.coefs
+        y = sum(c * x ** k for c, k in zip(lower, self.lower_terms)) + lead * x ** self.exponent
+        return np.asarray(y, dtype=float) + np.zeros_like(x)
+
+    def contains(self, value: float) -> bool:
+        return self.low <= value <= self.high
+
+    def describe(self) -> str:
+        """``p = 2.03 [1.95, 2.11], dominates at 3 of 4 sizes`` or ``..., leading term not reached``."""
+        where = (f"dominates at {self.lead_points} of {self.n} sizes" if self.lead_points
+                 else "leading term not reached")
+        return f"{self.exponent:.2f} [{self.low:.2f}, {self.high:.2f}], {where}"
+
+
+def lower_terms(theory: float | None, n: int) -> tuple[int, ...]:
+    """The integer powers below ``theory`` (the terms an algorithm of that order also has), as many as
+    ``n`` sizes can carry with a leading coefficient and exponent beside them."""
+    top = 1 if theory is None else max(1, math.ceil(theory - 1e-9))
+    return tuple(range(top))[: max(0, n - 2)]
+
+
+def _grid(lower: tuple[int, ...]) -> np.ndarray:
+    start = (max(lower) + MIN_GAP) if lower else 0.0
+    return np.round(np.arange(start, P_MAX + P_STEP / 2, P_STEP), 10)
+
+
+def _solve(x: np.ndarray, y: np.ndarray, lower: tuple[int, ...], ps: np.ndarray
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``y`` (B, n) and each exponent in ``ps`` (m,): the relative residual sum of squares
+    (B, m) and the non-negative coefficients (B, m, k+1) of the best fit.
+
+    Exact NNLS by active sets: the optimum is the unconstrained fit on some subset of the columns whose
+    coefficients are all non-negative, and among those it has the least residual."""
+    k = len(lower) + 1
+    cols = np.stack([np.broadcast_to(x ** j, (len(ps), len(x))) for j in lower]
+                    + [x[None, :] ** ps[:, None]], axis=-1)  # (m, n, k)
+    inv = 1.0 / y  # (B, n): rows scaled to relative residuals, the target 1 at every size
+    m, n = cols.shape[:2]
+    outer = np.einsum("mnk,mnl->nmkl", cols, cols).reshape(n, -1)
+    gram = (inv ** 2 @ outer).reshape(len(y), m, k, k)
+    rhs = (inv @ cols.transpose(1, 0, 2).reshape(n, -1)).reshape(len(y), m, k)
+    best = np.full(gram.shape[:2], float(n))
+    coefs = np.zeros(gram.shape[:2] + (k,))
+    for size in range(1, k + 1):
+        for subset in itertools.combinations(range(k), size):
+            idx = list(subset)
+            c = _small_solve(gram[..., idx, :][..., :, idx], rhs[..., idx])
+            rss = n - (rhs[..., idx] * c).sum(axis=-1)
+            ok = np.isfinite(c).all(axis=-1) & (c >= 0).all(axis=-1) & (rss < best)
+            best = np.where(ok, rss, best)
+            coefs[..., idx] = np.where(ok[..., None], c, coefs[..., idx])
+            rest = [j for j in range(k) if j not in idx]
+            coefs[..., rest] = np.where(ok[..., None], 0.0, coefs[..., rest])
+    return np.maximum(best, 0.0), coefs
+
+
+def _small_solve(g: np.ndarray, r: np.ndarray) -> np.ndarray:
+    """Batched solutions of g c = r for 1x1 .. 3x3 systems in closed form (Cramer's rule), larger by LAPACK;
+    a singular system gives a non-finite c, which the caller's feasibility test rejects."""
+    size = g.shape[-1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if size == 1:
+            return np.asarray(r / g[..., 0])
+        if size == 2:
+            a, b, d = g[..., 0, 0], g[..., 0, 1], g[..., 1, 1]
+            det = a * d - b * b
+            return np.stack([(d * r[..., 0] - b * r[..., 1]) / det, (a * r[..., 1] - b * r[..., 0]) / det], axis=-1)
+        if size == 3:
+            cof = np.stack([np.cross(g[..., 1, :], g[..., 2, :]), np.cross(g[..., 2, :], g[..., 0, :]),
+                            np.cross(g[..., 0, :], g[..., 1, :])], axis=-2)  # rows of the adjugate (g symmetric)
+            det = (g[..., 0, :] * cof[..., 0, :]).sum(axis=-1)
+            return np.asarray(np.einsum("...ij,...j->...i", cof, r) / det[..., None])
+        ridge = np.eye(size) * 1e-12 * np.trace(g, axis1=-2, axis2=-1)[..., None, None]
+        return np.asarray(np.linalg.solve(g + ridge, r[..., None])[..., 0])
+
+
+def _estimate(x: np.ndarray, ys: np.ndarray, lower: tuple[int, ...]) -> np.ndarray:
+    """The grid estimate of p for each row of ``ys``, with a parabola through the best grid point."""
+    ps = _grid(lower)
+    rss, coefs = _solve(x, ys, lower, ps)
+    rows = np.arange(len(ys))
+    i = np.argmin(rss, axis=1)
+    inner = np.clip(i, 1, len(ps) - 2)
+    r0, r1, r2 = (rss[rows, inner + o] for o in (-1, 0, 1))
+    curve = r0 - 2 * r1 + r2
+    shift = np.where((curve > 0) & (i == inner), 0.5 * (r0 - r2) / np.where(curve > 0, curve, 1.0), 0.0)
+    p = ps[i] + np.clip(shift, -0.5, 0.5) * P_STEP
+    best = coefs[rows, i]  # (B, k+1)
+    return np.array([_leading(float(q), c, lower) for q, c in zip(p, best)])
+
+
+def _point(x: np.ndarray, y: np.ndarray, lower: tuple[int, ...]) -> tuple[float, np.ndarray]:
+    """The best p (grid, then a bounded scalar search around it) and its coefficients."""
+    from scipy.optimize import minimize_scalar
+
+    ps = _grid(lower)
+    rss, _ = _solve(x, y[None, :], lower, ps)
+    i = int(np.argmin(rss[0]))
+    p = float(ps[i])
+    lo, hi = float(ps[max(i - 1, 0)]), float(ps[min(i + 1, len(ps) - 1)])
+    if hi > lo:
+        res = minimize_scalar(lambda q: float(_solve(x, y[None, :], lower, np.array([q]))[0][0, 0]),
+                              bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
+        if float(res.fun) < float(rss[0, i]):
+            p = float(res.x)
+    _, c = _solve(x, y[None, :], lower, np.array([p]))
+    return p, c[0, 0]
+
+
+def _regimes(x: np.ndarray, coefs: np.ndarray, lower: tuple[int, ...], p: float) -> tuple[str, ...]:
+    terms = np.stack([coefs[j] * x ** k for j, k in enumerate(lower)] + [coefs[-1] * x ** p])
+    total = terms.sum(axis=0)
+    names = ["fixed" if k == 0 else ("x" if k == 1 else f"x^{k}") for k in lower] + ["lead"]
+    out = []
+    for i in range(len(x)):
+        if total[i] > 0 and terms[-1, i] >= LEAD_SHARE * total[i]:
+            out.append("lead")
+        else:
+            out.append(names[int(np.argmax(terms[:, i]))])
+    return tuple(out)
+
+
+def _leading(p: float, coefs: np.ndarray, lower: tuple[int, ...]) -> float:
+    """p, or when the fit has no leading term the exponent of the highest lower-order term it kept."""
+    if coefs[-1] > 0:
+        return p
+    kept = [k for k, c in zip(lower, coefs[:-1]) if c > 0]
+    return float(max(kept)) if kept else p
+
+
+def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequence[float]] | None = None, *,
+             theory: float | None = None, lower: tuple[int, ...] | None = None,
+             replicates: int = BOOTSTRAP) -> CostFit:
+    """Fit ``ys`` against ``xs`` (one value per distinct size, e.g. medians) with the cost model.
+
+    ``samples`` (one sequence per size, the raw timings behind each value) feed the bootstrap; without
+    them the interval comes from leaving out one size at a time. ``lower`` defaults to the integer
+    powers below ``theory`` (:func:`lower_terms`)."""
+    order = np.argsort(np.asarray(xs, dtype=float))
+    x_raw = np.asarray(xs, dtype=float)[order]
+    y = np.asarray(ys, dtype=float)[order]
+    if len(x_raw) < 2 or len(set(x_raw.tolist())) != len(x_raw):
+        raise ValueError(f"a cost model needs at least two distinct sizes, one value each; got {list(xs)}")
+    if (x_raw <= 0).any() or (y <= 0).any() or not np.isfinite(y).all():
+        raise ValueError("a cost model needs positive sizes and values")
+    terms = lower_terms(theory, len(x_raw)) if lower is None else lower[: max(0, len(x_raw) - 2)]
+    scale = float(x_raw[-1])
+    x = x_raw / scale  # well-conditioned columns; coefficients are converted back below
+    p, coefs = _point(x, y, terms)
+    estimates = [p]
+    kept = [list(map(float, s)) for s in samples] if samples is not None else []
+    if kept and len(kept) == len(x) and all(len(s) >= 2 for s in kept):
+        kept = [kept[int(i)] for i in order]
+        rng = np.random.default_rng(SEED)
+        boot = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in kept],
+                        axis=1)  # (B, n): each size's median of its resampled samples
+        ratio = y / np.asarray([np.median(s) for s in kept])  # the recorded value may be another statistic
+        estimates_b = _estimate(x, boot * ratio, terms)
+        tail = (1 - LEVEL) / 2
+        estimates += [float(np.quantile(estimates_b, tail)), float(np.quantile(estimates_b, 1 - tail))]
+    if len(x) >= 4:  # every remaining subset keeps a constant term beside the leading one
+        for i in range(len(x)):
+            keep = np.arange(len(x)) != i
+            sub = terms[: max(0, int(keep.sum()) - 2)]
+            estimates.append(float(_estimate(x[keep], y[keep][None, :], sub)[0]))
+    lead = _leading(p, coefs, terms)
+    low = min(min(estimates), lead - MIN_HALF_WIDTH)
+    high = max(max(estimates), lead + MIN_HALF_WIDTH)
+    fitted = _model(x, coefs, terms, p)
+    real = tuple(float(c) / scale ** k for c, k in zip(coefs, (*terms, p)))
+    return CostFit(exponent=float(lead), low=float(low), high=float(high), lower_terms=terms, coefs=real,
+                   xs=tuple(map(float, x_raw)), ys=tuple(map(float, y)), regimes=_regimes(x, coefs, terms, p),
+                   r2=_r2(np.log(y), np.log(np.maximum(fitted, 1e-300))))
+
+
+def _model(x: np.ndarray, coefs: np.ndarray, lower: tuple[int, ...], p: float) -> np.ndarray:
+    return np.asarray(sum(c * x ** k for c, k in zip(coefs[:-1], lower)) + coefs[-1] * x ** p + 0 * x)
+
+
+def _r2(ly: np.ndarray, lf: np.ndarray) -> float:
+    total = float(((ly - ly.mean()) ** 2).sum())
+    return 1.0 - float(((ly - lf) ** 2).sum()) / total if total > 0 else 1.0

@@ -31,12 +31,15 @@ def run(args: argparse.Namespace) -> int:
     from harness.report.builder import build_report  # pandas, matplotlib: only when a report is built
 
     report = build_report(args.results, out, baseline=args.baseline)
-    flagged = int(report.complexity["flagged"].sum()) if not report.complexity.empty else 0
+    flagged = report.analysis.flagged
     if args.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
         print(f"attnbench report: note: baseline {args.baseline!r} has no bench cells; no speedup plot "
               "(choose another with --baseline NAME)", file=sys.stderr)
     print(f"report: {report.index}")
     print(f"summary: {report.summary}")
     print(f"{len(report.plots)} plots, {len(report.csvs)} CSV tables; "
-          f"{report.problem_count} verify problem(s); {flagged} exponent(s) off theory")
+          f"{report.problem_count} verify problem(s); {len(flagged)} exponent(s) off theory")
+    for row in flagged:
+        assert row.fit is not None
+        print(f"  {row.implementation} {row.quantity} in {row.axis}: {row.fit.describe()}, theory {row.theory:g}")
     return 0

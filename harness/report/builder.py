@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,26 +17,48 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
-from harness.report.complexity import MEMORY, TOLERANCE, complexity_table
-from harness.report.headline import Line, headline
+from harness.report.analysis import Analysis, analyse
+from harness.report.headline import Line
 from harness.report.load import Results, load
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
+    """What :func:`build_report` wrote: the analysis it drew from, and the files."""
+
     name: str
     out: Path
-    results: Results
-    baseline: str
-    complexity: pd.DataFrame
-    matrix: pd.DataFrame
-    failures: pd.DataFrame
-    speedup: pd.DataFrame
-    bench_table: pd.DataFrame
-    plots: list[plots.Plot] = field(default_factory=list)
-    csvs: list[Path] = field(default_factory=list)
-    tolerance: float = TOLERANCE
-    headline: list[Line] = field(default_factory=list)
+    analysis: Analysis
+    plots: tuple[plots.Plot, ...] = ()
+    csvs: tuple[Path, ...] = ()
+
+    @property
+    def results(self) -> Results:
+        return self.analysis.results
+
+    @property
+    def baseline(self) -> str:
+        return self.analysis.baseline
+
+    @property
+    def complexity(self) -> pd.DataFrame:
+        return self.analysis.complexity
+
+    @property
+    def matrix(self) -> pd.DataFrame:
+        return self.analysis.matrix
+
+    @property
+    def failures(self) -> pd.DataFrame:
+        return self.analysis.failures
+
+    @property
+    def speedup(self) -> pd.DataFrame:
+        return self.analysis.speedup
+
+    @property
+    def headline(self) -> tuple[Line, ...]:
+        return self.analysis.headline
 
     @property
     def sources(self) -> list[dict[str, Any]]:
@@ -44,28 +66,7 @@ class Report:
 
     @property
     def problem_count(self) -> int:
-        verify = self.results.verify
-        return 0 if verify.empty else int(verify["status"].isin(tables.PROBLEMS).sum())
-
-    @property
-    def noisy_cells(self) -> tuple[int, int]:
-        """(timed cells with IQR/median >= 10%, timed cells): how far to trust small differences."""
-        from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
-
-        bench = self.results.bench
-        if bench.empty:
-            return 0, 0
-        ok = bench[bench["status"] == "ok"]
-        spread = pd.to_numeric(ok["iqr_over_median"], errors="coerce")
-        return int((spread >= NOISY_IQR_OVER_MEDIAN).sum()), len(ok)
-
-    @property
-    def noise_note(self) -> str:
-        noisy, timed = self.noisy_cells
-        if not noisy:
-            return ""
-        return (f"{noisy} of {timed} timed cells are noisy (IQR/median >= 10%): the machine was busy; "
-                "fitted exponents and speedups from those cells are rough")
+        return self.analysis.problem_count
 
     @property
     def index(self) -> Path:
@@ -76,45 +77,48 @@ class Report:
         return self.out / "summary.md"
 
 
+def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
+    """Every figure the analysis allows, drawn from it (no fit is made here)."""
+    results, bench = analysis.results, analysis.results.bench
+    drawn: list[plots.Plot | None] = []
+    if not bench.empty:
+        main_t = analysis.sweep_fit("time_vs_T")
+        drawn += [plots.scaling_plot(f, plot_dir) for name in ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads")
+                  if (f := analysis.sweep_fit(name)) is not None]
+        drawn += [plots.throughput_plot(bench, plot_dir, results.peaks),
+                  plots.speedup_plot(analysis.speedup, plot_dir, analysis.baseline,
+                                     main_t.sweep.label if main_t is not None else "")]
+        tk = analysis.sweep_fit("time_vs_Tk")
+        drawn += [plots.scaling_plot(tk, plot_dir) if tk is not None else None,
+                  plots.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]
+        window = analysis.sweep_fit("time_vs_T_window")
+        drawn += [structure_plots.window_vs_T_plot(bench, plot_dir, window) if window is not None else None,
+                  structure_plots.window_width_plot(bench, plot_dir)]
+        if not [p for p in drawn if p is not None]:  # no sweep at all (e.g. pytest-benchmark's shape set): bars
+            drawn.append(plots.per_case_plot(bench, plot_dir))
+    drawn += [plots.error_growth_plot(results.growth, plot_dir), plots.correctness_plot(analysis.matrix, plot_dir)]
+    return [p for p in drawn if p is not None]
+
+
 def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE) -> Report:
-    """Read ``paths`` and write the whole report under ``out``; returns what was written."""
+    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written."""
     out = Path(out)
     results = load(paths)
     _writable_directory(out)
-    bench, verify = results.bench, results.verify
-    rows = complexity_table(bench, results.implementations)
-    matrix = tables.correctness_matrix(verify)
-    _, speedup = plots.speedup_frame(bench, baseline) if not bench.empty else (None, pd.DataFrame())
-    report = Report(name=out.name, out=out, results=results, baseline=baseline,
-                    complexity=tables.complexity_frame(rows), matrix=matrix, failures=tables.failures(verify),
-                    speedup=speedup, bench_table=tables.bench_summary(bench), headline=headline(results))
+    analysis = analyse(results, baseline)
     plot_dir = out / "plots"
     for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
         (plot_dir / f"{name}.png").unlink(missing_ok=True)
-    if not bench.empty:
-        candidates = [plots.scaling_plot(bench, plot_dir, "T"), plots.scaling_plot(bench, plot_dir, "T", MEMORY),
-                      plots.scaling_plot(bench, plot_dir, "d"), plots.scaling_plot(bench, plot_dir, "heads"),
-                      plots.throughput_plot(bench, plot_dir, results.peaks), plots.speedup_plot(bench, plot_dir, baseline),
-                      plots.scaling_plot(bench, plot_dir, "Tk"),
-                      plots.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]
-        candidates += [structure_plots.window_vs_T_plot(bench, plot_dir), structure_plots.window_width_plot(bench, plot_dir)]
-        report.plots += [p for p in candidates if p is not None]
-        if not report.plots:  # no sweep at all (e.g. pytest-benchmark's shape set): one bar chart instead
-            fallback = plots.per_case_plot(bench, plot_dir)
-            report.plots += [fallback] if fallback is not None else []
-    growth = plots.error_growth_plot(results.growth, plot_dir)
-    report.plots += [growth] if growth is not None else []
-    correctness = plots.correctness_plot(matrix, plot_dir)
-    if correctness is not None:
-        report.plots.append(correctness)
-    report.csvs = tables.write_csvs(out, {
-        "bench": report.bench_table, "verify": verify,
-        "correctness": tables.correctness_long(matrix) if not matrix.empty else pd.DataFrame(),
-        "complexity": report.complexity, "speedup": speedup,
+    drawn = tuple(draw(analysis, plot_dir))
+    csvs = tables.write_csvs(out, {
+        "bench": analysis.bench_table, "verify": results.verify,
+        "correctness": tables.correctness_long(analysis.matrix) if not analysis.matrix.empty else pd.DataFrame(),
+        "complexity": analysis.complexity, "speedup": analysis.speedup,
     })
+    report = Report(name=out.name, out=out, analysis=analysis, plots=drawn, csvs=tuple(csvs))
     out.mkdir(parents=True, exist_ok=True)
-    _write_text(report.index, html.render(report))
-    _write_text(report.summary, markdown.render(report))
+    _write_text(report.index, html.render(analysis, report.name, drawn))
+    _write_text(report.summary, markdown.render(analysis, report.name, drawn))
     return report
 
 

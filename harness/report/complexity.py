@@ -1,25 +1,29 @@
-"""Sweeps and scaling: which cells form a sweep along T, d or heads, and their fitted exponents.
+"""Sweeps and scaling: which cells form a sweep along T, d or heads, and their fitted cost models.
 
 A sweep is the set of cells that differ only along one axis (all other case fields and the
 mode fixed). Of all candidate slices the one with the most points is the report's sweep,
 preferring the forward pass without causal masking, so that a plot shows one clean line per
-implementation. Exponents are the log-log slopes from :func:`harness.analysis.scaling.fit_exponent`,
-which leaves out the small sizes where fixed overhead dominates and says which.
+implementation. Each implementation's points are fitted with the cost model of
+:mod:`harness.analysis.costmodel`: the lower-order terms the algorithm has (a constant, and
+for an O(T^2) cost a term in T) plus a leading power term, whose exponent comes with an
+interval from the raw samples and with the regime each size is in.
 
 Theory: time grows as T^2, d and heads; peak memory as T^2 for an implementation that
-materialises the (Tq, Tk) score matrix and as T for a tiled (FlashAttention-style) one. An
-exponent further than :data:`TOLERANCE` from theory is flagged; for a tiled kernel's memory
-only above it (O(T) is a bound; fixed-size tiles can dominate at small T).
+materialises the (Tq, Tk) score matrix and as T for a tiled (FlashAttention-style) one. A fit
+is flagged only when theory lies outside its exponent's interval and the leading term is most
+of the cost at two sizes or more; for a tiled kernel's memory only when the interval lies above
+(O(T) is a bound; fixed-size tiles can dominate at small T).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from harness.analysis.costmodel import CostFit, fit_cost
 from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
 
 AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width", "Tk": "tk"}
@@ -34,7 +38,6 @@ TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0, "Tk": 1.0}
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
 blocks outside it, grow as T: cells with a window are fitted in a sweep of their own against this."""
-TOLERANCE = 0.3
 MEMORY = "peak_bytes"
 """The memory a call needs: its output plus bench's ``peak_extra_bytes`` (the extra at the peak,
 above inputs and output). With the output counted, a tiled kernel is O(T) as FlashAttention
@@ -140,18 +143,38 @@ def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None
     return MEMORY_EXPONENT.get(str(info.get("memory")))
 
 
-@dataclass
+@dataclass(frozen=True)
 class Row:
+    """One implementation's cost-model fit along one sweep, and its verdict against theory."""
+
     implementation: str
     quantity: str
     """"time" or "memory"."""
     axis: str
-    slope: float | None
-    r2: float | None
-    n: int
     theory: float | None
-    excluded: list[Any] = field(default_factory=list)
     sweep: str = ""
+    fit: CostFit | None = None
+
+    @property
+    def slope(self) -> float | None:
+        """The fitted leading exponent (the name the complexity table has always used)."""
+        return None if self.fit is None else self.fit.exponent
+
+    @property
+    def low(self) -> float | None:
+        return None if self.fit is None else self.fit.low
+
+    @property
+    def high(self) -> float | None:
+        return None if self.fit is None else self.fit.high
+
+    @property
+    def r2(self) -> float | None:
+        return None if self.fit is None else self.fit.r2
+
+    @property
+    def n(self) -> int:
+        return 0 if self.fit is None else self.fit.n
 
     @property
     def off_by(self) -> float | None:
@@ -160,86 +183,140 @@ class Row:
         return self.slope - self.theory
 
     @property
-    def judged(self) -> bool:
-        """Theory is known and enough sizes were fitted to hold the slope to it."""
-        return self.off_by is not None and self.n >= MIN_POINTS
-
-    @property
     def upper_bound_only(self) -> bool:
-        """A tiled kernel's O(T) memory is a bound: its fixed-size tiles may dominate at the sizes run
-        (a slope below 1), which is no fault; only growth faster than T is."""
+        """A tiled kernel's O(T) memory is a bound: its fixed-size tiles may dominate at the sizes run,
+        which is no fault; only growth faster than T is."""
         return self.quantity == "memory" and self.theory == MEMORY_EXPONENT["linear"]
 
     @property
+    def judged(self) -> bool:
+        """Theory is known, enough sizes were fitted, and the leading term dominates at two or more of them."""
+        return self.fit is not None and self.theory is not None and self.n >= MIN_POINTS and self.fit.reached
+
+    @property
     def flagged(self) -> bool:
-        if not self.judged:
+        """Theory lies outside the exponent's interval where the leading term dominates (a linear-memory
+        bound: only when the interval lies above it)."""
+        if not self.judged or self.fit is None or self.theory is None:
             return False
-        off = self.off_by or 0.0
-        return off > TOLERANCE if self.upper_bound_only else abs(off) > TOLERANCE
+        if self.upper_bound_only:
+            return self.fit.low > self.theory
+        return not self.fit.contains(self.theory)
+
+    @property
+    def dominates(self) -> str:
+        """Where the leading term is most of the fitted value: "3 of 4 sizes" (empty without a fit)."""
+        return "" if self.fit is None else f"{self.fit.lead_points} of {self.fit.n} sizes"
 
     @property
     def check(self) -> str:
         if self.theory is None:
             return "no theory"
-        if not self.judged:
+        if self.fit is None or self.n < MIN_POINTS:
             return f"n<{MIN_POINTS}"
+        if not self.fit.reached:
+            return "leading term not reached"
         if self.flagged:
             return "OFF"
-        return f"ok (≤ {self.theory:g})" if self.upper_bound_only and (self.off_by or 0) < -TOLERANCE else "ok"
+        return f"ok (≤ {self.theory:g})" if self.upper_bound_only and self.fit.high < self.theory else "ok"
 
     def as_dict(self) -> dict[str, Any]:
         return {"implementation": self.implementation, "quantity": self.quantity, "axis": self.axis,
-                "slope": self.slope, "theory": self.theory, "off_by": self.off_by, "flagged": self.flagged,
-                "check": self.check,
-                "r2": self.r2, "n": self.n, "excluded": self.excluded, "sweep": self.sweep}
+                "exponent": self.slope, "low": self.low, "high": self.high, "theory": self.theory,
+                "off_by": self.off_by, "flagged": self.flagged, "check": self.check, "dominates": self.dominates,
+                "regimes": "" if self.fit is None else " ".join(self.fit.regimes),
+                "model": "" if self.fit is None else model_text(self.fit), "r2": self.r2, "n": self.n,
+                "sweep": self.sweep}
+
+
+def model_text(fit: CostFit) -> str:
+    """The fitted model as a formula in x, e.g. ``2.1e-05 + 3.3e-10·x^2.03`` (terms with coefficient 0 left out)."""
+    *lower, lead = fit.coefs
+    terms = [f"{c:.3g}" if k == 0 else f"{c:.3g}·x" if k == 1 else f"{c:.3g}·x^{k}"
+             for c, k in zip(lower, fit.lower_terms) if c > 0]
+    if lead > 0:
+        terms.append(f"{lead:.3g}·x^{fit.exponent:.2f}")
+    return " + ".join(terms) or "0"
 
 
 def fit_rows(s: Sweep, quantity: str, value: str,
              implementations: dict[str, dict[str, Any]] | None = None) -> list[Row]:
-    """One fitted exponent per implementation along the sweep's axis."""
-    from harness.analysis.scaling import fit_exponent
-
+    """One cost-model fit per implementation along the sweep's axis (the only place the report fits)."""
     rows = []
     for name, group in s.frame.groupby("implementation", sort=True):
-        group = group[group[value] > 0]
+        group = group[group[value] > 0].drop_duplicates(s.column, keep="last")
         if group[s.column].nunique() < 2:
             continue
-        fit = fit_exponent([float(x) for x in group[s.column]], [float(y) for y in group[value]])
         theory: float | None
         if quantity == "time":
             theory = WINDOW_TIME_THEORY if s.windowed and s.axis == "T" else TIME_THEORY[s.axis]
         else:
             theory = memory_theory(str(name), (implementations or {}).get(str(name)))
-        slope = getattr(fit, "slope", None)
-        rows.append(Row(implementation=str(name), quantity=quantity, axis=s.axis,
-                        slope=None if slope is None or math.isnan(slope) else float(slope),
-                        r2=getattr(fit, "r2", None), n=int(getattr(fit, "n", len(group))), theory=theory,
-                        excluded=[_size(p) for p in getattr(fit, "excluded", []) or []], sweep=s.label))
+        samples = _samples(group) if quantity == "time" else None
+        fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory)
+        rows.append(Row(implementation=str(name), quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
+                        fit=fit))
     return rows
 
 
-def _size(point: Any) -> Any:
-    """An excluded point is (x, y); the report names only its size x."""
-    x = point[0] if isinstance(point, (tuple, list)) else point
-    return int(x) if float(x).is_integer() else x
+def _samples(group: pd.DataFrame) -> list[list[float]] | None:
+    """Each size's raw timings (None when any size has fewer than two: the bootstrap needs them all)."""
+    if "samples_s" not in group:
+        return None
+    out = []
+    for samples in group["samples_s"]:
+        if not isinstance(samples, (list, tuple)) or len(samples) < 2:
+            return None
+        out.append([float(x) for x in samples])
+    return out
+
+
+@dataclass(frozen=True)
+class SweepFit:
+    """A sweep and the fits along it: what a scaling plot draws and the complexity table lists."""
+
+    name: str
+    """The plot's file stem: time_vs_T, memory_vs_T, time_vs_d, time_vs_heads, time_vs_Tk, time_vs_T_window,
+    time_vs_window or time_vs_T_varlen."""
+    sweep: Sweep
+    quantity: str
+    value: str
+    """The column fitted: "median" or :data:`MEMORY`."""
+    rows: tuple[Row, ...]
+
+    def row(self, implementation: str) -> Row | None:
+        return next((r for r in self.rows if r.implementation == implementation), None)
+
+
+SWEEPS = (("time_vs_T", "T", "median", False, False), ("time_vs_d", "d", "median", False, False),
+          ("time_vs_heads", "heads", "median", False, False), ("time_vs_Tk", "Tk", "median", False, False),
+          ("memory_vs_T", "T", MEMORY, False, False),
+          ("time_vs_T_window", "T", "median", True, False),  # sliding-window cells: their own T sweep, theory T^1
+          ("time_vs_window", "window", "median", True, False),  # the width at fixed T, theory 1
+          ("time_vs_T_varlen", "T", "median", False, True))  # packed sequences: their own, theory T^2
+"""(name, axis, value column, windowed, packed) of every sweep the report looks for."""
+
+
+def sweep_fits(bench: pd.DataFrame, implementations: dict[str, dict[str, Any]] | None = None) -> list[SweepFit]:
+    """Every sweep the bench cells hold, each fitted once per implementation."""
+    out: list[SweepFit] = []
+    if bench.empty:
+        return out
+    for name, axis, value, windowed, packed in SWEEPS:
+        s = sweep(bench, axis, value, windowed=windowed, packed=packed)
+        if s is not None:
+            quantity = "memory" if value == MEMORY else "time"
+            out.append(SweepFit(name, s, quantity, value, tuple(fit_rows(s, quantity, value, implementations))))
+    return out
+
+
+def sorted_rows(fits: list[SweepFit]) -> list[Row]:
+    """The complexity table's order: by implementation, time before memory, then axis."""
+    order = {"time": 0, "memory": 1}
+    rows = [r for f in fits for r in f.rows]
+    return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))
 
 
 def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, Any]] | None = None) -> list[Row]:
     """Time exponents in T, d and heads, and the memory exponent in T, for every implementation."""
-    rows: list[Row] = []
-    if bench.empty:
-        return rows
-    for axis in ("T", "d", "heads", "Tk"):
-        s = sweep(bench, axis, "median")
-        if s is not None:
-            rows += fit_rows(s, "time", "median", implementations)
-    s = sweep(bench, "T", MEMORY)
-    if s is not None:
-        rows += fit_rows(s, "memory", MEMORY, implementations)
-    for s in (sweep(bench, "T", "median", windowed=True),  # sliding-window cells: their own T sweep, theory T^1
-              sweep(bench, "window", "median", windowed=True),  # and against the width at fixed T, theory 1
-              sweep(bench, "T", "median", packed=True)):   # packed sequences: their own, theory T^2
-        if s is not None:
-            rows += fit_rows(s, "time", "median", implementations)
-    order = {"time": 0, "memory": 1}
-    return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))
+    return sorted_rows(sweep_fits(bench, implementations))

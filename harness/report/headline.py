@@ -2,8 +2,8 @@
 
 The machine (CPU, threads, the GEMM peaks measured on it); the fastest implementation in each
 regime the bench results cover (the shortest and the longest T, causal or not, forward or
-forward+backward), with its margin over the next; and which implementations failed
-verification, with the first reason. Plain sentences: summary.md and index.html each escape
+forward+backward), with its margin over the next; which implementations failed
+verification, with the first reason; and each implementation's worst error against its bound. Plain sentences: summary.md and index.html each escape
 and lay them out their own way.
 """
 
@@ -119,6 +119,21 @@ def _failures(verify: pd.DataFrame) -> Line | None:
     return Line("Verification failed", "; ".join(parts))
 
 
-def headline(results: Results) -> list[Line]:
-    lines = [_machine(results), *_fastest(results.bench), _decode(results.bench), _failures(results.verify)]
+MAX_MARGINS = 8
+
+
+def _margins(margins: pd.DataFrame | None) -> Line | None:
+    """The worst error / bound per implementation, worst first: how much room each pass had."""
+    if margins is None or margins.empty:
+        return None
+    parts = [f"{r.implementation} {float(r.margin):.2f} ({r.group})" for r in margins.head(MAX_MARGINS).itertuples()]
+    if len(margins) > MAX_MARGINS:
+        parts.append(f"… {len(margins) - MAX_MARGINS} more, all at most {float(margins['margin'].iloc[MAX_MARGINS]):.2f}")
+    return Line("Worst margin (error / bound; 1 is the edge, a pass is at most 1)", "; ".join(parts))
+
+
+def headline(results: Results, margins: pd.DataFrame | None = None) -> list[Line]:
+    """The headline's lines; ``margins`` is :func:`harness.report.tables.worst_margins` of the verify cells."""
+    lines = [_machine(results), *_fastest(results.bench), _decode(results.bench), _failures(results.verify),
+             _margins(margins)]
     return [line for line in lines if line is not None]

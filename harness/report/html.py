@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from harness.report import tables
+from harness.report.complexity import Row, model_text
 
 if TYPE_CHECKING:
-    from harness.report.builder import Report
+    from harness.report.analysis import Analysis
+    from harness.report.plots import Plot
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1150px;
@@ -92,38 +93,22 @@ def image(path: Path, alt: str) -> str:
     return f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
 
 
-def _headline(report: Report) -> str:
+def _headline(report: Analysis) -> str:
     if not report.headline:
         return ""
     items = "".join(f"<li><b>{esc(line.label)}:</b> {esc(line.text)}</li>" for line in report.headline)
     return f'<section id="headline"><h2>Headline</h2><ul>{items}</ul></section>'
 
 
-def render(report: Report) -> str:
-    """The whole page as a string."""
-    parts = [f"<h1>attnbench report <small>{esc(report.name)}</small></h1>", _headline(report), _verdict(report),
-             _sources(report)]
-    parts.append("<h2>Complexity: fitted exponents against theory</h2>")
-    if report.complexity.empty:
-        parts.append("<p>No sweep with at least two sizes per implementation in these results.</p>")
-    else:
-        c = report.complexity
-        rows = [(r.implementation, r.quantity, r.axis, r.slope, r.theory, r.off_by,
-                 r.check, r.r2, r.n,
-                 ", ".join(str(x) for x in r.excluded), r.sweep) for r in c.itertuples()]
-        parts.append(table(["implementation", "quantity", "in", "fitted", "theory", "off by", "check", "R²", "n",
-                            "left out (overhead)", "sweep"], rows,
-                           row_classes=["flag" if r.flagged else "" for r in c.itertuples()],
-                           numeric=[3, 4, 5, 7, 8]))
-        parts.append(f"<p><small>Flagged when the fitted exponent is off by more than {report.tolerance} from "
-                     "theory (time: 2 in T, 1 in d, 1 in heads; memory: 2 in T when the T×T matrix is "
-                     "materialised, 1 when tiled: an upper bound, so only a tiled kernel whose memory grows faster "
-                     "than T is flagged), when at least 3 sizes were fitted.</small></p>")
+def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
+    """The whole page for the analysis ``report``, titled ``name``, with ``plots`` inline."""
+    parts = [f"<h1>attnbench report <small>{esc(name)}</small></h1>", _headline(report), _verdict(report),
+             _sources(report), _complexity(report)]
     parts.append("<h2>Plots</h2>")
-    for plot in report.plots:
+    for plot in plots:
         parts.append(f"<figure id=\"{esc(plot.name)}\"><h3>{esc(plot.title)}</h3>{image(plot.path, plot.title)}"
                      f"<figcaption>{esc(plot.caption)}</figcaption></figure>")
-    if not report.plots:
+    if not plots:
         parts.append("<p>No plots: the results hold no bench or verify cells.</p>")
     if not report.matrix.empty:
         parts.append("<h2>Correctness</h2>" + matrix_table(report.matrix))
@@ -136,13 +121,14 @@ def render(report: Report) -> str:
                          "how many the verify cases exercised together.</small></p><table><tr><th>implementation"
                          f"</th><th>pairs</th><th>covered</th><th>suite</th></tr>{coverage}</table>")
         if not report.failures.empty:
-            parts.append("<h3>Failing cases</h3>" + frame_table(report.failures, ["ratio", "max_abs_err", "rel_l2"]))
+            parts.append("<h3>Failing cases</h3>" + frame_table(report.failures, ["margin", "ratio", "max_abs_err",
+                                                                                   "rel_l2"]))
     if not report.speedup.empty:
         pivot = report.speedup.pivot(index="implementation", columns="T", values="speedup").reset_index()
         pivot.columns = [str(c) if c == "implementation" else f"T={c}" for c in pivot.columns]
         parts.append(f"<h2>Speedup over {esc(report.baseline)}</h2>"
                      + frame_table(pivot, [c for c in pivot.columns if c != "implementation"]))
-    flagged = tables.untrusted(report.results.bench)
+    flagged = report.untrusted
     if not flagged.empty:
         parts.append("<h2>Bench cells whose time is not backed by a verified computation</h2>"
                      "<p><small>Not plotted, never a speedup (docs/integrity.md says what each status means).</small></p>"
@@ -156,29 +142,61 @@ def render(report: Report) -> str:
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>attnbench report {esc(report.name)}</title><style>{CSS}</style></head>\n"
+            f"<title>attnbench report {esc(name)}</title><style>{CSS}</style></head>\n"
             f"<body>\n{body}\n</body></html>\n")
 
 
-def _verdict(report: Report) -> str:
+def _complexity(report: Analysis) -> str:
+    """The complexity table: per fit its leading exponent and interval, theory, and each size's regime."""
+    head = "<h2>Complexity: fitted cost models against theory</h2>"
+    rows = report.rows
+    if not rows:
+        return head + "<p>No sweep with at least two sizes per implementation in these results.</p>"
+    body = [(r.implementation, r.quantity, r.axis, r.slope, "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]",
+             r.theory, r.check, r.dominates, "" if r.fit is None else _regimes(r), "" if r.fit is None else model_text(r.fit),
+             r.r2, r.sweep) for r in rows]
+    return head + table(["implementation", "quantity", "in", "exponent", "interval", "theory", "check",
+                         "leading term dominates at", "regime per size", "model (x: the size)", "R² (log)", "sweep"],
+                        body, row_classes=["flag" if r.flagged else "" for r in rows], numeric=[3, 5, 10]) + (
+        "<p><small>Each sweep is fitted with a cost model: the lower-order terms the algorithm has (a constant, "
+        "and for an O(T²) cost a term in T: fixed per-call costs, per-row work, the softmax's O(T²) that is "
+        "constant along d) plus one leading power term c·x^p, all coefficients non-negative. The interval for p "
+        "is a 95% bootstrap over the raw samples joined with the estimates that leave out one size, at least "
+        "±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the leading "
+        "term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when the "
+        "T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
+        "and the leading term dominates at two sizes or more; where it dominates nowhere the check says "
+        "\"leading term not reached\": these sizes cannot test the exponent.</small></p>")
+
+
+def _regimes(row: Row) -> str:
+    assert row.fit is not None
+    return ", ".join(f"{_size(x)}: {regime}" for x, regime in zip(row.fit.xs, row.fit.regimes))
+
+
+def _size(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _verdict(report: Analysis) -> str:
     problems = report.problem_count
-    flagged = int(report.complexity["flagged"].sum()) if not report.complexity.empty else 0
+    flagged = len(report.flagged)
     if problems:
         text = f"{problems} verify cell(s) failed, errored, crashed or timed out"
     else:
         text = "every verified cell passed" if not report.matrix.empty else "no verify results in these files"
     if flagged:
         text += f"; {flagged} fitted exponent(s) off theory"
-    note = f"<p><small>{esc(report.noise_note)}.</small></p>" if report.noise_note else ""
-    untrusted = len(tables.untrusted(report.results.bench))
+    note = f"<p><small>{esc(report.noise.note)}.</small></p>" if report.noise.note else ""
+    untrusted = len(report.untrusted)
     if untrusted:
         text += f"; {untrusted} bench cell(s) failed the integrity checks (implausible, violation or wrong)"
     return f'<p class="verdict {"bad" if problems or untrusted else "ok"}">{esc(text)}.</p>{note}'
 
 
-def _sources(report: Report) -> str:
+def _sources(report: Analysis) -> str:
     rows = []
-    for s in report.sources:
+    for s in report.results.sources:
         env = s.get("environment") or {}
         rows.append((s.get("run_id"), s.get("command"), "yes" if s.get("complete") else "NO (interrupted)",
                      env.get("cpu_model"), env.get("threads"), env.get("torch"), env.get("git_commit"), env.get("time")))

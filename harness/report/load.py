@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.margins import baseline_led, margin
 from harness.errors import UsageError
 from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind, read_text
 
@@ -32,7 +33,8 @@ BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reaso
                  "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile")
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
-                  *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "seconds")
+                  *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "margin", "base_err", "floor", "baseline_led",
+                  "seconds")
 
 
 @dataclass
@@ -201,9 +203,12 @@ def verify_row(cell: VerifyCell, source: str) -> dict[str, Any]:
                            "group": cell.group or "default", "check": cell.check or "output",
                            "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
-    row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound")})
+    row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor")})
+    row["margin"] = margin(metrics)
+    row["baseline_led"] = baseline_led(metrics)  # False: the floor sets the bound and the ratio measures nothing
     row["seconds"] = cell.seconds
     return row
+
 
 
 def _frame(rows: list[dict[str, Any]], columns: Iterable[str], key: list[str]) -> pd.DataFrame:

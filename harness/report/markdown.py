@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 from harness.report.html import fmt
 
 if TYPE_CHECKING:
-    from harness.report.builder import Report
+    from harness.report.analysis import Analysis
+    from harness.report.plots import Plot
 
 ICON = {"pass": "✅", "fail": "❌", "error": "❌", "crash": "💥", "timeout": "⏱️", "skipped": "➖"}
 MAX_FAILURES = 20
@@ -32,37 +33,26 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def render(report: Report) -> str:
-    out = [f"# attnbench report `{md(report.name)}`", ""]
+def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
+    """summary.md of the analysis ``report``, titled ``name``, linking ``plots``."""
+    out = [f"# attnbench report `{md(name)}`", ""]
     if report.headline:
         out += [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}" for line in report.headline], ""]
     problems = report.problem_count
     out.append(f"**Correctness:** {problems} problem cell(s)." if problems else
                ("**Correctness:** every verified cell passed." if not report.matrix.empty else
                 "**Correctness:** no verify results."))
-    from harness.report.tables import untrusted
-
-    flagged = untrusted(report.results.bench)
+    flagged = report.untrusted
     if not flagged.empty:
         out += ["", f"**Integrity:** {len(flagged)} bench cell(s) whose time is not backed by a verified computation "
                 "(not plotted, never a speedup):", "",
                 md_table(("implementation", "case", "mode", "status", "reason"),
                          [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
-    if report.noise_note:
-        out += ["", f"> {md(report.noise_note)}.", ""]
-    runs = ", ".join(f"`{md(s.get('run_id'))}` ({md(s.get('command'))})" for s in report.sources)
+    if report.noise.note:
+        out += ["", f"> {md(report.noise.note)}.", ""]
+    runs = ", ".join(f"`{md(s.get('run_id'))}` ({md(s.get('command'))})" for s in report.results.sources)
     out += [f"Runs: {runs}", ""]
-    out.append("## Complexity (fitted exponent vs theory)")
-    if report.complexity.empty:
-        out.append("No sweep with two or more sizes per implementation.")
-    else:
-        rows = [(r.implementation, r.quantity, r.axis, r.slope, r.theory,
-                 "⚠️ off" if r.flagged else r.check, r.r2, r.n)
-                for r in report.complexity.itertuples()]
-        out.append(md_table(["implementation", "quantity", "in", "fitted", "theory", "check", "R²", "n"], rows))
-        out.append(f"\nFlagged when off by more than {report.tolerance} (a tiled kernel's memory: only above). Sweeps: "
-                   + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in report.complexity.itertuples()})))
-    out.append("")
+    out += _complexity(report)
     if report.results.coverage:
         out.append("## Pairwise coverage (pairs of declared axis values the verify cases exercised)")
         out.append(md_table(["implementation", "pairs covered", "of", "%", "suite"],
@@ -91,13 +81,31 @@ def render(report: Report) -> str:
         out.append(f"## Speedup over {md(report.baseline)} at T={int(top['T'].iloc[0])}")
         out += [md_table(["implementation", "speedup (×)"], top[["implementation", "speedup"]].itertuples(index=False)), ""]
     out += _bandwidth_section(report)
-    if report.plots:
+    if plots:
         out.append("## Plots")
-        out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in report.plots]
+        out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in plots]
     return "\n".join(out) + "\n"
 
 
-def _bandwidth_section(report: Any) -> list[str]:
+def _complexity(report: Analysis) -> list[str]:
+    """The fitted leading exponents against theory, each with its interval and where its term dominates."""
+    out = ["## Complexity (fitted cost model: leading exponent vs theory)"]
+    rows = report.rows
+    if not rows:
+        return out + ["No sweep with two or more sizes per implementation.", ""]
+    out.append(md_table(["implementation", "quantity", "in", "exponent", "interval", "theory", "check",
+                         "leading term dominates at", "n"],
+                        [(r.implementation, r.quantity, r.axis, r.slope,
+                          "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]", r.theory,
+                          "⚠️ off" if r.flagged else r.check, r.dominates, r.n) for r in rows]))
+    out.append(f"\n{len(report.flagged)} exponent(s) flagged. A fit is flagged only when theory lies outside the "
+               "exponent's interval (bootstrap over the raw samples, joined with leaving out one size) and the "
+               "leading term is most of the fitted cost at two sizes or more (a tiled kernel's O(T) memory: only "
+               "above). Sweeps: " + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in rows})))
+    return out + [""]
+
+
+def _bandwidth_section(report: Analysis) -> list[str]:
     """Decode steps (Tq < Tk): GB/s and % of the measured read bandwidth beside GFLOP/s and % of the GEMM peak."""
     bench = report.results.bench
     if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():

@@ -16,14 +16,17 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 
-from harness.report.complexity import MEMORY, Sweep, fit_rows, sweep
+from harness.report.analysis import speedup_table
+from harness.report.complexity import Row, Sweep, SweepFit, sweep
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
               "correctness", "time_per_case", "error_vs_T", "time_vs_Tk", "roofline")
-AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H", "Tk": "cached keys Tk (decode)"}
+AXIS_LABEL = {"T": "sequence length T", "d": "head dim d", "heads": "heads H", "Tk": "cached keys Tk (decode)",
+              "window": "window width (keys left + right of the diagonal)"}
 
 
 @dataclass(frozen=True)
@@ -66,37 +69,48 @@ def _guide(ax: Any, xs: list[float], x0: float, y0: float, power: float, label: 
             linewidth=1.2, label=label, zorder=1)
 
 
-def _slopes(s: Sweep, quantity: str, value: str) -> dict[str, float | None]:
-    return {row.implementation: row.slope for row in fit_rows(s, quantity, value)}
+def _model_line(ax: Any, row: Row | None, xs: list[float], scale: float, color: str) -> None:
+    """The fitted cost model as a thin line through the sweep's range, in the points' colour."""
+    if row is None or row.fit is None:
+        return
+    lo, hi = min(xs), max(xs)
+    grid = np.geomspace(lo, hi, 50)
+    ax.plot(grid, row.fit.predict(grid) / scale, color=color, linewidth=1.0, alpha=0.8, zorder=2)
 
 
-def scaling_plot(bench: pd.DataFrame, out: Path, axis: str, value: str = "median") -> Plot | None:
-    """Time (or peak memory) against one axis, one line per implementation, on log-log axes."""
-    s = sweep(bench, axis, value)
-    if s is None:
-        return None
-    memory = value == MEMORY
+def _fit_label(name: object, row: Row | None) -> str:
+    if row is None or row.fit is None:
+        return _text(name)
+    flag = ", OFF" if row.flagged else "" if row.fit.reached else ", lead not reached"
+    return _text(f"{name} (p {row.fit.exponent:.2f} [{row.fit.low:.2f}, {row.fit.high:.2f}]{flag})")
+
+
+def scaling_plot(sf: SweepFit, out: Path) -> Plot:
+    """Time (or peak memory) against one axis on log-log axes: each implementation's points and, as a
+    thin line of the same colour, its fitted cost model; the legend gives the leading exponent."""
+    s, value, axis = sf.sweep, sf.value, sf.sweep.axis
+    memory = sf.quantity == "memory"
     scale = 2**20 if memory else 1e-3
-    slopes = _slopes(s, "memory" if memory else "time", value)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for i, (name, group) in enumerate(s.frame.groupby("implementation", sort=True)):
         group = group[group[value] > 0]
         if group.empty:
             continue
-        slope = slopes.get(str(name))
-        label = f"{_text(name)} (slope {slope:.2f})" if slope is not None else _text(name)
-        ax.plot(group[s.column], group[value] / scale, label=label, zorder=3, **_style(i))
+        style = {**_style(i), "linestyle": "none", "color": f"C{i % 10}"}
+        row = sf.row(str(name))
+        ax.plot(group[s.column], group[value] / scale, label=_fit_label(name, row), zorder=3, **style)
+        _model_line(ax, row, [float(x) for x in group[s.column]], scale, f"C{i % 10}")
     xs = sorted(float(x) for x in s.frame[s.column].unique())
     anchor = s.frame[s.frame[s.column] == xs[0]][value]
     anchor = anchor[anchor > 0]
     if not anchor.empty:
         y0 = float(anchor.median()) / scale
-        if axis == "T":
+        if axis == "T" and not s.windowed:
             _guide(ax, xs, xs[0], y0, 2.0, "O(T²) guide", "--")
             if memory:
                 _guide(ax, xs, xs[0], y0, 1.0, "O(T) guide", ":")
         else:
-            _guide(ax, xs, xs[0], y0, 1.0, f"O({axis}) guide", "--")
+            _guide(ax, xs, xs[0], y0, 1.0, f"O({axis}) guide", "--" if axis != "window" else ":")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(AXIS_LABEL[axis])
@@ -104,13 +118,14 @@ def scaling_plot(bench: pd.DataFrame, out: Path, axis: str, value: str = "median
     what = "Peak memory" if memory else "Time"
     ax.set_title(_text(f"{what} vs {axis} ({s.label})"), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    name = f"memory_vs_{axis}" if memory else f"time_vs_{axis}"
-    caption = f"{what} against {axis} on log-log axes; legend: fitted exponent. Fixed: {s.label}."
+    ax.legend(fontsize=7)
+    caption = (f"{what} against {axis} on log-log axes: points measured, thin lines the fitted cost model "
+               "(lower-order terms plus a leading power term); legend: the leading exponent p with its interval. "
+               f"Fixed: {s.label}.")
     if memory:
         caption += (" Memory is the call's output plus the extra bytes at its peak (bench's peak_extra_bytes, "
                     "in bench.csv), so O(T²) against O(T) shows as it does in the FlashAttention papers.")
-    return _save(fig, out, name, f"{what} vs {axis}", caption)
+    return _save(fig, out, sf.name, f"{what} vs {axis}", caption)
 
 
 def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]]) -> Plot | None:
@@ -142,19 +157,13 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, A
 
 
 def speedup_frame(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.DataFrame]:
-    """Per T in the main sweep: baseline median / implementation median (>1: faster than baseline)."""
-    s = sweep(bench, "T", "median")
-    if s is None or baseline not in set(s.frame["implementation"]):
-        return s, pd.DataFrame(columns=["implementation", "T", "speedup"])
-    base = s.frame[s.frame["implementation"] == baseline].set_index("tq")["median"]
-    rows = [{"implementation": r.implementation, "T": int(r.tq), "speedup": float(base[r.tq]) / float(r.median)}
-            for r in s.frame.itertuples() if r.tq in base.index and r.median]
-    return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
+    """Per T in the main sweep: baseline median / implementation median (:func:`harness.report.analysis.speedup_table`)."""
+    return speedup_table(bench, baseline)
 
 
-def speedup_plot(bench: pd.DataFrame, out: Path, baseline: str) -> Plot | None:
-    s, table = speedup_frame(bench, baseline)
-    if s is None or table.empty:
+def speedup_plot(table: pd.DataFrame, out: Path, baseline: str, label: str) -> Plot | None:
+    """Each implementation's speedup over ``baseline`` against T (``table``: the analysis's speedups)."""
+    if table.empty:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (name, group) in enumerate(table.groupby("implementation", sort=True)):
@@ -166,9 +175,9 @@ def speedup_plot(bench: pd.DataFrame, out: Path, baseline: str) -> Plot | None:
     ax.set_ylabel(_text(f"speedup over {baseline} (×)"))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_title(_text(f"Speedup vs {baseline} ({s.label})"), fontsize=10)
+    ax.set_title(_text(f"Speedup vs {baseline} ({label})"), fontsize=10)
     return _save(fig, out, "speedup_vs_T", f"Speedup vs {baseline}",
-                 f"{baseline}'s median time divided by each implementation's (above 1: faster). Fixed: {s.label}.")
+                 f"{baseline}'s median time divided by each implementation's (above 1: faster). Fixed: {label}.")
 
 
 STATUS_COLOURS = {"pass": "#3a9d5d", "fail": "#d64541", "error": "#d64541", "crash": "#8e2c9e",
@@ -191,9 +200,11 @@ def correctness_plot(matrix: pd.DataFrame, out: Path) -> Plot | None:
     ax.set_ylim(len(impls), 0)
     ax.set_xticks([j + 0.5 for j in range(len(groups))], [_text(g) for g in groups], rotation=30, ha="right", fontsize=8)
     ax.set_yticks([i + 0.5 for i in range(len(impls))], [_text(i) for i in impls], fontsize=8)
-    ax.set_title("Correctness: worst error ratio to the same-precision baseline", fontsize=10)
+    ax.set_title("Correctness: worst error / bound (1 is the edge) and error / baseline's", fontsize=10)
     return _save(fig, out, "correctness", "Correctness matrix",
-                 "Per implementation and case group: pass / fail / skipped; the number is the worst error ratio.")
+                 "Per implementation and case group: pass / fail / skipped; err/bound is the worst error over its "
+                 "bound (a pass is at most 1), ×base the worst error over the same-dtype baseline's where that "
+                 "baseline sets the bound.")
 
 
 MAX_CASES = 16

@@ -15,7 +15,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.report.complexity import fit_rows, sweep
+from harness.report.complexity import SweepFit, sweep
 from harness.report.plots import AXIS_LABEL, Plot, _guide, _save, _style, _text
 
 STRUCTURE_PLOT_NAMES = ("time_vs_T_window", "time_vs_window")
@@ -27,13 +27,14 @@ def _ok(bench: pd.DataFrame) -> pd.DataFrame:
     return bench[(bench["status"] == "ok") & bench["median"].notna() & (bench["median"] > 0)]
 
 
-def window_vs_T_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
+def window_vs_T_plot(bench: pd.DataFrame, out: Path, fits: SweepFit | None = None) -> Plot | None:
     """The window's T sweep, one solid line per implementation, and dense causal at the same fixed
-    fields dashed in the same colour."""
-    s = sweep(bench, "T", "median", windowed=True)
+    fields dashed in the same colour; ``fits`` (the analysis's fits of that sweep) put each fitted
+    exponent in the legend."""
+    s = fits.sweep if fits is not None else sweep(bench, "T", "median", windowed=True)
     if s is None:
         return None
-    slopes = {row.implementation: row.slope for row in fit_rows(s, "time", "median")}
+    slopes = {row.implementation: row.slope for row in (fits.rows if fits is not None else ())}
     data = _ok(bench)
     same = {c: s.fixed[c] for c in ("batch", "heads", "kv_heads", "d", "dtype", "device", "mode", "mask")
             if c in s.fixed and c in data.columns}

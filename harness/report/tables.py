@@ -13,12 +13,17 @@ PROBLEMS = ("fail", "error", "crash", "timeout")
 """Verify outcomes that are a finding, worst first."""
 
 
+def _worst(values: pd.Series) -> float | None:
+    numbers = pd.to_numeric(values, errors="coerce").dropna()
+    return float(numbers.max()) if not numbers.empty else None
+
+
 def _cell(group: pd.DataFrame) -> dict[str, Any]:
     counts = group["status"].value_counts().to_dict()
     ran = group[group["status"] != "skipped"]
-    ratios = pd.to_numeric(ran["ratio"], errors="coerce")
-    ratios = ratios[ratios.abs() != float("inf")].dropna()  # inf: the baseline was exact; no ratio to show
-    worst = float(ratios.max()) if not ratios.empty else None
+    margin = _worst(ran["margin"]) if "margin" in ran else None
+    led = ran[ran["baseline_led"].fillna(False).astype(bool)] if "baseline_led" in ran else ran
+    ratio = _worst(led["ratio"][pd.to_numeric(led["ratio"], errors="coerce").abs() != float("inf")])
     status = next((s for s in PROBLEMS if counts.get(s)), "pass" if counts.get("pass") else "skipped")
     skipped = int(counts.get("skipped", 0))
     if status == "skipped":
@@ -28,14 +33,17 @@ def _cell(group: pd.DataFrame) -> dict[str, Any]:
         text = f"{counts.get('pass', 0)} pass" if status == "pass" else f"{bad} {status}, {counts.get('pass', 0)} pass"
         if skipped:
             text += f", {skipped} skip"
-    if worst is not None:
-        text += f"\n≤{worst:.2f}" if status == "pass" else f"\nworst {worst:.2f}"
-    return {"status": status, "text": text, "worst_ratio": worst, "total": len(group),
+    numbers = ([f"err/bound {'≤' if status == 'pass' else ''}{margin:.2f}"] if margin is not None else []) + (
+        [f"×base {'≤' if status == 'pass' else ''}{ratio:.2f}"] if ratio is not None else [])
+    if numbers:
+        text += "\n" + ", ".join(numbers)
+    return {"status": status, "text": text, "worst_margin": margin, "worst_ratio": ratio, "total": len(group),
             **{f"n_{s}": int(counts.get(s, 0)) for s in ("pass", *PROBLEMS, "skipped")}}
 
 
 def correctness_matrix(verify: pd.DataFrame) -> pd.DataFrame:
-    """Implementation x case group; each entry a dict: status, text, worst_ratio and counts."""
+    """Implementation x case group; each entry a dict: status, text, worst_margin (error / bound: a pass is
+    at most 1), worst_ratio (error / the baseline's, where the baseline sets the bound) and counts."""
     if verify.empty:
         return pd.DataFrame()
     groups = sorted(verify["group"].astype(str).unique())
@@ -59,7 +67,7 @@ def failures(verify: pd.DataFrame) -> pd.DataFrame:
     if verify.empty:
         return verify
     bad = verify[verify["status"].isin(PROBLEMS)]
-    return bad[["implementation", "case_id", "check", "status", "ratio", "max_abs_err", "rel_l2", "reason"]]
+    return bad[["implementation", "case_id", "check", "status", "margin", "ratio", "max_abs_err", "rel_l2", "reason"]]
 
 
 INTEGRITY = ("implausible", "violation", "wrong")
@@ -88,11 +96,26 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
     return bench[columns].sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
 
 
+COMPLEXITY_COLUMNS = ("implementation", "quantity", "axis", "exponent", "low", "high", "theory", "off_by", "flagged",
+                      "check", "dominates", "regimes", "model", "r2", "n", "sweep")
+
+
 def complexity_frame(rows: list[Row]) -> pd.DataFrame:
-    frame = pd.DataFrame([r.as_dict() for r in rows],
-                         columns=["implementation", "quantity", "axis", "slope", "theory", "off_by", "flagged",
-                                  "check", "r2", "n", "excluded", "sweep"])
-    return frame
+    return pd.DataFrame([r.as_dict() for r in rows], columns=list(COMPLEXITY_COLUMNS))
+
+
+def worst_margins(verify: pd.DataFrame) -> pd.DataFrame:
+    """Per implementation: its worst error / bound over the checks it ran, with that check's group, case and
+    status, worst first (an implementation without a bounded check is left out)."""
+    columns = ["implementation", "margin", "group", "case_id", "check", "status"]
+    if verify.empty or "margin" not in verify:
+        return pd.DataFrame(columns=columns)
+    ran = verify[(verify["status"] != "skipped")].assign(margin=pd.to_numeric(verify["margin"], errors="coerce"))
+    ran = ran[ran["margin"].notna()]
+    if ran.empty:
+        return pd.DataFrame(columns=columns)
+    worst = ran.sort_values("margin", ascending=False, kind="stable").drop_duplicates("implementation")
+    return worst[columns].reset_index(drop=True)
 
 
 def _without_default_structure(frame: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,109 @@
+"""The report's analysis, done once: sweeps and their fits, speedups, margins, noise and integrity.
+
+:func:`analyse` reads the tidy tables of :mod:`harness.report.load` and derives everything a
+report says; the plots and the HTML and Markdown writers receive the :class:`Analysis` and only
+format it. Every cost model is fitted here and nowhere else (one fit per implementation and
+sweep), so the table, the plots and the summary cannot disagree about a number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
+from harness.report import tables
+from harness.report.complexity import Row, Sweep, SweepFit, sorted_rows, sweep, sweep_fits
+from harness.report.headline import Line, headline
+from harness.report.load import Results
+
+
+@dataclass(frozen=True)
+class Noise:
+    """How far to trust small differences: timed cells whose IQR/median is at least 10%."""
+
+    noisy: int
+    timed: int
+
+    @property
+    def note(self) -> str:
+        if not self.noisy:
+            return ""
+        return (f"{self.noisy} of {self.timed} timed cells are noisy (IQR/median >= 10%): the machine was busy; "
+                "fitted exponents and speedups from those cells are rough")
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Everything a report shows, derived from the result files once."""
+
+    results: Results
+    baseline: str
+    fits: tuple[SweepFit, ...]
+    """Each sweep found in the bench cells, with one cost-model fit per implementation along it."""
+    speedup: pd.DataFrame
+    """implementation, T, speedup (baseline median / implementation median) along the main T sweep."""
+    matrix: pd.DataFrame
+    """The correctness matrix (:func:`harness.report.tables.correctness_matrix`)."""
+    failures: pd.DataFrame
+    margins: pd.DataFrame
+    """Per implementation its worst error / bound (:func:`harness.report.tables.worst_margins`)."""
+    noise: Noise
+    untrusted: pd.DataFrame
+    """Bench cells that failed the integrity checks (implausible, violation, wrong)."""
+    bench_table: pd.DataFrame
+    headline: tuple[Line, ...]
+
+    @property
+    def rows(self) -> list[Row]:
+        """Every fit, in the complexity table's order."""
+        return sorted_rows(list(self.fits))
+
+    @property
+    def complexity(self) -> pd.DataFrame:
+        return tables.complexity_frame(self.rows)
+
+    @property
+    def flagged(self) -> list[Row]:
+        return [r for r in self.rows if r.flagged]
+
+    @property
+    def problem_count(self) -> int:
+        verify = self.results.verify
+        return 0 if verify.empty else int(verify["status"].isin(tables.PROBLEMS).sum())
+
+    def sweep_fit(self, name: str) -> SweepFit | None:
+        """The sweep called ``name`` (time_vs_T, memory_vs_T, ...), if the cells hold it."""
+        return next((f for f in self.fits if f.name == name), None)
+
+
+def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.DataFrame]:
+    """Per T in the main sweep: baseline median / implementation median (>1: faster than baseline)."""
+    s = sweep(bench, "T", "median") if not bench.empty else None
+    if s is None or baseline not in set(s.frame["implementation"]):
+        return s, pd.DataFrame(columns=["implementation", "T", "speedup"])
+    base = s.frame[s.frame["implementation"] == baseline].set_index("tq")["median"]
+    rows = [{"implementation": r.implementation, "T": int(r.tq), "speedup": float(base[r.tq]) / float(r.median)}
+            for r in s.frame.itertuples() if r.tq in base.index and r.median]
+    return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
+
+
+def _noise(bench: pd.DataFrame) -> Noise:
+    if bench.empty:
+        return Noise(0, 0)
+    ok = bench[bench["status"] == "ok"]
+    spread = pd.to_numeric(ok["iqr_over_median"], errors="coerce")
+    return Noise(int((spread >= NOISY_IQR_OVER_MEDIAN).sum()), len(ok))
+
+
+def analyse(results: Results, baseline: str, implementations: dict[str, dict[str, Any]] | None = None) -> Analysis:
+    """The whole analysis of ``results`` (``implementations``: what each declared, default the files' own)."""
+    bench, verify = results.bench, results.verify
+    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations))
+    margins = tables.worst_margins(verify)
+    return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
+                    matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
+                    noise=_noise(bench), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
+                    headline=tuple(headline(results, margins)))

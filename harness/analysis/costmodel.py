@@ -14,10 +14,12 @@ exactly by trying every set of active terms (at most four columns), so thousands
 cost a few batched NumPy solves; the best grid p is refined with a bounded scalar search.
 
 The interval for p is a percentile bootstrap over the raw samples the result file keeps
-(each size's samples resampled, its median taken, the model refitted), joined with the
-leave-one-size-out estimates (a single size that bends the curve shows), and never narrower
-than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot resolve an exponent
-more finely. Each size is put in the regime of the term that is most of its fitted value;
+(each size's samples resampled, its median taken, the model refitted); where the model has
+fewer parameters than sizes, the relative residuals of the fit are resampled onto it too, so
+drift between cells and a shape the model lacks widen it (for memory, which has no samples,
+that is the bootstrap). It is joined with the leave-one-size-out estimates (a single size that
+bends the curve shows) and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a
+factor 2 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that is most of its fitted value;
 "lead" when the leading term is. A fit judges theory only where the leading term dominates.
 """
 
@@ -233,14 +235,23 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     x = x_raw / scale  # well-conditioned columns; coefficients are converted back below
     p, coefs = _point(x, y, terms)
     estimates = [p]
+    fitted = _model(x, coefs, terms, p)
+    rng = np.random.default_rng(SEED)
+    boot = np.tile(y, (replicates, 1))
     kept = [list(map(float, s)) for s in samples] if samples is not None else []
-    if kept and len(kept) == len(x) and all(len(s) >= 2 for s in kept):
+    resampled = bool(kept) and len(kept) == len(x) and all(len(s) >= 2 for s in kept)
+    if resampled:
         kept = [kept[int(i)] for i in order]
-        rng = np.random.default_rng(SEED)
-        boot = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in kept],
-                        axis=1)  # (B, n): each size's median of its resampled samples
-        ratio = y / np.asarray([np.median(s) for s in kept])  # the recorded value may be another statistic
-        estimates_b = _estimate(x, boot * ratio, terms)
+        medians = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in kept],
+                           axis=1)  # (B, n): each size's median of its resampled samples
+        boot = medians * (y / np.asarray([np.median(s) for s in kept]))  # the recorded value may be another statistic
+    dof = len(x) - len(terms) - 2
+    if dof > 0:  # what the model leaves unexplained (drift between cells, a shape it lacks), resampled too
+        residuals = (y / fitted - 1) * math.sqrt(len(x) / dof)
+        boot = boot * np.clip(1 + rng.choice(residuals, size=boot.shape), 0.05, None)
+        resampled = True
+    if resampled:
+        estimates_b = _estimate(x, boot, terms)
         tail = (1 - LEVEL) / 2
         estimates += [float(np.quantile(estimates_b, tail)), float(np.quantile(estimates_b, 1 - tail))]
     if len(x) >= 4:  # every remaining subset keeps a constant term beside the leading one
@@ -251,7 +262,6 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     lead = _leading(p, coefs, terms)
     low = min(min(estimates), lead - MIN_HALF_WIDTH)
     high = max(max(estimates), lead + MIN_HALF_WIDTH)
-    fitted = _model(x, coefs, terms, p)
     real = tuple(float(c) / scale ** k for c, k in zip(coefs, (*terms, p)))
     return CostFit(exponent=float(lead), low=float(low), high=float(high), lower_terms=terms, coefs=real,
                    xs=tuple(map(float, x_raw)), ys=tuple(map(float, y)), regimes=_regimes(x, coefs, terms, p),

@@ -20,13 +20,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="report directory (default: reports/<run id of the last file>)")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="NAME",
                         help=f"implementation the speedup plot divides by (default: {DEFAULT_BASELINE})")
+    parser.add_argument("--history", action="store_true",
+                        help="RESULTS are bench files from successive commits: write history.html, history.md, "
+                             "history.csv and plots/history.png (each cell's median per commit, detected steps "
+                             "marked with the commit and the ratio) instead of a report")
 
 
 def default_out(results: list[Path]) -> Path:
     return Path("reports") / results[-1].stem
 
 
+def run_history(args: argparse.Namespace) -> int:
+    from harness.report.history import history
+    from harness.report.history_view import write_history
+
+    out = args.out or Path("reports") / f"history-{args.results[-1].stem}"
+    h = history(args.results)
+    files = write_history(h, out)
+    print(f"history: {files.html}")
+    print(f"summary: {files.markdown}")
+    print(f"{len(h.commits)} commits, {len(h.series)} cells; {len(h.steps)} step(s)")
+    for series, step in h.steps:
+        print(f"  {series.name}: x{step.ratio:.2f} at {step.label}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.history:
+        return run_history(args)
     out = args.out or default_out(args.results)
     from harness.report.builder import build_report  # pandas, matplotlib: only when a report is built
 

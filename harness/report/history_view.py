@@ -1,0 +1,115 @@
+"""The history view: ``history.html``, ``history.md``, ``history.csv`` and ``plots/history.png``.
+
+Formats a :class:`harness.report.history.History`; nothing is measured or fitted here. The
+figure has one panel per implementation (those with a step first): each cell's median relative
+to its first commit, with the median's 95% interval as error bars, and every detected step
+marked where its new level starts, with the commit and the ratio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+from harness.report.history import History
+from harness.report.html import CSS, esc, image, table
+from harness.report.markdown import md, md_table
+from harness.report.plots import Plot, _save, _style, _text
+
+MAX_PANELS = 12
+MAX_LINES = 10
+"""Cells drawn per panel (those with a step first); history.csv has every cell."""
+
+
+@dataclass(frozen=True)
+class HistoryFiles:
+    html: Path
+    markdown: Path
+    csv: Path
+    plot: Plot | None
+
+
+def history_plot(h: History, out: Path) -> Plot | None:
+    names = sorted({s.implementation for s in h.series}, key=lambda n: (not any(
+        s.steps for s in h.series if s.implementation == n), n))[:MAX_PANELS]
+    if not names:
+        return None
+    cols = min(3, len(names))
+    rows = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
+    labels = [c.label for c in h.commits]
+    for ax, name in zip(axes.flat, names):
+        series = sorted((s for s in h.series if s.implementation == name), key=lambda s: (not s.steps, s.case_id))
+        for i, s in enumerate(series[:MAX_LINES]):
+            first = s.points[0].median
+            xs = [p.position for p in s.points]
+            ys = [p.median / first for p in s.points]
+            err = [[(p.median - p.low) / first for p in s.points], [(p.high - p.median) / first for p in s.points]]
+            ax.errorbar(xs, ys, yerr=err, label=_text(f"{s.case_id} {s.mode}"), capsize=2, color=f"C{i % 10}",
+                        **{k: v for k, v in _style(i).items() if k != "alpha"})
+            for step in s.steps:
+                x = s.points[step.index].position
+                ax.axvline(x - 0.5, color="#d64541", linestyle="--", linewidth=1)
+                ax.annotate(_text(f"{step.label} ×{step.ratio:.2f}"), (x - 0.5, ys[step.index]), fontsize=7,
+                            color="#d64541", xytext=(3, 3), textcoords="offset points")
+        ax.set_yscale("log")
+        ax.set_title(_text(name), fontsize=9)
+        ax.set_xticks(range(len(labels)), [_text(label[:7]) for label in labels], rotation=45, fontsize=6)
+        ax.set_ylabel("median / first commit's", fontsize=7)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    return _save(fig, out, "history", "History across commits",
+                 "Each cell's median time relative to its first commit, oldest commit left, with the median's 95% "
+                 "interval from the raw samples; red dashed lines: detected steps (a penalised piecewise-constant "
+                 "fit of the whole series), labelled with the commit where the new level starts and after / before.")
+
+
+def _step_rows(h: History) -> list[tuple[object, ...]]:
+    return [(s.implementation, s.case_id, s.mode, step.label, step.before, step.after, f"×{step.ratio:.2f}",
+             "slower" if step.ratio > 1 else "faster") for s, step in h.steps]
+
+
+STEP_HEADERS = ("implementation", "case", "mode", "commit", "median before (s)", "median after (s)", "ratio", "")
+
+
+def render_markdown(h: History, plot: Plot | None) -> str:
+    out = ["# attnbench history", "",
+           f"{len(h.commits)} commits (oldest first): " + ", ".join(f"`{md(c.label)}`" for c in h.commits), "",
+           f"{len(h.series)} cells measured at two commits or more; **{len(h.steps)} step(s)** detected.", ""]
+    if h.steps:
+        out += [md_table(STEP_HEADERS, _step_rows(h)), ""]
+    if plot is not None:
+        out.append(f"![{md(plot.title)}](plots/{plot.path.name})")
+    return "\n".join(out) + "\n"
+
+
+def render_html(h: History, plot: Plot | None) -> str:
+    parts = ["<h1>attnbench history</h1>",
+             f"<p>{len(h.series)} cells measured at two commits or more; <b>{len(h.steps)} step(s)</b> detected "
+             "(a penalised piecewise-constant fit of each cell's series of medians, as asv's step detection; "
+             "changes below 5% are merged away).</p>"]
+    if h.steps:
+        parts.append("<h2>Steps</h2>" + table(STEP_HEADERS, _step_rows(h), numeric=[4, 5]))
+    if plot is not None:
+        parts.append(f"<figure id=\"history\">{image(plot.path, plot.title)}<figcaption>{esc(plot.caption)}"
+                     "</figcaption></figure>")
+    parts.append("<h2>Commits</h2>" + table(["#", "commit", "time", "run", "file"],
+                                            [(i, c.label, c.time, c.run_id, c.path) for i, c in enumerate(h.commits)]))
+    body = "\n".join(parts)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attnbench history</title>"
+            f"<style>{CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+
+
+def write_history(h: History, out: Path) -> HistoryFiles:
+    """Write the history view under ``out`` (created if missing)."""
+    out.mkdir(parents=True, exist_ok=True)
+    plot = history_plot(h, out / "plots")
+    files = HistoryFiles(html=out / "history.html", markdown=out / "history.md", csv=out / "history.csv", plot=plot)
+    h.frame().to_csv(files.csv, index=False)
+    files.markdown.write_text(render_markdown(h, plot), encoding="utf-8")
+    files.html.write_text(render_html(h, plot), encoding="utf-8")
+    return files

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from harness.report.history import History
 from harness.report.html import CSS, esc, image, table
@@ -42,6 +43,7 @@ def history_plot(h: History, out: Path) -> Plot | None:
     labels = [c.label for c in h.commits]
     for ax, name in zip(axes.flat, names):
         series = sorted((s for s in h.series if s.implementation == name), key=lambda s: (not s.steps, s.case_id))
+        marks: dict[tuple[int, str], list[float]] = {}
         for i, s in enumerate(series[:MAX_LINES]):
             first = s.points[0].median
             xs = [p.position for p in s.points]
@@ -49,12 +51,15 @@ def history_plot(h: History, out: Path) -> Plot | None:
             err = [[(p.median - p.low) / first for p in s.points], [(p.high - p.median) / first for p in s.points]]
             ax.errorbar(xs, ys, yerr=err, label=_text(f"{s.case_id} {s.mode}"), capsize=2, color=f"C{i % 10}",
                         **{k: v for k, v in _style(i).items() if k != "alpha"})
+        for s in series:  # every cell's steps, drawn once per commit: the median ratio and how many cells
             for step in s.steps:
-                x = s.points[step.index].position
-                ax.axvline(x - 0.5, color="#d64541", linestyle="--", linewidth=1)
-                ax.annotate(_text(f"{step.label} ×{step.ratio:.2f}"), (x - 0.5, ys[step.index]), fontsize=7,
-                            color="#d64541", xytext=(3, 3), textcoords="offset points")
-        ax.set_yscale("log")
+                marks.setdefault((s.points[step.index].position, step.label), []).append(step.ratio)
+        for (x, label), ratios in sorted(marks.items()):
+            ax.axvline(x - 0.5, color="#d64541", linestyle="--", linewidth=1)
+            cells = f", {len(ratios)} cells" if len(ratios) > 1 else ""
+            ax.annotate(_text(f"{label[:7]} ×{float(np.median(ratios)):.2f}{cells}"), (x - 0.5, 1.0),
+                        xycoords=("data", "axes fraction"), fontsize=7, color="#d64541", xytext=(3, -10),
+                        textcoords="offset points")
         ax.set_title(_text(name), fontsize=9)
         ax.set_xticks(range(len(labels)), [_text(label[:7]) for label in labels], rotation=45, fontsize=6)
         ax.set_ylabel("median / first commit's", fontsize=7)

@@ -1,0 +1,117 @@
+"""The report's cost-model fits: planted complexity problems are flagged, honest kernels are not.
+
+Bench cells are written through the result schema with the costs the kernels would have (raw
+samples with 2% noise, as bench records them); no timing is involved. Honest kernels include
+the shapes that fooled a single power law: a d sweep at fixed T that the O(T^2) softmax and
+fixed costs dominate, and a fast kernel whose per-call overhead flattens the short end of T.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_report_data import bench_cases
+
+from harness.analysis.costmodel import fit_cost
+from harness.analysis.stats import summarize
+from harness.cases import AttentionCase
+from harness.report.analysis import analyse
+from harness.report.load import load
+from harness.results import BenchCell, ResultWriter
+
+Cost = Callable[[AttentionCase], float]
+
+
+def _work(c: AttentionCase) -> float:
+    return float(c.batch * c.heads * c.tq * c.tk)
+
+
+KERNELS: dict[str, tuple[str, Cost, Cost]] = {
+    # name: (declared memory, seconds, extra bytes at the peak)
+    "honest_gemm": ("quadratic", lambda c: 20e-6 + 1e-10 * _work(c) * c.d, lambda c: 12 * c.heads * c.tq * c.tk),
+    # the softmax's O(T^2) work (constant in d) is most of the time at T = 512: time in d looks flat
+    "honest_softmax_bound": ("quadratic", lambda c: 50e-6 + 4e-9 * _work(c) + 2e-11 * _work(c) * c.d,
+                             lambda c: 12 * c.heads * c.tq * c.tk),
+    # a fast tiled kernel: per-call and per-row costs flatten the short end of T
+    "honest_overhead": ("linear", lambda c: 2e-3 + 2e-7 * c.heads * c.tq + 1e-11 * _work(c) * c.d,
+                        lambda c: 256 * 1024),
+    "planted_cubic": ("linear", lambda c: 20e-6 + 3e-13 * _work(c) * c.tq * c.d / 64, lambda c: 64 * 1024),
+    "planted_fake_linear": ("linear", lambda c: 20e-6 + 1e-10 * _work(c) * c.d, lambda c: 4 * c.heads * c.tq * c.tk),
+    "planted_d_squared": ("linear", lambda c: 20e-6 + 2e-12 * _work(c) * c.d * c.d, lambda c: 64 * 1024),
+}
+
+
+def _cell(name: str, case: AttentionCase, rng: random.Random) -> BenchCell:
+    _, seconds, extra = KERNELS[name]
+    median = seconds(case)
+    samples = [median * (1 + rng.gauss(0, 0.02)) for _ in range(9)]
+    return BenchCell(implementation=name, case=case.to_dict(), case_id=case.id, mode="fwd", status="ok",
+                     samples_s=tuple(samples), stats=summarize(samples), threads=2,
+                     memory={"peak_extra_bytes": int(extra(case)), "method": "synthetic"})
+
+
+@pytest.fixture(scope="module")
+def analysis(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    path = tmp_path_factory.mktemp("fits") / "bench.json"
+    writer = ResultWriter(path, "bench", {"suite": "synthetic"})
+    writer.set("implementations", {name: {"memory": memory} for name, (memory, _, _) in KERNELS.items()})
+    rng = random.Random(7)
+    for name in KERNELS:
+        for case in bench_cases():
+            writer.append(_cell(name, case, rng))
+    writer.finish()
+    return analyse(load([path]), baseline="honest_gemm")
+
+
+def test_exactly_the_planted_problems_are_flagged(analysis) -> None:  # type: ignore[no-untyped-def]
+    flagged = {(r.implementation, r.quantity, r.axis) for r in analysis.flagged}
+    assert flagged == {("planted_cubic", "time", "T"), ("planted_fake_linear", "memory", "T"),
+                       ("planted_d_squared", "time", "d")}
+    rows = {(r.implementation, r.quantity, r.axis): r for r in analysis.rows}
+    assert rows[("planted_cubic", "time", "T")].slope == pytest.approx(3.0, abs=0.15)
+    assert rows[("planted_d_squared", "time", "d")].slope == pytest.approx(2.0, abs=0.15)
+    assert rows[("planted_fake_linear", "memory", "T")].slope == pytest.approx(2.0, abs=0.15)
+    for key in flagged:
+        fit = rows[key].fit
+        assert fit is not None and fit.reached and not fit.contains(rows[key].theory or 0) and rows[key].check == "OFF"
+
+
+def test_lower_order_terms_keep_honest_kernels_on_theory(analysis) -> None:  # type: ignore[no-untyped-def]
+    rows = {(r.implementation, r.quantity, r.axis): r for r in analysis.rows}
+    softmax_d = rows[("honest_softmax_bound", "time", "d")]
+    assert softmax_d.fit is not None and softmax_d.fit.regimes == ("fixed", "fixed", "fixed")  # the softmax term
+    assert softmax_d.check == "leading term not reached" and not softmax_d.flagged
+    overhead_t = rows[("honest_overhead", "time", "T")]
+    assert overhead_t.fit is not None and overhead_t.fit.contains(2.0) and overhead_t.check == "ok"
+    assert overhead_t.fit.regimes[0] == "fixed" and overhead_t.fit.regimes[-1] == "lead"
+    for name in ("honest_gemm", "honest_softmax_bound"):
+        for axis in ("T", "heads"):
+            assert rows[(name, "time", axis)].check == "ok", rows[(name, "time", axis)]
+
+
+def test_the_analysis_fits_each_sweep_once_and_renderers_reuse_it(analysis, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from harness.report import html, markdown
+
+    assert len(analysis.rows) == len({(r.implementation, r.quantity, r.axis, r.sweep) for r in analysis.rows})
+    page = html.render(analysis, "fits", [])
+    summary = markdown.render(analysis, "fits", [])
+    assert "leading term not reached" in page and "dominates at" in summary
+    assert summary.count("⚠️ off") == 3 and "3 exponent(s) flagged" in summary
+
+
+def test_fit_cost_recovers_the_leading_exponent_beside_lower_terms() -> None:
+    rng = np.random.default_rng(3)
+    xs = [256, 512, 1024, 2048, 4096]
+    samples = [[(1e-3 + 1e-6 * x + 1e-9 * x * x) * (1 + rng.normal(0, 0.02)) for _ in range(9)] for x in xs]
+    fit = fit_cost(xs, [float(np.median(s)) for s in samples], samples, theory=2)
+    assert fit.lower_terms == (0, 1) and fit.contains(2.0) and fit.high - fit.low < 1.0
+    assert fit.regimes[0] != "lead" and fit.regimes[-1] == "lead"
+    assert fit.predict([4096])[0] == pytest.approx(1e-3 + 1e-6 * 4096 + 1e-9 * 4096**2, rel=0.05)
+    flat = fit_cost([1, 2, 4, 8], [5.0] * 4, theory=1)  # nothing grows: the leading term is absent
+    assert flat.exponent == 0 and not flat.reached and "leading term not reached" in flat.describe()
+    with pytest.raises(ValueError):
+        fit_cost([1, 2, 3], [1.0, 0.0, 2.0])

@@ -221,12 +221,17 @@ class Row:
         return f"ok (≤ {self.theory:g})" if self.upper_bound_only and self.fit.high < self.theory else "ok"
 
     def as_dict(self) -> dict[str, Any]:
+        """The row for complexity.csv; exponents to 3 decimals (finer digits are noise, and vary with the BLAS)."""
         return {"implementation": self.implementation, "quantity": self.quantity, "axis": self.axis,
-                "exponent": self.slope, "low": self.low, "high": self.high, "theory": self.theory,
-                "off_by": self.off_by, "flagged": self.flagged, "check": self.check, "dominates": self.dominates,
-                "regimes": "" if self.fit is None else " ".join(self.fit.regimes),
-                "model": "" if self.fit is None else model_text(self.fit), "r2": self.r2, "n": self.n,
+                "exponent": _round(self.slope, 3), "low": _round(self.low, 3), "high": _round(self.high, 3),
+                "theory": self.theory, "off_by": _round(self.off_by, 3), "flagged": self.flagged, "check": self.check,
+                "dominates": self.dominates, "regimes": "" if self.fit is None else " ".join(self.fit.regimes),
+                "model": "" if self.fit is None else model_text(self.fit), "r2": _round(self.r2, 4), "n": self.n,
                 "sweep": self.sweep}
+
+
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(float(value), digits)
 
 
 def model_text(fit: CostFit) -> str:

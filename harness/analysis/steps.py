@@ -17,9 +17,9 @@ than :data:`MIN_RATIO` are merged away: below that a step is not worth a reader'
 from __future__ import annotations
 
 import math
-from statistics import NormalDist
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 

@@ -3,8 +3,8 @@
 The machine (CPU, threads, the GEMM peaks measured on it); the fastest implementation in each
 regime the bench results cover (the shortest and the longest T, causal or not, forward or
 forward+backward), with its margin over the next; which implementations failed
-verification, with the first reason; and each implementation's worst error against its bound. Plain sentences: summary.md and index.html each escape
-and lay them out their own way.
+verification, with the first reason; and each implementation's worst error against its
+bound. Plain sentences: summary.md and index.html each escape and lay them out their own way.
 """
 
 from __future__ import annotations

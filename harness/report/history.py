@@ -107,7 +107,7 @@ def history(paths: Iterable[Path]) -> History:
             continue
         ok = bench[(bench["status"] == "ok") & bench["median"].notna()]
         for row in ok.itertuples():
-            samples = row.samples_s if isinstance(row.samples_s, list) else []
+            samples: Sequence[float] = row.samples_s if isinstance(row.samples_s, list) else []
             cells.setdefault((str(row.implementation), str(row.case_id), str(row.mode)), []).append(
                 (position, float(row.median), samples))
     series = []
@@ -115,8 +115,8 @@ def history(paths: Iterable[Path]) -> History:
         if len(points) < 2:
             continue
         built = []
-        for position, median, samples in points:
-            low, high = median_interval(samples) if len(samples) >= 2 else (median, median)
+        for position, median, kept in points:
+            low, high = median_interval(kept) if len(kept) >= 2 else (median, median)
             built.append(Point(position, median, min(low, median), max(high, median)))
         steps = detect_steps([p.median for p in built], [commits[p.position].label for p in built],
                              [s for _, _, s in points])

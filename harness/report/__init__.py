@@ -1,7 +1,9 @@
 """Reports: result files in, ``index.html`` + ``summary.md`` + ``plots/*.png`` + CSV tables out.
 
-:func:`build_report` is the entry point (``attnbench report`` calls it). The package reads
-only result files (attnbench JSON and pytest-benchmark JSON); it never runs a plugin.
+:func:`build_report` is the entry point (``attnbench report`` calls it): :func:`load` reads the
+files, :func:`analyse` derives everything once, and the plots and writers format the result.
+The package reads only result files (attnbench JSON and pytest-benchmark JSON); it never runs a
+plugin.
 """
 
 from __future__ import annotations
@@ -12,9 +14,10 @@ from typing import Any
 DEFAULT_BASELINE = "torch_sdpa"
 
 _LAZY = {"Report": "harness.report.builder", "build_report": "harness.report.builder",
-         "Results": "harness.report.load", "load": "harness.report.load"}
+         "Results": "harness.report.load", "load": "harness.report.load",
+         "Analysis": "harness.report.analysis", "analyse": "harness.report.analysis"}
 
-__all__ = ["DEFAULT_BASELINE", "Report", "Results", "build_report", "load"]
+__all__ = ["DEFAULT_BASELINE", "Analysis", "Report", "Results", "analyse", "build_report", "load"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,9 +1,11 @@
 """The report's figures, drawn with matplotlib's Agg backend (no display, deterministic PNGs).
 
-Each function draws one figure from the tidy tables and returns a :class:`Plot` (or None when
-the results hold nothing to draw). Scaling plots are log-log, so a power law is a straight
-line and its slope is the exponent shown in the legend; dashed guide lines show what O(T^2)
-and O(T) look like through the same starting point.
+Each function draws one figure from what the analysis (:mod:`harness.report.analysis`) derived,
+or from the tidy tables where nothing is derived, and returns a :class:`Plot` (or None when the
+results hold nothing to draw); none fits anything. Scaling plots are log-log: the measured points
+and, as a thin line, the cost model the analysis fitted, with the leading exponent and its
+interval in the legend; dashed guide lines show what O(T^2) and O(T) look like through the same
+starting point.
 """
 
 from __future__ import annotations

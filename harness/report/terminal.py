@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
 from harness.results import BenchCell, Run, Status, VerifyCell
 
@@ -88,11 +89,13 @@ def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
 
 def _row(kind: str) -> dict[str, Any]:
     return {"kind": kind, "cases": set(), "checks": 0, "pass": 0, "fail": 0, "error": 0, "crash": 0, "timeout": 0,
-            "skipped": 0, "worst_ratio": 0.0, "seconds": 0.0}
+            "skipped": 0, "worst_margin": None, "worst_ratio": None, "seconds": 0.0}
 
 
 def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """Per implementation (in ``order``, then as met): counts by status, cases, worst passing ratio, seconds."""
+    """Per implementation (in ``order``, then as met): counts by status, cases, seconds, the worst error / bound
+    over the checks that ran (1 is the edge) and the worst passing error / baseline's where the baseline sets
+    the bound (:mod:`harness.analysis.margins`)."""
     cells = list(cells)
     present = {c.implementation for c in cells}
     rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
@@ -102,9 +105,11 @@ def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[st
         row["cases"].add(cell.case_id)
         row["checks"] += 1
         row[cell.status.value] = row.get(cell.status.value, 0) + 1
-        ratio = cell.metrics.get("ratio")
-        if cell.status == Status.PASS and isinstance(ratio, (int, float)) and ratio != float("inf"):
-            row["worst_ratio"] = max(row["worst_ratio"], float(ratio))
+        worst = margin(cell.metrics) if cell.status != Status.SKIPPED else None
+        if worst is not None:
+            row["worst_margin"] = max(row["worst_margin"] or 0.0, worst)
+        if cell.status == Status.PASS and baseline_led(cell.metrics):
+            row["worst_ratio"] = max(row["worst_ratio"] or 0.0, float(cell.metrics["ratio"]))
         row["seconds"] += float(cell.seconds or 0.0)
     table = {name: row for name, row in rows.items() if row is not None}
     for row in table.values():
@@ -114,6 +119,10 @@ def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[st
 
 def problems(cells: Iterable[VerifyCell]) -> list[VerifyCell]:
     return [c for c in cells if c.status.is_problem]
+
+
+def _two(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _fmt(x: object) -> str:
@@ -126,10 +135,10 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
 
     lines = [f"rule: {describe_rule()}", ""]
     rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
-             r["skipped"], f"{r['worst_ratio']:.2f}", f"{r['seconds']:.1f}")
+             r["skipped"], _two(r["worst_margin"]), _two(r["worst_ratio"]), f"{r['seconds']:.1f}")
             for name, r in summarize(cells, order).items()]
     lines.append(format_table(("implementation", "kind", "cases", "checks", "pass", "fail", "error", "crash",
-                               "timeout", "skipped", "worst ratio", "seconds"), rows))
+                               "timeout", "skipped", "worst err/bound", "worst ×base", "seconds"), rows))
     bad = problems(cells)
     if bad:
         lines += ["", f"{len(bad)} problem(s):"]

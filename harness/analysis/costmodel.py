@@ -14,10 +14,11 @@ exactly by trying every set of active terms (at most four columns), so thousands
 cost a few batched NumPy solves; the best grid p is refined with a bounded scalar search.
 
 The interval for p is a percentile bootstrap over the raw samples the result file keeps
-(each size's samples resampled, its median taken, the model refitted); where the model has
-fewer parameters than sizes, the relative residuals of the fit are resampled onto it too, so
-drift between cells and a shape the model lacks widen it (for memory, which has no samples,
-that is the bootstrap). It is joined with the leave-one-size-out estimates (a single size that
+(each size's samples resampled, its median taken, the model refitted), with the drift between
+cells put on top: a cell's samples show the noise within it, not the change of the machine's
+load from one cell to the next, which is what bends a sweep on a busy machine; the run's own
+scatter around its cost models (:func:`run_scatter`) measures it. Without samples (memory) a fit
+with sizes to spare resamples its own residuals instead. It is joined with the leave-one-size-out estimates (a single size that
 bends the curve shows) and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a
 factor 2 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that is most of its fitted value;
 "lead" when the leading term is. A fit judges theory only where the leading term dominates.
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -215,14 +216,9 @@ def _leading(p: float, coefs: np.ndarray, lower: tuple[int, ...]) -> float:
     return float(max(kept)) if kept else p
 
 
-def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequence[float]] | None = None, *,
-             theory: float | None = None, lower: tuple[int, ...] | None = None,
-             replicates: int = BOOTSTRAP) -> CostFit:
-    """Fit ``ys`` against ``xs`` (one value per distinct size, e.g. medians) with the cost model.
-
-    ``samples`` (one sequence per size, the raw timings behind each value) feed the bootstrap; without
-    them the interval comes from leaving out one size at a time. ``lower`` defaults to the integer
-    powers below ``theory`` (:func:`lower_terms`)."""
+def _prepare(xs: Sequence[float], ys: Sequence[float], theory: float | None, lower: tuple[int, ...] | None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, tuple[int, ...]]:
+    """(order, sizes sorted, values in that order, the lower-order terms the sizes can carry)."""
     order = np.argsort(np.asarray(xs, dtype=float))
     x_raw = np.asarray(xs, dtype=float)[order]
     y = np.asarray(ys, dtype=float)[order]
@@ -231,6 +227,47 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     if (x_raw <= 0).any() or (y <= 0).any() or not np.isfinite(y).all():
         raise ValueError("a cost model needs positive sizes and values")
     terms = lower_terms(theory, len(x_raw)) if lower is None else lower[: max(0, len(x_raw) - 2)]
+    return order, x_raw, y, terms
+
+
+def _scatter(y: np.ndarray, fitted: np.ndarray, coefs: np.ndarray) -> tuple[np.ndarray, int]:
+    """Log residuals of a fit and its degrees of freedom (sizes less the terms it kept, less p when it has
+    a leading term)."""
+    kept = int((coefs > 0).sum()) + int(coefs[-1] > 0)
+    return np.log(y / fitted), len(y) - kept
+
+
+def run_scatter(series: Iterable[tuple[Sequence[float], Sequence[float], float | None]]) -> float:
+    """How far one run's cells scatter around their own cost models, as a relative standard deviation.
+
+    Each cell's samples show the noise within it, but not the drift between cells (the machine's load
+    changes between one cell and the next), which is what bends a sweep. Each (sizes, values, theory)
+    series is fitted, and the scatter is a robust pooled estimate over the fits with degrees of freedom
+    left: 1.4826 x the median of |log residual| x sqrt(n / dof). One wild cell does not move it."""
+    scaled: list[float] = []
+    for xs, ys, theory in series:
+        try:
+            _, x_raw, y, terms = _prepare(xs, ys, theory, None)
+        except ValueError:
+            continue
+        x = x_raw / x_raw[-1]
+        p, coefs = _point(x, y, terms)
+        residuals, dof = _scatter(y, _model(x, coefs, terms, p), coefs)
+        if dof > 0:
+            scaled += list(np.abs(residuals) * math.sqrt(len(y) / dof))
+    return float(1.4826 * np.median(scaled)) if scaled else 0.0
+
+
+def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequence[float]] | None = None, *,
+             theory: float | None = None, lower: tuple[int, ...] | None = None,
+             replicates: int = BOOTSTRAP, drift: float | None = None) -> CostFit:
+    """Fit ``ys`` against ``xs`` (one value per distinct size, e.g. medians) with the cost model.
+
+    ``samples`` (one sequence per size, the raw timings behind each value) feed the bootstrap. ``drift``
+    (a relative standard deviation, :func:`run_scatter`) is the scatter between cells of the run, put on
+    each bootstrapped value; without it, a fit with degrees of freedom left resamples its own residuals.
+    ``lower`` defaults to the integer powers below ``theory`` (:func:`lower_terms`)."""
+    order, x_raw, y, terms = _prepare(xs, ys, theory, lower)
     scale = float(x_raw[-1])
     x = x_raw / scale  # well-conditioned columns; coefficients are converted back below
     p, coefs = _point(x, y, terms)
@@ -245,12 +282,14 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
         medians = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in kept],
                            axis=1)  # (B, n): each size's median of its resampled samples
         boot = medians * (y / np.asarray([np.median(s) for s in kept]))  # the recorded value may be another statistic
-    dof = len(x) - len(terms) - 2
-    if dof > 0:  # what the model leaves unexplained (drift between cells, a shape it lacks), resampled too
-        residuals = (y / fitted - 1) * math.sqrt(len(x) / dof)
-        boot = boot * np.clip(1 + rng.choice(residuals, size=boot.shape), 0.05, None)
+    residuals, dof = _scatter(y, fitted, coefs)
+    if drift:  # the drift between cells of the run, which no cell's own samples show
+        boot = boot * np.exp(rng.normal(0.0, drift, size=boot.shape))
         resampled = True
-    if resampled:
+    elif dof > 0:  # what the model leaves unexplained (a shape it lacks, drift), resampled onto it
+        boot = boot * np.exp(rng.choice(residuals * math.sqrt(len(x) / dof), size=boot.shape))
+        resampled = True
+    if resampled and replicates:
         estimates_b = _estimate(x, boot, terms)
         tail = (1 - LEVEL) / 2
         estimates += [float(np.quantile(estimates_b, tail)), float(np.quantile(estimates_b, 1 - tail))]

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.analysis.costmodel import CostFit, fit_cost
+from harness.analysis.costmodel import CostFit, fit_cost, run_scatter
 from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
 
 AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width", "Tk": "tk"}
@@ -244,10 +244,10 @@ def model_text(fit: CostFit) -> str:
     return " + ".join(terms) or "0"
 
 
-def fit_rows(s: Sweep, quantity: str, value: str,
-             implementations: dict[str, dict[str, Any]] | None = None) -> list[Row]:
-    """One cost-model fit per implementation along the sweep's axis (the only place the report fits)."""
-    rows = []
+def _series(s: Sweep, quantity: str, value: str, implementations: dict[str, dict[str, Any]] | None
+            ) -> list[tuple[str, pd.DataFrame, float | None]]:
+    """(implementation, its points along the sweep, theory) for every implementation with two sizes or more."""
+    out = []
     for name, group in s.frame.groupby("implementation", sort=True):
         group = group[group[value] > 0].drop_duplicates(s.column, keep="last")
         if group[s.column].nunique() < 2:
@@ -257,10 +257,20 @@ def fit_rows(s: Sweep, quantity: str, value: str,
             theory = WINDOW_TIME_THEORY if s.windowed and s.axis == "T" else TIME_THEORY[s.axis]
         else:
             theory = memory_theory(str(name), (implementations or {}).get(str(name)))
+        out.append((str(name), group, theory))
+    return out
+
+
+def fit_rows(s: Sweep, quantity: str, value: str, implementations: dict[str, dict[str, Any]] | None = None,
+             drift: float | None = None) -> list[Row]:
+    """One cost-model fit per implementation along the sweep's axis (the only place the report fits);
+    ``drift``: the run's scatter between cells (:func:`harness.analysis.costmodel.run_scatter`), for time."""
+    rows = []
+    for name, group, theory in _series(s, quantity, value, implementations):
         samples = _samples(group) if quantity == "time" else None
-        fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory)
-        rows.append(Row(implementation=str(name), quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
-                        fit=fit))
+        fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory,
+                       drift=drift if quantity == "time" else None)
+        rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit))
     return rows
 
 
@@ -307,11 +317,13 @@ def sweep_fits(bench: pd.DataFrame, implementations: dict[str, dict[str, Any]] |
     out: list[SweepFit] = []
     if bench.empty:
         return out
-    for name, axis, value, windowed, packed in SWEEPS:
-        s = sweep(bench, axis, value, windowed=windowed, packed=packed)
-        if s is not None:
-            quantity = "memory" if value == MEMORY else "time"
-            out.append(SweepFit(name, s, quantity, value, tuple(fit_rows(s, quantity, value, implementations))))
+    found = [(name, value, s) for name, axis, value, windowed, packed in SWEEPS
+             if (s := sweep(bench, axis, value, windowed=windowed, packed=packed)) is not None]
+    drift = run_scatter((list(g[s.column]), list(g[value]), theory) for _, value, s in found if value != MEMORY
+                        for _, g, theory in _series(s, "time", value, implementations))
+    for name, value, s in found:
+        quantity = "memory" if value == MEMORY else "time"
+        out.append(SweepFit(name, s, quantity, value, tuple(fit_rows(s, quantity, value, implementations, drift))))
     return out
 
 

@@ -57,6 +57,15 @@ class Report:
         return self.analysis.speedup
 
     @property
+    def bench_table(self) -> pd.DataFrame:
+        return self.analysis.bench_table
+
+    @property
+    def noisy_cells(self) -> tuple[int, int]:
+        """(timed cells with IQR/median >= 10%, timed cells): how far to trust small differences."""
+        return self.analysis.noise.noisy, self.analysis.noise.timed
+
+    @property
     def headline(self) -> tuple[Line, ...]:
         return self.analysis.headline
 

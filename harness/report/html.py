@@ -152,17 +152,20 @@ def _complexity(report: Analysis) -> str:
     rows = report.rows
     if not rows:
         return head + "<p>No sweep with at least two sizes per implementation in these results.</p>"
-    body = [(r.implementation, r.quantity, r.axis, r.slope, "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]",
-             r.theory, r.check, r.dominates, "" if r.fit is None else _regimes(r), "" if r.fit is None else model_text(r.fit),
-             r.r2, r.sweep) for r in rows]
+    body = [(r.implementation, r.quantity, r.axis, r.slope,
+             "" if r.fit is None else f"[{r.fit.low:.2f},\u00a0{r.fit.high:.2f}]", r.theory, r.check, r.dominates,
+             "" if r.fit is None else _regimes(r), "" if r.fit is None else model_text(r.fit), r.r2) for r in rows]
+    sweeps = "; ".join(sorted({f"{r.quantity} in {r.axis}: {r.sweep}" for r in rows}))
     return head + table(["implementation", "quantity", "in", "exponent", "interval", "theory", "check",
-                         "leading term dominates at", "regime per size", "model (x: the size)", "R² (log)", "sweep"],
+                         "leading term dominates at", "regimes", "model (x: the size)", "R² (log)"],
                         body, row_classes=["flag" if r.flagged else "" for r in rows], numeric=[3, 5, 10]) + (
+        f"<p><small>Sweeps: {esc(sweeps)}.</small></p>"
         "<p><small>Each sweep is fitted with a cost model: the lower-order terms the algorithm has (a constant, "
         "and for an O(T²) cost a term in T: fixed per-call costs, per-row work, the softmax's O(T²) that is "
         "constant along d) plus one leading power term c·x^p, all coefficients non-negative. The interval for p "
-        "is a 95% bootstrap over the raw samples joined with the estimates that leave out one size, at least "
-        "±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the leading "
+        "is a 95% bootstrap over the raw samples, with the run's scatter between cells on top (its cells' spread "
+        "around their own cost models: the load changing from one cell to the next), joined with the estimates "
+        "that leave out one size, at least ±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the leading "
         "term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when the "
         "T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
         "and the leading term dominates at two sizes or more; where it dominates nowhere the check says "
@@ -170,8 +173,15 @@ def _complexity(report: Analysis) -> str:
 
 
 def _regimes(row: Row) -> str:
+    """Runs of sizes in one regime: ``128–256 fixed, 512–2048 lead``."""
     assert row.fit is not None
-    return ", ".join(f"{_size(x)}: {regime}" for x, regime in zip(row.fit.xs, row.fit.regimes))
+    runs: list[list[Any]] = []
+    for x, regime in zip(row.fit.xs, row.fit.regimes):
+        if runs and runs[-1][2] == regime:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x, regime])
+    return ", ".join(f"{_size(a)}{'' if a == b else '–' + _size(b)} {regime}" for a, b, regime in runs)
 
 
 def _size(x: float) -> str:

@@ -99,7 +99,8 @@ def _complexity(report: Analysis) -> list[str]:
                           "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]", r.theory,
                           "⚠️ off" if r.flagged else r.check, r.dominates, r.n) for r in rows]))
     out.append(f"\n{len(report.flagged)} exponent(s) flagged. A fit is flagged only when theory lies outside the "
-               "exponent's interval (bootstrap over the raw samples, joined with leaving out one size) and the "
+               "exponent's interval (bootstrap over the raw samples and the run's scatter between cells, joined with "
+               "leaving out one size) and the "
                "leading term is most of the fitted cost at two sizes or more (a tiled kernel's O(T) memory: only "
                "above). Sweeps: " + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in rows})))
     return out + [""]

@@ -160,16 +160,20 @@ def _complexity(report: Analysis) -> str:
                          "leading term dominates at", "regimes", "model (x: the size)", "R² (log)"],
                         body, row_classes=["flag" if r.flagged else "" for r in rows], numeric=[3, 5, 10]) + (
         f"<p><small>Sweeps: {esc(sweeps)}.</small></p>"
-        "<p><small>Each sweep is fitted with a cost model: the lower-order terms the algorithm has (a constant, "
-        "and for an O(T²) cost a term in T: fixed per-call costs, per-row work, the softmax's O(T²) that is "
-        "constant along d) plus one leading power term c·x^p, all coefficients non-negative. The interval for p "
-        "is a 95% bootstrap over the raw samples, with the run's scatter between cells on top (its cells' spread "
-        "around their own cost models: the load changing from one cell to the next), joined with the estimates "
-        "that leave out one size, at least ±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the leading "
-        "term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when the "
-        "T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
-        "and the leading term dominates at two sizes or more; where it dominates nowhere the check says "
-        "\"leading term not reached\": these sizes cannot test the exponent.</small></p>")
+        f"<p><small>{esc(COMPLEXITY_NOTE)}</small></p>")
+
+
+COMPLEXITY_NOTE = (
+    "Each sweep is fitted with a cost model: the lower-order terms the algorithm has (a constant, and for an "
+    "O(T²) cost a term in T: fixed per-call costs, per-row work, the softmax's O(T²) that is constant along d) "
+    "plus one leading power term c·x^p, all coefficients non-negative. The interval for p is a 95% bootstrap "
+    "over the raw samples, with the run's scatter between cells on top (its cells' spread around their own cost "
+    "models: the load changing from one cell to the next), joined with the estimates that leave out one size, "
+    "at least ±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the "
+    "leading term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when "
+    "the T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
+    "and the leading term dominates at two sizes or more; where it dominates nowhere the check says \"leading "
+    "term not reached\": these sizes cannot test the exponent.")
 
 
 def _regimes(row: Row) -> str:

@@ -11,6 +11,7 @@ step detection), never by comparing neighbours against a threshold.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +67,7 @@ class History:
     def steps(self) -> list[tuple[Series, Step]]:
         """Every detected step with its series, largest change first."""
         found = [(s, step) for s in self.series for step in s.steps]
-        return sorted(found, key=lambda pair: -abs(pair[1].ratio - 1 if pair[1].ratio >= 1 else 1 / pair[1].ratio - 1))
+        return sorted(found, key=lambda pair: -abs(math.log(pair[1].ratio)))
 
     def frame(self) -> pd.DataFrame:
         """One row per cell and commit (history.csv): median, interval, and the step ratio where a level starts."""
@@ -98,7 +99,8 @@ def history(paths: Iterable[Path]) -> History:
         loaded.append((results.sources[0].get("environment", {}).get("time") or "", i, path, results))
     if len(loaded) < 2:
         raise UsageError("a history needs result files from at least two commits")
-    loaded.sort(key=lambda item: (item[0], item[1]) if all(x[0] for x in loaded) else (item[1],))
+    if all(time for time, *_ in loaded):  # by recorded time; the order given breaks ties (and stands in for none)
+        loaded.sort(key=lambda item: (item[0], item[1]))
     commits = tuple(_commit(path, results.sources[0]) for _, _, path, results in loaded)
     cells: dict[tuple[str, str, str], list[tuple[int, float, Sequence[float]]]] = {}
     for position, (_, _, _, results) in enumerate(loaded):

@@ -8,6 +8,7 @@ fixed costs dominate, and a fast kernel whose per-call overhead flattens the sho
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from test_report_data import bench_cases
 
-from harness.analysis.costmodel import fit_cost
+from harness.analysis.costmodel import falls, fit_cost
 from harness.analysis.stats import summarize
 from harness.cases import AttentionCase
 from harness.report.analysis import analyse
@@ -39,6 +40,9 @@ KERNELS: dict[str, tuple[str, Cost, Cost]] = {
     # a fast tiled kernel: per-call and per-row costs flatten the short end of T
     "honest_overhead": ("linear", lambda c: 2e-3 + 2e-7 * c.heads * c.tq + 1e-11 * _work(c) * c.d,
                         lambda c: 256 * 1024),
+    # the machine was busy while its smallest T ran: 6x slow there, so time falls from T=128 to T=256
+    "honest_disturbed": ("quadratic", lambda c: (20e-6 + 1e-10 * _work(c) * c.d) * (6.0 if c.tq == 128 else 1.0),
+                         lambda c: 12 * c.heads * c.tq * c.tk),
     "planted_cubic": ("linear", lambda c: 20e-6 + 3e-13 * _work(c) * c.tq * c.d / 64, lambda c: 64 * 1024),
     "planted_fake_linear": ("linear", lambda c: 20e-6 + 1e-10 * _work(c) * c.d, lambda c: 4 * c.heads * c.tq * c.tk),
     "planted_d_squared": ("linear", lambda c: 20e-6 + 2e-12 * _work(c) * c.d * c.d, lambda c: 64 * 1024),
@@ -86,6 +90,8 @@ def test_lower_order_terms_keep_honest_kernels_on_theory(analysis) -> None:  # t
     assert softmax_d.fit is not None and softmax_d.fit.regimes == ("fixed", "fixed", "fixed")  # the softmax term
     assert softmax_d.check == "leading term not reached" and not softmax_d.flagged
     overhead_t = rows[("honest_overhead", "time", "T")]
+    disturbed = rows[("honest_disturbed", "time", "T")]  # the spike would pass for a fixed cost and steepen p
+    assert disturbed.check.startswith("time falls ×0.") and "from 128 to 256: not judged" in disturbed.check
     assert overhead_t.fit is not None and overhead_t.fit.contains(2.0) and overhead_t.check == "ok"
     assert overhead_t.fit.regimes[0] == "fixed" and overhead_t.fit.regimes[-1] == "lead"
     for name in ("honest_gemm", "honest_softmax_bound"):
@@ -115,3 +121,4 @@ def test_fit_cost_recovers_the_leading_exponent_beside_lower_terms() -> None:
     assert flat.exponent == 0 and not flat.reached and "leading term not reached" in flat.describe()
     with pytest.raises(ValueError):
         fit_cost([1, 2, 3], [1.0, 0.0, 2.0])
+    assert falls([1.0, 2.0, 1.5, 3.0]) == pytest.approx(math.log(2.0 / 1.5)) and falls([1.0, 2.0, 4.0]) == 0

@@ -17,7 +17,8 @@ The interval for p is a percentile bootstrap over the raw samples the result fil
 (each size's samples resampled, its median taken, the model refitted), with the drift between
 cells put on top: a cell's samples show the noise within it, not the change of the machine's
 load from one cell to the next, which is what bends a sweep on a busy machine; the run's own
-scatter around its cost models (:func:`run_scatter`) measures it. Without samples (memory) a fit
+scatter around its cost models (:func:`run_scatter`) measures it, and a time that falls as the
+size grows shows at least that much drift in its own sweep (:func:`falls`). Without samples (memory) a fit
 with sizes to spare resamples its own residuals instead. It is joined with the leave-one-size-out estimates (a single size that
 bends the curve shows) and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a
 factor 2 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that is most of its fitted value;
@@ -258,16 +259,26 @@ def run_scatter(series: Iterable[tuple[Sequence[float], Sequence[float], float |
     return float(1.4826 * np.median(scaled)) if scaled else 0.0
 
 
+def falls(values: Sequence[float] | np.ndarray) -> float:
+    """The largest fall along a series that should never fall: max log(y_i / y_j) over i < j (0 if none)."""
+    logs = np.log(np.asarray(values, dtype=float))
+    return float(max(0.0, max((logs[i] - logs[i + 1:].min() for i in range(len(logs) - 1)), default=0.0)))
+
+
 def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequence[float]] | None = None, *,
              theory: float | None = None, lower: tuple[int, ...] | None = None,
-             replicates: int = BOOTSTRAP, drift: float | None = None) -> CostFit:
+             replicates: int = BOOTSTRAP, drift: float | None = None, monotone: bool = False) -> CostFit:
     """Fit ``ys`` against ``xs`` (one value per distinct size, e.g. medians) with the cost model.
 
     ``samples`` (one sequence per size, the raw timings behind each value) feed the bootstrap. ``drift``
     (a relative standard deviation, :func:`run_scatter`) is the scatter between cells of the run, put on
     each bootstrapped value; without it, a fit with degrees of freedom left resamples its own residuals.
+    ``monotone``: the quantity never falls as the size grows (time, when more size is more work); where
+    the values fall anyway, the fall is drift between these cells, and the drift is at least that.
     ``lower`` defaults to the integer powers below ``theory`` (:func:`lower_terms`)."""
     order, x_raw, y, terms = _prepare(xs, ys, theory, lower)
+    if monotone and drift is not None:
+        drift = max(drift, falls(y))
     scale = float(x_raw[-1])
     x = x_raw / scale  # well-conditioned columns; coefficients are converted back below
     p, coefs = _point(x, y, terms)

@@ -43,6 +43,8 @@ MEMORY = "peak_bytes"
 above inputs and output). With the output counted, a tiled kernel is O(T) as FlashAttention
 states it, and a materialising one O(T^2); the extra alone of a tiled kernel is a few tiles, O(1)."""
 
+MAX_FALL = 1.10
+"""A time sweep whose time falls by more than this factor from one size to a larger one is not judged."""
 MEMORY_EXPONENT = {"quadratic": 2.0, "linear": 1.0}
 """Theory for peak memory in T, from the ``memory=`` each implementation declares at registration
 (recorded by bench in the result file's "implementations")."""
@@ -189,9 +191,26 @@ class Row:
         return self.quantity == "memory" and self.theory == MEMORY_EXPONENT["linear"]
 
     @property
+    def fall(self) -> tuple[float, float, float] | None:
+        """For time: (smaller size, larger size, ratio) of the largest fall of time as the size grows, when it is
+        beyond :data:`MAX_FALL`. More work never takes less time: such a sweep was disturbed (the machine's
+        load changed between its cells), and its exponent is not judged."""
+        if self.quantity != "time" or self.fit is None:
+            return None
+        ys = self.fit.ys
+        worst = max(((i, j) for i in range(len(ys)) for j in range(i + 1, len(ys))),
+                    key=lambda ij: ys[ij[0]] / ys[ij[1]], default=None)
+        if worst is None or ys[worst[0]] / ys[worst[1]] <= MAX_FALL:
+            return None
+        i, j = worst
+        return self.fit.xs[i], self.fit.xs[j], ys[j] / ys[i]
+
+    @property
     def judged(self) -> bool:
-        """Theory is known, enough sizes were fitted, and the leading term dominates at two or more of them."""
-        return self.fit is not None and self.theory is not None and self.n >= MIN_POINTS and self.fit.reached
+        """Theory is known, enough sizes were fitted, the leading term dominates at two or more of them, and
+        (time) the sweep does not fall as the size grows."""
+        return (self.fit is not None and self.theory is not None and self.n >= MIN_POINTS and self.fit.reached
+                and self.fall is None)
 
     @property
     def flagged(self) -> bool:
@@ -216,6 +235,8 @@ class Row:
             return f"n<{MIN_POINTS}"
         if not self.fit.reached:
             return "leading term not reached"
+        if (fall := self.fall) is not None:
+            return f"time falls ×{fall[2]:.2f} from {fall[0]:g} to {fall[1]:g}: not judged"
         if self.flagged:
             return "OFF"
         return f"ok (≤ {self.theory:g})" if self.upper_bound_only and self.fit.high < self.theory else "ok"
@@ -269,7 +290,7 @@ def fit_rows(s: Sweep, quantity: str, value: str, implementations: dict[str, dic
     for name, group, theory in _series(s, quantity, value, implementations):
         samples = _samples(group) if quantity == "time" else None
         fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory,
-                       drift=drift if quantity == "time" else None)
+                       drift=drift if quantity == "time" else None, monotone=quantity == "time")
         rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit))
     return rows
 

@@ -173,7 +173,8 @@ COMPLEXITY_NOTE = (
     "leading term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when "
     "the T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
     "and the leading term dominates at two sizes or more; where it dominates nowhere the check says \"leading "
-    "term not reached\": these sizes cannot test the exponent.")
+    "term not reached\": these sizes cannot test the exponent. A time sweep whose time falls by more than 10% "
+    "from one size to a larger one (more work in less time: the load changed between its cells) is not judged.")
 
 
 def _regimes(row: Row) -> str:

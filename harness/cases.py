@@ -13,7 +13,8 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar, TypeVar
 
 from harness.errors import UsageError
-from harness.registry import DEVICES, DTYPES
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES
 
 MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked")
 """none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False;

@@ -14,6 +14,7 @@ matmuls of the same size instead of two), the usual convention.
 from __future__ import annotations
 
 from harness.cases import AttentionCase
+from harness.dtypes import itemsize
 
 MODES = ("fwd", "bwd", "fwd+bwd")
 BWD_OVER_FWD = 2.5
@@ -68,7 +69,7 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     writes dQ, dK, dV. The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     from harness.decode import compulsory_keys
 
-    item = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[case.dtype]
+    item = itemsize(case.dtype)
     keys = case.batch * case.tk if case.varlen is not None else compulsory_keys(case)
     q = case.batch * case.heads * case.tq * case.d
     kv = 2 * case.kv_heads * keys * case.d

@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES, NUMPY_DTYPES
 from harness.errors import PluginError
 from harness.structures import STRUCTURE_PARAMETERS, checked_structures, structure_reasons
 
@@ -27,10 +29,7 @@ if TYPE_CHECKING:
     from harness.cases import AttentionCase
 
 BACKENDS = ("numpy", "torch")
-DTYPES = ("float64", "float32", "float16", "bfloat16")
-DEVICES = ("cpu", "cuda")
 KINDS = ("kernel", "module")
-NUMPY_DTYPES = ("float64", "float32", "float16")
 
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]

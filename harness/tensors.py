@@ -16,15 +16,13 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.dtypes import TABLE
 from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
 from harness.oracle import cache_allowed, gather_pages, packed_allowed, structure_allowed
 
 __all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
 
-TORCH_DTYPES = {
-    "float64": torch.float64, "float32": torch.float32,
-    "float16": torch.float16, "bfloat16": torch.bfloat16,
-}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: t.torch() for name, t in TABLE.items()}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 

@@ -56,13 +56,14 @@ from typing import Any
 
 import torch
 
+from harness.dtypes import TABLE
 from harness.oracle import allowed_keys, allowed_rows, expand_kv
 
 OUTPUT_M = 2.0
 GRAD_M = 3.0
 FLOORS: dict[str, float] = {"float64": 1e-12, "float32": 1e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
 """Absolute floor per dtype for outputs of magnitude <= 1 (scaled by max(1, max|oracle|))."""
-EPS: dict[str, float] = {name: torch.finfo(getattr(torch, name)).eps for name in FLOORS}
+EPS: dict[str, float] = {name: TABLE[name].eps for name in FLOORS}
 REL_L2_BOUNDS: dict[str, float] = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 """Relative-L2 sanity bound per dtype (a correct implementation is far below it)."""
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING
 from harness.cases import CaseRecord
 from harness.errors import UsageError
 from harness.positional import ROPE_CONVENTIONS
-from harness.registry import DEVICES, DTYPES
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES
 
 if TYPE_CHECKING:
     from harness.registry import Implementation

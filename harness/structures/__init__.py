@@ -76,7 +76,8 @@ def structure_from_json(data: Any) -> Structure:
 def parts_of(case: Any) -> tuple[Structure, ...]:
     """The structures ``case`` uses: built-ins from their fields (in id order), then its ``extra_structures``."""
     built_in = (t.of(case) for t in BUILT_IN)
-    return tuple(s for s in built_in if s is not None) + tuple(getattr(case, "extra_structures", ()))
+    extra = (s for s in getattr(case, "extra_structures", ()) if isinstance(s, Structure))  # others: invalid
+    return tuple(s for s in built_in if s is not None) + tuple(extra)
 
 
 def checked_structures(value: Any, kind: str, error: Callable[[str], PluginError]) -> tuple[str, ...]:

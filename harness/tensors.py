@@ -18,7 +18,7 @@ import torch
 from harness.cases import AttentionCase
 from harness.dtypes import TABLE
 from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
-from harness.oracle import allowed_keys, gather_pages
+from harness.oracle import allowed_keys
 from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs
 
 __all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
@@ -237,17 +237,6 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
         bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case)
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
-    if case.page_size is not None:  # drawn last: every other case's inputs stay as they were
-        from harness.paging import make_pages
-
-        k_pages, v_pages, table = make_pages(k, v, case.page_size, gen)
-        # the oracle reads what the paged kernel reads: the pages, gathered through the block table
-        inputs.k64 = gather_pages(k_pages.to(torch.float64), table, tk)
-        inputs.v64 = gather_pages(v_pages.to(torch.float64), table, tk)
-        if backend == "torch":
-            inputs.k_pages, inputs.v_pages = (torch_layout(x.to(device), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
-            inputs.block_table = aux(table.to(device), case)
-        else:
-            inputs.k_pages, inputs.v_pages = (numpy_layout(x.numpy(), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
-            inputs.block_table = aux(table.numpy().astype(np.int64), case)
+    for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
+        part.draw(inputs, case, k, v, gen, backend)
     return inputs

@@ -128,6 +128,11 @@ class Structure:
         """The (batch, heads) leading dimensions of a dense mask of this structure: (1, 1) broadcasts."""
         return (1, 1)
 
+    def draw(self, inputs: Any, case: Any, k: Any, v: Any, generator: Any, backend: str) -> None:
+        """Add what this structure needs to one trial's inputs (:class:`harness.tensors.Inputs`, changed in place)
+        from its rounded K and V (B, Hkv, Tk, d) and the trial's torch generator, after everything else is drawn;
+        ``backend`` is "torch" or "numpy". Most structures need nothing."""
+
     def reasons(self, capabilities: Any) -> list[str]:
         """Why an implementation with these declared capabilities cannot run this structure (beyond the generic
         "not declared and no mask"); empty when it can."""

@@ -57,3 +57,25 @@ class Paged(Structure):
 
     def oracle_kwargs(self) -> dict[str, Any]:
         return {}  # the oracle reads the pages gathered back (harness.oracle.gather_pages)
+
+    def draw(self, inputs: Any, case: Any, k: Any, v: Any, generator: Any, backend: str) -> None:
+        """The page pools and block table; the oracle's K and V become the pages gathered back through the table,
+        so it reads what a paged kernel reads."""
+        import numpy as np
+        import torch
+
+        from harness.layouts import QKV_SWAP, in_layout, numpy_layout, torch_layout
+        from harness.oracle import gather_pages
+        from harness.paging import make_pages
+
+        k_pages, v_pages, table = make_pages(k, v, self.page_size, generator)
+        inputs.k64 = gather_pages(k_pages.to(torch.float64), table, case.tk)
+        inputs.v64 = gather_pages(v_pages.to(torch.float64), table, case.tk)
+        if backend == "torch":
+            pools = [torch_layout(x.to(case.device), case.layout, QKV_SWAP) for x in (k_pages, v_pages)]
+            block_table = table.to(case.device)
+        else:
+            pools = [numpy_layout(x.numpy(), case.layout, QKV_SWAP) for x in (k_pages, v_pages)]
+            block_table = table.numpy().astype(np.int64)
+        inputs.k_pages, inputs.v_pages = pools
+        inputs.block_table = block_table if case.aux_layout == "contiguous" else in_layout(block_table, case.aux_layout)

@@ -71,6 +71,8 @@ class Paged(Structure):
         k_pages, v_pages, table = make_pages(k, v, self.page_size, generator)
         inputs.k64 = gather_pages(k_pages.to(torch.float64), table, case.tk)
         inputs.v64 = gather_pages(v_pages.to(torch.float64), table, case.tk)
+        pools: list[Any]
+        block_table: Any
         if backend == "torch":
             pools = [torch_layout(x.to(case.device), case.layout, QKV_SWAP) for x in (k_pages, v_pages)]
             block_table = table.to(case.device)

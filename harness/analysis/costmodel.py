@@ -17,8 +17,9 @@ The interval for p is a percentile bootstrap over the raw samples the result fil
 (each size's samples resampled, its median taken, the model refitted), with the drift between
 cells put on top: a cell's samples show the noise within it, not the change of the machine's
 load from one cell to the next, which is what bends a sweep on a busy machine; the run's own
-scatter around its cost models (:func:`run_scatter`) measures it, and a time that falls as the
-size grows shows at least that much drift in its own sweep (:func:`falls`). Without samples (memory) a fit
+scatter around its cost models (:func:`run_scatter`) measures it, a time that falls as the
+size grows shows at least that much drift in its own sweep (:func:`falls`), and a cell whose
+own samples spread widely (the load changed while it ran) may differ from the next cell as much. Without samples (memory) a fit
 with sizes to spare resamples its own residuals instead. It is joined with the leave-one-size-out estimates (a single size that
 bends the curve shows) and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a
 factor 2 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that is most of its fitted value;
@@ -259,6 +260,12 @@ def run_scatter(series: Iterable[tuple[Sequence[float], Sequence[float], float |
     return float(1.4826 * np.median(scaled)) if scaled else 0.0
 
 
+def _log_spread(samples: Sequence[float]) -> float:
+    """A robust standard deviation of one cell's samples in log space (1.4826 x their median absolute deviation)."""
+    logs = np.log(np.asarray(samples, dtype=float))
+    return float(1.4826 * np.median(np.abs(logs - np.median(logs))))
+
+
 def falls(values: Sequence[float] | np.ndarray) -> float:
     """The largest fall along a series that should never fall: max log(y_i / y_j) over i < j (0 if none)."""
     logs = np.log(np.asarray(values, dtype=float))
@@ -294,8 +301,13 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
                            axis=1)  # (B, n): each size's median of its resampled samples
         boot = medians * (y / np.asarray([np.median(s) for s in kept]))  # the recorded value may be another statistic
     residuals, dof = _scatter(y, fitted, coefs)
-    if drift:  # the drift between cells of the run, which no cell's own samples show
-        boot = boot * np.exp(rng.normal(0.0, drift, size=boot.shape))
+    sampled = resampled
+    if drift is not None and (drift > 0 or sampled):
+        # the drift between cells, which no cell's median shows: at least the run's scatter, and for a cell
+        # whose own samples spread (the load changed while it ran) that spread, since the load can change as
+        # much from one cell to the next
+        spread = np.array([_log_spread(s) for s in kept]) if sampled else np.zeros(len(x))
+        boot = boot * np.exp(rng.normal(0.0, 1.0, size=boot.shape) * np.maximum(drift, spread))
         resampled = True
     elif dof > 0:  # what the model leaves unexplained (a shape it lacks, drift), resampled onto it
         boot = boot * np.exp(rng.choice(residuals * math.sqrt(len(x) / dof), size=boot.shape))

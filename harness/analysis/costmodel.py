@@ -16,14 +16,18 @@ cost a few batched NumPy solves; the best grid p is refined with a bounded scala
 The interval for p is a percentile bootstrap over the raw samples the result file keeps
 (each size's samples resampled, its median taken, the model refitted), with the drift between
 cells put on top: a cell's samples show the noise within it, not the change of the machine's
-load from one cell to the next, which is what bends a sweep on a busy machine; the run's own
-scatter around its cost models (:func:`run_scatter`) measures it, a time that falls as the
-size grows shows at least that much drift in its own sweep (:func:`falls`), and a cell whose
-own samples spread widely (the load changed while it ran) may differ from the next cell as much. Without samples (memory) a fit
-with sizes to spare resamples its own residuals instead. It is joined with the leave-one-size-out estimates (a single size that
-bends the curve shows) and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a
-factor 2 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that is most of its fitted value;
-"lead" when the leading term is. A fit judges theory only where the leading term dominates.
+load from one cell to the next, which is what bends a sweep on a busy machine. The run's own
+scatter around its cost models (:func:`run_scatter`) measures that drift; a time that falls as
+the size grows shows at least that much in its own sweep (:func:`falls`); and a cell whose own
+samples spread widely (the load changed while it ran) may differ from the next cell as much.
+Without samples (memory) a fit with sizes to spare resamples its own residuals instead. The
+interval is joined with the leave-one-size-out estimates (a single size that bends the curve
+shows) and with the plain log-log slope over the sizes where the leading term dominates (the
+reading in which lower-order costs overlap the leading one, a wait hidden by work, instead of
+adding to it), and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2
+apart cannot resolve an exponent more finely. Each size is put in the regime of the term that
+is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
+the leading term dominates.
 """
 
 from __future__ import annotations
@@ -321,12 +325,17 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
             keep = np.arange(len(x)) != i
             sub = terms[: max(0, int(keep.sum()) - 2)]
             estimates.append(float(_estimate(x[keep], y[keep][None, :], sub)[0]))
+    regimes = _regimes(x, coefs, terms, p)
+    leading = [i for i, r in enumerate(regimes) if r == "lead"]
+    if len(leading) >= 2:  # the plain slope where the leading term dominates: lower-order costs that overlap
+        lx, ly = np.log(x[leading]), np.log(y[leading])  # the leading one (a wait hidden by work) rather than add
+        estimates.append(float(np.polyfit(lx, ly, 1)[0]))
     lead = _leading(p, coefs, terms)
     low = min(min(estimates), lead - MIN_HALF_WIDTH)
     high = max(max(estimates), lead + MIN_HALF_WIDTH)
     real = tuple(float(c) / scale ** k for c, k in zip(coefs, (*terms, p)))
     return CostFit(exponent=float(lead), low=float(low), high=float(high), lower_terms=terms, coefs=real,
-                   xs=tuple(map(float, x_raw)), ys=tuple(map(float, y)), regimes=_regimes(x, coefs, terms, p),
+                   xs=tuple(map(float, x_raw)), ys=tuple(map(float, y)), regimes=regimes,
                    r2=_r2(np.log(y), np.log(np.maximum(fitted, 1e-300))))
 
 

@@ -22,9 +22,9 @@ the size grows shows at least that much in its own sweep (:func:`falls`); and a 
 samples spread widely (the load changed while it ran) may differ from the next cell as much.
 Without samples (memory) a fit with sizes to spare resamples its own residuals instead. The
 interval is joined with the leave-one-size-out estimates (a single size that bends the curve
-shows) and with the plain log-log slope over the sizes where the leading term dominates (the
-reading in which lower-order costs overlap the leading one, a wait hidden by work, instead of
-adding to it), and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2
+shows) and with the plain log-log slope over the sizes where the leading term dominates, overall
+and between the two largest (the reading in which lower-order costs overlap the leading one, a
+wait hidden by work, or an offset of either sign, instead of adding to it), and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2
 apart cannot resolve an exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
 the leading term dominates.
@@ -330,6 +330,7 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     if len(leading) >= 2:  # the plain slope where the leading term dominates: lower-order costs that overlap
         lx, ly = np.log(x[leading]), np.log(y[leading])  # the leading one (a wait hidden by work) rather than add
         estimates.append(float(np.polyfit(lx, ly, 1)[0]))
+        estimates.append(float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2])))  # the growth at the largest sizes run
     lead = _leading(p, coefs, terms)
     low = min(min(estimates), lead - MIN_HALF_WIDTH)
     high = max(max(estimates), lead + MIN_HALF_WIDTH)

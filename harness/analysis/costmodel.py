@@ -24,8 +24,9 @@ Without samples (memory) a fit with sizes to spare resamples its own residuals i
 interval is joined with the leave-one-size-out estimates (a single size that bends the curve
 shows) and with the plain log-log slope over the sizes where the leading term dominates, overall
 and between the two largest (the reading in which lower-order costs overlap the leading one, a
-wait hidden by work, or an offset of either sign, instead of adding to it), and is never narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2
-apart cannot resolve an exponent more finely. Each size is put in the regime of the term that
+wait hidden by work, or an offset of either sign, instead of adding to it), and is never
+narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot resolve an
+exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
 the leading term dominates.
 """

@@ -54,6 +54,8 @@ class Implementation:
     grad: bool = False
     bias: bool = False
     kind: str = "kernel"
+    kv_dtypes: tuple[str, ...] = ()
+    """K/V cache dtypes taken beside any of ``dtypes`` for q (a case's ``kv_dtype``); empty: K and V in q's dtype."""
     structures: tuple[str, ...] = ()
     """Structures taken natively (:data:`STRUCTURES`); any other a case uses arrives folded into ``mask=``."""
     memory: str | None = None
@@ -86,6 +88,10 @@ class Implementation:
             reasons.append(f"a {self.kind} implementation does not run {case.kind} cases")
         if case.dtype not in self.dtypes:
             reasons.append(f"dtype {case.dtype} not supported (supports {', '.join(self.dtypes)})")
+        kv_dtype = getattr(case, "kv_dtype", None)
+        if kv_dtype is not None and kv_dtype != case.dtype and kv_dtype not in self.kv_dtypes:
+            reasons.append(f"a {kv_dtype} KV cache with {case.dtype} queries not supported"
+                           + (f" (KV caches: {', '.join(self.kv_dtypes)})" if self.kv_dtypes else ""))
         if case.device not in self.devices:
             reasons.append(f"device {case.device} not supported (supports {', '.join(self.devices)})")
         if case.causal and not self.causal:
@@ -117,6 +123,7 @@ class Implementation:
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
             "deterministic": self.deterministic, "structures": list(self.structures), "on_request": self.on_request,
+            **({"kv_dtypes": list(self.kv_dtypes)} if self.kv_dtypes else {}),
         }
 
 
@@ -215,7 +222,7 @@ def register(
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
     options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), on_request: bool = False,
-    **unknown: NoReturn,
+    kv_dtypes: Sequence[str] = (), **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -232,6 +239,8 @@ def register(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
         prepare=prepare, options=options, structures=structures, on_request=on_request, **unknown)
+    if kv_dtypes:
+        keywords["kv_dtypes"] = kv_dtypes
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -242,7 +251,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", "structures", "on_request", *_FLAGS}
+             "deterministic", "structures", "on_request", "kv_dtypes", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -268,6 +277,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         bad = [d for d in dtypes if d not in NUMPY_DTYPES]
         if bad:
             raise error(f"NumPy has no {bad}; numpy plugins take {NUMPY_DTYPES}")
+    kv_dtypes = _as_tuple(name, "kv_dtypes", keywords["kv_dtypes"], DTYPES, source) if keywords.get("kv_dtypes") else ()
     devices = _as_tuple(name, "devices", keywords.get("devices", ("cpu",)), DEVICES, source)
     if backend == "numpy" and devices != ("cpu",):
         raise error("a numpy plugin runs on devices=('cpu',) only")
@@ -309,7 +319,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
         set_up=bool(keywords.get("prepare", False)), options=options, deterministic=deterministic,
-        structures=structures, on_request=on_request, **flags,
+        structures=structures, on_request=on_request, kv_dtypes=kv_dtypes, **flags,
     )
 
 

@@ -109,6 +109,12 @@ class AttentionCase(CaseRecord):
     """The layout (:data:`LAYOUTS`, :mod:`harness.layouts`) of every array passed besides q, k and v: the mask,
     the bias, the backward's upstream gradient, cache lengths, block tables, cumulative sequence lengths.
     Part of the id (``aux=strided``) only when not contiguous."""
+    kv_dtype: str | None = None
+    """A KV cache stored in another dtype than q's (inference keeps bf16/fp16 caches beside fp32 queries):
+    K and V are drawn, rounded and passed in this dtype, q (and the output) in ``dtype``. Forward-only. The
+    rule's baseline computes with K and V converted to ``dtype``; the oracle reads the stored values (see
+    docs/decode.md). Part of the id (``kv=bfloat16``, right after the dtype) only when set; never equal to
+    ``dtype`` (leave it unset), so each case has one id."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -157,6 +163,10 @@ class AttentionCase(CaseRecord):
             need(self.batch == 1, "packed sequences (varlen) have batch 1")
             need((self.tq, self.tk) == (sum(p[0] for p in self.varlen), sum(p[1] for p in self.varlen)),
                  "tq and tk must be the sums of the varlen query and key lengths")
+        if self.kv_dtype is not None:
+            need(self.kv_dtype in DTYPES and self.kv_dtype != self.dtype,
+                 f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)")
+            need(not self.grad and not self.self_attention, "a KV cache in another dtype is forward-only, never self")
         if self.cache_seqlens is not None or self.page_size is not None:
             from harness.decode import decode_problem
 
@@ -170,6 +180,8 @@ class AttentionCase(CaseRecord):
         heads = f"H{self.heads}" if self.kv_heads == self.heads else f"H{self.heads}/{self.kv_heads}"
         seq = f"T{self.tq}" if self.tq == self.tk else f"T{self.tq}x{self.tk}"
         parts = [f"B{self.batch}", heads, seq, f"d{self.d}", self.dtype]
+        if self.kv_dtype is not None:
+            parts.append(f"kv={self.kv_dtype}")
         if self.device != "cpu":
             parts.append(self.device)
         if self.causal:
@@ -220,6 +232,13 @@ class AttentionCase(CaseRecord):
         if self.page_size is not None:
             used.add("paged")
         return frozenset(used)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As :meth:`CaseRecord.to_dict`, less ``kv_dtype`` when unset: result files stay as they were."""
+        data = super().to_dict()
+        if self.kv_dtype is None:
+            del data["kv_dtype"]
+        return data
 
     def structure_kwargs(self) -> dict[str, Any]:
         """``window``, ``causal_align``, ``varlen`` (and ``cache_seqlens`` when set) as keywords of

@@ -65,14 +65,17 @@ def forward_flops(case: AttentionCase) -> int:
 def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
-    writes dQ, dK, dV. The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
+    writes dQ, dK, dV. K and V count in the KV cache's dtype when the case has one (``kv_dtype``).
+    The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     from harness.decode import compulsory_keys
 
-    item = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[case.dtype]
+    sizes = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
+    item = sizes[case.dtype]
+    kv_item = sizes[getattr(case, "kv_dtype", None) or case.dtype]  # a KV cache in its own dtype: its bytes
     keys = case.batch * case.tk if case.varlen is not None else compulsory_keys(case)
     q = case.batch * case.heads * case.tq * case.d
     kv = 2 * case.kv_heads * keys * case.d
-    fwd = (2 * q + kv) * item
+    fwd = 2 * q * item + kv * kv_item
     if mode == "fwd":
         return fwd
     bwd = (4 * q + 2 * kv) * item  # Q, K, V, O, dO read; dQ, dK, dV written

@@ -247,10 +247,11 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
     dtype = TORCH_DTYPES[case.dtype]
+    kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
     if case.inputs == "wide" and not case.self_attention:  # self-attention: V is Q, whose logits must stay finite
-        v = v * wide_scale(dtype)
+        v = v * wide_scale(kv_dtype)
     mask = make_mask(case, gen)
-    q, k, v = (x.to(dtype) for x in (q, k, v))
+    q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
     device = case.device
     if backend == "torch":

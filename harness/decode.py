@@ -55,7 +55,8 @@ def _lengths_label(lengths: tuple[int, ...]) -> str:
 
 
 def decode_id_parts(case: Any) -> list[str]:
-    """The id parts of the decode fields: ``cache=5,17,3`` (a long list summarised), ``paged=16``."""
+    """The id parts of the decode fields: ``cache=5,17,3`` (a long list summarised), ``paged=16``. (A cache's
+    own dtype, ``kv=bfloat16``, follows the dtype part instead: see :attr:`AttentionCase.kv_dtype`.)"""
     parts = []
     if case.cache_seqlens is not None:
         parts.append("cache=" + _lengths_label(case.cache_seqlens))
@@ -73,9 +74,13 @@ def ragged_lengths(batch: int, tk: int, seed: int = 0, low: float = 0.25) -> tup
 
 
 def decode_fields(batch: int, heads: int, kv_heads: int, tk: int, tq: int = 1, d: int = 128, *,
-                  ragged: bool = False, page_size: int | None = None, causal: bool = True) -> dict[str, Any]:
-    """The case fields of one decode step: Tq new queries at the end of each sequence (bottom-right causal)."""
+                  ragged: bool = False, page_size: int | None = None, causal: bool = True,
+                  kv_dtype: str | None = None) -> dict[str, Any]:
+    """The case fields of one decode step: Tq new queries at the end of each sequence (bottom-right causal),
+    the cache stored in ``kv_dtype`` when given (bf16/fp16 caches beside fp32 queries)."""
     fields: dict[str, Any] = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "tq": tq, "tk": tk, "d": d}
+    if kv_dtype is not None:
+        fields["kv_dtype"] = kv_dtype
     if causal and tq > 1:  # one query sees every cached key anyway: the case stays plain
         fields.update(causal=True, causal_align="bottom_right")
     if ragged:

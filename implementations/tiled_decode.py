@@ -55,6 +55,8 @@ KV_DTYPES = ("float32", "bfloat16", "float16")
 """The K/V cache dtypes the kernel reads, beside any q dtype it takes."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
+_TUNED: dict[str, object] = {}
+"""The settings last passed to the kernel's ``tune`` and the tier it chose."""
 
 
 def extension() -> ModuleType | str:
@@ -80,8 +82,9 @@ def tiers() -> list[str]:
 
 
 def use_isa(isa: str | None = None) -> str:
-    """Choose the kernel's tier: the highest the CPU has (checked at run time) unless ``isa`` or the
-    environment variable ``ATTNBENCH_DECODE_ISA`` names a lower one; returns the tier in use."""
+    """Choose the kernel's tier: ``isa`` if given, else the environment variable ``ATTNBENCH_DECODE_ISA``, else
+    the highest the CPU has (checked at run time; a tier it lacks falls back to that); returns the tier in use.
+    The kernel is re-tuned only when the tier or the tuning constants of this module change."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
@@ -89,9 +92,11 @@ def use_isa(isa: str | None = None) -> str:
     isa = isa or os.environ.get(FORCE_ISA, "") or have[-1]
     if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
-    if isa not in have:
-        isa = have[-1]  # asked for a tier the CPU lacks: the best it has
-    return str(ext.tune(isa, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES))
+    settings = (isa if isa in have else have[-1], PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES)
+    if _TUNED.get("settings") != settings:
+        _TUNED["tier"] = str(ext.tune(*settings))
+        _TUNED["settings"] = settings
+    return str(_TUNED["tier"])
 
 
 def available() -> str | None:
@@ -108,13 +113,14 @@ def piece_size(lengths: torch.Tensor, kv_heads: int, threads: int) -> int:
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None, window: tuple[int, int] | None = None,
                      causal_align: str = "top_left", cache_seqlens: torch.Tensor | None = None,
-                     block_table: torch.Tensor | None = None) -> torch.Tensor:
+                     block_table: torch.Tensor | None = None, isa: str | None = None) -> torch.Tensor:
     """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``;
-    k and v in any of :data:`KV_DTYPES` (one dtype for both), the output in q's dtype."""
+    k and v in any of :data:`KV_DTYPES` (one dtype for both), the output in q's dtype; ``isa`` as in
+    :func:`use_isa`."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
-    use_isa()
+    use_isa(isa)
     b, h, tq, d = q.shape
     hkv = k.shape[1]
     tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]

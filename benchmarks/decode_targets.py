@@ -78,25 +78,29 @@ def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool) -> None:
     print("| tier | KV cache | tiled_decode ms | GB/s | probe GB/s | % of read BW (target) | torch_sdpa / ours |")
     print("|---|---|---|---|---|---|---|", flush=True)
     for kv in kvs:
-        dtype = getattr(torch, kv)
-        item = torch.finfo(dtype).bits // 8
-        q, k, v = _cache(8, 32, 8, 32768, dtype)
-        probe = torch.ones(_bytes(8, 32, 8, 32768, item) // 4)
-        read = lambda p=probe: p.sum()  # noqa: E731  the bandwidth measure, interleaved with every call
-        def ours(isa: str) -> Callable[[], object]:
-            return lambda: decode_attention(q, k, v, isa=isa)
+        _headline_rows(kv, isas, rounds, sdpa and kv == "float32")
 
-        calls: list[Callable[[], object]] = [read, *(ours(isa) for isa in isas)]  # the tiers take turns too
-        if sdpa and kv == "float32":
-            calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-        t = _interleaved(calls, rounds)
-        bw = probe.numel() * 4 / t[0] / 1e9
-        for i, isa in enumerate(isas, start=1):
-            gbps = _gbps(8, 32, 8, 32768, t[i], item)
-            ratio = f"{t[-1] / t[i]:.1f}x" if len(t) > len(isas) + 1 else "-"
-            print(f"| {isa} | {kv} | {1e3 * t[i]:.1f} | {gbps:.1f} | {bw:.1f} | {100 * gbps / bw:.0f}% "
-                  f"(>= {TARGETS[kv]}%) | {ratio} |", flush=True)
-        del q, k, v, probe
+
+def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool) -> None:
+    """One KV dtype: the probe, every tier and (float32) SDPA called in turn, ``rounds`` times."""
+    dtype = getattr(torch, kv)
+    item = torch.finfo(dtype).bits // 8
+    q, k, v = _cache(8, 32, 8, 32768, dtype)
+    probe = torch.ones(_bytes(8, 32, 8, 32768, item) // 4)
+
+    def ours(isa: str) -> Callable[[], object]:
+        return lambda: decode_attention(q, k, v, isa=isa)
+
+    calls: list[Callable[[], object]] = [probe.sum, *(ours(isa) for isa in isas)]  # the tiers take turns too
+    if sdpa:
+        calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    t = _interleaved(calls, rounds)
+    bw = probe.numel() * 4 / t[0] / 1e9
+    for i, isa in enumerate(isas, start=1):
+        gbps = _gbps(8, 32, 8, 32768, t[i], item)
+        ratio = f"{t[-1] / t[i]:.1f}x" if len(t) > len(isas) + 1 else "-"
+        print(f"| {isa} | {kv} | {1e3 * t[i]:.1f} | {gbps:.1f} | {bw:.1f} | {100 * gbps / bw:.0f}% "
+              f"(>= {TARGETS[kv]}%) | {ratio} |", flush=True)
 
 
 def main() -> None:
@@ -118,7 +122,7 @@ def main() -> None:
         return
     print(f"tier {use_isa(have[-1])}, float32 cache", flush=True)  # the calls below run on the highest tier
     stream = torch.ones(STREAM_BYTES // 4)
-    read = lambda: stream.sum()  # noqa: E731
+    read = stream.sum
 
     def bandwidth(seconds: float) -> float:
         return STREAM_BYTES / seconds / 1e9

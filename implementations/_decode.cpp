@@ -36,7 +36,8 @@ namespace {
 constexpr int BLOCK = 64;  // keys per block: the K and V rows of a block stay in L1/L2 while R rows use them
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
 constexpr int KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2;  // the cache's element type
-int g_prefetch = 2;              // 0 none, 1 T0, 2 T1, 3 T2
+int g_prefetch = 2;              // 0 none, 1 T0, 2 T1, 3 T2, 4 NTA
+bool g_sparse = false;           // prefetch one line per 4 KiB page only (the hardware streams the rest)
 int g_block = BLOCK;             // keys per block (<= BLOCK)
 int64_t g_ahead_bytes = 32768;   // how far ahead of the rows in use each of K and V is prefetched
 int64_t g_warm_blocks = 2;       // paged caches: how many blocks past the prefetch distance pages are warmed
@@ -68,13 +69,18 @@ struct Problem {
 // builtins (they have no side effects it must keep), and did so here, silently.
 inline void prefetch_row(const char* row, int64_t bytes) {
   if (row == nullptr || g_prefetch == 0) return;
+  if (g_sparse) {  // one line per 4 KiB page: the page walk and the start of the hardware's stream, early
+    if ((reinterpret_cast<uintptr_t>(row) & 4095) >= static_cast<uintptr_t>(bytes)) return;
+    bytes = 1;
+  }
   const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63);
   const uintptr_t last = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(bytes) - 1;
   for (uintptr_t line = first; line <= last; line += 64) {
     const char* at = reinterpret_cast<const char*>(line);
     if (g_prefetch == 1) asm volatile("prefetcht0 (%0)" : : "r"(at));
     else if (g_prefetch == 2) asm volatile("prefetcht1 (%0)" : : "r"(at));
-    else asm volatile("prefetcht2 (%0)" : : "r"(at));
+    else if (g_prefetch == 3) asm volatile("prefetcht2 (%0)" : : "r"(at));
+    else asm volatile("prefetchnta (%0)" : : "r"(at));
   }
 }
 
@@ -392,7 +398,7 @@ std::vector<std::string> tiers() {
 }
 
 std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_t ahead_bytes, int64_t warm_blocks,
-                 bool v_in_scores) {
+                 bool v_in_scores, bool sparse) {
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be avx2 or avx512, not ", isa);
   TORCH_CHECK(isa != "avx512" || has_avx512(), "this CPU has no AVX-512F");
   g_isa = isa == "avx512" ? 1 : 0;
@@ -401,6 +407,7 @@ std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_
   g_prefetch = static_cast<int>(prefetch);
   g_block = static_cast<int>(std::min<int64_t>(std::max<int64_t>(block, 1), BLOCK));
   g_v_in_scores = v_in_scores;
+  g_sparse = sparse;
   return ISA_NAMES[g_isa];
 }
 
@@ -408,7 +415,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("tiers", &tiers, "the instruction-set tiers this CPU can run (avx2, avx512), lowest first");
   module.def("tune", &tune, "tier (avx2 or avx512), prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), "
              "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether V is prefetched "
-             "during the scores pass; returns the tier in use");
+             "during the scores pass, whether only one line per 4 KiB is prefetched; returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

@@ -45,7 +45,7 @@ SOURCES = [Path(__file__).with_name("_decode.cpp")]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
-PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES = 2, 64, 32768, 2, True
+PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES, SPARSE = 2, 64, 32768, 2, True, False
 """Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it is computed on, a steady stream of
 lines in flight per core (V's during the scores pass, so both streams run together); keys go through the
 softmax in blocks of 64."""
@@ -92,7 +92,7 @@ def use_isa(isa: str | None = None) -> str:
     isa = isa or os.environ.get(FORCE_ISA, "") or have[-1]
     if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
-    settings = (isa if isa in have else have[-1], PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES)
+    settings = (isa if isa in have else have[-1], PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES, SPARSE)
     if _TUNED.get("settings") != settings:
         _TUNED["tier"] = str(ext.tune(*settings))
         _TUNED["settings"] = settings

@@ -158,36 +158,43 @@ inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64
   }
 }
 
-// ``ahead[j]`` is the row a fixed distance past key j (null past the end), prefetched while key j is used;
-// ``vahead`` likewise for V when V's rows are prefetched during the scores pass.
+// Prefetches spread evenly over the passes of a phase: pass `pass` of `passes` prefetches the rows of keys
+// j = pass, pass + passes, ... (``ahead[j]``: the row a fixed distance past key j, null past the end), so the
+// memory has a steady stream of requests however many passes over the block's rows the phase makes.
+struct Spread {
+  const char* const* k;  // K rows ahead (or null)
+  const char* const* v;  // V rows ahead (or null)
+  int64_t bytes, pass, passes;
+};
+
 template <int KIND, int RR>
 inline void scores_rows(const float* q, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
-                        const char* const* ahead, const char* const* vahead, int64_t bytes) {
-  int64_t j = 0;
+                        const Spread& pf) {
+  int64_t j = 0, next = pf.k || pf.v ? pf.pass : nk;
   for (; j + SCORE_KEYS <= nk; j += SCORE_KEYS) {
-    for (int64_t i = j; i < j + SCORE_KEYS; ++i) {
-      if (ahead) prefetch_row(ahead[i], bytes);
-      if (vahead) prefetch_row(vahead[i], bytes);
+    for (; next < j + SCORE_KEYS; next += pf.passes) {
+      if (pf.k) prefetch_row(pf.k[next], pf.bytes);
+      if (pf.v) prefetch_row(pf.v[next], pf.bytes);
     }
     scores_tile<KIND, RR, SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
   }
-  for (; j < nk; ++j) {
-    if (ahead) prefetch_row(ahead[j], bytes);
-    if (vahead) prefetch_row(vahead[j], bytes);
-    scores_tile<KIND, RR, 1>(q, dp, kp + j, d, s + j, BLOCK);
+  for (; next < nk; next += pf.passes) {
+    if (pf.k) prefetch_row(pf.k[next], pf.bytes);
+    if (pf.v) prefetch_row(pf.v[next], pf.bytes);
   }
+  for (; j < nk; ++j) scores_tile<KIND, RR, 1>(q, dp, kp + j, d, s + j, BLOCK);
 }
 
 template <int KIND>
 void scores(const float* q, int64_t rows, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
-            const char* const* ahead, const char* const* vahead, int64_t bytes) {
+            Spread pf) {
+  pf.passes = (rows + 3) / 4;
   int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, ahead = vahead = nullptr)
-    scores_rows<KIND, 4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, ahead, vahead, bytes);
+  for (pf.pass = 0; r + 4 <= rows; r += 4, ++pf.pass) scores_rows<KIND, 4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf);
   switch (rows - r) {
-    case 3: scores_rows<KIND, 3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, ahead, vahead, bytes); break;
-    case 2: scores_rows<KIND, 2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, ahead, vahead, bytes); break;
-    case 1: scores_rows<KIND, 1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, ahead, vahead, bytes); break;
+    case 3: scores_rows<KIND, 3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 2: scores_rows<KIND, 2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 1: scores_rows<KIND, 1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
     default: break;
   }
 }
@@ -196,7 +203,7 @@ void scores(const float* q, int64_t rows, int64_t dp, const char* const* kp, int
 // block. TAIL: the last chunk is partial (read from a zero-padded copy).
 template <int KIND, int RR, int CW, bool TAIL>
 inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
-                    const char* const* ahead, int64_t bytes) {
+                    const Spread& pf) {
   const int64_t size = kv_size(KIND);
   vec a[RR][2 * CW];
   #pragma GCC unroll 16
@@ -204,8 +211,12 @@ inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c
     #pragma GCC unroll 16
     for (int c = 0; c < 2 * CW; ++c) a[r][c] = vload(acc + r * dp + c0 + W * c);
   alignas(64) char buf[CH * 4];
+  int64_t next = pf.v ? pf.pass : nk;
   for (int64_t j = 0; j < nk; ++j) {
-    if (ahead) prefetch_row(ahead[j], bytes);
+    if (j == next) {
+      prefetch_row(pf.v[j], pf.bytes);
+      next += pf.passes;
+    }
     vec vv[2 * CW];
     #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c) {
@@ -228,39 +239,39 @@ inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c
 
 template <int KIND, int RR, int CW>
 inline void pv_chunks(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
-                      const char* const* ahead, int64_t bytes) {
-  if (c0 + CW * CH > d) pv_tile<KIND, RR, CW, true>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
-  else pv_tile<KIND, RR, CW, false>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
+                      const Spread& pf) {
+  if (c0 + CW * CH > d) pv_tile<KIND, RR, CW, true>(p, vp, nk, c0, d, acc, dp, pf);
+  else pv_tile<KIND, RR, CW, false>(p, vp, nk, c0, d, acc, dp, pf);
 }
 
 template <int KIND, int RR>
-inline void pv_rows(const float* p, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-                    const char* const* ahead, int64_t bytes) {
+inline void pv_rows(const float* p, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread& pf) {
   const int64_t chunks = (d + CH - 1) / CH;
-  for (int64_t c = 0; c < chunks; c += PV_CHUNKS, ahead = nullptr) {
+  for (int64_t c = 0; c < chunks; c += PV_CHUNKS, ++pf.pass) {
     if constexpr (PV_CHUNKS == 1) {
-      pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, ahead, bytes);
+      pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, pf);
     } else {
       switch (std::min<int64_t>(PV_CHUNKS, chunks - c)) {
-        case 4: pv_chunks<KIND, RR, 4>(p, vp, nk, c * CH, d, acc, dp, ahead, bytes); break;
-        case 3: pv_chunks<KIND, RR, 3>(p, vp, nk, c * CH, d, acc, dp, ahead, bytes); break;
-        case 2: pv_chunks<KIND, RR, 2>(p, vp, nk, c * CH, d, acc, dp, ahead, bytes); break;
-        default: pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, ahead, bytes); break;
+        case 4: pv_chunks<KIND, RR, 4>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        case 3: pv_chunks<KIND, RR, 3>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        case 2: pv_chunks<KIND, RR, 2>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        default: pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, pf); break;
       }
     }
   }
 }
 
 template <int KIND>
-void pv(const float* p, int64_t rows, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-        const char* const* ahead, int64_t bytes) {
+void pv(const float* p, int64_t rows, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread pf) {
+  const int64_t chunks = (d + CH - 1) / CH;
+  pf.passes = (rows + PV_ROWS - 1) / PV_ROWS * ((chunks + PV_CHUNKS - 1) / PV_CHUNKS);
+  pf.pass = 0;
   int64_t r = 0;
-  for (; r + PV_ROWS <= rows; r += PV_ROWS, ahead = nullptr)
-    pv_rows<KIND, PV_ROWS>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
+  for (; r + PV_ROWS <= rows; r += PV_ROWS) pv_rows<KIND, PV_ROWS>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
   switch (rows - r) {
-    case 3: pv_rows<KIND, 3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
-    case 2: pv_rows<KIND, 2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
-    case 1: pv_rows<KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
+    case 3: pv_rows<KIND, 3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
+    case 2: pv_rows<KIND, 2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
+    case 1: pv_rows<KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
     default: break;
   }
 }
@@ -292,9 +303,9 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
       warm_pages(P, b, h, kb + ahead + g_warm_blocks * g_block, std::min(k1, kb + ahead + (g_warm_blocks + 1) * g_block));
     const char* const* ka = g_prefetch ? w.ka.data() : nullptr;
     const char* const* va = g_prefetch ? w.va.data() : nullptr;
-    scores<KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), ka, v_early ? va : nullptr, row_bytes);
+    scores<KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), Spread{ka, v_early ? va : nullptr, row_bytes, 0, 1});
     softmax_block(P, w, kb, nk, rows, bounds);
-    pv<KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), v_early ? nullptr : va, row_bytes);
+    pv<KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), Spread{nullptr, v_early ? nullptr : va, row_bytes, 0, 1});
     if (kb + g_block < k1) fill_rows(P, b, h, kb + g_block, k1, w.kp.data(), w.vp.data());
   }
   for (int64_t r = 0; r < rows; ++r) {

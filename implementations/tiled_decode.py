@@ -45,10 +45,11 @@ SOURCES = [Path(__file__).with_name("_decode.cpp")]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
-PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES, SPARSE = 2, 64, 32768, 2, True, False
-"""Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it is computed on, a steady stream of
-lines in flight per core (V's during the scores pass, so both streams run together); keys go through the
-softmax in blocks of 64."""
+PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES, SPARSE = 2, 64, 32768, 2, False, False
+"""Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it in its stream is computed on: K's
+during the scores pass, V's during the P V pass, each spread evenly over the pass's sweeps of the block, so
+the memory sees a steady stream of requests while the core computes (V_IN_SCORES: both during the scores
+pass; SPARSE: one line per 4 KiB only); keys go through the softmax in blocks of 64."""
 FORCE_ISA = "ATTNBENCH_DECODE_ISA"
 """Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run every tier)."""
 KV_DTYPES = ("float32", "bfloat16", "float16")

@@ -11,7 +11,8 @@ The load average is printed before and after. Nothing here asserts anything: the
 1. B = 8, H 32/8, d = 128, Tq = 1, Tk = 32,768, per instruction-set tier the CPU has (``--isa``) and per KV
    cache dtype (``--kv``): tiled_decode's GB/s of the bytes it reads (K and V in the cache's dtype, q and the
    output once) as a share of the probe's (targets: >= 75% for float32, >= 70% for bfloat16 and float16),
-   and torch_sdpa (enable_gqa=True, float32 only: the all-bf16 SDPA reads the same bytes) time / ours.
+   and torch_sdpa (enable_gqa=True, float32 only) time / ours. ``--batch`` shrinks the case where memory is short
+   (SDPA expands the shared K and V per query head: ~10 GiB at B8).
 With ``--more``, at the highest tier and float32:
 2. Tk sweep 1,024 ... 65,536 (B = 4, H 32/8): the fitted exponent of time in Tk (target about 1); the sizes
    alternate with each other, not with the read (decode steps run back to back).
@@ -73,20 +74,21 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool) -> None:
+def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool, batch: int = 8) -> None:
     """Target 1: per tier and KV dtype, % of the read bandwidth measured beside it (and SDPA in float32)."""
+    print(f"B{batch} H32/8 d128 Tq1 Tk32768:")
     print("| tier | KV cache | tiled_decode ms | GB/s | probe GB/s | % of read BW (target) | torch_sdpa / ours |")
     print("|---|---|---|---|---|---|---|", flush=True)
     for kv in kvs:
-        _headline_rows(kv, isas, rounds, sdpa and kv == "float32")
+        _headline_rows(kv, isas, rounds, sdpa and kv == "float32", batch)
 
 
-def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool) -> None:
+def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool, batch: int) -> None:
     """One KV dtype: the probe, every tier and (float32) SDPA called in turn, ``rounds`` times."""
     dtype = getattr(torch, kv)
     item = torch.finfo(dtype).bits // 8
-    q, k, v = _cache(8, 32, 8, 32768, dtype)
-    probe = torch.ones(_bytes(8, 32, 8, 32768, item) // 4)
+    q, k, v = _cache(batch, 32, 8, 32768, dtype)
+    probe = torch.ones(_bytes(batch, 32, 8, 32768, item) // 4)
 
     def ours(isa: str) -> Callable[[], object]:
         return lambda: decode_attention(q, k, v, isa=isa)
@@ -97,7 +99,7 @@ def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool) -> None:
     t = _interleaved(calls, rounds)
     bw = probe.numel() * 4 / t[0] / 1e9
     for i, isa in enumerate(isas, start=1):
-        gbps = _gbps(8, 32, 8, 32768, t[i], item)
+        gbps = _gbps(batch, 32, 8, 32768, t[i], item)
         ratio = f"{t[-1] / t[i]:.1f}x" if len(t) > len(isas) + 1 else "-"
         print(f"| {isa} | {kv} | {1e3 * t[i]:.1f} | {gbps:.1f} | {bw:.1f} | {100 * gbps / bw:.0f}% "
               f"(>= {TARGETS[kv]}%) | {ratio} |", flush=True)
@@ -109,14 +111,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--isa", nargs="+", choices=("avx2", "avx512"), help="tiers to measure (default: all the CPU has)")
     parser.add_argument("--kv", nargs="+", choices=tuple(TARGETS), default=list(TARGETS), help="KV cache dtypes")
-    parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa at the 2 GiB case (it needs ~10 GiB)")
+    parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa (at B8 it needs ~10 GiB: GQA expanded)")
+    parser.add_argument("--batch", type=int, default=8, help="batch of the headline case (8; less where memory is short)")
     parser.add_argument("--more", action="store_true", help="also the Tk sweep, MQA and paged comparisons")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     have = tiers()
     isas = [i for i in (args.isa or have) if i in have]
     print(f"{_load()}; threads {args.threads}; tiers here {', '.join(have)}; measuring {', '.join(isas)}", flush=True)
-    headline(isas, args.kv, args.rounds, not args.no_sdpa)
+    headline(isas, args.kv, args.rounds, not args.no_sdpa, args.batch)
     if not args.more:
         print(_load())
         return

@@ -234,23 +234,28 @@ void softmax_block(const Problem& P, Scratch& w, int64_t kb, int64_t nk, int64_t
 
 }  // namespace
 
-// The inner loops, once per instruction set (see _decode_kernel.h).
+// The inner loops, once per instruction set (see _decode_kernel.h); internal linkage, so calls between them
+// are direct (no PLT) and the compiler inlines what it sees fit.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+namespace {
 namespace isa_avx2 {
 #define DECODE_WIDTH 8
 #include "_decode_kernel.h"
 #undef DECODE_WIDTH
 }  // namespace isa_avx2
+}  // namespace
 #pragma GCC pop_options
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx2,fma,f16c")
+namespace {
 namespace isa_avx512 {
 #define DECODE_WIDTH 16
 #include "_decode_kernel.h"
 #undef DECODE_WIDTH
 }  // namespace isa_avx512
+}  // namespace
 #pragma GCC pop_options
 
 namespace {

@@ -114,7 +114,7 @@ inline const char* padded(const char* row, int64_t c, int64_t d, char* buf) {
 
 // One chunk of the scores tile: acc[r][j] += Q[r] . K_j over the chunk's columns (rows point at the chunk).
 template <int KIND, int RR, int KK>
-inline void scores_step(const float* q, int64_t dp, const char* const* rows, vec (&acc)[RR][KK]) {
+__attribute__((always_inline)) inline void scores_step(const float* q, int64_t dp, const char* const* rows, vec (&acc)[RR][KK]) {
   vec klo[KK], khi[KK];
   #pragma GCC unroll 16
   for (int j = 0; j < KK; ++j) load_chunk<KIND>(rows[j], klo[j], khi[j]);
@@ -126,9 +126,21 @@ inline void scores_step(const float* q, int64_t dp, const char* const* rows, vec
   }
 }
 
+// The last d % CH columns of a scores tile, from zero-padded copies (never a read past a row). Out of line:
+// its buffers would otherwise make every call of the hot tile realign its stack.
+template <int KIND, int RR, int KK>
+__attribute__((noinline)) void scores_tail(const float* q, int64_t dp, const char* const* kp, int64_t full, int64_t d,
+                                           vec (&acc)[RR][KK]) {
+  alignas(64) char buf[KK][CH * 4];
+  const char* at[KK];
+  for (int j = 0; j < KK; ++j) at[j] = padded<KIND>(kp[j], full, d, buf[j]);
+  scores_step<KIND, RR, KK>(q + full, dp, at, acc);
+}
+
 // S[r][j] = Q[r] . K_j for RR rows x KK keys; each K chunk is loaded (and converted) once for all rows.
 template <int KIND, int RR, int KK>
-inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64_t d, float* s, int64_t ld) {
+__attribute__((always_inline)) inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64_t d,
+                                                       float* s, int64_t ld) {
   const int64_t size = kv_size(KIND);
   vec acc[RR][KK];
   #pragma GCC unroll 16
@@ -142,13 +154,9 @@ inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64
     for (int j = 0; j < KK; ++j) at[j] = kp[j] + c * size;
     scores_step<KIND, RR, KK>(q + c, dp, at, acc);
   }
-  if (full < d) {  // the last d % CH columns, from zero-padded copies: never a read past a row
-    alignas(64) char buf[KK][CH * 4];
-    for (int j = 0; j < KK; ++j) at[j] = padded<KIND>(kp[j], full, d, buf[j]);
-    scores_step<KIND, RR, KK>(q + full, dp, at, acc);
-  }
+  if (full < d) scores_tail<KIND, RR, KK>(q, dp, kp, full, d, acc);
   if constexpr (RR * KK == W) {  // the full tile: every horizontal sum at once
-    alignas(64) float sums[W];
+    alignas(32) float sums[W];
     reduce_all(&acc[0][0], sums);
     for (int r = 0; r < RR; ++r)
       for (int j = 0; j < KK; ++j) s[r * ld + j] = sums[r * KK + j];
@@ -202,7 +210,7 @@ void scores(const float* q, int64_t rows, int64_t dp, const char* const* kp, int
 // acc[r][chunks c0 .. c0 + CW) += sum_j P[r][j] V_j: RR rows x CW chunks of accumulators in registers over the
 // block. TAIL: the last chunk is partial (read from a zero-padded copy).
 template <int KIND, int RR, int CW, bool TAIL>
-inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
+__attribute__((always_inline)) inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
                     const Spread& pf) {
   const int64_t size = kv_size(KIND);
   vec a[RR][2 * CW];
@@ -210,7 +218,7 @@ inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c
   for (int r = 0; r < RR; ++r)
     #pragma GCC unroll 16
     for (int c = 0; c < 2 * CW; ++c) a[r][c] = vload(acc + r * dp + c0 + W * c);
-  alignas(64) char buf[CH * 4];
+  alignas(64) char buf[TAIL ? CH * 4 : 1];  // the partial chunk, zero-padded (TAIL only)
   int64_t next = pf.v ? pf.pass : nk;
   for (int64_t j = 0; j < nk; ++j) {
     if (j == next) {

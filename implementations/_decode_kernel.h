@@ -29,7 +29,7 @@ inline vec bf16_even(ivec x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 1
 inline vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
 inline vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline float vsum(vec x) { return _mm512_reduce_add_ps(x); }
-constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (32 registers)
+constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
 constexpr int PV_ROWS = 4, PV_CHUNKS = 2;  // P V tile: 4 rows x 2 chunks (64 columns): each V element converted once
 
 // Lane i of the result is the sum of the lanes of input i: 16 horizontal sums by a transpose tree.
@@ -66,7 +66,7 @@ inline float vsum(vec x) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
-constexpr int SCORE_KEYS = 2;  // scores tile: up to 4 rows x 2 keys of accumulators (16 registers)
+constexpr int SCORE_KEYS = 2;  // scores tile: up to 4 rows x 2 keys of accumulators (8 of the 16 registers)
 constexpr int PV_ROWS = 4, PV_CHUNKS = 1;  // P V tile: 4 rows x 1 chunk (16 columns)
 
 inline void reduce_all(const vec* a, float* out) {  // 8 registers -> 8 sums by hadd (a transpose tree)

@@ -30,7 +30,7 @@ inline vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm
 inline vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
 inline float vsum(vec x) { return _mm512_reduce_add_ps(x); }
 constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
-constexpr int PV_ROWS = 4, PV_CHUNKS = 2;  // P V tile: 4 rows x 2 chunks (64 columns): each V element converted once
+constexpr int PV_ROWS = 2, PV_CHUNKS = 4;  // P V tile: 2 rows x 4 chunks (128 columns): each V row streams once per row pair
 
 // Lane i of the result is the sum of the lanes of input i: 16 horizontal sums by a transpose tree.
 inline __m512 pair_sum(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }

@@ -23,31 +23,24 @@
 
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 using attnbench_band::Band;
 using attnbench_band::clip;
 
 namespace {
 
-#ifdef __AVX2__
-inline float hsum(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-inline float hmax(__m256 x) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
+#if defined(__AVX2__) && defined(__FMA__)
+using attnbench_pack::hmax;
+using attnbench_pack::hsum;
 #endif
 
 template <typename T>
 inline T row_max(const T* s, int64_t n) {
   T mx = -std::numeric_limits<T>::infinity();
   int64_t j = 0;
-#ifdef __AVX2__
+#if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
     __m256 v = _mm256_set1_ps(mx);
     for (; j + 8 <= n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
@@ -63,7 +56,7 @@ template <typename T>
 inline T exp2_row(T* s, int64_t n, T m) {
   T sum = 0;
   int64_t j = 0;
-#ifdef __AVX2__
+#if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
     const __m256 mv = _mm256_set1_ps(m);
     __m256 acc = _mm256_setzero_ps();
@@ -103,11 +96,7 @@ inline T softmax_row(T* s, int64_t cols, int64_t lo, int64_t hi, const uint8_t* 
     std::fill(s + lo, s + hi, T(0));
     return T(-1);
   }
-  const T sum = exp2_row(s + lo, hi - lo, m_new);
-  const T alpha = m == NEG_INF ? T(0) : exp2_nonpositive(m - m_new);
-  l = l * alpha + sum;
-  m = m_new;
-  return alpha;
+  return attnbench_softmax::rescale(m, l, m_new, exp2_row(s + lo, hi - lo, m_new));
 }
 
 template <typename T>

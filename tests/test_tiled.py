@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from tiled_cases import BLOCKS, CASES
+from tiled_cases import oracle as _oracle
 
 from harness.cases import AttentionCase
 from harness.discovery import load_registry
@@ -17,23 +19,6 @@ from harness.tensors import dtype_name, make_inputs, to_float64
 from implementations._flash_cpu import flash_attention, pick_blocks
 
 REGISTRY = load_registry()
-CASES = [
-    AttentionCase(batch=2, heads=3, tq=37, d=16),
-    AttentionCase(batch=1, heads=2, tq=33, tk=70, d=8, scale=0.3),
-    AttentionCase(batch=2, heads=2, tq=50, d=16, causal=True),
-    AttentionCase(batch=2, heads=4, kv_heads=2, tq=20, tk=45, d=16, mask="empty_rows"),
-    AttentionCase(batch=2, heads=2, tq=40, d=16, mask="key_padding", causal=True, layout="transposed"),
-    AttentionCase(batch=1, heads=6, kv_heads=2, tq=29, d=8, causal=True, layout="strided"),
-    AttentionCase(batch=1, heads=2, tq=64, d=32, dtype="float64", inputs="large"),
-]
-BLOCKS = [(16, 16), (16, 64), (64, 16), (None, None)]
-
-
-def _oracle(inputs, case):
-    return reference_attention(inputs.q64, inputs.k64, inputs.v64, causal=case.causal,
-                               mask=inputs.mask64, scale=case.scale)
-
-
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 @pytest.mark.parametrize("name", ["tiled", "tiled_numpy"])
 def test_any_block_size_matches_the_oracle(name: str, case: AttentionCase) -> None:

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiled_cases import BLOCKS
+from tiled_cases import CASES as TILED_CASES
+from tiled_cases import oracle as _oracle
 
 from harness.cases import AttentionCase
 from harness.discovery import load_registry
@@ -26,17 +29,7 @@ from implementations import tiled_fused as module
 from implementations._fused_kernels import forward as fused_forward
 
 REGISTRY = load_registry()
-CASES = [
-    AttentionCase(batch=2, heads=3, tq=37, d=16),
-    AttentionCase(batch=1, heads=2, tq=33, tk=70, d=8, scale=0.3),
-    AttentionCase(batch=2, heads=2, tq=50, d=16, causal=True),
-    AttentionCase(batch=2, heads=4, kv_heads=2, tq=20, tk=45, d=16, mask="empty_rows"),
-    AttentionCase(batch=2, heads=2, tq=40, d=16, mask="key_padding", causal=True, layout="transposed"),
-    AttentionCase(batch=1, heads=6, kv_heads=2, tq=29, d=8, causal=True, layout="strided"),
-    AttentionCase(batch=1, heads=2, tq=64, d=32, dtype="float64", inputs="large"),
-    AttentionCase(batch=1, heads=2, tq=40, d=16, dtype="bfloat16", causal=True),
-]
-BLOCKS = [(16, 16), (16, 64), (64, 16), (None, None)]
+CASES = [*TILED_CASES, AttentionCase(batch=1, heads=2, tq=40, d=16, dtype="bfloat16", causal=True)]
 
 
 @pytest.fixture(scope="module")
@@ -45,11 +38,6 @@ def impl():
     if reason is not None:
         pytest.skip(reason)
     return REGISTRY.get("tiled_fused")
-
-
-def _oracle(inputs, case):
-    return reference_attention(inputs.q64, inputs.k64, inputs.v64, causal=case.causal,
-                               mask=inputs.mask64, scale=case.scale)
 
 
 TIERS = list(module.TIERS)

@@ -18,6 +18,7 @@
 #include "_flash_avx2.h"
 #include "_flash_band.h"
 #include "_flash_forward.h"
+#include "_flash_items.h"
 #include "_flash_softmax.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -47,10 +48,7 @@ bool has_avx2_fma() {
 }
 
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-void forward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
-                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                       int64_t diagonal_chunk) {
+ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
   attnbench_forward::forward_item<Kernel>("forward_item_avx2", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
                                           q_scale, block_k, diagonal_chunk);
 }
@@ -59,9 +57,7 @@ void forward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tenso
 
 bool has_avx2_fma() { return false; }
 
-void forward_item_avx2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::optional<at::Tensor>&,
-                       at::Tensor, at::Tensor, int64_t, int64_t, int64_t, int64_t, const std::vector<int64_t>&,
-                       double, int64_t, int64_t) {
+ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
   TORCH_CHECK(false, "forward_item_avx2: this build has no AVX2 + FMA");
 }
 

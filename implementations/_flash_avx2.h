@@ -15,6 +15,7 @@
 
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 namespace attnbench_avx2 {
 
@@ -99,12 +100,7 @@ inline __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, i
 struct Lanes {
   static constexpr int64_t W = 8;
   using P = float;
-  using Vec = __m256;
-  static __m256 load(const float* s) { return _mm256_loadu_ps(s); }
-  static __m256 set1(float x) { return _mm256_set1_ps(x); }
-  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
-  static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
-  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
+  ATTNBENCH_LANE_OPS(__m256, _mm256)
   static float reduce_max(__m256 x) { return hmax(x); }
   static float reduce_add(__m256 x) { return hsum(x); }
   static int64_t padded(int64_t n) { return n; }

@@ -18,6 +18,7 @@
 #include "_flash_avx2.h"
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -128,11 +129,7 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 
 // q, k, v, dout: float32 or bf16 (one dtype) with contiguous rows; lse2 (base 2), delta, dq, dk, dv:
 // contiguous float32.
-void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                        int64_t block_q) {
+ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
   const Band band(band_spec);
   const auto dt = q.scalar_type();
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
@@ -153,10 +150,7 @@ void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path
 
-void backward_item_avx2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                        const at::Tensor&, const c10::optional<at::Tensor>&, at::Tensor, at::Tensor, at::Tensor,
-                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const std::vector<int64_t>&, double,
-                        double, int64_t) {
+ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
   TORCH_CHECK(false, "backward_item_avx2: this build has no AVX2 + FMA");
 }
 

@@ -7,7 +7,8 @@
 // vectors), each k rows of 32 B elements: floats (Op = F32), or for bf16 32-bit words holding the pair
 // (B[2p][c], B[2p+1][c]) (Op = Bf16, k counted in pairs, A read as pairs of bf16 along its rows).
 // Include inside a `#pragma GCC target` region of the ISA the kernel needs (avx512f; the bf16 kernels
-// add avx512bf16 and friends); the callers check the CPU at run time. In an anonymous namespace: each
+// add avx512bf16 and friends), after _flash_exp2.h, _flash_pack.h and _flash_softmax.h (whose shared
+// inline functions must stay compiled for the baseline); the callers check the CPU at run time. In an anonymous namespace: each
 // translation unit compiles its own copy for its own target.
 #pragma once
 
@@ -20,6 +21,7 @@
 
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 namespace attnbench_avx512 {
 namespace {
@@ -166,12 +168,7 @@ template <typename PT>
 struct Lanes {
   static constexpr int64_t W = 16;
   using P = PT;
-  using Vec = __m512;
-  static __m512 load(const float* s) { return _mm512_loadu_ps(s); }
-  static __m512 set1(float x) { return _mm512_set1_ps(x); }
-  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
-  static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
-  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+  ATTNBENCH_LANE_OPS(__m512, _mm512)
   static float reduce_max(__m512 x) { return _mm512_reduce_max_ps(x); }
   static float reduce_add(__m512 x) { return _mm512_reduce_add_ps(x); }
   static int64_t padded(int64_t n) { return std::is_same_v<PT, float> ? n : (n + 1) / 2 * 2; }

@@ -17,6 +17,7 @@
 
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
 
 using attnbench_band::Band;
@@ -56,11 +57,7 @@ void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t
 
 }  // namespace
 
-void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                   const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                   at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                   int64_t block_q) {
+ATTNBENCH_BACKWARD_ITEM(backward_item) {
   const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout, &lse2, &delta, &dq, &dk, &dv}) {
     TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_item: float32 tensors");

@@ -15,6 +15,7 @@
 
 #include "_flash_band.h"
 #include "_flash_bf16.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
 
 #pragma GCC push_options
@@ -78,27 +79,10 @@ bool has_avx512bf16() {
 
 // One work item (_flash_forward.h): query rows [q0, q1) of head h of batch b. q, k, v: bfloat16 with
 // contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
-void forward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
-                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                       int64_t diagonal_chunk) {
+ATTNBENCH_FORWARD_ITEM(forward_item_bf16) {
   attnbench_forward::forward_item<Kernel>("forward_item_bf16", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
                                           q_scale, block_k, diagonal_chunk);
 }
-
-// _flash_bf16_backward.cpp
-void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
-                        int64_t block_q);
-
-// _flash_f32.cpp
-bool has_avx512f();
-void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
-                      int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                      int64_t diagonal_chunk);
 
 // A module of its own, built apart from the MKL float32 kernels: a compiler without AVX512_BF16
 // intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.

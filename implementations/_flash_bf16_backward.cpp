@@ -18,6 +18,7 @@
 
 #include "_flash_band.h"
 #include "_flash_bf16.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
 
 using namespace attnbench_bf16;    // NOLINT: this file is the kernel's other half
@@ -84,14 +85,12 @@ const uint16_t* bf16_ptr(const at::Tensor& t, int64_t b, int64_t h) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()) + b * t.stride(0) + h * t.stride(1);
 }
 
-}  // namespace
-
-BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& delta,
-                                    const c10::optional<at::Tensor>& mask, at::Tensor dq, at::Tensor dk,
-                                    at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1, int64_t qmin,
-                                    int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                                    int64_t block_q) {
+// One item (see ATTNBENCH_BACKWARD_ITEM in _flash_items.h) on the bf16 units.
+BF16_TARGET void backward_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                               const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                               at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, int64_t b, int64_t hk, int64_t k0,
+                               int64_t k1, int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c,
+                               double scale, int64_t block_q) {
   const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->stride(3) == 1, "backward_item_bf16: bf16 rows");
@@ -168,4 +167,10 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
       dv_p[j * d + u] = dvt[u * sw + j];
     }
   }
+}
+
+}  // namespace
+
+ATTNBENCH_BACKWARD_ITEM(backward_item_bf16) {
+  backward_bf16(q, k, v, dout, lse2, delta, mask, dq, dk, dv, b, hk, k0, k1, qmin, qmax, band_spec, c, scale, block_q);
 }

@@ -15,7 +15,10 @@
 #include <vector>
 
 #include "_flash_band.h"
+#include "_flash_exp2.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")
@@ -46,10 +49,7 @@ bool has_avx512f() {
 }
 
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-void forward_item_f32(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                      const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
-                      int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                      int64_t diagonal_chunk) {
+ATTNBENCH_FORWARD_ITEM(forward_item_f32) {
   attnbench_forward::forward_item<Kernel>("forward_item_f32", q, k, v, mask, out, lse, b, h, q0, q1, band_spec, q_scale,
                                           block_k, diagonal_chunk);
 }

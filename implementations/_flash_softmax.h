@@ -5,7 +5,8 @@
 //   allowed(j, lo, lim, mrow, ms): the lanes j .. j + W - 1 in [lo, lim) that the mask row allows;
 //   load, set1, mul, fma, add; max_where(mx, ok, x); exp2_where(ok, x) (2^x, 0 off ok);
 //   reduce_max, reduce_add; store_p(dst, p) (W elements); padded(n) (the P columns the P V GEMM reads).
-// The kernels' lane types: _flash_avx2.h (8 lanes), _flash_avx512.h (16 lanes, float32 or bf16 P).
+// The kernels' lane types: _flash_avx2.h (8 lanes), _flash_avx512.h (16 lanes, float32 or bf16 P); the
+// arithmetic of both is ATTNBENCH_LANE_OPS.
 // In an anonymous namespace: each translation unit compiles its copy for its own instruction set.
 #pragma once
 
@@ -13,6 +14,15 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+
+// Vec, load, set1, mul, fma, add of a lane type on the intrinsics named PREFIX##_loadu_ps etc.
+#define ATTNBENCH_LANE_OPS(VEC, PREFIX)                                              \
+  using Vec = VEC;                                                                   \
+  static VEC load(const float* s) { return PREFIX##_loadu_ps(s); }                   \
+  static VEC set1(float x) { return PREFIX##_set1_ps(x); }                           \
+  static VEC mul(VEC a, VEC b) { return PREFIX##_mul_ps(a, b); }                     \
+  static VEC fma(VEC a, VEC b, VEC c) { return PREFIX##_fmadd_ps(a, b, c); }         \
+  static VEC add(VEC a, VEC b) { return PREFIX##_add_ps(a, b); }
 
 namespace attnbench_softmax {
 namespace {

@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -37,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.cli import main as attnbench
+from harness.cluster.node import cpu_model
 from implementations._fused_kernels import tier
 from implementations.tiled_fused import fused_flash_attention
 
@@ -56,17 +56,6 @@ def target(mode: str, causal: bool) -> float:
     """The ratio torch_sdpa time / tiled_fused time to reach, on every tier and dtype: forward 1.15
     (causal 1.2), forward + backward 1.1."""
     return (1.2 if causal else 1.15) if mode == "fwd" else 1.1
-
-
-def cpu_model() -> str:
-    """The CPU's model name as /proc/cpuinfo gives it (Linux), else the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def machine(tier_name: str) -> dict:

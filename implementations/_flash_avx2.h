@@ -98,11 +98,8 @@ inline __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, i
 
 // The lane type of softmax_row (_flash_softmax.h): 8 lanes, P in float32, masks as all-ones lanes.
 struct Lanes {
-  static constexpr int64_t W = 8;
   using P = float;
-  ATTNBENCH_LANE_OPS(__m256, _mm256)
-  static float reduce_max(__m256 x) { return hmax(x); }
-  static float reduce_add(__m256 x) { return hsum(x); }
+  ATTNBENCH_LANE_OPS(8, __m256, _mm256, hmax, hsum)
   static int64_t padded(int64_t n) { return n; }
   static __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, int64_t ms) {
     return attnbench_avx2::allowed(j, lo, lim, mrow, ms);

@@ -92,15 +92,17 @@ inline void micro8(const typename Op::A* a, int64_t lda, const typename Op::B* p
   for (int64_t p = 0; p < kk; ++p) {
     const __m512 b0 = _mm512_castsi512_ps(_mm512_loadu_si512(panel + p * NR));
     const __m512 b1 = _mm512_castsi512_ps(_mm512_loadu_si512(panel + p * NR + 16));
-#define ATTNBENCH_BROADCAST_FMA(insn, i)                                                                  \
+// (w: the element the instruction broadcasts, as the type A's memory was written with where it was float32:
+// an int32_t view of it would let the compiler move the asm before the stores of A it reads.)
+#define ATTNBENCH_BROADCAST_FMA(insn, W, i)                                                               \
   {                                                                                                     \
-    const int32_t* w = reinterpret_cast<const int32_t*>(a + i * lda + Op::step * p);                    \
+    const W* w = reinterpret_cast<const W*>(a + i * lda + Op::step * p);                                \
     asm(insn " %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(c##i##0) : [b] "v"(b0), [w] "m"(*w));             \
     asm(insn " %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(c##i##1) : [b] "v"(b1), [w] "m"(*w));             \
   }
-#define ATTNBENCH_ROW(i)                                                          \
-  if constexpr (std::is_same_v<Op, F32>) ATTNBENCH_BROADCAST_FMA("vfmadd231ps", i) \
-  else ATTNBENCH_BROADCAST_FMA("vdpbf16ps", i)
+#define ATTNBENCH_ROW(i)                                                                 \
+  if constexpr (std::is_same_v<Op, F32>) ATTNBENCH_BROADCAST_FMA("vfmadd231ps", float, i) \
+  else ATTNBENCH_BROADCAST_FMA("vdpbf16ps", int32_t, i)
     ATTNBENCH_ROW(0) ATTNBENCH_ROW(1) ATTNBENCH_ROW(2) ATTNBENCH_ROW(3)
     ATTNBENCH_ROW(4) ATTNBENCH_ROW(5) ATTNBENCH_ROW(6) ATTNBENCH_ROW(7)
 #undef ATTNBENCH_ROW
@@ -166,11 +168,8 @@ inline __m512 exp2_nonpositive(__m512 x) {
 // exponential) or rounded to bf16 (PT = uint16_t, degree 3).
 template <typename PT>
 struct Lanes {
-  static constexpr int64_t W = 16;
   using P = PT;
-  ATTNBENCH_LANE_OPS(__m512, _mm512)
-  static float reduce_max(__m512 x) { return _mm512_reduce_max_ps(x); }
-  static float reduce_add(__m512 x) { return _mm512_reduce_add_ps(x); }
+  ATTNBENCH_LANE_OPS(16, __m512, _mm512, _mm512_reduce_max_ps, _mm512_reduce_add_ps)
   static int64_t padded(int64_t n) { return std::is_same_v<PT, float> ? n : (n + 1) / 2 * 2; }
   static __mmask16 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, int64_t ms) {
     __mmask16 ok = tail(lim - j);

@@ -15,9 +15,13 @@
 #include <cstdint>
 #include <limits>
 
-// Vec, load, set1, mul, fma, add of a lane type on the intrinsics named PREFIX##_loadu_ps etc.
-#define ATTNBENCH_LANE_OPS(VEC, PREFIX)                                              \
+// W, Vec, load, set1, mul, fma, add of a lane type on the intrinsics named PREFIX##_loadu_ps etc., and
+// its reductions to one float, RMAX and RADD.
+#define ATTNBENCH_LANE_OPS(LANES, VEC, PREFIX, RMAX, RADD)                           \
+  static constexpr int64_t W = LANES;                                                \
   using Vec = VEC;                                                                   \
+  static float reduce_max(VEC x) { return RMAX(x); }                                 \
+  static float reduce_add(VEC x) { return RADD(x); }                                 \
   static VEC load(const float* s) { return PREFIX##_loadu_ps(s); }                   \
   static VEC set1(float x) { return PREFIX##_set1_ps(x); }                           \
   static VEC mul(VEC a, VEC b) { return PREFIX##_mul_ps(a, b); }                     \

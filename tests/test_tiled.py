@@ -8,14 +8,13 @@ import math
 import numpy as np
 import pytest
 import torch
-from tiled_cases import BLOCKS, CASES
-from tiled_cases import oracle as _oracle
+from tiled_cases import CASES, check_block_sizes
 
 from harness.cases import AttentionCase
 from harness.discovery import load_registry
 from harness.errors import UsageError
 from harness.oracle import reference_attention
-from harness.tensors import dtype_name, make_inputs, to_float64
+from harness.tensors import make_inputs, to_float64
 from implementations._flash_cpu import flash_attention, pick_blocks
 
 REGISTRY = load_registry()
@@ -26,14 +25,7 @@ def test_any_block_size_matches_the_oracle(name: str, case: AttentionCase) -> No
     assert set(impl.options) == {"block_q", "block_k"}
     inputs = make_inputs(case, seed=2, backend=impl.backend)
     before = [np.array(x, copy=True) if impl.backend == "numpy" else x.clone() for x in (inputs.q, inputs.k, inputs.v)]
-    expected = _oracle(inputs, case)
-    tol = 1e-11 if case.dtype == "float64" else 3e-6
-    for block_q, block_k in BLOCKS:
-        sizes = {} if block_q is None else {"block_q": block_q, "block_k": block_k}
-        out = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), **sizes)
-        assert dtype_name(out) == case.dtype and tuple(out.shape) == (case.batch, case.heads, case.tq, case.d)
-        err = (to_float64(out) - expected).abs().max().item()
-        assert err < tol * max(1.0, expected.abs().max().item()), (block_q, block_k, err)
+    check_block_sizes(impl, inputs, case, 1e-11 if case.dtype == "float64" else 3e-6)
     for old, new in zip(before, (inputs.q, inputs.k, inputs.v)):
         assert (old == new).all(), "an input was modified"
 

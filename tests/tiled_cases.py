@@ -4,10 +4,13 @@ strided layouts, float64 with large inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from harness.cases import AttentionCase
 from harness.oracle import reference_attention
+from harness.tensors import dtype_name, to_float64
 
 CASES = [
     AttentionCase(batch=2, heads=3, tq=37, d=16),
@@ -25,3 +28,15 @@ def oracle(inputs, case: AttentionCase) -> torch.Tensor:
     """The float64 reference output of ``case`` on ``inputs``."""
     return reference_attention(inputs.q64, inputs.k64, inputs.v64, causal=case.causal,
                                mask=inputs.mask64, scale=case.scale)
+
+
+def check_block_sizes(impl: Callable, inputs, case: AttentionCase, tol: float) -> None:
+    """``impl`` on ``inputs`` with every size of :data:`BLOCKS` (None: its own choice) matches the oracle
+    within ``tol`` relative to the largest output, in the case's dtype and shape."""
+    expected = oracle(inputs, case)
+    for block_q, block_k in BLOCKS:
+        sizes = {} if block_q is None else {"block_q": block_q, "block_k": block_k}
+        out = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), **sizes)
+        assert dtype_name(out) == case.dtype and tuple(out.shape) == (case.batch, case.heads, case.tq, case.d)
+        err = (to_float64(out) - expected).abs().max().item()
+        assert err < tol * max(1.0, expected.abs().max().item()), (block_q, block_k, err)

@@ -14,7 +14,6 @@
 
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
-#include "_flash_softmax.h"
 
 #define BF16_ISA "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"
 #define BF16_TARGET __attribute__((target(BF16_ISA)))

@@ -18,7 +18,6 @@
 #include "_flash_exp2.h"
 #include "_flash_items.h"
 #include "_flash_pack.h"
-#include "_flash_softmax.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f")

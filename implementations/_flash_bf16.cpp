@@ -88,11 +88,8 @@ ATTNBENCH_FORWARD_ITEM(forward_item_bf16) {
 // intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
-  module.def("forward_item_bf16", &forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)");
   module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
-  module.def("forward_item_f32", &forward_item_f32, "One work item of the AVX-512 float32 forward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("backward_item_bf16", &backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, forward_item_f32, "One work item of the AVX-512 float32 forward");
+  ATTNBENCH_DEF_ITEM(module, backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)");
 }

@@ -197,13 +197,9 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("backward_item_avx2", &backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs");
   module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
-  module.def("forward_item_avx2", &forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("backward_item", &backward_item, "One work item (a key block of a kv head) of the backward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs");
+  ATTNBENCH_DEF_ITEM(module, forward_item, "One work item of the fused FlashAttention-2 forward");
+  ATTNBENCH_DEF_ITEM(module, backward_item, "One work item (a key block of a kv head) of the backward");
 }

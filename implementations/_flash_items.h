@@ -24,6 +24,10 @@
             at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1, int64_t qmin, int64_t qmax, \
             const std::vector<int64_t>& band_spec, double c, double scale, int64_t block_q)
 
+// Binds work item `name` with the GIL released while it runs (the workers run items in parallel).
+#define ATTNBENCH_DEF_ITEM(module, name, doc) \
+  module.def(#name, &name, doc, pybind11::call_guard<pybind11::gil_scoped_release>())
+
 bool has_avx2_fma();    // _flash_avx2.cpp: this build (-mavx2 -mfma) and this CPU run the avx2 kernels
 bool has_avx512f();     // _flash_f32.cpp
 bool has_avx512bf16();  // _flash_bf16.cpp

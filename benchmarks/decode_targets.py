@@ -1,4 +1,4 @@
-"""Issue 14's targets for ``tiled_decode`` (decode with a KV cache, fp32), printed, in one process.
+"""Targets for ``tiled_decode`` (decode with a KV cache, fp32), printed, in one process.
 
     PYTHONPATH=. python3 benchmarks/decode_targets.py [--rounds 5] [--threads 2] [--no-sdpa]
 

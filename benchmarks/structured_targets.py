@@ -1,4 +1,4 @@
-"""Issue 13's targets: ``tiled_fused`` with native structures against ``torch_sdpa`` given the dense mask.
+"""Targets for ``tiled_fused`` with native structures against ``torch_sdpa`` given the dense mask.
 
     PYTHONPATH=. python3 benchmarks/structured_targets.py [--rounds 3] [--T 2048 4096 8192 16384]
 

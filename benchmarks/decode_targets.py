@@ -1,6 +1,6 @@
 """Targets for ``tiled_decode`` (decode with a KV cache, fp32), printed, in one process.
 
-    PYTHONPATH=. python3 benchmarks/decode_targets.py [--rounds 5] [--threads 2] [--no-sdpa]
+    PYTHONPATH=. python3 benchmarks/decode_targets.py [--rounds 5] [--threads 2] [--no-sdpa] [--json FILE]
 
 Each comparison calls its contestants alternately (a, b, a, b, ...; one warm-up round, then ``--rounds``)
 together with the bandwidth measure itself (``torch.sum`` over 256 MiB, as ``attnbench bench`` measures
@@ -23,10 +23,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.claims_record import Claims
 from harness.analysis.scaling import fit_exponent
 from harness.bench.bandwidth import STREAM_BYTES
 from harness.bench.peak import measure_gemm_peak
@@ -66,8 +68,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa at the 2 GiB case (it needs ~10 GiB)")
+    parser.add_argument("--json", type=Path, help="also write the figures here (benchmarks/claims_record.py)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    claims = Claims("tiled_decode, fp32 KV cache, d = 128 (shares of the torch.sum read bandwidth measured beside it)",
+                    isa=use_isa())
     print(f"{_load()}; threads {args.threads}; tiled_decode path {use_isa()}", flush=True)
     stream = torch.ones(STREAM_BYTES // 4)
     read = lambda: stream.sum()  # the bandwidth measure, interleaved with every comparison
@@ -86,6 +91,11 @@ def main() -> None:
           f"= {ours:.1f} GB/s = {100 * ours / bandwidth(t[0]):.0f}% of it (target >= 70%)"
           + (f"; torch_sdpa(enable_gqa) {1e3 * t[2]:.0f} ms = {t[2] / t[1]:.1f}x ours (target >= 5)" if len(t) > 2 else ""),
           flush=True)
+    claims.add("B8 H32/8 Tq1 Tk32,768: share of the read bandwidth", 100 * ours / bandwidth(t[0]), "%", ">= 70%",
+               ours >= 0.7 * bandwidth(t[0]), f"{ours:.1f} of {bandwidth(t[0]):.1f} GB/s, {1e3 * t[1]:.1f} ms")
+    if len(t) > 2:
+        claims.add("same: torch_sdpa(enable_gqa) time / ours", t[2] / t[1], "x", ">= 5", t[2] / t[1] >= 5,
+                   f"{1e3 * t[2]:.0f} ms against {1e3 * t[1]:.1f} ms")
     del q, k, v, calls
 
     # 2. time against Tk
@@ -99,6 +109,8 @@ def main() -> None:
     print("2. B4 H32/8 Tk sweep: " + ", ".join(f"{tk}: {1e3 * s:.2f} ms ({100 * _gbps(4, 32, 8, tk, s) / bandwidth(t[0]):.0f}%)"
                                                 for tk, s in zip(sizes, t[1:]))
           + f"; time exponent in Tk {fit.slope:.2f} (R2 {fit.r2:.3f}; target about 1)", flush=True)
+    claims.add("B4 H32/8 Tk 1,024 .. 65,536: time exponent in Tk", fit.slope, "", "about 1 (0.85 .. 1.15)",
+               abs(fit.slope - 1) <= 0.15, f"R2 {fit.r2:.3f}")
     del caches
 
     # 3. MQA, one sequence: split-KV. 32 query rows per K/V row: 16 FLOPs per byte at d = 128, past this machine's
@@ -114,6 +126,9 @@ def main() -> None:
               f"{bandwidth(t[0]):.1f} GB/s (target >= 50%); {flops / t[1] / 1e9:.0f} GFLOP/s = "
               f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak {peak:.0f}, which caps any fp32 kernel "
               f"at {ceiling:.0f}% of the bandwidth here", flush=True)
+        claims.add(f"B1 MQA H32/1 Tk{tk:,}: share of the read bandwidth", share, "%", ">= 50%", share >= 50,
+                   f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak ({peak:.0f} GFLOP/s), which caps any "
+                   f"fp32 kernel at {ceiling:.0f}% of the bandwidth")
 
     # 4. paged against contiguous
     q, k, v = _cache(8, 32, 8, 16384)
@@ -124,7 +139,11 @@ def main() -> None:
                      args.rounds)
     print(f"4. B8 H32/8 Tk16384: contiguous {1e3 * t[1]:.1f} ms, paged (16-token pages, shuffled) {1e3 * t[2]:.1f} ms: "
           f"paged / contiguous = {t[2] / t[1]:.2f} (target <= 1.15)", flush=True)
+    claims.add("B8 H32/8 Tk16,384: 16-token pages / contiguous cache", t[2] / t[1], "x", "<= 1.15", t[2] / t[1] <= 1.15,
+               f"{1e3 * t[2]:.1f} ms against {1e3 * t[1]:.1f} ms")
     print(_load())
+    if args.json:
+        claims.write(args.json)
 
 
 if __name__ == "__main__":

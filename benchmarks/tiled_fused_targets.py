@@ -1,7 +1,7 @@
 """``tiled_fused``'s targets against ``torch_sdpa`` on each ISA tier (B1-H8-T4096, d = 64 and 128).
 
     PYTHONPATH=. python3 benchmarks/tiled_fused_targets.py [--rounds 5] [--bf16-peak 820] [--no-memory]
-        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd]
+        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd] [--json FILE]
 
 ``--isa`` runs both implementations as a CPU of that tier would: tiled_fused's kernels through
 ``ATTNBENCH_FUSED_ISA`` and torch's (SDPA's ATen kernels, MKL, oneDNN) through their own variables
@@ -32,6 +32,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.claims_record import Claims
 from harness.cli import main as attnbench
 from implementations._fused_kernels import tier
 from implementations.tiled_fused import fused_flash_attention
@@ -118,9 +119,12 @@ def main() -> None:
     parser.add_argument("--isa", choices=sorted(TIER_ENV), help="run as a CPU of this tier would (see above)")
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--only", default="", help="comma-separated dtypes/modes to keep, e.g. float32,fwd")
+    parser.add_argument("--json", type=Path, help="also write the figures here (benchmarks/claims_record.py)")
     args = parser.parse_args()
     if args.isa and any(os.environ.get(k) != v for k, v in TIER_ENV[args.isa].items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **TIER_ENV[args.isa]})
+    claims = Claims("tiled_fused against torch_sdpa, B1-H8-T4096 (torch_sdpa time / tiled_fused time)",
+                    isa=args.isa or tier(torch.bfloat16))
     measured = _bf16_peak()
     keep = {w for w in args.only.split(",") if w}
     print(f"B1-H8-T4096, {torch.get_num_threads()} threads, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}"
@@ -143,7 +147,11 @@ def main() -> None:
                 if dtype == "bfloat16" and mode == "fwd" and level == "avx512_bf16" else ""
             print(f"{level:11} {d:>4} {dtype:9} {mode:8} {causal!s:6} {1e3 * t_sdpa:9.1f} {1e3 * t_ours:9.1f} {ratio:6.2f}"
                   f" {goal:6.2f} {gflops:8.0f}{share}" + ("" if ratio >= goal else "  (missed)"), flush=True)
+            claims.add(f"{dtype} {mode} d={d}" + (" causal" if causal else ""), ratio, "x", f">= {goal:.2f}",
+                       ratio >= goal, f"sdpa {1e3 * t_sdpa:.1f} ms, ours {1e3 * t_ours:.1f} ms, {gflops:.0f} GFLOP/s", level)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.json:
+        claims.write(args.json)
     if args.no_memory:
         return
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -94,7 +94,9 @@ def table(doc: dict[str, Any]) -> str:
     rows = doc["rows"]
     tiers = any(r.get("tier") for r in rows)
     head = ["claim", *(["tier"] if tiers else []), "measured", "target", "met", "detail"]
-    lines = [f"## {doc['title']}", "", machine_line(doc["machine"]), "", f"Command: `{doc.get('command', '')}`", "",
+    command = str(doc.get("command", "")).replace(f"{ROOT}{os.sep}", "")  # paths relative to the checkout
+    lines = [f"## {doc['title']}: {doc['machine'].get('isa', '?')}", "", machine_line(doc["machine"]), "",
+             f"Command: `{command}`", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         met = {True: "yes", False: "**no**", None: "-"}[r.get("met")]
@@ -109,8 +111,9 @@ def render(docs: Sequence[dict[str, Any]], command: str = "python3 -m benchmarks
     intro = ("# Performance\n\n"
              f"Every table on this page was written by `{command}` from the JSON files the targets scripts\n"
              "wrote; none is typed by hand. Each table names the machine it came from. Ratios are measured\n"
-             "interleaved in one process, so they hold better than absolute times on a shared machine; run the\n"
-             "command on your own machine to get its figures (the README lists the targets).\n")
+             "interleaved in one process, so they hold better than absolute times on a shared machine (a load\n"
+             "average above the thread count means other jobs shared the cores); run the command on your own\n"
+             "machine to get its figures (the README lists the targets).\n")
     return "\n".join([intro, *(table(d) for d in docs)])
 
 

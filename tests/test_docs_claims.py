@@ -35,7 +35,7 @@ ROWS = [
 def test_a_table_names_its_machine_and_every_figure() -> None:
     text = table(_doc("tiled_fused against torch_sdpa", ROWS))
     lines = text.splitlines()
-    assert lines[0] == "## tiled_fused against torch_sdpa"
+    assert lines[0] == "## tiled_fused against torch_sdpa: avx2"  # the tier in the heading: one table per tier
     machine = lines[2]
     for part in ("Example CPU 9000", "avx2, fma", "ISA tier: avx2", "4 threads", "torch 2.13.0+cpu",
                  "load average 0.50, 0.25, 0.10 before, 1.50, 0.75, 0.30 after", "2026-01-02T03:04:05+00:00"):
@@ -69,7 +69,7 @@ def test_from_json_writes_the_page_with_one_section_per_file(tmp_path: Path) -> 
     assert main(["--from-json", *map(str, files), "--out", str(out)]) == 0
     page = out.read_text()
     assert page.startswith("# Performance\n") and "python3 -m benchmarks.claims" in page
-    assert page.index("## first") < page.index("## second")
+    assert page.index("## first: avx2") < page.index("## second: avx2")
     assert page == render([_doc("first", ROWS[:1]), _doc("second", ROWS[:1])])
 
 

@@ -23,7 +23,7 @@ import torch
 
 from harness.pytest_plugin import selected_implementations
 from harness.registry import Implementation
-from harness.verify.runner import kind_functions
+from harness.verify.worker import kind_functions
 
 DEFAULT_SUITE = "small"
 TRIALS = 3

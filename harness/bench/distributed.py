@@ -35,6 +35,7 @@ WARM_UP_TIMEOUT_S = 300.0
 
 if TYPE_CHECKING:
     from harness.bench.runner import BenchRunner
+    from harness.cluster.connect import RayCluster
     from harness.cluster.remote import NodeResult
 
 
@@ -72,15 +73,15 @@ def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: flo
 class ClusterPeaks:
     """The run's ``peaks`` record, per node kind; measured on every node, the higher reading kept per kind."""
 
-    def __init__(self, runner: BenchRunner, submit: Submitter) -> None:
-        self.runner, self.submit = runner, submit
+    def __init__(self, runner: BenchRunner, cluster: RayCluster, submit: Submitter) -> None:
+        self.runner, self.cluster, self.submit = runner, cluster, submit
         self.kinds_nodes: dict[str, str] = {}
         """kind -> the id of a node of that kind (where its peaks are measured again)."""
 
     def measure(self, nodes: list[str], keys: list[tuple[str, str]], *, confirm: bool) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        cluster = self.runner.cluster
+        cluster = self.cluster
         refs = [self.submit(peaks_on_node, keys, self.runner.settings.threads, self.runner.settings.timeout_s,
                             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)) for node in nodes]
         for ref in refs:
@@ -136,13 +137,13 @@ class ClusterPeaks:
         return min(found) if found else None
 
 
-def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell]) -> None:
-    """Measure ``todo`` on ``runner.cluster``; cells are written as their results arrive."""
-    cluster, settings = runner.cluster, runner.settings
+def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayCluster) -> None:
+    """Measure ``todo`` on ``cluster``; cells are written as their results arrive."""
+    settings = runner.settings
     slots = cluster.timing_slots(settings.device)
     environment = {name: str(settings.threads) for name in THREAD_VARIABLES} if settings.threads else {}
     submit = Submitter(cluster, placement(cluster, timing=True, device=settings.device), environment)
-    peaks = ClusterPeaks(runner, submit)
+    peaks = ClusterPeaks(runner, cluster, submit)
     resource = "GPU" if settings.device == "cuda" else NODE_RESOURCE
     nodes = [n["NodeID"] for n in cluster.nodes() if n.get("Resources", {}).get(resource)]
     keys = sorted({(c.case.dtype, c.case.device) for c in todo})

@@ -175,10 +175,8 @@ class BenchRunner:
     """Measures planned cells into a :class:`ResultWriter`; ``on_cell`` sees each finished cell."""
 
     def __init__(self, settings: BenchSettings, writer: ResultWriter, registry: Registry,
-                 on_cell: Callable[[BenchCell], None] = lambda cell: None, cluster: Any = None) -> None:
+                 on_cell: Callable[[BenchCell], None] = lambda cell: None) -> None:
         self.settings = settings
-        self.cluster = cluster
-        """A :class:`~harness.cluster.connect.RayCluster` the cells run on (:mod:`harness.bench.distributed` drives it)."""
         self.writer = writer
         self.registry = registry
         self.on_cell = on_cell

@@ -6,18 +6,21 @@ turns flags into :class:`~harness.bench.runner.BenchSettings` and prints the typ
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from harness.analysis.scaling import cell_fits
 from harness.bench.runner import BenchRunner, BenchSettings
-from harness.bench.sweeps import SUITES, free_ram_bytes, plan
+from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
+from harness.executor import open_executor
 from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
+
+if TYPE_CHECKING:
+    from harness.cluster.connect import RayCluster
 
 
 def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = False, force: bool = False,
@@ -46,7 +49,7 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     cells = plan(settings.suite, names, settings.overrides, settings.device)
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
         raise UsageError(_why_no_cells(settings, names))
-    with _executor(settings) as cluster:  # connected before the file is touched: a bad --address writes nothing
+    with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
         writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
         try:
             writer.set("implementations", {  # what reports know of each implementation: they never import plugins
@@ -55,14 +58,7 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
             done = writer.done_keys()
             todo = [c for c in cells if c.key not in done]
             on_start(len(todo))
-            runner = BenchRunner(settings, writer, registry, on_cell, cluster=cluster)
-            if cluster is None:
-                runner.run(todo)
-            else:
-                from harness.bench.distributed import run_on_cluster
-
-                runner.learn_from_done()
-                run_on_cluster(runner, todo)
+            executor.execute(_BenchJob(BenchRunner(settings, writer, registry, on_cell), todo))
             writer.set("fits", cell_fits(writer.cells))
             writer.finish()
             return writer.run
@@ -88,16 +84,21 @@ def _why_no_cells(settings: BenchSettings, names: list[str]) -> str:
             "drop or widen the axis flags (--T, --d, --heads, --batch, --dtype, --causal, --mode)")
 
 
-@contextlib.contextmanager
-def _executor(settings: BenchSettings) -> Iterator[Any]:
-    """None for the local executor; a connected :class:`~harness.cluster.connect.RayCluster` for ray."""
-    if settings.executor == "local":
-        yield None
-        return
-    from harness.cluster.connect import connect
+@dataclasses.dataclass(frozen=True)
+class _BenchJob:
+    """The cells left to measure, as a :class:`~harness.executor.Job`."""
 
-    with connect(settings.address, tuple(settings.plugins)) as cluster:
-        yield cluster
+    runner: BenchRunner
+    todo: list[PlannedCell]
+
+    def run_here(self) -> None:
+        self.runner.run(self.todo)
+
+    def run_on(self, cluster: RayCluster) -> None:
+        from harness.bench.distributed import run_on_cluster
+
+        self.runner.learn_from_done()
+        run_on_cluster(self.runner, self.todo, cluster)
 
 
 def resume_settings(path: Path) -> BenchSettings:

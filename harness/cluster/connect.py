@@ -33,7 +33,6 @@ a CPU timing cell takes all of it, so no two timing cells ever share a node."""
 CONNECT_TIMEOUT_S = 10.0
 """How long the driver waits for the cluster's address to accept a TCP connection before it gives up."""
 INSTALL_HINT = "pip install 'attnbench[ray]'  (or pip install 'ray>=2.40')"
-EXECUTORS = ("local", "ray")
 
 
 def require_ray() -> None:

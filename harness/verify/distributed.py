@@ -16,8 +16,8 @@ the local executor's, plus ``node``. A batch lost with its node is retried elsew
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
@@ -25,8 +25,8 @@ from harness.isolation import CRASH, THREAD_VARIABLES, Outcome, Task
 from harness.registry import Implementation
 
 if TYPE_CHECKING:
+    from harness.cluster.connect import RayCluster
     from harness.cluster.remote import NodeResult
-    from harness.verify.runner import VerifyRun
 
 MAX_CASES_PER_TASK = 32
 """At most this many cases of one implementation per Ray task (about a second of work in quick)."""
@@ -43,11 +43,24 @@ def batch_size(cases: int, cpus: int) -> int:
 Item = tuple[Implementation, list[Any]]
 
 
+class CaseSink(Protocol):
+    """Where a cluster's outcomes go: the run that planned the cases (:class:`~harness.verify.runner.VerifyRun`)
+    writes them exactly as it writes a local run's."""
+
+    sources: Mapping[str, str]
+    trials: int
+    timeout: float
+
+    def skip(self, impl: Implementation, case: Any, reason: str) -> None: ...
+    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None: ...
+    def flush(self) -> None: ...
+
+
 def check_on_node(source: str, name: str, cases: list[Any], trials: int, threads: int,
                   timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
     """On a node: every check of each of ``cases``, one after another in this node's worker for ``name``;
     outcomes keyed by the case's position in ``cases``."""
-    from harness.verify.runner import WARM_UP_TIMEOUT_S, run_case, warm_up
+    from harness.verify.worker import WARM_UP_TIMEOUT_S, run_case, warm_up
 
     warm = Task((name, "warm-up"), warm_up, (source, name, threads), timeout=max(timeout, WARM_UP_TIMEOUT_S))
     outcomes = {}
@@ -62,28 +75,23 @@ def batches(cases: list[Any], size: int) -> Iterator[list[Any]]:
         yield cases[start:start + size]
 
 
-def run_on_cluster(run: VerifyRun, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
-    """Every case of ``plans`` on ``run.cluster``, in batches of Ray tasks; cells written as results arrive."""
-    cluster = run.cluster
+def run_on_cluster(run: CaseSink, plans: list[tuple[Implementation, list[Any], str | None]], threads: int,
+                   cluster: RayCluster) -> None:
+    """Every case of ``plans`` on ``cluster``, in batches of Ray tasks; cells written to ``run`` as results arrive."""
     environment = {name: str(threads) for name in THREAD_VARIABLES} if threads >= 1 else {}
     submit = Submitter(cluster, placement(cluster, timing=False, device="cpu"), environment)
     size = batch_size(sum(len(cases) for _, cases, _ in plans), cluster.cpus())
 
-    def settle(impl: Implementation, case: Any, reason: str) -> None:
-        run._add(impl, case, {"check": "output", "status": "skipped", "reason": reason, "metrics": {}}, 0.0)
-        with run._lock:
-            run._progress.advance(impl.name if case is None else f"{impl.name} {case.id}")
-
     def items() -> Iterator[Item]:
         for impl, cases, reason in plans:
             if reason is not None:
-                settle(impl, None, reason)
+                run.skip(impl, None, reason)
                 continue
             supported = []
             for case in cases:
                 unsupported = impl.not_supported_reasons(case)
                 if unsupported:
-                    settle(impl, case, "; ".join(unsupported))
+                    run.skip(impl, case, "; ".join(unsupported))
                 else:
                     supported.append(case)
             for batch in batches(supported, size):
@@ -97,9 +105,7 @@ def run_on_cluster(run: VerifyRun, plans: list[tuple[Implementation, list[Any], 
         impl, cases = item
         for index, case in enumerate(cases):
             outcome = Outcome(CRASH, error=lost) if result is None else result.outcomes[str(index)]
-            run._record(impl, case, outcome, node=None if result is None else result.node)
-            with run._lock:
-                run._progress.advance(f"{impl.name} {case.id}")
+            run.record(impl, case, outcome, node=None if result is None else result.node)
 
     stream(cluster.ray, items(), submit_item, 2 * cluster.cpus() + 2, on_done)
-    run._flush(force=True)
+    run.flush()

@@ -117,7 +117,7 @@ def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hypothesis_seed
 
-    from harness.verify.runner import _worker_impl
+    from harness.verify.worker import _worker_impl
 
     impl, _ = _worker_impl(source, name, 1)
     for fields in saved:

@@ -16,85 +16,24 @@ is not there.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from harness.executor import Executor, LocalExecutor
 from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
+from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, warm_up
 
-CasesFn = Callable[[Implementation, str], list[Any]]
-CheckFn = Callable[[Implementation, Any, int], list[dict[str, Any]]]
-
-
-def _kernel() -> tuple[CasesFn, CheckFn]:
-    from harness.verify.case_checks import check_kernel_case
-    from harness.verify.suites import kernel_cases
-
-    return kernel_cases, check_kernel_case
-
-
-def _module() -> tuple[CasesFn, CheckFn]:
-    module = importlib.import_module("harness.verify.modules")
-    return module.module_cases, module.check_module_case
-
-
-KINDS: dict[str, Callable[[], tuple[CasesFn, CheckFn]]] = {"kernel": _kernel, "module": _module}
-"""kind -> a loader of (cases(impl, suite), check(impl, case, trials))."""
-
-
-def kind_functions(kind: str) -> tuple[CasesFn, CheckFn] | str:
-    """The case generator and checker of ``kind``, or the reason they are not available."""
-    loader = KINDS.get(kind)
-    if loader is None:
-        return f"no verifier for kind {kind!r} (known: {', '.join(KINDS)})"
-    try:
-        return loader()
-    except ModuleNotFoundError as exc:
-        return f"the {kind} verifier is not available ({exc}); {kind} implementations are not verified yet"
-
-
-# ---- worker side ----------------------------------------------------------------------------
-
-WARM_UP_TIMEOUT_S = 300.0
-"""A fresh worker imports torch and its implementation's plugin before its first case: not part of a case's time limit."""
-
-
-def _worker_impl(source: str, name: str, threads: int) -> tuple[Implementation, CheckFn]:
-    import torch
-
-    from harness.discovery import load_implementation
-
-    if threads and torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    impl = load_implementation(source, name)
-    functions = kind_functions(impl.kind)
-    if isinstance(functions, str):
-        raise TypeError(functions)
-    return impl, functions[1]
-
-
-def warm_up(source: str, name: str, threads: int) -> None:
-    """In a fresh worker: load the implementation's source, the checker and the implementation's own set-up (its
-    availability check, which may build a C++ extension: on a cluster node, for the first time), so
-    that case timeouts time only cases."""
-    impl, _ = _worker_impl(source, name, threads)
-    impl.availability()
-
-
-def run_case(source: str, name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
-    """In the worker: every check of one case for implementation ``name`` (declared by ``source``)."""
-    impl, check = _worker_impl(source, name, threads)
-    return check(impl, case, trials)
-
+if TYPE_CHECKING:
+    from harness.cluster.connect import RayCluster
 
 # ---- parent side ----------------------------------------------------------------------------
 
@@ -133,10 +72,6 @@ class VerifyRun:
     with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
-    cluster: Any = None
-    """A :class:`~harness.cluster.connect.RayCluster` to run every case on, as a Ray task, with ``on_cluster``."""
-    on_cluster: Callable[[VerifyRun, list[Any], int], None] | None = None
-    """How plans run on ``cluster`` (:func:`harness.verify.distributed.run_on_cluster`, which imports this module)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -152,18 +87,15 @@ class VerifyRun:
                 plans.append((impl, list(functions[0](impl, self.suite)), None))
         return plans
 
-    def run(self) -> list[VerifyCell]:
+    def run(self, executor: Executor | None = None) -> list[VerifyCell]:
+        """Every planned case, where ``executor`` runs them (default: worker processes here)."""
         plans = self.plan()
         self._record_coverage(plans)
         total = sum(max(len(cases), 1) for _, cases, _ in plans)
         self._progress = Progress(total, title="verify", enabled=self.progress_enabled)
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
-            if self.cluster is not None and self.on_cluster is not None:
-                self.on_cluster(self, plans, threads)
-            else:
-                with _worker_environment(threads):
-                    self._run_plans(plans, threads)
+            (executor or LocalExecutor()).execute(_VerifyJob(self, plans, threads))
         finally:
             self._progress.close()
             with self._lock:
@@ -202,8 +134,7 @@ class VerifyRun:
 
     def _run_impl(self, impl: Implementation, cases: list[Any], reason: str | None, threads: int) -> None:
         if reason is not None:
-            self._add(impl, None, {"check": "output", "status": "skipped", "reason": reason, "metrics": {}}, 0.0)
-            self._progress.advance(impl.name)
+            self.skip(impl, None, reason)
             return
         fresh = True
         with WorkerPool(timeout=self.timeout, start_method="forkserver") as pool:
@@ -233,6 +164,21 @@ class VerifyRun:
                     self._record(impl, case, outcome)
                 with self._lock:
                     self._progress.advance(f"{impl.name} {case.id}")
+        self._flush(force=True)
+
+    def skip(self, impl: Implementation, case: Any, reason: str) -> None:
+        """Record ``case`` (None: every case of ``impl``) as skipped for ``reason``; one step of progress."""
+        self._add(impl, case, {"check": "output", "status": "skipped", "reason": reason, "metrics": {}}, 0.0)
+        with self._lock:
+            self._progress.advance(impl.name if case is None else f"{impl.name} {case.id}")
+
+    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
+        """Record the worker's ``outcome`` of ``case`` (run on ``node``, on a cluster); one step of progress."""
+        self._record(impl, case, outcome, node)
+        with self._lock:
+            self._progress.advance(f"{impl.name} {case.id}")
+
+    def flush(self) -> None:
         self._flush(force=True)
 
     def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
@@ -268,6 +214,24 @@ class VerifyRun:
             if force or time.monotonic() - self._flushed >= self.flush_every_s:
                 self.writer.flush()
                 self._flushed = time.monotonic()
+
+
+@dataclass(frozen=True)
+class _VerifyJob:
+    """A verify run's plans, as a :class:`~harness.executor.Job`."""
+
+    run: VerifyRun
+    plans: list[tuple[Implementation, list[Any], str | None]]
+    threads: int
+
+    def run_here(self) -> None:
+        with _worker_environment(self.threads):
+            self.run._run_plans(self.plans, self.threads)
+
+    def run_on(self, cluster: RayCluster) -> None:
+        from harness.verify.distributed import run_on_cluster
+
+        run_on_cluster(self.run, self.plans, self.threads, cluster)
 
 
 @contextlib.contextmanager

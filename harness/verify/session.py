@@ -6,14 +6,12 @@ turns flags into :class:`VerifySettings` and prints the typed run it gets back.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
+from harness.executor import open_executor
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import RESULTS_DIR, ResultWriter, Run, new_run_id
 
@@ -66,7 +64,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
         raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
     if settings.fuzz:
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
-    with _executor(settings, plugins) as cluster:  # connected before the file exists: a bad --address writes nothing
+    with open_executor(settings.executor, settings.address, plugins) as executor:  # a bad --address writes nothing
         writer = ResultWriter(path, "verify", config, force=force)
         try:
             if settings.fuzz:
@@ -75,10 +73,8 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 database = settings.fuzz_database or DATABASE_DIR
                 run_fuzz(impls, plugins, sources, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
-                from harness.verify.distributed import run_on_cluster
-
                 VerifyRun(impls, sources, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                          progress_enabled=settings.progress, cluster=cluster, on_cluster=run_on_cluster).run()
+                          progress_enabled=settings.progress).run(executor)
             writer.finish()
             return writer.run
         except KeyboardInterrupt:
@@ -87,15 +83,3 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
             raise Interrupted(f"{what} are in {path} (complete: false){again}") from None
         finally:
             writer.close()
-
-
-@contextlib.contextmanager
-def _executor(settings: VerifySettings, plugins: tuple[str, ...]) -> Iterator[Any]:
-    """None for the local executor; a connected :class:`~harness.cluster.connect.RayCluster` for ray."""
-    if settings.executor == "local":
-        yield None
-        return
-    from harness.cluster.connect import connect
-
-    with connect(settings.address, plugins) as cluster:
-        yield cluster

@@ -11,9 +11,9 @@ from harness.oracle import reference_attention
 from harness.registry import make_implementation
 from harness.tensors import make_inputs
 from harness.verify.case_checks import check_kernel_case
-from harness.verify.runner import kind_functions
 from harness.verify.suites import SUITES, kernel_cases
 from harness.verify.tolerance import FLOORS, baseline_attention, compare
+from harness.verify.worker import kind_functions
 
 REGISTRY = load_registry()
 

@@ -1,8 +1,8 @@
 """Measure every performance target on this machine and write the tables of docs/performance.md.
 
-    python3 -m benchmarks.claims [--out docs/performance.md] [--json-dir results/claims]
+    python3 -m benchmarks.claims [--out docs/performance.md] [--json-dir docs/claims]
         [--only tiled_fused,structured,decode] [--tiers avx2 avx512f avx512_bf16] [--rounds N]
-    python3 -m benchmarks.claims --from-json results/claims/*.json [--out FILE]   # tables only
+    python3 -m benchmarks.claims --from-json docs/claims/*.json [--out FILE]   # tables only
 
 Each targets script (``benchmarks/*_targets.py``) runs in its own process with ``--json FILE``: it times
 its contestants interleaved in that one process (a load change hits both sides alike) and writes its
@@ -32,6 +32,9 @@ SCRIPTS = {  # name -> (script, extra arguments)
     "structured": ("benchmarks/structured_targets.py", ["--no-flex"]),
     "decode": ("benchmarks/decode_targets.py", []),
 }
+DATA = ROOT / "docs" / "claims"
+"""The claims files docs/performance.md was written from (kept beside it: tests/test_docs_claims.py checks the
+page is exactly what they render to, so no figure is edited by hand)."""
 TIER_FLAGS = {"avx2": ("avx2", "fma"), "avx512f": ("avx512f",), "avx512_bf16": ("avx512f", "avx512_bf16")}
 """The CPU features each tiled_fused tier needs (implementations._fused_kernels.TIERS above generic)."""
 
@@ -117,10 +120,16 @@ def render(docs: Sequence[dict[str, Any]], command: str = "python3 -m benchmarks
     return "\n".join([intro, *(table(d) for d in docs)])
 
 
+def load(files: Sequence[Path]) -> list[dict[str, Any]]:
+    """Claims files in the order they were measured (by their date), whatever order they are named in."""
+    docs = [json.loads(Path(f).read_text()) for f in files]
+    return sorted(docs, key=lambda d: str(d.get("machine", {}).get("date", "")))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "performance.md")
-    parser.add_argument("--json-dir", type=Path, default=ROOT / "results" / "claims")
+    parser.add_argument("--json-dir", type=Path, default=DATA, help="where each script's claims file goes")
     parser.add_argument("--only", default=",".join(SCRIPTS), help=f"comma-separated, of {', '.join(SCRIPTS)}")
     parser.add_argument("--tiers", nargs="+", help="tiled_fused tiers to run (default: every tier this CPU has)")
     parser.add_argument("--rounds", type=int, help="passed to every script (default: each script's own)")
@@ -143,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"claims: {command[1]} exited {run.returncode}; its table is left out", file=sys.stderr)
                 continue
             files.append(out)
-    docs = [json.loads(f.read_text()) for f in files]
+    docs = load(files)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(docs))
     print(f"claims: {len(docs)} table(s) written to {args.out}")

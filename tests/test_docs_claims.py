@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.claims import machine_tiers, main, plan, render, table
+from benchmarks.claims import DATA, ROOT, load, machine_tiers, main, plan, render, table
 from benchmarks.claims_record import FORMAT
 
 MACHINE = {"cpu": "Example CPU 9000", "isa": "avx2", "cpu_flags": ["avx2", "fma"], "threads": 4,
@@ -83,3 +83,11 @@ def test_tiers_and_plan() -> None:
         assert command[0] == sys.executable and command[-2:] == ["--json", str(out)]
         assert command[command.index("--rounds") + 1] == "2"
     assert "--isa=avx512f" in runs[1][0]
+
+
+def test_performance_page_is_what_its_claims_files_render_to() -> None:
+    """docs/performance.md holds no hand-typed figure: it equals the rendering of the claims files beside it
+    (regenerate both with ``python3 -m benchmarks.claims``; tables only: ``--from-json docs/claims/*.json``)."""
+    files = sorted(DATA.glob("*.json"))
+    assert files, f"no claims files in {DATA}"
+    assert (ROOT / "docs" / "performance.md").read_text() == render(load(files))

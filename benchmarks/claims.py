@@ -143,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown:
             parser.error(f"unknown --only {', '.join(sorted(unknown))}; one of {', '.join(SCRIPTS)}")
         tiers = args.tiers or machine_tiers(cpu_flags())
+        if os.getloadavg()[0] > (os.cpu_count() or 1):
+            print(f"claims: load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs: other jobs share the cores, "
+                  "so the figures will be noisy (each table records the load)", file=sys.stderr)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}
         files = []
         for command, out in plan(only, tiers, args.json_dir, args.rounds):

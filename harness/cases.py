@@ -9,11 +9,15 @@ elsewhere (:mod:`harness.verify.suites`); this module only defines what a case i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any, ClassVar, TypeVar
 
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES
 from harness.errors import UsageError
-from harness.registry import DEVICES, DTYPES
+from harness.structures import Structure, oracle_kwargs, parts_of, structure_from_json
 
 MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked")
 """none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False;
@@ -31,12 +35,30 @@ LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 """contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
 a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""
 BIASES = ("none", "alibi")
-CAUSAL_ALIGNS = ("top_left", "bottom_right")
-"""Where the diagonal of causal masking (and the centre of a window) sits when Tq != Tk: top-left (SDPA's
-``is_causal``: query i sees keys j <= i) or bottom-right (FlashAttention, chunked prefill: j <= i + Tk - Tq)."""
+_VOCABULARY: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("dtype", DTYPES), ("device", DEVICES), ("mask", MASKS), ("mask_rank", MASK_RANKS), ("inputs", INPUTS),
+    ("layout", LAYOUTS), ("aux_layout", LAYOUTS), ("bias", BIASES),
+)
+"""Fields that take one of a fixed set of values (``causal_align`` is the alignment structure's own)."""
+_MASK_LEAD: dict[str, Callable[[int, int], tuple[int, int]]] = {
+    "full": lambda b, h: (b, h), "2d": lambda b, h: (1, 1), "3d": lambda b, h: (1, h), "bcast_heads": lambda b, h: (b, 1),
+}
+"""The (batch, heads) leading dimensions of a mask of each rank."""
+_TUPLE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
+    "window": tuple, "cache_seqlens": tuple, "varlen": lambda pairs: tuple(tuple(pair) for pair in pairs),
+    "extra_structures": lambda items: tuple(structure_from_json(item) for item in items),
+}
+"""Fields a result file gives back as lists, and how to make them tuples again."""
 
 
 CaseT = TypeVar("CaseT", bound="CaseRecord")
+
+
+def _plain(value: Any) -> Any:
+    """Structures (in ``extra_structures``) as their JSON form; anything else unchanged."""
+    if isinstance(value, tuple) and value and isinstance(value[0], Structure):
+        return [s.to_json() for s in value]
+    return value
 
 
 class CaseRecord:
@@ -49,7 +71,9 @@ class CaseRecord:
         return replace(self, **changes)  # type: ignore[type-var]
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """Every field (one marked ``omit_empty`` only when it holds something), as plain data."""
+        return {name: _plain(getattr(self, name)) for name, f in self.__dataclass_fields__.items()
+                if getattr(self, name) or not f.metadata.get("omit_empty")}
 
     @classmethod
     def from_dict(cls: type[CaseT], data: dict[str, Any]) -> CaseT:
@@ -94,7 +118,7 @@ class AttentionCase(CaseRecord):
     with causality and the window applied inside each sequence. Part of the id (``varlen=5,3x9,...``)
     only when set."""
     causal_align: str = "top_left"
-    """Alignment of causal masking and of the window when Tq != Tk (:data:`CAUSAL_ALIGNS`). Part of the id
+    """Alignment of causal masking and of the window when Tq != Tk (:data:`harness.structures.CAUSAL_ALIGNS`). Part of the id
     (``bottom_right``) only when not the default."""
     cache_seqlens: tuple[int, ...] | None = None
     """KV-cache decode (FlashAttention's ``cache_seqlens``): per batch element, how many of the Tk cached
@@ -113,17 +137,18 @@ class AttentionCase(CaseRecord):
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
 
+    extra_structures: tuple[Structure, ...] = field(default=(), metadata={"omit_empty": True})
+    """Structures beyond the built-in fields (:mod:`harness.structures`): a new structure is a type, carried here.
+    Their parts of the id follow the built-ins'; in result files only when there are any."""
+
     def __post_init__(self) -> None:
         if self.kv_heads == 0:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.tk == 0:
             object.__setattr__(self, "tk", self.tq)
-        if isinstance(self.window, list):  # read back from a result file (JSON has no tuples)
-            object.__setattr__(self, "window", tuple(self.window))
-        if isinstance(self.varlen, list):
-            object.__setattr__(self, "varlen", tuple(tuple(pair) for pair in self.varlen))
-        if isinstance(self.cache_seqlens, list):
-            object.__setattr__(self, "cache_seqlens", tuple(self.cache_seqlens))
+        for name, tuples in _TUPLE_FIELDS.items():  # read back from a result file (JSON has no tuples)
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuples(getattr(self, name)))
         self.validate()
 
     def validate(self) -> None:
@@ -134,115 +159,76 @@ class AttentionCase(CaseRecord):
         for name in ("batch", "heads", "tq", "d", "kv_heads", "tk"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
         need(self.heads % self.kv_heads == 0, f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
-        need(self.dtype in DTYPES, f"dtype {self.dtype!r} is not one of {DTYPES}")
-        need(self.device in DEVICES, f"device {self.device!r} is not one of {DEVICES}")
-        need(self.mask in MASKS, f"mask {self.mask!r} is not one of {MASKS}")
-        need(self.mask_rank in MASK_RANKS, f"mask_rank {self.mask_rank!r} is not one of {MASK_RANKS}")
+        for name, allowed in _VOCABULARY:
+            need(getattr(self, name) in allowed, f"{name} {getattr(self, name)!r} is not one of {allowed}")
         need(self.mask_rank == "full" or self.mask != "none", "a mask rank needs a mask")
-        need(self.inputs in INPUTS, f"inputs {self.inputs!r} is not one of {INPUTS}")
-        need(self.layout in LAYOUTS, f"layout {self.layout!r} is not one of {LAYOUTS}")
-        need(self.aux_layout in LAYOUTS, f"aux_layout {self.aux_layout!r} is not one of {LAYOUTS}")
-        need(self.bias in BIASES, f"bias {self.bias!r} is not one of {BIASES}")
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
         need(self.scale is None or (math.isfinite(self.scale) and self.scale >= 0), "scale must be a finite number >= 0")
-        need(self.window is None or (isinstance(self.window, tuple) and len(self.window) == 2 and all(
-            isinstance(w, int) and not isinstance(w, bool) and w >= 0 for w in self.window)),
-             f"window {self.window!r} must be (left, right), two integers >= 0")
-        need(self.causal_align in CAUSAL_ALIGNS, f"causal_align {self.causal_align!r} is not one of {CAUSAL_ALIGNS}")
-        if self.varlen is not None:
-            need(isinstance(self.varlen, tuple) and len(self.varlen) >= 1 and all(
-                isinstance(p, tuple) and len(p) == 2 and all(isinstance(n, int) and n >= 0 for n in p)
-                for p in self.varlen), "varlen must be ((query length, key length), ...), integers >= 0")
-            need(self.batch == 1, "packed sequences (varlen) have batch 1")
-            need((self.tq, self.tk) == (sum(p[0] for p in self.varlen), sum(p[1] for p in self.varlen)),
-                 "tq and tk must be the sums of the varlen query and key lengths")
-        if self.cache_seqlens is not None or self.page_size is not None:
-            from harness.decode import decode_problem
-
-            problem = decode_problem(self)
+        need(all(isinstance(s, Structure) for s in self.extra_structures),
+             f"extra_structures {self.extra_structures!r} must hold harness.structures.Structure instances")
+        for part in self.structure_parts:
+            problem = part.problem(self)
             need(problem is None, problem or "")
-        need(self.causal_align == "top_left" or self.causal or self.window is not None,
-             "causal_align='bottom_right' aligns causal masking or a window: set causal=True or a window")
+
+    @cached_property
+    def structure_parts(self) -> tuple[Structure, ...]:
+        """The structures this case uses, as values (:func:`harness.structures.parts_of`): built-ins in id order,
+        then ``extra_structures``."""
+        return parts_of(self)
 
     @property
     def id(self) -> str:
         heads = f"H{self.heads}" if self.kv_heads == self.heads else f"H{self.heads}/{self.kv_heads}"
         seq = f"T{self.tq}" if self.tq == self.tk else f"T{self.tq}x{self.tk}"
         parts = [f"B{self.batch}", heads, seq, f"d{self.d}", self.dtype]
-        if self.device != "cpu":
-            parts.append(self.device)
-        if self.causal:
-            parts.append("causal")
-        if self.window is not None:
-            parts.append("window=" + ",".join(map(str, self.window)))
-        if self.causal_align != "top_left":
-            parts.append(self.causal_align)
-        if self.varlen is not None:
-            parts.append("varlen=" + ",".join(str(a) if a == b else f"{a}x{b}" for a, b in self.varlen))
-        if self.cache_seqlens is not None or self.page_size is not None:
-            from harness.decode import decode_id_parts
-
-            parts.extend(decode_id_parts(self))
-        if self.mask != "none":
-            parts.append(f"mask={self.mask}" + ("" if self.mask_rank == "full" else f"/{self.mask_rank}"))
-        if self.bias != "none":
-            parts.append(f"bias={self.bias}")
-        if self.scale is not None:
-            parts.append(f"scale={self.scale:g}")
-        if self.inputs != "randn":
-            parts.append(f"in={self.inputs}")
-        if self.layout != "contiguous":
-            parts.append(self.layout)
-        if self.aux_layout != "contiguous":
-            parts.append(f"aux={self.aux_layout}")
-        if self.self_attention:
-            parts.append("self")
-        if self.grad:
-            parts.append("grad")
-        if self.kind != "kernel":
-            parts.insert(0, self.kind)
-        return "-".join(parts)
+        parts += [label(self) for name, default, label in _ID_OPTIONS if getattr(self, name) != default]
+        parts += [text for part in self.structure_parts for text in part.id_parts()]
+        parts += [label(self) for name, default, label in _ID_TAIL if getattr(self, name) != default]
+        return "-".join([self.kind, *parts] if self.kind != "kernel" else parts)
 
     @property
     def structures(self) -> frozenset[str]:
-        """The structures this case uses ("window", "bottom_right", "varlen"): what an implementation must take
-        natively (``register(structures=...)``) or receive as a dense mask instead."""
-        used = set()
-        if self.window is not None:
-            used.add("window")
-        if self.causal_align == "bottom_right":
-            used.add("bottom_right")
-        if self.varlen is not None:
-            used.add("varlen")
-        if self.cache_seqlens is not None:
-            used.add("cache_seqlens")
-        if self.page_size is not None:
-            used.add("paged")
-        return frozenset(used)
+        """The names of the structures this case uses ("window", "bottom_right", "varlen", ...): what an
+        implementation must take natively (``register(structures=...)``) or receive as a dense mask instead."""
+        return frozenset(part.name for part in self.structure_parts)
 
     def structure_kwargs(self) -> dict[str, Any]:
-        """``window``, ``causal_align``, ``varlen`` (and ``cache_seqlens`` when set) as keywords of
-        :func:`harness.oracle.reference_attention`."""
-        kwargs: dict[str, Any] = {"window": self.window, "causal_align": self.causal_align, "varlen": self.varlen}
-        if self.cache_seqlens is not None:
-            kwargs["cache_seqlens"] = self.cache_seqlens
-        return kwargs
+        """The structures as keywords of :func:`harness.oracle.reference_attention` and its mask builders
+        (``window``, ``causal_align``, ``varlen``, ``cache_seqlens``, ``key_ranges`` when used)."""
+        return oracle_kwargs(self.structure_parts)
 
     def dense_mask_bytes(self) -> int:
         """Bytes of the boolean mask the harness builds when it folds this case's structure into ``mask=``:
-        (Tq, Tk) broadcast against the case's own mask."""
+        (Tq, Tk) broadcast against the case's own mask and the structures' leading dimensions."""
         b, h = self.batch, self.heads
-        lead = {"none": 1, "2d": 1, "3d": h, "bcast_heads": b}.get(self.mask_rank, b * h)
-        if self.mask == "none":
-            lead = 1
-        elif self.mask_rank == "full" and self.mask == "key_padding":
-            lead = b
-        if self.cache_seqlens is not None and (self.mask == "none" or self.mask_rank in ("2d", "3d")):
-            lead *= b  # per-element cache lengths: the mask is per batch element too
-        return lead * self.tq * self.tk
+        mask_b, mask_h = _MASK_LEAD[self.mask_rank](b, h) if self.mask != "none" else (1, 1)
+        if self.mask == "key_padding" and self.mask_rank == "full":
+            mask_h = 1  # (B, 1, 1, Tk)
+        for part in self.structure_parts:
+            part_b, part_h = part.mask_lead(self)
+            mask_b, mask_h = max(mask_b, part_b), max(mask_h, part_h)
+        return mask_b * mask_h * self.tq * self.tk
 
     @property
     def effective_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / float(self.d) ** 0.5
 
+
+
+_ID_OPTIONS: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
+    ("device", "cpu", lambda c: c.device),
+    ("causal", False, lambda c: "causal"),
+)
+"""Parts of the id between the dtype and the structures: (field, default, label when it differs)."""
+_ID_TAIL: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
+    ("mask", "none", lambda c: f"mask={c.mask}" + ("" if c.mask_rank == "full" else f"/{c.mask_rank}")),
+    ("bias", "none", lambda c: f"bias={c.bias}"),
+    ("scale", None, lambda c: f"scale={c.scale:g}"),
+    ("inputs", "randn", lambda c: f"in={c.inputs}"),
+    ("layout", "contiguous", lambda c: c.layout),
+    ("aux_layout", "contiguous", lambda c: f"aux={c.aux_layout}"),
+    ("self_attention", False, lambda c: "self"),
+    ("grad", False, lambda c: "grad"),
+)
+"""Parts of the id after the structures, in order."""

@@ -14,54 +14,17 @@ by the implementations that take them natively (``register(structures=("cache_se
   oracle gathers them back (:func:`harness.oracle.gather_pages`). An implementation that does not take
   pages receives the same keys contiguous: a layout, not a mask.
 
-This module holds no torch: case validation, ids and the decode suites' shapes only.
+This module holds no torch: the decode suites' shapes and the keys a step must read. The two structures
+validate and name themselves (:mod:`harness.structures.cache`, :mod:`harness.structures.paged`).
 """
 
 from __future__ import annotations
 
 import random
-import zlib
 from typing import Any
 
 DECODE_TQ = (1, 2, 4, 16)
 """New queries per step: one token; a few (speculative decoding, multi-token prediction)."""
-
-
-def decode_problem(case: Any) -> str | None:
-    """Why the decode fields of ``case`` are invalid, or None."""
-    lengths = case.cache_seqlens
-    if lengths is not None:
-        if not (isinstance(lengths, tuple) and all(isinstance(n, int) and not isinstance(n, bool) for n in lengths)):
-            return f"cache_seqlens {lengths!r} must be a tuple of integers, one per batch element"
-        if len(lengths) != case.batch:
-            return f"cache_seqlens has {len(lengths)} lengths for batch {case.batch}: one per batch element"
-        if any(n < 0 or n > case.tk for n in lengths):
-            return f"cache_seqlens {lengths} must lie in 0..tk={case.tk}"
-    page = case.page_size
-    if page is not None and (not isinstance(page, int) or isinstance(page, bool) or page < 1):
-        return f"page_size {page!r} must be an integer >= 1"
-    if case.varlen is not None:
-        return "a KV cache (cache_seqlens, page_size) and packed sequences (varlen) do not combine"
-    if page is not None and (case.grad or case.self_attention):
-        return "a paged KV cache is forward-only and never self-attention"
-    return None
-
-
-def _lengths_label(lengths: tuple[int, ...]) -> str:
-    if len(lengths) <= 8:
-        return ",".join(map(str, lengths))
-    digest = zlib.crc32(",".join(map(str, lengths)).encode()) & 0xFFFFFF
-    return f"{min(lengths)}..{max(lengths)}#{digest:06x}"  # 64 lengths would make an unreadable id
-
-
-def decode_id_parts(case: Any) -> list[str]:
-    """The id parts of the decode fields: ``cache=5,17,3`` (a long list summarised), ``paged=16``."""
-    parts = []
-    if case.cache_seqlens is not None:
-        parts.append("cache=" + _lengths_label(case.cache_seqlens))
-    if case.page_size is not None:
-        parts.append(f"paged={case.page_size}")
-    return parts
 
 
 def ragged_lengths(batch: int, tk: int, seed: int = 0, low: float = 0.25) -> tuple[int, ...]:

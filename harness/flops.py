@@ -13,48 +13,63 @@ matmuls of the same size instead of two), the usual convention.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
 from harness.cases import AttentionCase
+from harness.decode import compulsory_keys
+from harness.dtypes import itemsize
 
 MODES = ("fwd", "bwd", "fwd+bwd")
 BWD_OVER_FWD = 2.5
 
 
 def attended_pairs(tq: int, tk: int, causal: bool, window: tuple[int, int] | None = None,
-                   causal_align: str = "top_left") -> int:
+                   causal_align: str = "top_left", key_ranges: Sequence[Any] = ()) -> int:
     """Query/key pairs that take part: all of them, the lower triangle (top-left aligned), or those
-    causality and a window ``(left, right)`` leave under ``causal_align`` (see :mod:`harness.oracle`)."""
-    if window is None and causal_align == "top_left":
+    causality, a window ``(left, right)`` and ``key_ranges`` (structures bounding each query's keys,
+    :meth:`harness.structures.Structure.key_range`) leave under ``causal_align`` (see :mod:`harness.oracle`)."""
+    if window is None and causal_align == "top_left" and not key_ranges:
         if not causal:
             return tq * tk
         # row i sees keys 0..i (capped at tk)
         full = min(tq, tk)
         return full * (full + 1) // 2 + max(tq - tk, 0) * tk
     offset = tk - tq if causal_align == "bottom_right" else 0
-    total = 0
-    for i in range(offset, tq + offset):  # row i - offset sees keys lo..hi-1
-        lo = 0 if window is None else max(0, i - window[0])
-        hi = tk if not causal else min(tk, i + 1)
-        if window is not None:
-            hi = min(hi, i + window[1] + 1)
-        total += max(0, hi - lo)
-    return total
+    i = np.arange(tq, dtype=np.int64)  # query i sees keys lo..hi-1 (j = j' + offset)
+    lo, hi = np.zeros(tq, dtype=np.int64), np.full(tq, tk, dtype=np.int64)
+    if causal:
+        hi = np.minimum(hi, i + offset + 1)
+    if window is not None:
+        lo, hi = np.maximum(lo, i + offset - window[0]), np.minimum(hi, i + offset + window[1] + 1)
+    for structure in key_ranges:
+        first, end = structure.key_range(i)
+        lo, hi = np.maximum(lo, np.asarray(first) + offset), np.minimum(hi, np.asarray(end) + offset)
+    return int(np.maximum(hi - lo, 0).sum())
+
+
+def segments(case: AttentionCase) -> list[tuple[int, int]]:
+    """The (query length, key length) blocks attention runs inside, over the batch: one (Tq, Tk) per batch
+    element, unless a structure cuts the call otherwise (packed sequences, ragged cache lengths)."""
+    cut = (part.segments(case) for part in case.structure_parts)
+    return list(next((s for s in cut if s is not None), [(case.tq, case.tk)] * case.batch))
+
+
+def batch_pairs(case: AttentionCase) -> int:
+    """The attended pairs of one head summed over the batch (each block of :func:`segments` on its own)."""
+    where = case.structure_kwargs()
+    window, align, ranges = where.get("window"), where.get("causal_align", "top_left"), where.get("key_ranges", ())
+    return sum(count * attended_pairs(lq, lk, case.causal, window, align, ranges)
+               for (lq, lk), count in Counter(segments(case)).items())
 
 
 def case_pairs(case: AttentionCase) -> int:
     """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them;
     ragged KV-cache lengths: the mean over batch elements (:func:`batch_pairs` is exact)."""
-    if case.cache_seqlens is not None:
-        return batch_pairs(case) // case.batch
-    if case.varlen is not None:
-        return sum(attended_pairs(a, b, case.causal, case.window, case.causal_align) for a, b in case.varlen)
-    return attended_pairs(case.tq, case.tk, case.causal, case.window, case.causal_align)
-
-
-def batch_pairs(case: AttentionCase) -> int:
-    """The attended pairs of one head summed over the batch (each element of a KV cache under its own length)."""
-    if case.cache_seqlens is not None:
-        return sum(attended_pairs(case.tq, n, case.causal, case.window, case.causal_align) for n in case.cache_seqlens)
-    return case.batch * case_pairs(case)
+    return batch_pairs(case) // case.batch
 
 
 def forward_flops(case: AttentionCase) -> int:
@@ -66,10 +81,10 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
     writes dQ, dK, dV. The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
-    from harness.decode import compulsory_keys
-
-    item = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[case.dtype]
-    keys = case.batch * case.tk if case.varlen is not None else compulsory_keys(case)
+    item = itemsize(case.dtype)
+    reads = (part.key_reads(case) for part in case.structure_parts)
+    keys = next((n for n in reads if n is not None), None)
+    keys = compulsory_keys(case) if keys is None else keys
     q = case.batch * case.heads * case.tq * case.d
     kv = 2 * case.kv_heads * keys * case.d
     fwd = (2 * q + kv) * item
@@ -92,8 +107,9 @@ def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
 
 
 def work_g(case: AttentionCase) -> int:
-    """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a
-    sliding window or packed sequences, B * H * (attended pairs) * d (a window's grow as T, not T^2)."""
-    if case.window is not None or case.varlen is not None or case.cache_seqlens is not None:
+    """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a sparse
+    structure (a sliding window, packed sequences, cache lengths), B * H * (attended pairs) * d (a window's grow
+    as T, not T^2)."""
+    if any(part.sparse for part in case.structure_parts):
         return case.heads * batch_pairs(case) * case.d
     return case.batch * case.heads * case.tq * case.tk * case.d

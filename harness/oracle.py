@@ -6,6 +6,7 @@ float64), so gradients are checked against the same formula.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,15 +14,16 @@ import torch
 
 def structure_allowed(
     tq: int, tk: int, *, causal: bool, window: tuple[int, int] | None = None, causal_align: str = "top_left",
-    device: torch.device | str = "cpu", rows: torch.Tensor | None = None,
+    device: torch.device | str = "cpu", rows: torch.Tensor | None = None, key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor | None:
     """Boolean (Tq, Tk) of the keys causal masking and a sliding window leave each query, or None (all).
 
     Query i sees key j when, with j' = j - (Tk - Tq) for bottom-right alignment and j' = j for top-left,
     ``j' <= i`` (causal) and ``i - left <= j' <= i + right`` (window ``(left, right)``).
-    ``rows`` (int64 query indices) restricts the answer to those rows: (len(rows), Tk).
+    ``rows`` (int64 query indices) restricts the answer to those rows: (len(rows), Tk). ``key_ranges`` are
+    further structures, each giving the half-open range [lo, hi) of j' query i may see (``key_range(i)``).
     """
-    if not causal and window is None:
+    if not causal and window is None and not key_ranges:
         return None
     if causal_align not in ("top_left", "bottom_right"):
         raise ValueError(f"causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
@@ -34,12 +36,15 @@ def structure_allowed(
     if window is not None:
         left, right = window
         allowed &= (j >= i - left) & (j <= i + right)
+    for structure in key_ranges:
+        lo, hi = structure.key_range(i)
+        allowed &= (j >= lo) & (j < hi)
     return allowed
 
 
 def packed_allowed(
     seqlens: tuple[tuple[int, int], ...], *, causal: bool, window: tuple[int, int] | None = None,
-    causal_align: str = "top_left", device: torch.device | str = "cpu",
+    causal_align: str = "top_left", device: torch.device | str = "cpu", key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor:
     """Boolean (sum Tq, sum Tk) of packed sequences: block-diagonal, each block (a sequence's own
     queries and keys) under :func:`structure_allowed`; a sequence with no key leaves its queries none."""
@@ -48,7 +53,8 @@ def packed_allowed(
     q0 = k0 = 0
     for lq, lk in seqlens:
         if lq and lk:
-            block = structure_allowed(lq, lk, causal=causal, window=window, causal_align=causal_align, device=device)
+            block = structure_allowed(lq, lk, causal=causal, window=window, causal_align=causal_align, device=device,
+                                      key_ranges=key_ranges)
             allowed[q0:q0 + lq, k0:k0 + lk] = True if block is None else block
         q0, k0 = q0 + lq, k0 + lk
     return allowed
@@ -56,14 +62,15 @@ def packed_allowed(
 
 def cache_allowed(
     cache_seqlens: tuple[int, ...], tq: int, tk: int, *, causal: bool, window: tuple[int, int] | None = None,
-    causal_align: str = "top_left", device: torch.device | str = "cpu",
+    causal_align: str = "top_left", device: torch.device | str = "cpu", key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor:
     """Boolean (B, 1, Tq, Tk) of a KV cache with ragged lengths: element b's queries see its keys j < L_b,
     under :func:`structure_allowed` of (Tq, L_b) (bottom-right: the queries are the last L_b positions)."""
     allowed = torch.zeros(len(cache_seqlens), 1, tq, tk, dtype=torch.bool, device=device)
     for b, n in enumerate(cache_seqlens):
         if n:
-            block = structure_allowed(tq, n, causal=causal, window=window, causal_align=causal_align, device=device)
+            block = structure_allowed(tq, n, causal=causal, window=window, causal_align=causal_align, device=device,
+                                      key_ranges=key_ranges)
             allowed[b, 0, :, :n] = True if block is None else block
     return allowed
 
@@ -82,6 +89,7 @@ def allowed_keys(
     tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu",
     window: tuple[int, int] | None = None, causal_align: str = "top_left",
     varlen: tuple[tuple[int, int], ...] | None = None, cache_seqlens: tuple[int, ...] | None = None,
+    key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor | None:
     """Boolean (…, Tq, Tk) of the keys each query may attend to, or None when all are allowed.
 
@@ -91,11 +99,13 @@ def allowed_keys(
     """
     if cache_seqlens is not None:
         allowed: torch.Tensor | None = cache_allowed(cache_seqlens, tq, tk, causal=causal, window=window,
-                                                     causal_align=causal_align, device=device)
+                                                     causal_align=causal_align, device=device, key_ranges=key_ranges)
     elif varlen is not None:
-        allowed = packed_allowed(varlen, causal=causal, window=window, causal_align=causal_align, device=device)
+        allowed = packed_allowed(varlen, causal=causal, window=window, causal_align=causal_align, device=device,
+                                 key_ranges=key_ranges)
     else:
-        allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device)
+        allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device,
+                                    key_ranges=key_ranges)
     if mask is not None:
         mask = mask.to(device=device, dtype=torch.bool)
         allowed = mask if allowed is None else (allowed & mask)
@@ -112,14 +122,15 @@ def reference_attention(
     q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
     causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-    cache_seqlens: tuple[int, ...] | None = None,
+    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor:
     """softmax(q k^T * scale + bias, masked) v in float64; rows with no allowed key are zero.
 
     ``window`` and ``causal_align`` are the structure of :func:`structure_allowed`; ``varlen`` the
     (query length, key length) of packed sequences (:func:`packed_allowed`); ``cache_seqlens`` the valid
     keys per batch element of a KV cache (:func:`cache_allowed`; a paged cache is gathered first,
-    :func:`gather_pages`).
+    :func:`gather_pages`); ``key_ranges`` further structures that bound each query's keys
+    (:meth:`harness.structures.Structure.key_range`).
     Inputs may be torch tensors (kept on their device, autograd preserved) or arrays.
     """
     q, k, v = (_as_f64(x) for x in (q, k, v))
@@ -133,7 +144,8 @@ def reference_attention(
         scores = scores + _as_f64(bias)
     mask_t = None if mask is None else torch.as_tensor(mask)
     allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device, window=window,
-                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
+                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens,
+                           key_ranges=key_ranges)
     return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v)
 
 
@@ -141,6 +153,7 @@ def allowed_rows(
     rows: torch.Tensor, tq: int, tk: int, *, causal: bool, mask: torch.Tensor | None, device: torch.device | str = "cpu",
     window: tuple[int, int] | None = None, causal_align: str = "top_left",
     varlen: tuple[tuple[int, int], ...] | None = None, cache_seqlens: tuple[int, ...] | None = None,
+    key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor | None:
     """:func:`allowed_keys` of the query rows ``rows`` only: (…, len(rows), Tk), at O(rows x Tk) cost."""
     rows = rows.to(device=device, dtype=torch.long)
@@ -150,7 +163,7 @@ def allowed_rows(
         for b, n in enumerate(cache_seqlens):
             if n:
                 block = structure_allowed(tq, n, causal=causal, window=window, causal_align=causal_align,
-                                          device=device, rows=rows)
+                                          device=device, rows=rows, key_ranges=key_ranges)
                 allowed[b, 0, :, :n] = True if block is None else block
     elif varlen is not None:
         allowed = torch.zeros(len(rows), tk, dtype=torch.bool, device=device)
@@ -160,12 +173,12 @@ def allowed_rows(
             if lk and bool(inside.any()):
                 local = rows[inside] - q0
                 block = structure_allowed(lq, lk, causal=causal, window=window, causal_align=causal_align,
-                                          device=device, rows=local)
+                                          device=device, rows=local, key_ranges=key_ranges)
                 allowed[inside, k0:k0 + lk] = True if block is None else block
             q0, k0 = q0 + lq, k0 + lk
     else:
         allowed = structure_allowed(tq, tk, causal=causal, window=window, causal_align=causal_align, device=device,
-                                    rows=rows)
+                                    rows=rows, key_ranges=key_ranges)
     if mask is not None:
         mask = torch.as_tensor(mask).to(device=device, dtype=torch.bool)
         mask = mask.expand(*mask.shape[:-2], tq, tk)[..., rows, :]
@@ -185,7 +198,7 @@ def reference_rows(
     q: Any, k: Any, v: Any, rows: torch.Tensor, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
     causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-    cache_seqlens: tuple[int, ...] | None = None,
+    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
 ) -> torch.Tensor:
     """:func:`reference_attention` of the query rows ``rows`` only, exactly, in float64: (B, H, len(rows), d).
 
@@ -198,7 +211,8 @@ def reference_rows(
     sub_bias = None if bias is None else _as_f64(bias).expand(*_as_f64(bias).shape[:-2], tq, tk)[..., rows, :]
     mask_t = None if mask is None else torch.as_tensor(mask)
     allowed = allowed_rows(rows, tq, tk, causal=causal, mask=mask_t, device=q.device, window=window,
-                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens)
+                           causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens,
+                           key_ranges=key_ranges)
     heads, d = q.shape[1], q.shape[-1]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)

@@ -20,17 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES, NUMPY_DTYPES
 from harness.errors import PluginError
-from harness.structures import STRUCTURE_PARAMETERS, checked_structures, structure_reasons
+from harness.structures import checked_structures, parameters_of, structure_reasons
 
 if TYPE_CHECKING:
     from harness.cases import AttentionCase
 
 BACKENDS = ("numpy", "torch")
-DTYPES = ("float64", "float32", "float16", "bfloat16")
-DEVICES = ("cpu", "cuda")
 KINDS = ("kernel", "module")
-NUMPY_DTYPES = ("float64", "float32", "float16")
 
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]
@@ -55,7 +54,7 @@ class Implementation:
     bias: bool = False
     kind: str = "kernel"
     structures: tuple[str, ...] = ()
-    """Structures taken natively (:data:`STRUCTURES`); any other a case uses arrives folded into ``mask=``."""
+    """Structures taken natively (:mod:`harness.structures`); any other a case uses arrives folded into ``mask=``."""
     memory: str | None = None
     """How peak memory grows with T: "quadratic" (materialises Tq x Tk), "linear" (tiled), None (undeclared)."""
     deterministic: bool = True
@@ -81,24 +80,8 @@ class Implementation:
 
     def not_supported_reasons(self, case: AttentionCase) -> list[str]:
         """Every reason this implementation cannot run ``case``; empty when it can."""
-        reasons: list[str] = []
-        if case.kind != self.kind:
-            reasons.append(f"a {self.kind} implementation does not run {case.kind} cases")
-        if case.dtype not in self.dtypes:
-            reasons.append(f"dtype {case.dtype} not supported (supports {', '.join(self.dtypes)})")
-        if case.device not in self.devices:
-            reasons.append(f"device {case.device} not supported (supports {', '.join(self.devices)})")
-        if case.causal and not self.causal:
-            reasons.append("causal masking not supported")
-        if case.mask != "none" and not self.mask:
-            reasons.append(f"boolean masks not supported (case mask: {case.mask})")
-        if case.kv_heads != case.heads and not self.gqa:
-            reasons.append(f"grouped-query attention not supported ({case.heads} query / {case.kv_heads} kv heads)")
-        if case.grad and not self.grad:
-            reasons.append("gradients not supported")
-        if getattr(case, "bias", "none") != "none" and not self.bias:
-            reasons.append(f"additive bias not supported (case bias: {case.bias})")
-        reasons.extend(structure_reasons(self.structures, self.mask, case))
+        reasons = [explain(self, case) for lacks, explain in _CAPABILITY_GAPS if lacks(self, case)]
+        reasons.extend(structure_reasons(self, case))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))
@@ -119,6 +102,25 @@ class Implementation:
             "deterministic": self.deterministic, "structures": list(self.structures), "on_request": self.on_request,
         }
 
+
+_Check = Callable[[Implementation, Any], Any]
+_CAPABILITY_GAPS: tuple[tuple[_Check, _Check], ...] = (
+    (lambda impl, case: case.kind != impl.kind,
+     lambda impl, case: f"a {impl.kind} implementation does not run {case.kind} cases"),
+    (lambda impl, case: case.dtype not in impl.dtypes,
+     lambda impl, case: f"dtype {case.dtype} not supported (supports {', '.join(impl.dtypes)})"),
+    (lambda impl, case: case.device not in impl.devices,
+     lambda impl, case: f"device {case.device} not supported (supports {', '.join(impl.devices)})"),
+    (lambda impl, case: case.causal and not impl.causal, lambda impl, case: "causal masking not supported"),
+    (lambda impl, case: case.mask != "none" and not impl.mask,
+     lambda impl, case: f"boolean masks not supported (case mask: {case.mask})"),
+    (lambda impl, case: case.kv_heads != case.heads and not impl.gqa,
+     lambda impl, case: f"grouped-query attention not supported ({case.heads} query / {case.kv_heads} kv heads)"),
+    (lambda impl, case: case.grad and not impl.grad, lambda impl, case: "gradients not supported"),
+    (lambda impl, case: getattr(case, "bias", "none") != "none" and not impl.bias,
+     lambda impl, case: f"additive bias not supported (case bias: {case.bias})"),
+)
+"""(the case needs what the implementation lacks, the reason): the declared capabilities against a case."""
 
 _AVAILABILITY_CACHE: dict[tuple[str, str], str | None] = {}
 
@@ -357,10 +359,12 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     if bias:
         needs.add("bias")
     declared = {"bias": "bias=True is declared"}
+    defaults: dict[str, str] = {}
     for structure in structures:
-        for parameter in STRUCTURE_PARAMETERS[structure]:
+        for parameter, spelled in parameters_of(structure):
             needs.add(parameter)
             declared[parameter] = f"structures=({structure!r},) is declared"
+            defaults[parameter] = spelled
     for option in ("rope", "block_q", "block_k"):
         if options.get(option):
             needs.add(option)
@@ -371,9 +375,6 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
     if missing:
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
-        defaults = {"window": "window=None", "causal_align": "causal_align='top_left'",
-                    "cu_seqlens_q": "cu_seqlens_q=None", "cu_seqlens_k": "cu_seqlens_k=None",
-                    "cache_seqlens": "cache_seqlens=None", "block_table": "block_table=None"}
         hint = ", ".join(defaults[m] for m in missing if m in defaults)
         hint = f" (e.g. {hint})" if hint else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "

@@ -8,7 +8,7 @@ device sees the same numbers; the float64 copies kept for the oracle are the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,15 +16,14 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.dtypes import TABLE
 from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
-from harness.oracle import cache_allowed, gather_pages, packed_allowed, structure_allowed
+from harness.oracle import allowed_keys
+from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs
 
 __all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
 
-TORCH_DTYPES = {
-    "float64": torch.float64, "float32": torch.float32,
-    "float16": torch.float16, "bfloat16": torch.bfloat16,
-}
+TORCH_DTYPES: dict[str, torch.dtype] = {name: t.torch() for name, t in TABLE.items()}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
 
 
@@ -60,65 +59,33 @@ class Inputs:
     def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, Any]:
         """The keyword arguments of the contract for this case (``bias`` only when the case has one).
 
-        ``structures`` are those the implementation takes natively (``register(structures=...)``):
-        ``window=`` and ``causal_align=`` are passed for those it declares; any structure of the case
-        it does not take is folded into a dense boolean mask (with the case's own mask), built here,
-        before any timing. Bottom-right alignment folded takes causal masking and the window with it;
-        packed sequences (``varlen``) folded take everything (a block-diagonal mask). Declared ``varlen``:
-        ``cu_seqlens_q=`` and ``cu_seqlens_k=`` (int32 tensors, int64 arrays; None for unpacked cases).
+        ``structures`` are those the implementation takes natively (``register(structures=...)``): each
+        declared structure adds its keywords (:meth:`harness.structures.Structure.native_kwargs`); every
+        structure of the case it does not take, and every one evaluated inside a frame it does not take
+        (bottom-right alignment folded takes causal masking and the window with it; packed sequences folded
+        take everything), is folded into a dense boolean mask with the case's own mask, built here, before
+        any timing (:func:`harness.structures.folded_names`).
         """
         native = frozenset(structures)
-        fold_varlen = case.varlen is not None and "varlen" not in native
-        fold_cache = case.cache_seqlens is not None and "cache_seqlens" not in native
-        fold_br = case.causal_align == "bottom_right" and ("bottom_right" not in native or fold_varlen or fold_cache)
-        fold_window = case.window is not None and ("window" not in native or fold_br or fold_varlen)
-        fold_causal = case.causal and (fold_br or fold_varlen)
-        kwargs: dict[str, Any] = {"causal": case.causal and not fold_causal, "mask": self.mask, "scale": case.scale}
-        if case.cache_seqlens is not None and (fold_cache or fold_window or fold_causal):  # per batch element
-            kwargs["mask"] = self._dense(case, cache_allowed(
-                case.cache_seqlens, case.tq, case.tk, causal=fold_causal, window=case.window if fold_window else None,
-                causal_align=case.causal_align, device=case.device))
-        elif case.varlen is not None and (fold_varlen or fold_window or fold_causal):  # inside each sequence
-            kwargs["mask"] = self._dense(case, packed_allowed(
-                case.varlen, causal=fold_causal, window=case.window if fold_window else None,
-                causal_align=case.causal_align, device=case.device))
-        elif fold_window or fold_causal:
-            kwargs["mask"] = self._dense(case, structure_allowed(
-                case.tq, case.tk, causal=fold_causal, window=case.window if fold_window else None,
-                causal_align=case.causal_align, device=case.device))
-        if "window" in native:
-            kwargs["window"] = None if fold_window else case.window
-        if "bottom_right" in native:
-            kwargs["causal_align"] = "top_left" if fold_br else case.causal_align
-        if "varlen" in native:
-            kwargs["cu_seqlens_q"], kwargs["cu_seqlens_k"] = self._cu_seqlens(case)
-        if "cache_seqlens" in native:  # a paged cache always says its lengths (its pages may hold more keys)
-            lengths = case.cache_seqlens
-            if lengths is None and "paged" in native and self.k_pages is not None:
-                lengths = (case.tk,) * case.batch
-            kwargs["cache_seqlens"] = self._index_array(lengths, case)
-        if "paged" in native:
-            kwargs["block_table"] = self.block_table
+        parts = case.structure_parts
+        folded = folded_names(parts, native, case.causal)
+        kwargs: dict[str, Any] = {"causal": case.causal and CAUSAL not in folded, "mask": self.mask, "scale": case.scale}
+        dense = dense_kwargs(parts, folded)
+        if dense is not None:
+            kwargs["mask"] = self._dense(case, allowed_keys(case.tq, case.tk, causal=CAUSAL in folded, mask=None,
+                                                            device=case.device, **dense))
+        kwargs.update(native_kwargs(case, self, native, folded))
         if self.bias is not None:
             kwargs["bias"] = self.bias
         return kwargs
 
-    def _index_array(self, values: Any, case: AttentionCase) -> Any:
+    def index_array(self, values: Sequence[int] | None, case: AttentionCase) -> Any:
         """Integers as the implementation's kind of index array (int32 tensor, int64 array), None stays None."""
         if values is None:
             return None
         if isinstance(self.q, torch.Tensor):
             return aux(torch.tensor(values, dtype=torch.int32, device=case.device), case)
         return aux(np.asarray(values, dtype=np.int64), case)
-
-    def _cu_seqlens(self, case: AttentionCase) -> tuple[Any, Any]:
-        """Cumulative query and key lengths (S + 1 each, from 0) of packed sequences, or (None, None)."""
-        if case.varlen is None:
-            return None, None
-        cu = [np.concatenate([[0], np.cumsum([pair[i] for pair in case.varlen])]) for i in (0, 1)]
-        if isinstance(self.q, torch.Tensor):
-            return tuple(aux(torch.tensor(c, dtype=torch.int32, device=case.device), case) for c in cu)  # type: ignore[return-value]
-        return aux(cu[0].astype(np.int64), case), aux(cu[1].astype(np.int64), case)
 
     def _dense(self, case: AttentionCase, allowed: Any) -> Any:
         """``allowed`` (Tq, Tk) combined with the case's mask, as the implementation's kind of array."""
@@ -270,17 +237,6 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
         bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case)
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
-    if case.page_size is not None:  # drawn last: every other case's inputs stay as they were
-        from harness.paging import make_pages
-
-        k_pages, v_pages, table = make_pages(k, v, case.page_size, gen)
-        # the oracle reads what the paged kernel reads: the pages, gathered through the block table
-        inputs.k64 = gather_pages(k_pages.to(torch.float64), table, tk)
-        inputs.v64 = gather_pages(v_pages.to(torch.float64), table, tk)
-        if backend == "torch":
-            inputs.k_pages, inputs.v_pages = (torch_layout(x.to(device), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
-            inputs.block_table = aux(table.to(device), case)
-        else:
-            inputs.k_pages, inputs.v_pages = (numpy_layout(x.numpy(), case.layout, QKV_SWAP) for x in (k_pages, v_pages))
-            inputs.block_table = aux(table.numpy().astype(np.int64), case)
+    for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
+        part.draw(inputs, case, k, v, gen, backend)
     return inputs

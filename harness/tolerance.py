@@ -51,18 +51,20 @@ Why these numbers:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from harness.dtypes import TABLE
 from harness.oracle import allowed_keys, allowed_rows, expand_kv
 
 OUTPUT_M = 2.0
 GRAD_M = 3.0
 FLOORS: dict[str, float] = {"float64": 1e-12, "float32": 1e-6, "float16": 2e-3, "bfloat16": 1.6e-2}
 """Absolute floor per dtype for outputs of magnitude <= 1 (scaled by max(1, max|oracle|))."""
-EPS: dict[str, float] = {name: torch.finfo(getattr(torch, name)).eps for name in FLOORS}
+EPS: dict[str, float] = {name: TABLE[name].eps for name in FLOORS}
 REL_L2_BOUNDS: dict[str, float] = {"float64": 1e-9, "float32": 1e-4, "float16": 2e-2, "bfloat16": 1e-1}
 """Relative-L2 sanity bound per dtype (a correct implementation is far below it)."""
 
@@ -98,7 +100,8 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                        mask: torch.Tensor | None = None, scale: float | None = None,
                        bias: torch.Tensor | None = None, window: tuple[int, int] | None = None,
                        causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-                       cache_seqlens: tuple[int, ...] | None = None, rows: torch.Tensor | None = None) -> torch.Tensor:
+                       cache_seqlens: tuple[int, ...] | None = None, rows: torch.Tensor | None = None,
+                       key_ranges: Sequence[Any] = ()) -> torch.Tensor:
     """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere).
     ``rows`` (query indices) computes those rows only, (B, H, len(rows), d), at O(rows x Tk) cost: the
     baseline beside :func:`harness.oracle.reference_rows` when a large case is checked on sampled rows."""
@@ -114,7 +117,7 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     where = dict(causal=causal, mask=mask, device=q.device, window=window, causal_align=causal_align, varlen=varlen,
-                 cache_seqlens=cache_seqlens)
+                 cache_seqlens=cache_seqlens, key_ranges=key_ranges)
     allowed = allowed_keys(tq, tk, **where) if rows is None else allowed_rows(rows, tq, tk, **where)  # type: ignore[arg-type]
     if allowed is None:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
@@ -128,12 +131,13 @@ def baseline_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
                   mask: torch.Tensor | None = None, scale: float | None = None, bias: torch.Tensor | None = None,
                   window: tuple[int, int] | None = None, causal_align: str = "top_left",
                   varlen: tuple[tuple[int, int], ...] | None = None,
-                  cache_seqlens: tuple[int, ...] | None = None) -> tuple[torch.Tensor, float]:
+                  cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = ()
+                  ) -> tuple[torch.Tensor, float]:
     """:func:`baseline_attention` of the query rows ``rows`` only (B, H, len(rows), d), in the inputs' dtype,
     and max|logit| over the keys those rows attend (float64): the rule's yardstick for a sampled-row check
     (:func:`harness.oracle.reference_rows` is its oracle), at O(rows x Tk x d)."""
     where = dict(causal=causal, mask=mask, window=window, causal_align=causal_align, varlen=varlen,
-                 cache_seqlens=cache_seqlens)
+                 cache_seqlens=cache_seqlens, key_ranges=key_ranges)
     base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, **where)  # type: ignore[arg-type]
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
     rows = torch.as_tensor(rows, dtype=torch.long).to(q.device)

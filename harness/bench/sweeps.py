@@ -36,6 +36,7 @@ from typing import Any
 
 from harness.cases import AttentionCase
 from harness.decode import decode_fields
+from harness.dtypes import itemsize
 from harness.errors import UsageError
 from harness.flops import MODES, attention_flops, work_g
 from harness.results.schema import CellKey
@@ -206,9 +207,7 @@ def free_ram_bytes() -> int | None:
 
 def io_bytes(case: AttentionCase, mode: str) -> int:
     """Bytes of q, k, v and the output (and their gradients when there is a backward pass)."""
-    from harness.tensors import TORCH_DTYPES
-
-    item = TORCH_DTYPES[case.dtype].itemsize
+    item = itemsize(case.dtype)
     elems = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk) * case.d + case.batch * case.heads * case.tq * case.d
     return elems * item * (1 if mode == "fwd" else 2)
 
@@ -247,7 +246,7 @@ class Budget:
         case, mode = cell.case, cell.mode
         g = float(work_g(case) * (3.5 if mode != "fwd" else 1.0))
         history = self.history.get(_history_key(cell.implementation, mode, case), [])
-        dense_extra = 3.0 * score_elements(case) * max(4, _itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
+        dense_extra = 3.0 * score_elements(case) * max(4, itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
             rate, how = self._calibrated_rate(_rate_key(cell), peak_gflops)
             return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, how
@@ -300,10 +299,6 @@ def _history_key(implementation: str, mode: str, case: AttentionCase) -> tuple[A
 
 def _rate_key(cell: PlannedCell) -> str:
     return cell.implementation + ("/decode" if cell.case.tq < cell.case.tk else "")
-
-
-def _itemsize(dtype: str) -> int:
-    return {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}[dtype]
 
 
 def _slope(points: list[tuple[float, float]], low: float, high: float) -> float:

@@ -29,10 +29,10 @@ from harness.bench.sweeps import (
 from harness.bench.timing import TimingConfig
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.dtypes import DTYPES
 from harness.errors import UsageError
 from harness.flops import MODES
 from harness.progress import Progress
-from harness.registry import DTYPES
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
 from harness.results.schema import INTEGRITY

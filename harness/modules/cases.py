@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from harness.cases import CaseRecord
+from harness.devices import DEVICES
+from harness.dtypes import DTYPES
 from harness.errors import UsageError
 from harness.positional import ROPE_CONVENTIONS
-from harness.registry import DEVICES, DTYPES
 
 if TYPE_CHECKING:
     from harness.registry import Implementation

@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.dtypes import ITEMSIZE
 from harness.errors import UsageError
 from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind, read_text
 
@@ -125,9 +126,6 @@ def load_run(path: Path) -> tuple[str, Run]:
 def _meta(path: Path, kind: str, run: Run) -> dict[str, Any]:
     return {"path": str(path), "kind": kind, "run_id": run.run_id or None, "command": run.command,
             "complete": run.complete, "environment": dict(run.environment)}
-
-
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:

@@ -4,7 +4,7 @@
         [--only tiled_fused,structured,decode] [--tiers avx2 avx512f avx512_bf16] [--rounds N]
     python3 -m benchmarks.claims --from-json docs/claims/*.json [--out FILE]   # tables only
 
-Each targets script (``benchmarks/*_targets.py``) runs in its own process with ``--json FILE``: it times
+Each targets script (``benchmarks/*_targets.py``) runs in its own process with ``--claims FILE``: it times
 its contestants interleaved in that one process (a load change hits both sides alike) and writes its
 figures beside their targets, with the machine it ran on (:mod:`benchmarks.claims_record`).
 ``tiled_fused_targets.py`` runs once per ISA tier the CPU has (``--isa``: torch runs as that tier's CPU
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {  # name -> (script, extra arguments)
     "tiled_fused": ("benchmarks/tiled_fused_targets.py", ["--no-memory"]),
     "structured": ("benchmarks/structured_targets.py", ["--no-flex"]),
-    "decode": ("benchmarks/decode_targets.py", []),
+    "decode": ("benchmarks/decode_targets.py", ["--more"]),
 }
 DATA = ROOT / "docs" / "claims"
 """The claims files docs/performance.md was written from (kept beside it: tests/test_docs_claims.py checks the
@@ -65,7 +65,7 @@ def plan(only: Sequence[str], tiers: Sequence[str], json_dir: Path, rounds: int 
         variants = [[f"--isa={t}"] for t in tiers] if name == "tiled_fused" else [[]]
         for variant in variants:
             out = json_dir / (name + "".join("-" + a.split("=", 1)[1] for a in variant) + ".json")
-            runs.append(([sys.executable, script, *extra, *variant, "--json", str(out)], out))
+            runs.append(([sys.executable, script, *extra, *variant, "--claims", str(out)], out))
     return runs
 
 

@@ -1,4 +1,4 @@
-"""What a targets script writes with ``--json FILE``: its measured figures beside their targets, and the
+"""What a targets script writes with ``--claims FILE``: its measured figures beside their targets, and the
 machine they came from, so that ``python3 -m benchmarks.claims`` can turn them into the tables of
 docs/performance.md without anyone copying a number by hand.
 

@@ -1,14 +1,20 @@
-"""Targets for ``tiled_decode`` (decode with a KV cache, fp32), printed, in one process.
+"""tiled_decode's targets (decode with a KV cache), printed, measured in one process.
 
-    PYTHONPATH=. python3 benchmarks/decode_targets.py [--rounds 5] [--threads 2] [--no-sdpa] [--json FILE]
+    PYTHONPATH=. python3 benchmarks/decode_targets.py [--isa avx2 avx512] [--kv float32 bfloat16 float16]
+                                                      [--rounds 5] [--threads 2] [--no-sdpa] [--more] [--claims FILE]
 
 Each comparison calls its contestants alternately (a, b, a, b, ...; one warm-up round, then ``--rounds``)
-together with the bandwidth measure itself (``torch.sum`` over 256 MiB, as ``attnbench bench`` measures
-it), and compares medians: on a machine shared with other jobs the load moves all of them alike. The
-load average is printed before and after. Nothing here asserts anything: these are figures to report.
+together with the read-bandwidth probe (``torch.sum`` over a float32 buffer of as many bytes as the K and V
+the step reads), and compares medians: on a machine shared with other jobs the load moves all of them alike
+(the headline also prints the ratio of the fastest rounds, the figure least disturbed by other jobs).
+The load average is printed before and after. Nothing here asserts anything: these are figures to report.
 
-1. B = 8, H 32/8, d = 128, Tq = 1, Tk = 32,768: tiled_decode's GB/s of compulsory bytes as a share of
-   the measured read bandwidth (target >= 70%) and torch_sdpa (enable_gqa=True) time / ours (>= 5).
+1. B = 8, H 32/8, d = 128, Tq = 1, Tk = 32,768, per instruction-set tier the CPU has (``--isa``) and per KV
+   cache dtype (``--kv``): tiled_decode's GB/s of the bytes it reads (K and V in the cache's dtype, q and the
+   output once) as a share of the probe's (targets: >= 75% for float32, >= 70% for bfloat16 and float16),
+   and torch_sdpa (enable_gqa=True, float32 only) time / ours. ``--batch`` shrinks the case where memory is short
+   (SDPA expands the shared K and V per query head: ~10 GiB at B8).
+With ``--more``, at the highest tier and float32:
 2. Tk sweep 1,024 ... 65,536 (B = 4, H 32/8): the fitted exponent of time in Tk (target about 1); the sizes
    alternate with each other, not with the read (decode steps run back to back).
 3. B = 1, MQA (H 32/1), Tk = 65,536 and 262,144: share of the read bandwidth (target >= 50%).
@@ -33,12 +39,23 @@ from harness.analysis.scaling import fit_exponent
 from harness.bench.bandwidth import STREAM_BYTES
 from harness.bench.peak import measure_gemm_peak
 from harness.paging import make_pages
-from implementations.tiled_decode import decode_attention, use_isa
+from implementations.tiled_decode import decode_attention, tiers, use_isa
 
 D = 128
+TARGETS = {"float32": 75, "bfloat16": 70, "float16": 70}
+"""Share of the measured read bandwidth tiled_decode should reach, per KV cache dtype (percent)."""
+CLAIMS: Claims | None = None
+"""Set by ``--claims FILE``: every figure printed is also kept for ``python3 -m benchmarks.claims``."""
 
 
-def _interleaved(calls: list[Callable[[], object]], rounds: int) -> list[float]:
+def _claim(claim: str, value: float, unit: str, target: str, met: bool | None, detail: str = "", tier: str = "") -> None:
+    if CLAIMS is not None:
+        CLAIMS.add(claim, value, unit, target, met, detail, tier)
+
+
+def _interleaved(calls: list[Callable[[], object]], rounds: int, best: list[float] | None = None) -> list[float]:
+    """Median seconds of each call, called in turn ``rounds`` times after one warm-up round; ``best`` (when
+    given) receives each call's fastest time: on a loaded machine, the figure least disturbed by others."""
     times: list[list[float]] = [[] for _ in calls]
     for r in range(rounds + 1):
         for i, call in enumerate(calls):
@@ -46,57 +63,99 @@ def _interleaved(calls: list[Callable[[], object]], rounds: int) -> list[float]:
             call()
             if r:
                 times[i].append(time.perf_counter() - start)
+    if best is not None:
+        best[:] = [min(t) for t in times]
     return [statistics.median(t) for t in times]
 
 
-def _cache(b: int, h: int, hkv: int, tk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _cache(b: int, h: int, hkv: int, tk: int, kv: torch.dtype = torch.float32
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
-    return (torch.randn(b, h, 1, D, generator=gen), torch.randn(b, hkv, tk, D, generator=gen),
-            torch.randn(b, hkv, tk, D, generator=gen))
+    return (torch.randn(b, h, 1, D, generator=gen), torch.randn(b, hkv, tk, D, generator=gen).to(kv),
+            torch.randn(b, hkv, tk, D, generator=gen).to(kv))
 
 
-def _gbps(b: int, h: int, hkv: int, tk: int, seconds: float) -> float:
-    return 4 * (2 * b * hkv * tk * D + 2 * b * h * D) / seconds / 1e9
+def _bytes(b: int, h: int, hkv: int, tk: int, kv_item: int = 4) -> int:
+    """Bytes a step reads and writes: K and V in the cache's dtype, q and the output in float32."""
+    return kv_item * 2 * b * hkv * tk * D + 4 * 2 * b * h * D
+
+
+def _gbps(b: int, h: int, hkv: int, tk: int, seconds: float, kv_item: int = 4) -> float:
+    return _bytes(b, h, hkv, tk, kv_item) / seconds / 1e9
 
 
 def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
+def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool, batch: int = 8) -> None:
+    """Target 1: per tier and KV dtype, % of the read bandwidth measured beside it (and SDPA in float32)."""
+    print(f"B{batch} H32/8 d128 Tq1 Tk32768:")
+    print("| tier | KV cache | tiled_decode ms | GB/s | probe GB/s | % of read BW (target) | best of rounds | "
+          "torch_sdpa / ours |")
+    print("|---|---|---|---|---|---|---|---|", flush=True)
+    for kv in kvs:
+        _headline_rows(kv, isas, rounds, sdpa and kv == "float32", batch)
+
+
+def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool, batch: int) -> None:
+    """One KV dtype: the probe, every tier and (float32) SDPA called in turn, ``rounds`` times."""
+    dtype = getattr(torch, kv)
+    item = torch.finfo(dtype).bits // 8
+    q, k, v = _cache(batch, 32, 8, 32768, dtype)
+    probe = torch.ones(_bytes(batch, 32, 8, 32768, item) // 4)
+
+    def ours(isa: str) -> Callable[[], object]:
+        return lambda: decode_attention(q, k, v, isa=isa)
+
+    calls: list[Callable[[], object]] = [probe.sum, *(ours(isa) for isa in isas)]  # the tiers take turns too
+    if sdpa:
+        calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+    best: list[float] = []
+    t = _interleaved(calls, rounds, best)
+    bw = probe.numel() * 4 / t[0] / 1e9
+    for i, isa in enumerate(isas, start=1):
+        gbps = _gbps(batch, 32, 8, 32768, t[i], item)
+        ratio = f"{t[-1] / t[i]:.1f}x" if len(t) > len(isas) + 1 else "-"
+        print(f"| {isa} | {kv} | {1e3 * t[i]:.1f} | {gbps:.1f} | {bw:.1f} | {100 * gbps / bw:.0f}% "
+              f"(>= {TARGETS[kv]}%) | {100 * best[0] / best[i]:.0f}% | {ratio} |", flush=True)
+        _claim(f"B{batch} H32/8 Tq1 Tk32,768, {kv} cache: share of the read bandwidth", 100 * gbps / bw, "%",
+               f">= {TARGETS[kv]}%", 100 * gbps / bw >= TARGETS[kv], f"{gbps:.1f} of {bw:.1f} GB/s, {1e3 * t[i]:.1f} ms", isa)
+        if len(t) > len(isas) + 1:
+            _claim(f"same, {kv} cache: torch_sdpa(enable_gqa) time / ours", t[-1] / t[i], "x", ">= 5", t[-1] / t[i] >= 5,
+                   f"{1e3 * t[-1]:.0f} ms against {1e3 * t[i]:.1f} ms", isa)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa at the 2 GiB case (it needs ~10 GiB)")
-    parser.add_argument("--json", type=Path, help="also write the figures here (benchmarks/claims_record.py)")
+    parser.add_argument("--isa", nargs="+", choices=("avx2", "avx512"), help="tiers to measure (default: all the CPU has)")
+    parser.add_argument("--kv", nargs="+", choices=tuple(TARGETS), default=list(TARGETS), help="KV cache dtypes")
+    parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa (at B8 it needs ~10 GiB: GQA expanded)")
+    parser.add_argument("--batch", type=int, default=8, help="batch of the headline case (8; less where memory is short)")
+    parser.add_argument("--more", action="store_true", help="also the Tk sweep, MQA and paged comparisons")
+    parser.add_argument("--claims", type=Path, help="also write the figures for python3 -m benchmarks.claims")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    claims = Claims("tiled_decode, fp32 KV cache, d = 128 (shares of the torch.sum read bandwidth measured beside it)",
-                    isa=use_isa())
-    print(f"{_load()}; threads {args.threads}; tiled_decode path {use_isa()}", flush=True)
+    have = tiers()
+    global CLAIMS
+    if args.claims:
+        CLAIMS = Claims("tiled_decode, d = 128 (shares of the read bandwidth measured beside it)", isa=", ".join(have))
+    isas = [i for i in (args.isa or have) if i in have]
+    print(f"{_load()}; threads {args.threads}; tiers here {', '.join(have)}; measuring {', '.join(isas)}", flush=True)
+    headline(isas, args.kv, args.rounds, not args.no_sdpa, args.batch)
+    if not args.more:
+        print(_load())
+        if CLAIMS is not None and args.claims:
+            CLAIMS.write(args.claims)
+        return
+    print(f"tier {use_isa(have[-1])}, float32 cache", flush=True)  # the calls below run on the highest tier
     stream = torch.ones(STREAM_BYTES // 4)
-    read = lambda: stream.sum()  # the bandwidth measure, interleaved with every comparison
+    read = stream.sum
 
     def bandwidth(seconds: float) -> float:
         return STREAM_BYTES / seconds / 1e9
-
-    # 1. the headline case
-    q, k, v = _cache(8, 32, 8, 32768)
-    calls: list[Callable[[], object]] = [read, lambda: decode_attention(q, k, v)]
-    if not args.no_sdpa:
-        calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-    t = _interleaved(calls, args.rounds)
-    ours = _gbps(8, 32, 8, 32768, t[1])
-    print(f"1. B8 H32/8 d128 Tq1 Tk32768: read bandwidth {bandwidth(t[0]):.1f} GB/s; tiled_decode {1e3 * t[1]:.1f} ms "
-          f"= {ours:.1f} GB/s = {100 * ours / bandwidth(t[0]):.0f}% of it (target >= 70%)"
-          + (f"; torch_sdpa(enable_gqa) {1e3 * t[2]:.0f} ms = {t[2] / t[1]:.1f}x ours (target >= 5)" if len(t) > 2 else ""),
-          flush=True)
-    claims.add("B8 H32/8 Tq1 Tk32,768: share of the read bandwidth", 100 * ours / bandwidth(t[0]), "%", ">= 70%",
-               ours >= 0.7 * bandwidth(t[0]), f"{ours:.1f} of {bandwidth(t[0]):.1f} GB/s, {1e3 * t[1]:.1f} ms")
-    if len(t) > 2:
-        claims.add("same: torch_sdpa(enable_gqa) time / ours", t[2] / t[1], "x", ">= 5", t[2] / t[1] >= 5,
-                   f"{1e3 * t[2]:.0f} ms against {1e3 * t[1]:.1f} ms")
-    del q, k, v, calls
 
     # 2. time against Tk
     sizes = (1024, 4096, 16384, 65536)
@@ -109,8 +168,8 @@ def main() -> None:
     print("2. B4 H32/8 Tk sweep: " + ", ".join(f"{tk}: {1e3 * s:.2f} ms ({100 * _gbps(4, 32, 8, tk, s) / bandwidth(t[0]):.0f}%)"
                                                 for tk, s in zip(sizes, t[1:]))
           + f"; time exponent in Tk {fit.slope:.2f} (R2 {fit.r2:.3f}; target about 1)", flush=True)
-    claims.add("B4 H32/8 Tk 1,024 .. 65,536: time exponent in Tk", fit.slope, "", "about 1 (0.85 .. 1.15)",
-               abs(fit.slope - 1) <= 0.15, f"R2 {fit.r2:.3f}")
+    _claim("B4 H32/8 Tk 1,024 .. 65,536, float32: time exponent in Tk", fit.slope, "", "about 1 (0.85 .. 1.15)",
+           abs(fit.slope - 1) <= 0.15, f"R2 {fit.r2:.3f}", have[-1])
     del caches
 
     # 3. MQA, one sequence: split-KV. 32 query rows per K/V row: 16 FLOPs per byte at d = 128, past this machine's
@@ -126,9 +185,9 @@ def main() -> None:
               f"{bandwidth(t[0]):.1f} GB/s (target >= 50%); {flops / t[1] / 1e9:.0f} GFLOP/s = "
               f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak {peak:.0f}, which caps any fp32 kernel "
               f"at {ceiling:.0f}% of the bandwidth here", flush=True)
-        claims.add(f"B1 MQA H32/1 Tk{tk:,}: share of the read bandwidth", share, "%", ">= 50%", share >= 50,
-                   f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak ({peak:.0f} GFLOP/s), which caps any "
-                   f"fp32 kernel at {ceiling:.0f}% of the bandwidth")
+        _claim(f"B1 MQA H32/1 Tk{tk:,}, float32: share of the read bandwidth", share, "%", ">= 50%", share >= 50,
+               f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak ({peak:.0f} GFLOP/s), which caps any "
+               f"fp32 kernel at {ceiling:.0f}% of the bandwidth", have[-1])
 
     # 4. paged against contiguous
     q, k, v = _cache(8, 32, 8, 16384)
@@ -139,11 +198,11 @@ def main() -> None:
                      args.rounds)
     print(f"4. B8 H32/8 Tk16384: contiguous {1e3 * t[1]:.1f} ms, paged (16-token pages, shuffled) {1e3 * t[2]:.1f} ms: "
           f"paged / contiguous = {t[2] / t[1]:.2f} (target <= 1.15)", flush=True)
-    claims.add("B8 H32/8 Tk16,384: 16-token pages / contiguous cache", t[2] / t[1], "x", "<= 1.15", t[2] / t[1] <= 1.15,
-               f"{1e3 * t[2]:.1f} ms against {1e3 * t[1]:.1f} ms")
     print(_load())
-    if args.json:
-        claims.write(args.json)
+    _claim("B8 H32/8 Tk16,384, float32: 16-token pages / contiguous cache", t[2] / t[1], "x", "<= 1.15",
+           t[2] / t[1] <= 1.15, f"{1e3 * t[2]:.1f} ms against {1e3 * t[1]:.1f} ms", have[-1])
+    if CLAIMS is not None and args.claims:
+        CLAIMS.write(args.claims)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Targets for ``tiled_fused`` with native structures against ``torch_sdpa`` given the dense mask.
 
-    PYTHONPATH=. python3 benchmarks/structured_targets.py [--rounds 3] [--T 2048 4096 8192 16384] [--json FILE]
+    PYTHONPATH=. python3 benchmarks/structured_targets.py [--rounds 3] [--T 2048 4096 8192 16384] [--claims FILE]
 
 B1-H8-d64 float32, forward. Two targets, printed with the measured figures:
 
@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--T", type=int, nargs="+", default=[2048, 4096, 8192, 16384])
     parser.add_argument("--no-flex", action="store_true", help="leave flex_attention (compiled in set-up) out")
-    parser.add_argument("--json", type=Path, help="also write the figures here (benchmarks/claims_record.py)")
+    parser.add_argument("--claims", type=Path, help="also write the figures for python3 -m benchmarks.claims")
     args = parser.parse_args()
     largest = max(args.T)
     claims = Claims("tiled_fused with native structures against torch_sdpa given the dense mask, B1-H8-d64 float32 forward",
@@ -134,8 +134,8 @@ def main() -> None:
           f"{1e3 * got['torch_sdpa']:.1f} ms: {ratio:.1f}x (target >= 5: {'met' if ratio >= 5 else 'MISSED'})")
     claims.add(f"16 ragged packed sequences summing to {largest:,}: torch_sdpa (dense block-diagonal mask) / tiled_fused",
                ratio, "x", ">= 5", ratio >= 5, f"{1e3 * got['torch_sdpa']:.0f} ms against {1e3 * got['tiled_fused']:.1f} ms")
-    if args.json:
-        claims.write(args.json)
+    if args.claims:
+        claims.write(args.claims)
 
 
 if __name__ == "__main__":

@@ -133,6 +133,12 @@ class AttentionCase(CaseRecord):
     """The layout (:data:`LAYOUTS`, :mod:`harness.layouts`) of every array passed besides q, k and v: the mask,
     the bias, the backward's upstream gradient, cache lengths, block tables, cumulative sequence lengths.
     Part of the id (``aux=strided``) only when not contiguous."""
+    kv_dtype: str | None = field(default=None, metadata={"omit_empty": True})
+    """A KV cache stored in another dtype than q's (inference keeps bf16/fp16 caches beside fp32 queries):
+    K and V are drawn, rounded and passed in this dtype, q (and the output) in ``dtype``. Forward-only. The
+    rule's baseline computes with K and V converted to ``dtype``; the oracle reads the stored values (see
+    docs/decode.md). Part of the id (``kv=bfloat16``, right after the dtype) and of result files only when
+    set; never equal to ``dtype`` (leave it unset), so each case has one id."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -165,6 +171,10 @@ class AttentionCase(CaseRecord):
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
         need(self.scale is None or (math.isfinite(self.scale) and self.scale >= 0), "scale must be a finite number >= 0")
+        if self.kv_dtype is not None:
+            need(self.kv_dtype in DTYPES and self.kv_dtype != self.dtype,
+                 f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)")
+            need(not self.grad and not self.self_attention, "a KV cache in another dtype is forward-only, never self")
         need(all(isinstance(s, Structure) for s in self.extra_structures),
              f"extra_structures {self.extra_structures!r} must hold harness.structures.Structure instances")
         for part in self.structure_parts:
@@ -217,6 +227,7 @@ class AttentionCase(CaseRecord):
 
 
 _ID_OPTIONS: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
+    ("kv_dtype", None, lambda c: f"kv={c.kv_dtype}"),
     ("device", "cpu", lambda c: c.device),
     ("causal", False, lambda c: "causal"),
 )

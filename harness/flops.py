@@ -80,14 +80,16 @@ def forward_flops(case: AttentionCase) -> int:
 def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
-    writes dQ, dK, dV. The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
+    writes dQ, dK, dV. K and V count in the KV cache's dtype when the case has one (``kv_dtype``).
+    The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     item = itemsize(case.dtype)
+    kv_item = itemsize(getattr(case, "kv_dtype", None) or case.dtype)  # a KV cache in its own dtype: its bytes
     reads = (part.key_reads(case) for part in case.structure_parts)
     keys = next((n for n in reads if n is not None), None)
     keys = compulsory_keys(case) if keys is None else keys
     q = case.batch * case.heads * case.tq * case.d
     kv = 2 * case.kv_heads * keys * case.d
-    fwd = (2 * q + kv) * item
+    fwd = 2 * q * item + kv * kv_item
     if mode == "fwd":
         return fwd
     bwd = (4 * q + 2 * kv) * item  # Q, K, V, O, dO read; dQ, dK, dV written

@@ -53,6 +53,8 @@ class Implementation:
     grad: bool = False
     bias: bool = False
     kind: str = "kernel"
+    kv_dtypes: tuple[str, ...] = ()
+    """K/V cache dtypes taken beside any of ``dtypes`` for q (a case's ``kv_dtype``); empty: K and V in q's dtype."""
     structures: tuple[str, ...] = ()
     """Structures taken natively (:mod:`harness.structures`); any other a case uses arrives folded into ``mask=``."""
     memory: str | None = None
@@ -100,6 +102,7 @@ class Implementation:
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
             "deterministic": self.deterministic, "structures": list(self.structures), "on_request": self.on_request,
+            **({"kv_dtypes": list(self.kv_dtypes)} if self.kv_dtypes else {}),
         }
 
 
@@ -109,6 +112,9 @@ _CAPABILITY_GAPS: tuple[tuple[_Check, _Check], ...] = (
      lambda impl, case: f"a {impl.kind} implementation does not run {case.kind} cases"),
     (lambda impl, case: case.dtype not in impl.dtypes,
      lambda impl, case: f"dtype {case.dtype} not supported (supports {', '.join(impl.dtypes)})"),
+    (lambda impl, case: getattr(case, "kv_dtype", None) not in (None, case.dtype, *impl.kv_dtypes),
+     lambda impl, case: f"a {case.kv_dtype} KV cache with {case.dtype} queries not supported"
+                        + (f" (KV caches: {', '.join(impl.kv_dtypes)})" if impl.kv_dtypes else "")),
     (lambda impl, case: case.device not in impl.devices,
      lambda impl, case: f"device {case.device} not supported (supports {', '.join(impl.devices)})"),
     (lambda impl, case: case.causal and not impl.causal, lambda impl, case: "causal masking not supported"),
@@ -217,7 +223,7 @@ def register(
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
     options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), on_request: bool = False,
-    **unknown: NoReturn,
+    kv_dtypes: Sequence[str] = (), **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -234,6 +240,8 @@ def register(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
         prepare=prepare, options=options, structures=structures, on_request=on_request, **unknown)
+    if kv_dtypes:
+        keywords["kv_dtypes"] = kv_dtypes
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -244,7 +252,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", "structures", "on_request", *_FLAGS}
+             "deterministic", "structures", "on_request", "kv_dtypes", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -270,6 +278,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         bad = [d for d in dtypes if d not in NUMPY_DTYPES]
         if bad:
             raise error(f"NumPy has no {bad}; numpy plugins take {NUMPY_DTYPES}")
+    kv_dtypes = _as_tuple(name, "kv_dtypes", keywords["kv_dtypes"], DTYPES, source) if keywords.get("kv_dtypes") else ()
     devices = _as_tuple(name, "devices", keywords.get("devices", ("cpu",)), DEVICES, source)
     if backend == "numpy" and devices != ("cpu",):
         raise error("a numpy plugin runs on devices=('cpu',) only")
@@ -311,7 +320,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
         set_up=bool(keywords.get("prepare", False)), options=options, deterministic=deterministic,
-        structures=structures, on_request=on_request, **flags,
+        structures=structures, on_request=on_request, kv_dtypes=kv_dtypes, **flags,
     )
 
 

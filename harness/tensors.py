@@ -19,7 +19,7 @@ from harness.cases import AttentionCase
 from harness.dtypes import TABLE
 from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
 from harness.oracle import allowed_keys
-from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs
+from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
 
 __all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
 
@@ -50,11 +50,10 @@ class Inputs:
     """(B, pages per sequence): the page of each sequence's p-th ``page_size`` keys (int32 tensor / int64 array)."""
 
     def arrays(self, structures: Iterable[str] = ()) -> tuple[Any, Any, Any]:
-        """(q, k, v) as an implementation taking ``structures`` natively receives them: the page pools for a
-        paged case when it declares ``"paged"``, else the contiguous arrays."""
-        if self.k_pages is not None and "paged" in frozenset(structures):
-            return self.q, self.k_pages, self.v_pages
-        return self.q, self.k, self.v
+        """(q, k, v) as an implementation taking ``structures`` natively receives them: laid out by a declared
+        layout structure (the page pools of a paged case), else the contiguous arrays."""
+        laid_out = (t.native_arrays(self) for t in structure_types() if t.name in frozenset(structures))
+        return next((arrays for arrays in laid_out if arrays is not None), (self.q, self.k, self.v))
 
     def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, Any]:
         """The keyword arguments of the contract for this case (``bias`` only when the case has one).
@@ -214,10 +213,11 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
     dtype = TORCH_DTYPES[case.dtype]
+    kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
     if case.inputs == "wide" and not case.self_attention:  # self-attention: V is Q, whose logits must stay finite
-        v = v * wide_scale(dtype)
+        v = v * wide_scale(kv_dtype)
     mask = make_mask(case, gen)
-    q, k, v = (x.to(dtype) for x in (q, k, v))
+    q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
     device = case.device
     if backend == "torch":

@@ -9,18 +9,24 @@
 // by log-sum-exp (flash-decoding's split-KV), so a long cache is split across threads when there
 // are fewer (b, h) than threads.
 //
+// K and V may be float32, bfloat16 or float16 (the cache's dtype); they are converted to fp32 as they
+// are loaded and every sum is fp32. The query arrives as fp32 (the Python side converts its few rows).
 // Keys are reached through one row pointer per key, so a contiguous cache (B, Hkv, Tk, d) and a
 // paged one (pages (P, Hkv, page, d) and a block table (B, pages per sequence)) run the same loops.
 // Threads: the Python side runs one ``work`` call per worker thread; each pulls items from a shared
-// counter (an int64 tensor, fetch-and-add), so ragged caches balance themselves. The code is
-// compiled for AVX2 + FMA (the baseline the build picks; never -march=native).
+// counter (an int64 tensor, fetch-and-add), so ragged caches balance themselves.
+//
+// The inner loops (_decode_kernel.h) are compiled twice, for AVX2 + FMA + F16C and for AVX-512F, by
+// `#pragma GCC target` (never -march=native); ``tune`` picks one from the CPU's features at run time.
 #include <torch/extension.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "_flash_exp2.h"
@@ -29,18 +35,25 @@ namespace {
 
 constexpr int BLOCK = 64;  // keys per block: the K and V rows of a block stay in L1/L2 while R rows use them
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-int g_prefetch = 2;        // 0 none, 1 T0, 2 T1, 3 T2
-int g_block = BLOCK;       // keys per block (<= BLOCK)
-int64_t g_ahead_bytes = 8192;  // how far ahead of the rows in use each of K and V is prefetched
-int64_t g_warm_blocks = 2;     // paged caches: how many blocks ahead the pages' translations are warmed
+constexpr int KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2;  // the cache's element type
+int g_prefetch = 2;              // 0 none, 1 T0, 2 T1, 3 T2, 4 NTA
+bool g_sparse = false;           // prefetch one line per 4 KiB page only (the hardware streams the rest)
+int g_block = BLOCK;             // keys per block (<= BLOCK)
+int64_t g_ahead_bytes = 32768;   // how far ahead of the rows in use each of K and V is prefetched
+int64_t g_warm_blocks = 2;       // paged caches: how many blocks past the prefetch distance pages are warmed
+bool g_v_in_scores = true;       // V's rows prefetched during the scores pass (else during P V)
+int g_isa = 0;                   // 0: AVX2 + FMA + F16C; 1: AVX-512F
+
+constexpr int64_t kv_size(int kind) { return kind == KV_F32 ? 4 : 2; }
 
 struct Problem {
   const float* q;
   int64_t qs[4];  // strides of q (B, H, Tq, d)
-  const float* k;
-  const float* v;
-  int64_t ks[4];  // strides of k: (B, Hkv, Tk, d), or pages (P, Hkv, page, d)
+  const char* k;
+  const char* v;
+  int64_t ks[4];  // strides (elements) of k: (B, Hkv, Tk, d), or pages (P, Hkv, page, d)
   int64_t vs[4];
+  int kind;       // KV_F32, KV_BF16, KV_F16
   const int32_t* table;  // block table (B, per_seq) or null
   int64_t per_seq;
   int64_t page;  // 0: contiguous
@@ -51,68 +64,23 @@ struct Problem {
   int64_t wl, wr;  // window (left, right); wl < 0: none
 };
 
-inline float hsum(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256i tail_mask(int64_t n) {  // lanes 0..n-1 on
-  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lanes);
-}
-
-// S[r][j] = Q[r] . K_j for RR rows x KK keys: RR * KK accumulators, each K chunk loaded once.
-template <int RR, int KK>
-inline void scores_tile(const float* q, int64_t dp, const float* const* kp, int64_t d, float* s, int64_t ld) {
-  __m256 acc[RR][KK];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_setzero_ps();
-  const int64_t d8 = d & ~int64_t(7);
-  for (int64_t c = 0; c < d8; c += 8) {
-    __m256 kv[KK];
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) kv[j] = _mm256_loadu_ps(kp[j] + c);
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * dp + c);
-      #pragma GCC unroll 16
-      for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
-    }
-  }
-  if (d8 < d) {  // the last d % 8 columns: masked loads never read past a row
-    const __m256i m = tail_mask(d - d8);
-    __m256 kv[KK];
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) kv[j] = _mm256_maskload_ps(kp[j] + d8, m);
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) {
-      const __m256 qv = _mm256_loadu_ps(q + r * dp + d8);  // zero-padded to dp
-      #pragma GCC unroll 16
-      for (int j = 0; j < KK; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) s[r * ld + j] = hsum(acc[r][j]);
-}
-
 // One row's cache lines, into the cache level g_prefetch names. A row's bytes need not start on a line.
 // Inline assembly, not _mm_prefetch: GCC 12 at -O3 deletes a loop whose only statements are prefetch
 // builtins (they have no side effects it must keep), and did so here, silently.
-inline void prefetch_row(const float* row, int64_t bytes) {
+inline void prefetch_row(const char* row, int64_t bytes) {
   if (row == nullptr || g_prefetch == 0) return;
+  if (g_sparse) {  // one line per 4 KiB page: the page walk and the start of the hardware's stream, early
+    if ((reinterpret_cast<uintptr_t>(row) & 4095) >= static_cast<uintptr_t>(bytes)) return;
+    bytes = 1;
+  }
   const uintptr_t first = reinterpret_cast<uintptr_t>(row) & ~uintptr_t(63);
   const uintptr_t last = reinterpret_cast<uintptr_t>(row) + static_cast<uintptr_t>(bytes) - 1;
   for (uintptr_t line = first; line <= last; line += 64) {
     const char* at = reinterpret_cast<const char*>(line);
     if (g_prefetch == 1) asm volatile("prefetcht0 (%0)" : : "r"(at));
     else if (g_prefetch == 2) asm volatile("prefetcht1 (%0)" : : "r"(at));
-    else asm volatile("prefetcht2 (%0)" : : "r"(at));
+    else if (g_prefetch == 3) asm volatile("prefetcht2 (%0)" : : "r"(at));
+    else asm volatile("prefetchnta (%0)" : : "r"(at));
   }
 }
 
@@ -120,260 +88,18 @@ inline void prefetch_row(const float* row, int64_t bytes) {
 // cached (a contiguous cache's walks read neighbouring entries); one line per 4 KiB of the pages that keys
 // [from, to) live on is prefetched a few blocks early so that the walks are done before the rows are needed.
 inline void warm_pages(const Problem& P, int64_t b, int64_t h, int64_t from, int64_t to) {
-  const int64_t bytes = P.page * P.ks[2] * static_cast<int64_t>(sizeof(float));
+  const int64_t size = kv_size(P.kind);
+  const int64_t bytes = P.page * P.ks[2] * size;
   for (int64_t index = from / P.page; index * P.page < to; ++index) {
     const int64_t slot = P.table[b * P.per_seq + index];
-    const char* kpage = reinterpret_cast<const char*>(P.k + slot * P.ks[0] + h * P.ks[1]);
-    const char* vpage = reinterpret_cast<const char*>(P.v + slot * P.vs[0] + h * P.vs[1]);
+    const char* kpage = P.k + (slot * P.ks[0] + h * P.ks[1]) * size;
+    const char* vpage = P.v + (slot * P.vs[0] + h * P.vs[1]) * size;
     for (int64_t off = 0; off < bytes; off += 4096) {
       asm volatile("prefetcht2 (%0)" : : "r"(kpage + off));
       asm volatile("prefetcht2 (%0)" : : "r"(vpage + off));
     }
   }
 }
-
-// ``ahead[j]`` is the K row a fixed distance past key j (null past the end): it is prefetched while key j's
-// tile is computed, so each stream keeps a steady number of lines in flight instead of bursts per block.
-template <int RR>
-inline void scores_rows(const float* q, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s, int64_t ld,
-                        const float* const* ahead, int64_t bytes) {
-  int64_t j = 0;
-  for (; j + 3 <= nk; j += 3) {
-    if (ahead)
-      for (int64_t i = j; i < j + 3; ++i) prefetch_row(ahead[i], bytes);
-    scores_tile<RR, 3>(q, dp, kp + j, d, s + j, ld);
-  }
-  if (ahead)
-    for (int64_t i = j; i < nk; ++i) prefetch_row(ahead[i], bytes);
-  if (nk - j == 2) scores_tile<RR, 2>(q, dp, kp + j, d, s + j, ld);
-  if (nk - j == 1) scores_tile<RR, 1>(q, dp, kp + j, d, s + j, ld);
-}
-
-void scores(const float* q, int64_t rows, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-            const float* const* ahead, int64_t bytes) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, ahead = nullptr) scores_rows<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes);
-  switch (rows - r) {
-    case 3: scores_rows<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    case 2: scores_rows<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    case 1: scores_rows<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    default: break;
-  }
-}
-
-// acc[r][c0 : c0 + 8 CW] += sum_j P[r][j] V_j[c0 : ...] for RR rows: accumulators in registers over the block.
-template <int RR, int CW>
-inline void pv_tile(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
-                    const float* const* ahead, int64_t bytes) {
-  __m256 a[RR][CW];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c) a[r][c] = _mm256_loadu_ps(acc + r * dp + c0 + 8 * c);
-  const bool tail = c0 + 8 * CW > d;
-  const __m256i m = tail_mask(d - (c0 + 8 * (CW - 1)));
-  for (int64_t j = 0; j < nk; ++j) {
-    if (ahead) prefetch_row(ahead[j], bytes);
-    __m256 vv[CW];
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c)
-      vv[c] = (tail && c == CW - 1) ? _mm256_maskload_ps(vp[j] + c0 + 8 * c, m) : _mm256_loadu_ps(vp[j] + c0 + 8 * c);
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) {
-      const __m256 pr = _mm256_broadcast_ss(p + r * BLOCK + j);
-      #pragma GCC unroll 16
-      for (int c = 0; c < CW; ++c) a[r][c] = _mm256_fmadd_ps(pr, vv[c], a[r][c]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c) _mm256_storeu_ps(acc + r * dp + c0 + 8 * c, a[r][c]);
-}
-
-// ``ahead`` as in scores_rows, for V: prefetched by the first pass over the block only.
-template <int RR>
-inline void pv_rows(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-                    const float* const* ahead, int64_t bytes) {
-  int64_t c0 = 0;
-  for (; c0 + 16 <= dp; c0 += 16, ahead = nullptr) pv_tile<RR, 2>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
-  if (c0 < dp) pv_tile<RR, 1>(p, vp, nk, c0, d, acc, dp, ahead, bytes);
-}
-
-void pv(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-        const float* const* ahead, int64_t bytes) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, ahead = nullptr) pv_rows<4>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
-  switch (rows - r) {
-    case 3: pv_rows<3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
-    case 2: pv_rows<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
-    case 1: pv_rows<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes); break;
-    default: break;
-  }
-}
-
-
-// ---- AVX-512 (chosen at run time when the CPU has AVX512F; compiled per function, never -march=native) ----
-// 32 registers: a tile of 4 rows x 4 keys for the scores, and whole rows of d <= 128 for P V, so each V row
-// streams once, in order, per pair of rows.
-#define AVX512 __attribute__((target("avx512f")))
-
-
-// Lane i of the result is the sum of the 16 lanes of input i: about 45 instructions for what 16 separate
-// reductions do in about 130 (the scores' horizontal sums were as costly as their FMAs).
-AVX512 inline __m512 pair_sum(__m512 x, __m512 y) {  // per 128-bit lane: [x0+x2, y0+y2, x1+x3, y1+y3]
-  return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y));
-}
-
-AVX512 inline __m512 quad_sum(__m512 a, __m512 b) {  // per lane: the lane sums of the 4 inputs behind a and b
-  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-}
-
-AVX512 inline __m512 reduce16(__m512 a0, __m512 a1, __m512 a2, __m512 a3, __m512 a4, __m512 a5, __m512 a6, __m512 a7,
-                              __m512 a8, __m512 a9, __m512 a10, __m512 a11, __m512 a12, __m512 a13, __m512 a14,
-                              __m512 a15) {
-  const __m512 u0 = quad_sum(pair_sum(a0, a1), pair_sum(a2, a3));
-  const __m512 u1 = quad_sum(pair_sum(a4, a5), pair_sum(a6, a7));
-  const __m512 u2 = quad_sum(pair_sum(a8, a9), pair_sum(a10, a11));
-  const __m512 u3 = quad_sum(pair_sum(a12, a13), pair_sum(a14, a15));
-  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
-  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x44), _mm512_shuffle_f32x4(u2, u3, 0xEE));
-  return _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD));
-}
-
-template <int RR, int KK>
-AVX512 inline void scores_tile512(const float* q, int64_t dp, const float* const* kp, int64_t d, float* s, int64_t ld) {
-  __m512 acc[RR][KK];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_setzero_ps();
-  const int64_t d16 = d & ~int64_t(15);
-  for (int64_t c = 0; c < d16; c += 16) {
-    __m512 kv[KK];
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) kv[j] = _mm512_loadu_ps(kp[j] + c);
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) {
-      const __m512 qv = _mm512_loadu_ps(q + r * dp + c);
-      #pragma GCC unroll 16
-      for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
-    }
-  }
-  if (d16 < d) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (d - d16)) - 1u);
-    __m512 kv[KK];
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) kv[j] = _mm512_maskz_loadu_ps(m, kp[j] + d16);
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) {
-      const __m512 qv = _mm512_loadu_ps(q + r * dp + d16);
-      #pragma GCC unroll 16
-      for (int j = 0; j < KK; ++j) acc[r][j] = _mm512_fmadd_ps(qv, kv[j], acc[r][j]);
-    }
-  }
-  if constexpr (RR == 4 && KK == 4) {  // the full tile: 16 horizontal sums at once by a transpose tree
-    const __m512 sums = reduce16(acc[0][0], acc[0][1], acc[0][2], acc[0][3], acc[1][0], acc[1][1], acc[1][2],
-                                 acc[1][3], acc[2][0], acc[2][1], acc[2][2], acc[2][3], acc[3][0], acc[3][1],
-                                 acc[3][2], acc[3][3]);
-    _mm_storeu_ps(s, _mm512_extractf32x4_ps(sums, 0));
-    _mm_storeu_ps(s + ld, _mm512_extractf32x4_ps(sums, 1));
-    _mm_storeu_ps(s + 2 * ld, _mm512_extractf32x4_ps(sums, 2));
-    _mm_storeu_ps(s + 3 * ld, _mm512_extractf32x4_ps(sums, 3));
-    return;
-  }
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) s[r * ld + j] = _mm512_reduce_add_ps(acc[r][j]);
-}
-
-template <int RR>
-AVX512 inline void scores_rows512(const float* q, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-                                  int64_t ld, const float* const* ahead, int64_t bytes) {
-  int64_t j = 0;
-  for (; j + 4 <= nk; j += 4) {
-    if (ahead)
-      for (int64_t i = j; i < j + 4; ++i) prefetch_row(ahead[i], bytes);
-    scores_tile512<RR, 4>(q, dp, kp + j, d, s + j, ld);
-  }
-  if (ahead)
-    for (int64_t i = j; i < nk; ++i) prefetch_row(ahead[i], bytes);
-  switch (nk - j) {
-    case 3: scores_tile512<RR, 3>(q, dp, kp + j, d, s + j, ld); break;
-    case 2: scores_tile512<RR, 2>(q, dp, kp + j, d, s + j, ld); break;
-    case 1: scores_tile512<RR, 1>(q, dp, kp + j, d, s + j, ld); break;
-    default: break;
-  }
-}
-
-AVX512 void scores512(const float* q, int64_t rows, int64_t dp, const float* const* kp, int64_t nk, int64_t d, float* s,
-                      const float* const* ahead, int64_t bytes) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4, ahead = nullptr) scores_rows512<4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes);
-  switch (rows - r) {
-    case 3: scores_rows512<3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    case 2: scores_rows512<2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    case 1: scores_rows512<1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, BLOCK, ahead, bytes); break;
-    default: break;
-  }
-}
-
-// acc[r][c0 : c0 + 16 CW] += sum_j P[r][j] V_j[c0 : ...]: RR rows of up to 128 columns held in registers.
-template <int RR, int CW>
-AVX512 inline void pv_tile512(const float* p, const float* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc,
-                              int64_t dp, const float* const* ahead, int64_t bytes) {
-  __m512 a[RR][CW];
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c) a[r][c] = _mm512_loadu_ps(acc + r * dp + c0 + 16 * c);
-  const int64_t last = d - (c0 + 16 * (CW - 1));  // columns of the last register that exist (may be < 16)
-  const __mmask16 m = last >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << last) - 1u);
-  for (int64_t j = 0; j < nk; ++j) {
-    if (ahead) prefetch_row(ahead[j], bytes);
-    __m512 pr[RR];
-    #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) pr[r] = _mm512_set1_ps(p[r * BLOCK + j]);
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c) {
-      const __m512 vv = _mm512_maskz_loadu_ps(c == CW - 1 ? m : static_cast<__mmask16>(0xFFFF), vp[j] + c0 + 16 * c);
-      #pragma GCC unroll 16
-      for (int r = 0; r < RR; ++r) a[r][c] = _mm512_fmadd_ps(pr[r], vv, a[r][c]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int r = 0; r < RR; ++r)
-    #pragma GCC unroll 16
-    for (int c = 0; c < CW; ++c) _mm512_storeu_ps(acc + r * dp + c0 + 16 * c, a[r][c]);
-}
-
-template <int RR>
-AVX512 inline void pv_rows512(const float* p, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-                              const float* const* ahead, int64_t bytes) {
-  for (int64_t c0 = 0; c0 < dp; c0 += 128, ahead = nullptr) {
-    switch (std::min<int64_t>(8, (dp - c0) / 16)) {
-      case 8: pv_tile512<RR, 8>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 7: pv_tile512<RR, 7>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 6: pv_tile512<RR, 6>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 5: pv_tile512<RR, 5>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 4: pv_tile512<RR, 4>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 3: pv_tile512<RR, 3>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      case 2: pv_tile512<RR, 2>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-      default: pv_tile512<RR, 1>(p, vp, nk, c0, d, acc, dp, ahead, bytes); break;
-    }
-  }
-}
-
-AVX512 void pv512(const float* p, int64_t rows, const float* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc,
-                  const float* const* ahead, int64_t bytes) {
-  int64_t r = 0;
-  for (; r + 2 <= rows; r += 2, ahead = nullptr) pv_rows512<2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
-  if (r < rows) pv_rows512<1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, ahead, bytes);
-}
-
-bool g_avx512 = __builtin_cpu_supports("avx512f");  // tune() may turn it off (tests run both paths)
 
 // Keys [lo, hi) query t of element b may attend (hi <= lo: none).
 inline void row_range(const Problem& P, int64_t len, int64_t t, int64_t* lo, int64_t* hi) {
@@ -391,152 +117,172 @@ inline void row_range(const Problem& P, int64_t len, int64_t t, int64_t* lo, int
 struct Scratch {
   std::vector<float> q, s, acc, m, l;
   std::vector<int64_t> lo, hi;
-  std::vector<const float*> kp, vp, kn, vn, ka, va;  // rows of this block, the next, and `ahead` on
+  std::vector<const char*> kp, vp, ka, va;  // rows of this block, and the rows `ahead` keys on
+  void prepare(int64_t rows, int64_t dp) {
+    q.assign(rows * dp, 0.0f);
+    acc.assign(rows * dp, 0.0f);
+    s.resize(rows * BLOCK);
+    m.assign(rows, NEG_INF);
+    l.assign(rows, 0.0f);
+    lo.resize(rows);
+    hi.resize(rows);
+    for (auto* p : {&kp, &vp, &ka, &va}) p->resize(BLOCK);
+  }
 };
 
-void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse, Scratch& w) {
-  const int64_t rows = P.g * P.tq, dp = P.dp, d = P.d;
-  w.q.assign(rows * dp, 0.0f);
-  w.acc.assign(rows * dp, 0.0f);
-  w.s.resize(rows * BLOCK);
-  w.m.assign(rows, NEG_INF);
-  w.l.assign(rows, 0.0f);
-  w.lo.resize(rows);
-  w.hi.resize(rows);
-  w.kp.resize(BLOCK);
-  w.vp.resize(BLOCK);
+struct Bounds {
+  int64_t k0, k1;          // the item's keys some row may attend
+  int64_t all_lo, all_hi;  // keys every row may attend: blocks inside need no mask
+};
+
+Bounds item_bounds(const Problem& P, int64_t b, int64_t k0, int64_t k1, Scratch& w) {
   const int64_t len = P.lens[b];
-  int64_t all_lo = k1, all_hi = k0;  // keys every row may attend: blocks inside need no mask
+  Bounds out{k0, k1, k1, k0};
   int64_t min_lo = k1, max_hi = k0;
-  for (int64_t gi = 0; gi < P.g; ++gi) {
+  for (int64_t gi = 0; gi < P.g; ++gi)
     for (int64_t t = 0; t < P.tq; ++t) {
       const int64_t r = gi * P.tq + t;
-      const float* src = P.q + b * P.qs[0] + (h * P.g + gi) * P.qs[1] + t * P.qs[2];
-      for (int64_t c = 0; c < d; ++c) w.q[r * dp + c] = src[c * P.qs[3]] * P.scale_log2;
       row_range(P, len, t, &w.lo[r], &w.hi[r]);
       if (r == 0) {
-        all_lo = w.lo[r];
-        all_hi = w.hi[r];
+        out.all_lo = w.lo[r];
+        out.all_hi = w.hi[r];
       }
-      all_lo = std::max(all_lo, w.lo[r]);
-      all_hi = std::min(all_hi, w.hi[r]);
+      out.all_lo = std::max(out.all_lo, w.lo[r]);
+      out.all_hi = std::min(out.all_hi, w.hi[r]);
       min_lo = std::min(min_lo, w.lo[r]);
       max_hi = std::max(max_hi, w.hi[r]);
     }
+  out.k0 = std::max(k0, min_lo);
+  out.k1 = std::min(k1, max_hi);
+  return out;
+}
+
+// Row pointers of keys kb .. (at most one block, before k1), paged or not; returns how many.
+int64_t fill_rows(const Problem& P, int64_t b, int64_t h, int64_t kb, int64_t k1, const char** kp, const char** vp) {
+  const int64_t nk = std::min<int64_t>(g_block, k1 - kb), size = kv_size(P.kind);
+  if (P.page) {  // walk the pages: one division per block, not two per key
+    int64_t index = kb / P.page, slot = kb % P.page;
+    auto page_of = [&](const char* base, const int64_t* st) {
+      return base + (P.table[b * P.per_seq + index] * st[0] + h * st[1]) * size;
+    };
+    const char* kpage = page_of(P.k, P.ks);
+    const char* vpage = page_of(P.v, P.vs);
+    for (int64_t j = 0; j < nk; ++j) {
+      if (slot == P.page) {
+        slot = 0;
+        ++index;
+        kpage = page_of(P.k, P.ks);
+        vpage = page_of(P.v, P.vs);
+      }
+      kp[j] = kpage + slot * P.ks[2] * size;
+      vp[j] = vpage + slot * P.vs[2] * size;
+      ++slot;
+    }
+  } else {
+    const char* krow = P.k + (b * P.ks[0] + h * P.ks[1] + kb * P.ks[2]) * size;
+    const char* vrow = P.v + (b * P.vs[0] + h * P.vs[1] + kb * P.vs[2]) * size;
+    for (int64_t j = 0; j < nk; ++j) {
+      kp[j] = krow + j * P.ks[2] * size;
+      vp[j] = vrow + j * P.vs[2] * size;
+    }
   }
-  k0 = std::max(k0, min_lo);
-  k1 = std::min(k1, max_hi);
-  auto pointers = [&](int64_t kb, const float** kp, const float** vp) {  // row pointers of keys kb.., paged or not
-    const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
-    if (P.page) {  // walk the pages: one division per block, not two per key
-      int64_t index = kb / P.page, slot = kb % P.page;
-      const float* kpage = P.k + P.table[b * P.per_seq + index] * P.ks[0] + h * P.ks[1];
-      const float* vpage = P.v + P.table[b * P.per_seq + index] * P.vs[0] + h * P.vs[1];
-      for (int64_t j = 0; j < nk; ++j) {
-        if (slot == P.page) {
-          slot = 0;
-          ++index;
-          kpage = P.k + P.table[b * P.per_seq + index] * P.ks[0] + h * P.ks[1];
-          vpage = P.v + P.table[b * P.per_seq + index] * P.vs[0] + h * P.vs[1];
-        }
-        kp[j] = kpage + slot * P.ks[2];
-        vp[j] = vpage + slot * P.vs[2];
-        ++slot;
-      }
-    } else {
-      const float* krow = P.k + b * P.ks[0] + h * P.ks[1] + kb * P.ks[2];
-      const float* vrow = P.v + b * P.vs[0] + h * P.vs[1] + kb * P.vs[2];
-      for (int64_t j = 0; j < nk; ++j) {
-        kp[j] = krow + j * P.ks[2];
-        vp[j] = vrow + j * P.vs[2];
-      }
-    }
-    return nk;
-  };
-  w.kn.resize(BLOCK);
-  w.vn.resize(BLOCK);
-  w.ka.resize(BLOCK);
-  w.va.resize(BLOCK);
-  if (k0 < k1) pointers(k0, w.kp.data(), w.vp.data());
-  const int64_t row_bytes = d * static_cast<int64_t>(sizeof(float));
-  const int64_t ahead = std::min<int64_t>(g_block, std::max<int64_t>(1, g_ahead_bytes / row_bytes));
-  for (int64_t kb = k0; kb < k1; kb += g_block) {
-    const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
-    const int64_t nn = kb + g_block < k1 ? pointers(kb + g_block, w.kn.data(), w.vn.data()) : 0;
-    if (P.page && g_prefetch && g_warm_blocks)
-      warm_pages(P, b, h, kb + g_warm_blocks * g_block, std::min(k1, kb + (g_warm_blocks + 1) * g_block));
-    for (int64_t j = 0; g_prefetch && j < nk; ++j) {  // the rows ``ahead`` keys on, in this block or the next
-      const int64_t i = j + ahead;
-      w.ka[j] = i < nk ? w.kp[i] : i - nk < nn ? w.kn[i - nk] : nullptr;
-      w.va[j] = i < nk ? w.vp[i] : i - nk < nn ? w.vn[i - nk] : nullptr;
-    }
-    const float* const* ka = g_prefetch ? w.ka.data() : nullptr;
-    const float* const* va = g_prefetch ? w.va.data() : nullptr;
-    if (g_avx512)
-      scores512(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), ka, row_bytes);
-    else
-      scores(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), ka, row_bytes);
-    const bool masked = !(kb >= all_lo && kb + nk <= all_hi);
-    for (int64_t r = 0; r < rows; ++r) {
-      float* s = w.s.data() + r * BLOCK;
-      if (masked) {
-        for (int64_t j = 0; j < nk; ++j)
-          if (kb + j < w.lo[r] || kb + j >= w.hi[r]) s[j] = NEG_INF;
-      }
-      float mb = NEG_INF;
-      for (int64_t j = 0; j < nk; ++j) mb = std::max(mb, s[j]);
-      const float m_new = std::max(w.m[r], mb);
-      if (m_new == NEG_INF) {  // no allowed key yet: nothing to add
-        for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
-        continue;
-      }
-      const float alpha = w.m[r] == m_new ? 1.0f : exp2_nonpositive(w.m[r] - m_new);  // 0 when m was -inf
-      float sum = 0.0f;
-      int64_t j = 0;
-      const __m256 mv = _mm256_set1_ps(m_new);
-      __m256 sv = _mm256_setzero_ps();
-      for (; j + 8 <= nk; j += 8) {
-        const __m256 e = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-        _mm256_storeu_ps(s + j, e);
-        sv = _mm256_add_ps(sv, e);
-      }
-      sum = hsum(sv);
-      for (; j < nk; ++j) {
-        s[j] = exp2_nonpositive(s[j] - m_new);
-        sum += s[j];
-      }
-      if (alpha != 1.0f) {
-        float* a = w.acc.data() + r * dp;
-        for (int64_t c = 0; c < dp; ++c) a[c] *= alpha;
-      }
-      w.l[r] = w.l[r] * alpha + sum;
-      w.m[r] = m_new;
-    }
-    if (g_avx512)
-      pv512(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), va, row_bytes);
-    else
-      pv(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), va, row_bytes);
-    std::swap(w.kp, w.kn);
-    std::swap(w.vp, w.vn);
-  }
+  return nk;
+}
+
+// The online softmax over one block's scores (base 2): mask, new running max, exponentials in place,
+// the running sum, and the accumulators rescaled where the max moved.
+void softmax_block(const Problem& P, Scratch& w, int64_t kb, int64_t nk, int64_t rows, const Bounds& bounds) {
+  const int64_t dp = P.dp;
+  const bool masked = !(kb >= bounds.all_lo && kb + nk <= bounds.all_hi);
   for (int64_t r = 0; r < rows; ++r) {
-    const float l = w.l[r];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + c] * inv;
-    out_lse[r] = l > 0.0f ? w.m[r] + std::log2(l) : NEG_INF;
+    float* s = w.s.data() + r * BLOCK;
+    if (masked) {
+      for (int64_t j = 0; j < nk; ++j)
+        if (kb + j < w.lo[r] || kb + j >= w.hi[r]) s[j] = NEG_INF;
+    }
+    float mb = NEG_INF;
+    for (int64_t j = 0; j < nk; ++j) mb = std::max(mb, s[j]);
+    const float m_new = std::max(w.m[r], mb);
+    if (m_new == NEG_INF) {  // no allowed key yet: nothing to add
+      for (int64_t j = 0; j < nk; ++j) s[j] = 0.0f;
+      continue;
+    }
+    const float alpha = w.m[r] == m_new ? 1.0f : exp2_nonpositive(w.m[r] - m_new);  // 0 when m was -inf
+    int64_t j = 0;
+    const __m256 mv = _mm256_set1_ps(m_new);
+    __m256 sv = _mm256_setzero_ps();
+    for (; j + 8 <= nk; j += 8) {
+      const __m256 e = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+      _mm256_storeu_ps(s + j, e);
+      sv = _mm256_add_ps(sv, e);
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, sv);
+    float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+    for (; j < nk; ++j) {
+      s[j] = exp2_nonpositive(s[j] - m_new);
+      sum += s[j];
+    }
+    if (alpha != 1.0f) {
+      float* a = w.acc.data() + r * dp;
+      for (int64_t c = 0; c < dp; ++c) a[c] *= alpha;
+    }
+    w.l[r] = w.l[r] * alpha + sum;
+    w.m[r] = m_new;
   }
+}
+
+}  // namespace
+
+// The inner loops, once per instruction set (see _decode_kernel.h); internal linkage, so calls between them
+// are direct (no PLT) and the compiler inlines what it sees fit.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace {
+namespace isa_avx2 {
+#define DECODE_WIDTH 8
+#include "_decode_kernel.h"
+#undef DECODE_WIDTH
+}  // namespace isa_avx2
+}  // namespace
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx2,fma,f16c")
+namespace {
+namespace isa_avx512 {
+#define DECODE_WIDTH 16
+#include "_decode_kernel.h"
+#undef DECODE_WIDTH
+}  // namespace isa_avx512
+}  // namespace
+#pragma GCC pop_options
+
+namespace {
+
+const char* const ISA_NAMES[] = {"avx2", "avx512"};
+
+int kind_of(const torch::Tensor& x) {
+  switch (x.scalar_type()) {
+    case torch::kFloat32: return KV_F32;
+    case torch::kBFloat16: return KV_BF16;
+    case torch::kFloat16: return KV_F16;
+    default: TORCH_CHECK(false, "tiled_decode's kernel takes K and V in float32, bfloat16 or float16");
+  }
+  return KV_F32;
 }
 
 Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                 const c10::optional<torch::Tensor>& table, const torch::Tensor& lens, int64_t tq, int64_t g,
                 double scale_log2, bool causal, bool bottom_right, int64_t wl, int64_t wr) {
-  TORCH_CHECK(q.scalar_type() == torch::kFloat32 && k.scalar_type() == torch::kFloat32 &&
-              v.scalar_type() == torch::kFloat32, "tiled_decode's kernel takes float32");
+  TORCH_CHECK(q.scalar_type() == torch::kFloat32, "tiled_decode's kernel takes q in float32");
+  TORCH_CHECK(k.scalar_type() == v.scalar_type(), "k and v need one dtype");
   TORCH_CHECK(k.stride(3) == 1 && v.stride(3) == 1, "k and v need contiguous rows");
   Problem P;
+  P.kind = kind_of(k);
   P.q = q.data_ptr<float>();
-  P.k = k.data_ptr<float>();
-  P.v = v.data_ptr<float>();
+  P.k = static_cast<const char*>(k.data_ptr());
+  P.v = static_cast<const char*>(v.data_ptr());
   for (int i = 0; i < 4; ++i) {
     P.qs[i] = q.stride(i);
     P.ks[i] = k.stride(i);
@@ -549,7 +295,7 @@ Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   P.tq = tq;
   P.g = g;
   P.d = q.size(3);
-  P.dp = (P.d + 15) & ~int64_t(15);  // rows padded to whole AVX-512 registers
+  P.dp = (P.d + 31) & ~int64_t(31);  // rows padded to whole chunks of either instruction set
   P.scale_log2 = static_cast<float>(scale_log2);
   P.causal = causal;
   P.bottom_right = bottom_right;
@@ -557,6 +303,12 @@ Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   P.wr = wr;
   return P;
 }
+
+bool has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+
+bool has_avx512() { return has_avx2() && __builtin_cpu_supports("avx512f"); }
 
 }  // namespace
 
@@ -592,16 +344,20 @@ void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch
           torch::Tensor items, torch::Tensor counter, torch::Tensor part_o, torch::Tensor part_lse, int64_t tq,
           int64_t g, double scale_log2, bool causal, bool bottom_right, int64_t wl, int64_t wr) {
   const Problem P = problem(q, k, v, table, lens, tq, g, scale_log2, causal, bottom_right, wl, wr);
+  TORCH_CHECK(has_avx2(), "tiled_decode needs AVX2, FMA and F16C");
   const int64_t n = items.size(0), rows = g * tq;
   const int64_t* it = items.data_ptr<int64_t>();
   int64_t* next = counter.data_ptr<int64_t>();
   float* po = part_o.data_ptr<float>();
   float* pl = part_lse.data_ptr<float>();
   Scratch w;
+  const bool wide = g_isa == 1;
   for (;;) {
     const int64_t i = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
     if (i >= n) break;
-    run_item(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], po + i * rows * P.d, pl + i * rows, w);
+    float* o = po + i * rows * P.d;
+    if (wide) isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+    else isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
   }
 }
 
@@ -638,17 +394,33 @@ void merge(torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, to
   }
 }
 
-bool tune(int64_t prefetch, int64_t block, bool avx512, int64_t ahead_bytes, int64_t warm_blocks) {
+// The tiers this CPU can run, lowest first.
+std::vector<std::string> tiers() {
+  std::vector<std::string> out;
+  if (has_avx2()) out.push_back(ISA_NAMES[0]);
+  if (has_avx512()) out.push_back(ISA_NAMES[1]);
+  return out;
+}
+
+std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_t ahead_bytes, int64_t warm_blocks,
+                 bool v_in_scores, bool sparse) {
+  TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be avx2 or avx512, not ", isa);
+  TORCH_CHECK(isa != "avx512" || has_avx512(), "this CPU has no AVX-512F");
+  g_isa = isa == "avx512" ? 1 : 0;
   g_warm_blocks = std::max<int64_t>(warm_blocks, 0);
   g_ahead_bytes = std::max<int64_t>(ahead_bytes, 0);
-  g_avx512 = avx512 && __builtin_cpu_supports("avx512f");
   g_prefetch = static_cast<int>(prefetch);
   g_block = static_cast<int>(std::min<int64_t>(std::max<int64_t>(block, 1), BLOCK));
-  return g_avx512;
+  g_v_in_scores = v_in_scores;
+  g_sparse = sparse;
+  return ISA_NAMES[g_isa];
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("tune", &tune, "prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), AVX-512 if the CPU has it, prefetch distance in bytes, blocks ahead to warm a paged cache's pages; returns whether AVX-512 is used");
+  module.def("tiers", &tiers, "the instruction-set tiers this CPU can run (avx2, avx512), lowest first");
+  module.def("tune", &tune, "tier (avx2 or avx512), prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), "
+             "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether V is prefetched "
+             "during the scores pass, whether only one line per 4 KiB is prefetched; returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

@@ -1,7 +1,7 @@
-// The AVX2 + FMA tile GEMM (6 x 16 register block), operand packing and lane masks shared by
-// tiled_fused's avx2 forward (_flash_avx2.cpp) and backward (_flash_avx2_backward.cpp). B operands are
-// packed in panels of 16 columns (zero-padded); A is read in place, row by row. Operands may be float32
-// or bf16 (T = uint16_t, its bits), converted to float32 as they are packed: bf16 -> float32 is a shift.
+// The AVX2 + FMA tile GEMM (6 x 16 register block), lane masks and the 8-lane type of the shared softmax
+// row (_flash_softmax.h), for tiled_fused's avx2 forward (_flash_avx2.cpp) and backward
+// (_flash_avx2_backward.cpp). B operands are packed in panels of 16 columns (zero-padded; _flash_pack.h,
+// float32 or bf16 converted as it is packed); A is read in place, row by row.
 // Only for translation units compiled with -mavx2 -mfma (see _cpp_build.py).
 #pragma once
 
@@ -11,33 +11,20 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+
+#include "_flash_exp2.h"
+#include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 namespace attnbench_avx2 {
 
 constexpr int64_t NR = 16;  // columns of C per panel (two 8-lane vectors)
 constexpr int64_t MR = 6;   // rows of C per kernel call
 
-inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
-inline float to_float(float x) { return x; }
-inline float to_float(uint16_t bits) {  // bf16 -> float32: the bits are the float's upper half
-  const uint32_t u = uint32_t(bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-inline float hsum(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-inline float hmax(__m256 x) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
+using attnbench_pack::hmax;
+using attnbench_pack::hsum;
+using attnbench_pack::round_up;
 
 // C[0:R, 0:16] (+)= A[0:R, 0:kk] * panel (kk rows of 16 floats), R <= 6. Accumulators are named
 // variables, not an array, so that all 2R stay in registers (with the two B vectors and the
@@ -87,84 +74,9 @@ inline void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, const f
       for (int64_t i = 0; i < m; i += MR) {
         const float* ai = a + i * lda + k0;
         float* ci = c + i * ldc + j * NR;
-        switch (std::min(MR, m - i)) {
-          case 6: micro<6>(ai, lda, panel, kc, ci, ldc, acc); break;
-          case 5: micro<5>(ai, lda, panel, kc, ci, ldc, acc); break;
-          case 4: micro<4>(ai, lda, panel, kc, ci, ldc, acc); break;
-          case 3: micro<3>(ai, lda, panel, kc, ci, ldc, acc); break;
-          case 2: micro<2>(ai, lda, panel, kc, ci, ldc, acc); break;
-          default: micro<1>(ai, lda, panel, kc, ci, ldc, acc); break;
-        }
-      }
-    }
-  }
-}
-
-// Eight consecutive values as float32 (bf16: widened and shifted into the upper half).
-inline __m256 load8(const float* src) { return _mm256_loadu_ps(src); }
-inline __m256 load8(const uint16_t* src) {
-  const __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-}
-
-// Rows r[0..7] transposed in place (r[i][j] becomes r[j][i]).
-inline void transpose8(__m256 r[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
-// K rows [0, n) as B = K^T: panels of 16 keys, each d rows of 16 floats (keys past n zero). Blocks of
-// 8 keys x 8 columns by an in-register transpose (the scalar loop was a few % of the forward), the
-// edges one value at a time.
-template <typename T>
-inline void pack_kt(const T* k, int64_t ld, int64_t n, int64_t d, float* out) {
-  for (int64_t j0 = 0; j0 < round_up(n, NR); j0 += NR) {
-    float* panel = out + (j0 / NR) * d * NR;
-    for (int64_t h = 0; h < NR; h += 8) {
-      const int64_t key = j0 + h;
-      int64_t p0 = 0;
-      if (key + 8 <= n) {
-        for (; p0 + 8 <= d; p0 += 8) {
-          __m256 r[8];
-          for (int i = 0; i < 8; ++i) r[i] = load8(k + (key + i) * ld + p0);
-          transpose8(r);
-          for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (p0 + i) * NR + h, r[i]);
-        }
-      }
-      for (int64_t c = h; c < h + 8; ++c) {
-        const T* row = j0 + c < n ? k + (j0 + c) * ld : nullptr;
-        for (int64_t p = p0; p < d; ++p) panel[p * NR + c] = row ? to_float(row[p]) : 0.0f;
-      }
-    }
-  }
-}
-
-// V rows [0, n) as B = V: panels of 16 columns of d (columns past d zero), each n rows.
-template <typename T>
-inline void pack_v(const T* v, int64_t ld, int64_t n, int64_t d, float* out) {
-  for (int64_t c0 = 0; c0 < round_up(d, NR); c0 += NR) {
-    float* panel = out + (c0 / NR) * n * NR;
-    const int64_t w = std::min(NR, d - c0);
-    for (int64_t p = 0; p < n; ++p) {
-      const T* row = v + p * ld + c0;
-      if (w == NR) {
-        _mm256_storeu_ps(panel + p * NR, load8(row));
-        _mm256_storeu_ps(panel + p * NR + 8, load8(row + 8));
-      } else {
-        for (int64_t c = 0; c < NR; ++c) panel[p * NR + c] = c < w ? to_float(row[c]) : 0.0f;
+        attnbench_pack::with_rows<MR>(m - i, [&](auto rows) {
+          micro<decltype(rows)::value>(ai, lda, panel, kc, ci, ldc, acc);
+        });
       }
     }
   }
@@ -184,11 +96,20 @@ inline __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, i
   return _mm256_castsi256_ps(ok);
 }
 
-// Element (b, h, 0, 0) of a (B, H, T, d) tensor of float32 (T = float) or bf16 (T = uint16_t).
-template <typename T, typename Tensor>
-inline const T* base(const Tensor& t, int64_t b, int64_t h) {
-  return reinterpret_cast<const T*>(t.data_ptr()) + b * t.stride(0) + h * t.stride(1);
-}
+// The lane type of softmax_row (_flash_softmax.h): 8 lanes, P in float32, masks as all-ones lanes.
+struct Lanes {
+  using P = float;
+  ATTNBENCH_LANE_OPS(8, __m256, _mm256, hmax, hsum)
+  static int64_t padded(int64_t n) { return n; }
+  static __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, int64_t ms) {
+    return attnbench_avx2::allowed(j, lo, lim, mrow, ms);
+  }
+  static __m256 max_where(__m256 mx, __m256 ok, __m256 x) {
+    return _mm256_max_ps(mx, _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()), x, ok));
+  }
+  static __m256 exp2_where(__m256 ok, __m256 x) { return _mm256_and_ps(ok, exp2_nonpositive(x)); }
+  static void store_p(float* dst, __m256 p) { _mm256_storeu_ps(dst, p); }
+};
 
 }  // namespace attnbench_avx2
 

@@ -18,9 +18,14 @@
 #include "_flash_avx2.h"
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_items.h"
+#include "_flash_pack.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 using namespace attnbench_avx2;  // NOLINT: the kernel's other half
+using attnbench_pack::base;
+using attnbench_pack::mask_row;
+using attnbench_pack::to_float;
 using attnbench_band::Band;
 using attnbench_band::clip;
 
@@ -63,9 +68,9 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   dkt.assign(d * sw, 0.0f), dvt.assign(d * sw, 0.0f);  // dK^T and dV^T (d x keys)
   const T* kp = base<T>(k, b, hk) + k0 * k.stride(2);
   const T* vp = base<T>(v, b, hk) + k0 * v.stride(2);
-  pack_kt(kp, k.stride(2), cols, d, kt.data());
-  pack_kt(vp, v.stride(2), cols, d, vt.data());
-  pack_v(kp, k.stride(2), cols, d, kv.data());
+  attnbench_pack::pack_kt<NR>(kp, k.stride(2), cols, d, kt.data());
+  attnbench_pack::pack_kt<NR>(vp, v.stride(2), cols, d, vt.data());
+  attnbench_pack::pack_v<NR>(kp, k.stride(2), cols, d, kv.data());
   const __m256 sv = _mm256_set1_ps(scale);
   const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
@@ -90,14 +95,9 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
       gemm(rows, panels, d, d, dobuf.data(), d, vt.data(), dpbuf.data(), sw, false);
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = q0 + r;
-        const uint8_t* mrow = nullptr;
-        if (mask.has_value()) {
-          mrow = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1) + i * mask->stride(2) +
-                 k0 * mask->stride(3);
-        }
         int64_t lo = 0, lim = 0;
         clip(band, i, k0, cols, lo, lim);
-        p_and_ds(&sbuf[r * sw], &dpbuf[r * sw], sw, lo, lim, mrow, ms, c, lse_p[i], delta_p[i], p_pack.data(),
+        p_and_ds(&sbuf[r * sw], &dpbuf[r * sw], sw, lo, lim, mask_row(mask, b, h, i, k0), ms, c, lse_p[i], delta_p[i], p_pack.data(),
                  ds_pack.data(), r, rows);
       }
       gemm(d, panels, rows, rows, dot.data(), rows, p_pack.data(), dvt.data(), sw, true);
@@ -129,11 +129,7 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 
 // q, k, v, dout: float32 or bf16 (one dtype) with contiguous rows; lse2 (base 2), delta, dq, dk, dv:
 // contiguous float32.
-void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                        int64_t block_q) {
+ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
   const Band band(band_spec);
   const auto dt = q.scalar_type();
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
@@ -154,10 +150,7 @@ void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tens
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path
 
-void backward_item_avx2(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                        const at::Tensor&, const c10::optional<at::Tensor>&, at::Tensor, at::Tensor, at::Tensor,
-                        int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, const std::vector<int64_t>&, double,
-                        double, int64_t) {
+ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
   TORCH_CHECK(false, "backward_item_avx2: this build has no AVX2 + FMA");
 }
 

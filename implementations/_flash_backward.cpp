@@ -17,6 +17,8 @@
 
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_items.h"
+#include "_flash_pack.h"
 
 using attnbench_band::Band;
 using attnbench_band::clip;
@@ -55,11 +57,7 @@ void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t
 
 }  // namespace
 
-void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                   const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                   at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                   int64_t block_q) {
+ATTNBENCH_BACKWARD_ITEM(backward_item) {
   const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout, &lse2, &delta, &dq, &dk, &dv}) {
     TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_item: float32 tensors");
@@ -85,14 +83,8 @@ void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
         const int64_t i = q0 + r;
         int64_t lo = 0, hi = 0;
         clip(band, i, k0, cols, lo, hi);
-        const uint8_t* mrow = nullptr;
-        int64_t ms = 0;
-        if (mask.has_value()) {
-          mrow = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1) + i * mask->stride(2) +
-                 k0 * mask->stride(3);
-          ms = mask->stride(3);
-        }
-        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, mrow, ms, static_cast<float>(c), lse_p[i],
+        const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
+        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, attnbench_pack::mask_row(mask, b, h, i, k0), ms, static_cast<float>(c), lse_p[i],
                              delta_p[i]);
       }
       dv_j.addmm_(st.t(), doi);

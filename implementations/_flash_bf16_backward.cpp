@@ -2,7 +2,7 @@
 //
 // The work item and the partition are those of _flash_backward.cpp (keys [k0, k1) of kv head hk:
 // dK, dV private to the item, dQ into the worker's own float32 buffer). All five tile GEMMs run on
-// the VDPBF16PS kernel of _flash_bf16.h with float32 accumulation:
+// the VDPBF16PS kernel of _flash_avx512.h with float32 accumulation:
 //   S = Q K^T, dP = dO V^T (B = K^T, V^T packed once per item), dQ += dS K (B = K packed once),
 //   dV^T += dO^T P, dK^T += Q^T dS (B = P, dS written straight into the packed layout, two rows at a
 //   time; computing the transposes avoids a strided scatter of P^T and dS^T), transposed at the end.
@@ -18,8 +18,12 @@
 
 #include "_flash_band.h"
 #include "_flash_bf16.h"
+#include "_flash_items.h"
+#include "_flash_pack.h"
 
-using namespace attnbench_bf16;  // NOLINT: this file is the kernel's other half
+using namespace attnbench_bf16;    // NOLINT: this file is the kernel's other half
+using namespace attnbench_avx512;  // NOLINT
+using attnbench_pack::mask_row;
 using attnbench_band::Band;
 using attnbench_band::clip;
 
@@ -81,14 +85,12 @@ const uint16_t* bf16_ptr(const at::Tensor& t, int64_t b, int64_t h) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()) + b * t.stride(0) + h * t.stride(1);
 }
 
-}  // namespace
-
-BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                    const at::Tensor& dout, const at::Tensor& lse2, const at::Tensor& delta,
-                                    const c10::optional<at::Tensor>& mask, at::Tensor dq, at::Tensor dk,
-                                    at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1, int64_t qmin,
-                                    int64_t qmax, const std::vector<int64_t>& band_spec, double c, double scale,
-                                    int64_t block_q) {
+// One item (see ATTNBENCH_BACKWARD_ITEM in _flash_items.h) on the bf16 units.
+BF16_TARGET void backward_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
+                               const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
+                               at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, int64_t b, int64_t hk, int64_t k0,
+                               int64_t k1, int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c,
+                               double scale, int64_t block_q) {
   const Band band(band_spec);
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
     TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->stride(3) == 1, "backward_item_bf16: bf16 rows");
@@ -129,27 +131,23 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
           qt[u * ldt + r] = qv, dot[u * ldt + r] = dv;
         }
       }
-      gemm(rows, panels, dp2 / 2, dp2 / 2, qbuf.data(), dp2, kt.data(), sbuf.data(), sw, false);
-      gemm(rows, panels, dp2 / 2, dp2 / 2, dobuf.data(), dp2, vt.data(), dpbuf.data(), sw, false);
+      gemm<Bf16>(rows, panels, dp2 / 2, dp2 / 2, qbuf.data(), dp2, kt.data(), sbuf.data(), sw, false);
+      gemm<Bf16>(rows, panels, dp2 / 2, dp2 / 2, dobuf.data(), dp2, vt.data(), dpbuf.data(), sw, false);
       auto row = [&](int64_t r) {
         const int64_t i = q0 + r;
-        const uint8_t* mrow = nullptr;
-        if (mask.has_value()) {
-          mrow = mask->data_ptr<uint8_t>() + b * mask->stride(0) + h * mask->stride(1) + i * mask->stride(2) +
-                 k0 * mask->stride(3);
-        }
         int64_t lo = 0, lim = 0;
         clip(band, i, k0, cols, lo, lim);
-        return Row{&sbuf[r * sw], &dpbuf[r * sw], lo, lim, mrow, lse_p[i], delta_p[i], &dsrow[r * pw]};
+        return Row{&sbuf[r * sw], &dpbuf[r * sw], lo, lim, mask_row(mask, b, h, i, k0), lse_p[i], delta_p[i],
+                   &dsrow[r * pw]};
       };
       for (int64_t r = 0; r < rows; r += 2) {
         const bool second = r + 1 < rows;
         p_and_ds_pair(row(r), second ? row(r + 1) : row(r), second, cols, sw, pw, ms, static_cast<float>(c),
                       p_pack.data(), ds_pack.data(), r / 2, ldt / 2);
       }
-      gemm(d, panels, ldt / 2, ldt / 2, dot.data(), ldt, p_pack.data(), dvt.data(), sw, true);
-      gemm(d, panels, ldt / 2, ldt / 2, qt.data(), ldt, ds_pack.data(), dkt.data(), sw, true);
-      gemm(rows, dw / NR, pw / 2, pw / 2, dsrow.data(), pw, kv.data(), dqt.data(), dw, false);
+      gemm<Bf16>(d, panels, ldt / 2, ldt / 2, dot.data(), ldt, p_pack.data(), dvt.data(), sw, true);
+      gemm<Bf16>(d, panels, ldt / 2, ldt / 2, qt.data(), ldt, ds_pack.data(), dkt.data(), sw, true);
+      gemm<Bf16>(rows, dw / NR, pw / 2, pw / 2, dsrow.data(), pw, kv.data(), dqt.data(), dw, false);
       float* dq_p = dq.data_ptr<float>() + ((b * heads + h) * tq + q0) * d;
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t j = 0; j < d; j += 16) {
@@ -169,4 +167,10 @@ BF16_TARGET void backward_item_bf16(const at::Tensor& q, const at::Tensor& k, co
       dv_p[j * d + u] = dvt[u * sw + j];
     }
   }
+}
+
+}  // namespace
+
+ATTNBENCH_BACKWARD_ITEM(backward_item_bf16) {
+  backward_bf16(q, k, v, dout, lse2, delta, mask, dq, dk, dv, b, hk, k0, k1, qmin, qmax, band_spec, c, scale, block_q);
 }

@@ -1,4 +1,4 @@
-// exp2 for x <= 0, shared by tiled_fused's forward (_flash_fused.cpp) and backward (_flash_backward.cpp).
+// exp2 for x <= 0, shared by tiled_fused's kernels (and tiled_decode's).
 #pragma once
 
 #include <cmath>
@@ -26,6 +26,15 @@ inline float exp2_nonpositive(float x) {
 
 inline double exp2_nonpositive(double x) { return std::exp2(x); }
 
+// The same degree-5 polynomial in f on a vector of any width, FMA and SET1 being the ISA's intrinsics
+// (_mm256_fmadd_ps, _mm256_set1_ps; the 512-bit ones).
+#define ATTNBENCH_EXP2_POLY5(FMA, SET1, f)                                                                 \
+  FMA(FMA(FMA(FMA(FMA(SET1(1.3266970636323094e-3f), f, SET1(9.675459936261177e-3f)), f,                    \
+                  SET1(5.550742521882057e-2f)),                                                            \
+              f, SET1(2.4022121727466583e-1f)),                                                            \
+          f, SET1(6.931469440460205e-1f)),                                                                 \
+      f, SET1(1.0000001192092896e0f))
+
 #ifdef __AVX2__
 #include <immintrin.h>
 
@@ -37,14 +46,29 @@ inline __m256 exp2_nonpositive(__m256 x) {
   const __m256 xc = _mm256_max_ps(x, lo);
   const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(xc, n);
-  __m256 p = _mm256_set1_ps(1.3266970636323094e-3f);
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.675459936261177e-3f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.550742521882057e-2f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022121727466583e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.931469440460205e-1f));
-  p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0000001192092896e0f));
+  const __m256 p = ATTNBENCH_EXP2_POLY5(_mm256_fmadd_ps, _mm256_set1_ps, f);
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+// s[j] = 2^(s[j] - m) in place for j < n (s[j] <= m); returns their sum (eight lanes, then the tail).
+inline float exp2_shifted_sum(float* s, int64_t n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 p = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
+    _mm256_storeu_ps(s + j, p);
+    acc = _mm256_add_ps(acc, p);
+  }
+  __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  float sum = _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+  for (; j < n; ++j) {
+    s[j] = exp2_nonpositive(s[j] - m);
+    sum += s[j];
+  }
+  return sum;
 }
 
 #endif  // __AVX2__

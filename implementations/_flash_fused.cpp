@@ -23,31 +23,24 @@
 
 #include "_flash_band.h"
 #include "_flash_exp2.h"
+#include "_flash_items.h"
+#include "_flash_pack.h"
+#include "_flash_softmax.h"
 
 using attnbench_band::Band;
 using attnbench_band::clip;
 
 namespace {
 
-#ifdef __AVX2__
-inline float hsum(__m256 x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-inline float hmax(__m256 x) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
-}
+#if defined(__AVX2__) && defined(__FMA__)
+using attnbench_pack::hmax;
 #endif
 
 template <typename T>
 inline T row_max(const T* s, int64_t n) {
   T mx = -std::numeric_limits<T>::infinity();
   int64_t j = 0;
-#ifdef __AVX2__
+#if defined(__AVX2__) && defined(__FMA__)
   if constexpr (std::is_same_v<T, float>) {
     __m256 v = _mm256_set1_ps(mx);
     for (; j + 8 <= n; j += 8) v = _mm256_max_ps(v, _mm256_loadu_ps(s + j));
@@ -61,21 +54,11 @@ inline T row_max(const T* s, int64_t n) {
 // s[j] = 2^(s[j] - m) in place; returns the sum.
 template <typename T>
 inline T exp2_row(T* s, int64_t n, T m) {
-  T sum = 0;
-  int64_t j = 0;
 #ifdef __AVX2__
-  if constexpr (std::is_same_v<T, float>) {
-    const __m256 mv = _mm256_set1_ps(m);
-    __m256 acc = _mm256_setzero_ps();
-    for (; j + 8 <= n; j += 8) {
-      const __m256 p = exp2_nonpositive(_mm256_sub_ps(_mm256_loadu_ps(s + j), mv));
-      _mm256_storeu_ps(s + j, p);
-      acc = _mm256_add_ps(acc, p);
-    }
-    sum = hsum(acc);
-  }
+  if constexpr (std::is_same_v<T, float>) return exp2_shifted_sum(s, n, m);
 #endif
-  for (; j < n; ++j) {
+  T sum = 0;
+  for (int64_t j = 0; j < n; ++j) {
     const T p = exp2_nonpositive(s[j] - m);
     s[j] = p;
     sum += p;
@@ -103,11 +86,7 @@ inline T softmax_row(T* s, int64_t cols, int64_t lo, int64_t hi, const uint8_t* 
     std::fill(s + lo, s + hi, T(0));
     return T(-1);
   }
-  const T sum = exp2_row(s + lo, hi - lo, m_new);
-  const T alpha = m == NEG_INF ? T(0) : exp2_nonpositive(m - m_new);
-  l = l * alpha + sum;
-  m = m_new;
-  return alpha;
+  return attnbench_softmax::rescale(m, l, m_new, exp2_row(s + lo, hi - lo, m_new));
 }
 
 template <typename T>
@@ -217,35 +196,10 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
-// _flash_backward.cpp (the bf16 kernels are a separate extension: _flash_bf16.cpp)
-void backward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                   const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                   at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
-                   int64_t block_q);
-
-// _flash_avx2.cpp
-bool has_avx2_fma();
-void forward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                       const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, int64_t b, int64_t h,
-                       int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                       int64_t diagonal_chunk);
-
-// _flash_avx2_backward.cpp
-void backward_item_avx2(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                        const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                        at::Tensor dq, at::Tensor dk, at::Tensor dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                        int64_t qmin, int64_t qmax, const std::vector<int64_t>& band, double c, double scale,
-                        int64_t block_q);
-
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("backward_item_avx2", &backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs");
   module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
-  module.def("forward_item_avx2", &forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("forward_item", &forward_item, "One work item of the fused FlashAttention-2 forward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
-  module.def("backward_item", &backward_item, "One work item (a key block of a kv head) of the backward",
-             pybind11::call_guard<pybind11::gil_scoped_release>());
+  ATTNBENCH_DEF_ITEM(module, forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs");
+  ATTNBENCH_DEF_ITEM(module, forward_item, "One work item of the fused FlashAttention-2 forward");
+  ATTNBENCH_DEF_ITEM(module, backward_item, "One work item (a key block of a kv head) of the backward");
 }

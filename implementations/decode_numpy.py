@@ -21,6 +21,10 @@ A decode step has a few new queries and a long cache. Reading the cache is the w
 Ragged cache lengths (``cache_seqlens``: element b has keys ``0 .. L_b - 1``) and a paged cache
 (``block_table``: key j of element b is slot ``j % page`` of page ``block_table[b, j // page]``) are
 both just where a piece's keys come from. ``tiled_decode`` is the same algorithm compiled.
+
+The rows of a tile are taken ROWS at a time: a decode step has a handful, but the same function runs a
+square prefill (Tq = Tk = T), where all T rows against a piece of T / 4 keys would hold T^2 / 4 scores.
+A chunk of rows holds ROWS x T / 4, so the extra memory grows as T, as ``memory="linear"`` declares.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ PIECE = 64
 """Keys per piece at least (small, so that the tests' short caches are split too); a long cache is cut into
 at most MAX_PIECES pieces, as a split-KV kernel cuts it for its threads."""
 MAX_PIECES = 4
+ROWS = 64
+"""Query rows (of one tile) whose scores are held at once."""
 
 
 def keys_of(k: np.ndarray, b: int, h: int, start: int, stop: int, block_table: np.ndarray | None) -> np.ndarray:
@@ -86,21 +92,26 @@ def decode_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = 
         offset = length - tq if causal_align == "bottom_right" else 0
         pos = np.tile(np.arange(tq), g)[:, None] + offset  # (R, 1): rows are (head in group, query)
         for h in range(kv_heads):
-            rows = q[b, h * g:(h + 1) * g].reshape(g * tq, d).astype(np.float64) * scale
-            outs, lses = [], []
+            tile = q[b, h * g:(h + 1) * g].reshape(g * tq, d)
+            keys = keys_of(k, b, h, 0, length, block_table).astype(np.float64)  # this (b, h)'s cache, once
+            values = keys_of(v, b, h, 0, length, block_table).astype(np.float64)
             size = max(PIECE, -(-length // MAX_PIECES))
-            for start in range(0, length, size):
-                stop = min(start + size, length)
-                key = np.arange(start, stop)[None, :]
-                allowed = np.ones((g * tq, stop - start), dtype=bool)
-                if causal:
-                    allowed &= key <= pos
-                if window is not None:
-                    allowed &= (key >= pos - window[0]) & (key <= pos + window[1])
-                o, lse = piece(rows, keys_of(k, b, h, start, stop, block_table).astype(np.float64),
-                               keys_of(v, b, h, start, stop, block_table).astype(np.float64), allowed)
-                outs.append(o)
-                lses.append(lse)
-            if outs:
-                out[b, h * g:(h + 1) * g] = merge(outs, lses).reshape(g, tq, d).astype(q.dtype)
+            for r0 in range(0, g * tq, ROWS):
+                rows = tile[r0:r0 + ROWS].astype(np.float64) * scale
+                at = pos[r0:r0 + ROWS]
+                outs, lses = [], []
+                for start in range(0, length, size):
+                    stop = min(start + size, length)
+                    key = np.arange(start, stop)[None, :]
+                    allowed = np.ones((len(rows), stop - start), dtype=bool)
+                    if causal:
+                        allowed &= key <= at
+                    if window is not None:
+                        allowed &= (key >= at - window[0]) & (key <= at + window[1])
+                    o, lse = piece(rows, keys[start:stop], values[start:stop], allowed)
+                    outs.append(o)
+                    lses.append(lse)
+                if outs:
+                    r = np.arange(r0, r0 + len(rows))  # tile row r is query r % tq of head h * g + r // tq
+                    out[b, h * g + r // tq, r % tq] = merge(outs, lses).astype(q.dtype)
     return out

@@ -13,8 +13,15 @@ cache of thousands of keys. Its time is reading K and V, so the kernel is built 
 * ragged cache lengths (``cache_seqlens``) and a paged cache (``block_table``) natively: a piece of a
   short sequence is short, and keys are reached through one row pointer each, page or not.
 
-The loops are C++ (:file:`_decode.cpp`, AVX2 + FMA register tiles, built on first use and cached like
-``tiled_fused``'s; a failed build is the availability reason); the threads are
+KV caches are stored in bfloat16 or float16 in inference (half the bytes: twice the steps per second on a
+step bound by reading them). K and V may be float32, bfloat16 or float16, whatever q's dtype (float32,
+bfloat16 or float16): rows are converted to fp32 as they are loaded (bf16 is a shift, fp16 an F16C
+conversion) and every sum is fp32; the output has q's dtype. Mixed cases are declared as data
+(``kv_dtypes``) and named ``kv=bfloat16`` in case ids (see docs/decode.md).
+
+The loops are C++ (:file:`_decode.cpp`, :file:`_decode_kernel.h`: register tiles written once and compiled
+for AVX2 + FMA + F16C and for AVX-512F, the tier chosen from the CPU's features at run time; built on first
+use and cached like ``tiled_fused``'s; a failed build is the availability reason); the threads are
 :mod:`implementations._workers`' (one call per worker, items pulled from a shared counter).
 """
 
@@ -38,13 +45,22 @@ SOURCES = [Path(__file__).with_name("_decode.cpp")]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
-PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS = 2, 64, 8192, 2
-"""Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it is computed on, a steady stream of
-lines in flight per core; keys go through the softmax in blocks of 64."""
+PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, SPARSE = 2, 64, 32768, 2, False
+V_IN_SCORES = {"avx2": False, "avx512": True}
+"""Each K and V row is prefetched (hint T1) while the row AHEAD_BYTES before it in its stream is computed on,
+spread evenly over a pass's sweeps of the block so the memory sees a steady stream of requests while the core
+computes: K's during the scores pass; V's during the scores pass too where V_IN_SCORES says so for the tier
+(AVX-512: its scores pass is short, and both streams in flight together read faster, measured interleaved
+with the probe at B8 H32/8 Tk32768: bf16 78% against 67%, fp32 72% against 67%), else during the P V pass
+(AVX2: the same either way). SPARSE: one line per 4 KiB only. Keys go through the softmax in blocks of 64."""
 FORCE_ISA = "ATTNBENCH_DECODE_ISA"
-"""Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run both)."""
+"""Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run every tier)."""
+KV_DTYPES = ("float32", "bfloat16", "float16")
+"""The K/V cache dtypes the kernel reads, beside any q dtype it takes."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
+_TUNED: dict[str, object] = {}
+"""The settings last passed to the kernel's ``tune`` and the tier it chose."""
 
 
 def extension() -> ModuleType | str:
@@ -62,16 +78,30 @@ def extension() -> ModuleType | str:
         return _BUILD["result"]
 
 
+def tiers() -> list[str]:
+    """The kernel's instruction-set tiers this CPU can run, lowest first (``avx2``, ``avx512``); none when
+    the kernel did not build."""
+    ext = extension()
+    return [] if isinstance(ext, str) else list(ext.tiers())
+
+
 def use_isa(isa: str | None = None) -> str:
-    """Choose the kernel's path: "avx512" where the CPU has AVX512F (checked at run time) unless ``isa`` or the
-    environment variable ``ATTNBENCH_DECODE_ISA`` says "avx2"; returns the path in use."""
+    """Choose the kernel's tier: ``isa`` if given, else the environment variable ``ATTNBENCH_DECODE_ISA``, else
+    the highest the CPU has (checked at run time; a tier it lacks falls back to that); returns the tier in use.
+    The kernel is re-tuned only when the tier or the tuning constants of this module change."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
-    isa = isa or os.environ.get(FORCE_ISA, "")
-    if isa not in ("", "avx2", "avx512"):
+    have = list(ext.tiers())
+    isa = isa or os.environ.get(FORCE_ISA, "") or have[-1]
+    if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
-    return "avx512" if ext.tune(PREFETCH, BLOCK_KEYS, isa != "avx2", AHEAD_BYTES, WARM_BLOCKS) else "avx2"
+    tier = isa if isa in have else have[-1]
+    settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES[tier], SPARSE)
+    if _TUNED.get("settings") != settings:
+        _TUNED["tier"] = str(ext.tune(*settings))
+        _TUNED["settings"] = settings
+    return str(_TUNED["tier"])
 
 
 def available() -> str | None:
@@ -88,16 +118,22 @@ def piece_size(lengths: torch.Tensor, kv_heads: int, threads: int) -> int:
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None, window: tuple[int, int] | None = None,
                      causal_align: str = "top_left", cache_seqlens: torch.Tensor | None = None,
-                     block_table: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``."""
+                     block_table: torch.Tensor | None = None, isa: str | None = None) -> torch.Tensor:
+    """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``;
+    k and v in any of :data:`KV_DTYPES` (one dtype for both), the output in q's dtype; ``isa`` as in
+    :func:`use_isa`."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
-    use_isa()
+    use_isa(isa)
     b, h, tq, d = q.shape
     hkv = k.shape[1]
     tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]
     k, v = (x if x.stride(-1) == 1 else x.contiguous() for x in (k, v))
+    if v.dtype != k.dtype:
+        v = v.to(k.dtype)
+    out_dtype = q.dtype
+    q = q.to(torch.float32)  # a few rows: the kernel scales and lays them out in fp32 anyway
     lengths = (torch.full((b,), tk, dtype=torch.int64) if cache_seqlens is None
                else cache_seqlens.to(torch.int64).clamp(max=tk))
     table = None if block_table is None else block_table.to(torch.int32).contiguous()
@@ -115,13 +151,13 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     run_parallel(range(min(threads, max(1, items.shape[0]))), lambda _, __: ext.work(*args))
     out = torch.empty(b, h, tq, d)
     ext.merge(items, part_o, part_lse, out, h // hkv)
-    return out
+    return out if out_dtype == torch.float32 else out.to(out_dtype)
 
 
-@register("tiled_decode", backend="torch", memory="linear", dtypes=("float32",), causal=True, gqa=True,
+@register("tiled_decode", backend="torch", memory="linear", dtypes=KV_DTYPES, kv_dtypes=KV_DTYPES, causal=True, gqa=True,
           structures=("window", "bottom_right", "cache_seqlens", "paged"), available=available,
           description="decode kernel: GQA groups as tile rows (K, V read once), split-KV merged by LSE, "
-                      "ragged and paged caches (C++)")
+                      "ragged and paged caches, fp32/bf16/fp16 caches converted on load (C++)")
 def tiled_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, mask: None = None,
                  scale: float | None = None, window: tuple[int, int] | None = None, causal_align: str = "top_left",
                  cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None) -> torch.Tensor:

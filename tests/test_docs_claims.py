@@ -80,7 +80,7 @@ def test_tiers_and_plan() -> None:
     runs = plan(["tiled_fused", "structured"], ["avx2", "avx512f"], Path("j"), rounds=2)
     assert [out.name for _, out in runs] == ["tiled_fused-avx2.json", "tiled_fused-avx512f.json", "structured.json"]
     for command, out in runs:
-        assert command[0] == sys.executable and command[-2:] == ["--json", str(out)]
+        assert command[0] == sys.executable and command[-2:] == ["--claims", str(out)]
         assert command[command.index("--rounds") + 1] == "2"
     assert "--isa=avx512f" in runs[1][0]
 

@@ -69,7 +69,8 @@ _DECODE = {"mode": ("fwd",), "dtype": ("float32",)}
 
 
 def _decode_suite() -> list[dict[str, Any]]:
-    """Decode steps, fp32: Tk up to 65,536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches."""
+    """Decode steps, fp32 queries: Tk up to 65,536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches;
+    fp32 caches and, beside the main points, bf16 ones."""
     gqa = (32, 8)
     cases = [decode_fields(1, *gqa, tk) for tk in (1024, 4096, 16384, 65536)]  # time vs Tk: theory 1
     cases += [decode_fields(b, *gqa, 4096) for b in (8, 64)]  # batch
@@ -77,6 +78,10 @@ def _decode_suite() -> list[dict[str, Any]]:
     cases += [decode_fields(8, *gqa, 32768), decode_fields(1, 32, 1, 32768)]  # the targets: GQA B8, MQA B1
     cases += [decode_fields(8, *gqa, 16384, ragged=True), decode_fields(8, *gqa, 16384, page_size=16),
               decode_fields(8, *gqa, 16384, ragged=True, page_size=16), decode_fields(8, *gqa, 16384)]
+    # bf16 caches beside fp32 ones (fp32 queries): the steps inference runs, half the bytes
+    cases += [decode_fields(1, *gqa, tk, kv_dtype="bfloat16") for tk in (4096, 65536)]
+    cases += [decode_fields(8, *gqa, 32768, kv_dtype="bfloat16"), decode_fields(1, 32, 1, 32768, kv_dtype="bfloat16"),
+              decode_fields(8, *gqa, 16384, ragged=True, page_size=16, kv_dtype="bfloat16")]
     return [{"cases": tuple(cases), **_DECODE}]
 
 
@@ -164,6 +169,8 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
                 continue
             axes = {**sweep, **overrides}
             for fields, mode, dtype in itertools.product(sweep["cases"], axes["mode"], axes["dtype"]):
+                if fields.get("kv_dtype") == dtype:  # --dtype bfloat16: the bf16-cache step is the plain bf16 one
+                    fields = {k: v for k, v in fields.items() if k != "kv_dtype"}
                 case = AttentionCase(**fields, dtype=dtype, device=device)
                 before = seen.get((case.id, mode), (case, mode, frozenset()))[2]
                 seen[(case.id, mode)] = (case, mode, None if only is None or before is None else before | frozenset(only))

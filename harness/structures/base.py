@@ -103,6 +103,12 @@ class Structure:
         own = cls.of(case)
         return {name: None if own is None or folded else getattr(own, name) for name in cls.parameters}
 
+    @classmethod
+    def native_arrays(cls, inputs: Any) -> tuple[Any, Any, Any] | None:
+        """(q, k, v) as an implementation declaring this structure receives them, or None for the plain arrays
+        (a layout structure's own layout, when the trial has one)."""
+        return None
+
     def oracle_kwargs(self) -> dict[str, Any]:
         """Its keywords of :func:`harness.oracle.reference_attention` and the mask builders: by default, itself
         as one of ``key_ranges`` (see :meth:`key_range`)."""

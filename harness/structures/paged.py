@@ -55,6 +55,10 @@ class Paged(Structure):
             kwargs["cache_seqlens"] = arrays.index_array((case.tk,) * case.batch, case)
         return kwargs
 
+    @classmethod
+    def native_arrays(cls, inputs: Any) -> tuple[Any, Any, Any] | None:
+        return None if inputs.k_pages is None else (inputs.q, inputs.k_pages, inputs.v_pages)
+
     def oracle_kwargs(self) -> dict[str, Any]:
         return {}  # the oracle reads the pages gathered back (harness.oracle.gather_pages)
 

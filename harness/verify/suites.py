@@ -70,6 +70,8 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("cache_seqlens")
     if fields.get("page_size") is not None:
         needs.add("paged")
+    if fields.get("kv_dtype") is not None:
+        needs.add("kv_dtypes")
     return Template(fields, dtypes, frozenset(needs))
 
 
@@ -148,7 +150,8 @@ def _common(tiny: bool) -> list[Template]:
 def _decode(tiny: bool) -> list[Template]:
     """Decode steps against a KV cache (:mod:`harness.decode`): ragged lengths (one of 0, one shorter than
     Tq: rows with no key), GQA and MQA, Tq 1..16 at the end of each sequence, paged caches (a page size that
-    does not divide Tk), and, beyond the tiny suite, a cache long enough to be split across pieces."""
+    does not divide Tk), KV caches stored in bf16/fp16 beside fp32 queries (``kv_dtype``, for implementations
+    that declare ``kv_dtypes``), and, beyond the tiny suite, a cache long enough to be split across pieces."""
     tk = 61 if tiny else 203
     br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
     cases = [
@@ -157,6 +160,11 @@ def _decode(tiny: bool) -> list[Template]:
         T(batch=2, heads=4, kv_heads=2, tq=16, tk=tk, d=32, cache_seqlens=(20, tk), **br),
         T(batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=64, page_size=7),
         T(batch=3, heads=4, kv_heads=2, tq=2, tk=tk, d=32, cache_seqlens=(tk - 1, 0, 17), page_size=16, **br),
+        T("all", batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=64, cache_seqlens=(tk, 9)),
+        T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=64, cache_seqlens=(tk, 1, tk // 2), kv_dtype="bfloat16"),
+        T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=40, cache_seqlens=(tk, 3), kv_dtype="float16", **br),
+        T(batch=2, heads=4, kv_heads=2, tq=2, tk=tk, d=32, cache_seqlens=(tk - 1, 17), page_size=16,
+          kv_dtype="bfloat16", **br),
     ]
     if not tiny:
         cases.append(T(heads=16, kv_heads=1, tq=1, tk=1500, d=64))  # MQA, one long cache: split-KV at work
@@ -257,6 +265,7 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
     caps |= set(impl.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.mask else set())
+    caps |= {"kv_dtypes"} if impl.kv_dtypes else set()
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):
@@ -265,6 +274,8 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
                 continue
             dtypes = impl.dtypes if template.dtypes == "all" else (primary,)
             for dtype in dtypes:
+                if template.fields.get("kv_dtype") == dtype:
+                    continue  # a "mixed" case in the cache's own dtype is no mixed case
                 case = AttentionCase(**template.fields, dtype=dtype, device=device, kind="kernel")
                 cases.setdefault(case.id, case)
         if suite in SUITE_AXES:  # every pair of declared axis values, beside the templates above

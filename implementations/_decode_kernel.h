@@ -1,0 +1,333 @@
+// tiled_decode's inner loops, written once over the vector width and compiled once per instruction set.
+//
+// _decode.cpp includes this file twice, each time inside its own namespace and a `#pragma GCC target`
+// region: DECODE_WIDTH 8 (AVX2 + FMA + F16C) and DECODE_WIDTH 16 (AVX-512F). Nothing here is compiled with
+// -march=native; which copy runs is chosen at run time from the CPU's features (cpuid), so one build runs
+// on every CPU that has AVX2 and uses AVX-512 where it exists. No include guard: that is the point.
+//
+// K and V rows are read in chunks of 2W elements (W floats per register), converted on load to two fp32
+// registers, and every product is accumulated in fp32:
+//   float32  two loads;
+//   float16  two F16C conversions (vcvtph2ps);
+//   bfloat16 one load of 2W values and no shuffle: a bf16 is the top half of an fp32, so the even elements
+//            are the 32-bit lanes shifted left by 16 and the odd ones the lanes with the low half cleared.
+// The bfloat16 chunk thus arrives as (even elements, odd elements). The query rows and the output
+// accumulators are kept in that same order (the "kernel layout", `layout_index`), so dot products and
+// P V updates need no permutation at all; only loading q and writing the output translate.
+
+#if DECODE_WIDTH == 16
+using vec = __m512;
+using ivec = __m512i;
+constexpr int W = 16;
+inline vec vzero() { return _mm512_setzero_ps(); }
+inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
+inline void vstore(float* p, vec x) { _mm512_storeu_ps(p, x); }
+inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline vec vset1(float x) { return _mm512_set1_ps(x); }
+inline ivec iload(const char* p) { return _mm512_loadu_si512(reinterpret_cast<const void*>(p)); }
+inline vec bf16_even(ivec x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
+inline vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
+inline vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline float vsum(vec x) { return _mm512_reduce_add_ps(x); }
+constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
+constexpr int PV_ROWS = 2, PV_CHUNKS = 4;  // P V tile: 2 rows x 4 chunks (128 columns): each V row streams once per row pair
+
+// Lane i of the result is the sum of the lanes of input i: 16 horizontal sums by a transpose tree.
+inline __m512 pair_sum(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }
+inline __m512 quad_sum(__m512 a, __m512 b) {
+  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+}
+inline void reduce_all(const vec* a, float* out) {  // 16 registers -> 16 sums
+  const __m512 u0 = quad_sum(pair_sum(a[0], a[1]), pair_sum(a[2], a[3]));
+  const __m512 u1 = quad_sum(pair_sum(a[4], a[5]), pair_sum(a[6], a[7]));
+  const __m512 u2 = quad_sum(pair_sum(a[8], a[9]), pair_sum(a[10], a[11]));
+  const __m512 u3 = quad_sum(pair_sum(a[12], a[13]), pair_sum(a[14], a[15]));
+  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
+  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x44), _mm512_shuffle_f32x4(u2, u3, 0xEE));
+  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD)));
+}
+#else
+using vec = __m256;
+using ivec = __m256i;
+constexpr int W = 8;
+inline vec vzero() { return _mm256_setzero_ps(); }
+inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
+inline void vstore(float* p, vec x) { _mm256_storeu_ps(p, x); }
+inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline vec vset1(float x) { return _mm256_set1_ps(x); }
+inline ivec iload(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+inline vec bf16_even(ivec x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
+inline vec bf16_odd(ivec x) { return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))); }
+inline vec f16_load(const char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline float vsum(vec x) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+constexpr int SCORE_KEYS = 2;  // scores tile: up to 4 rows x 2 keys of accumulators (8 of the 16 registers)
+constexpr int PV_ROWS = 4, PV_CHUNKS = 1;  // P V tile: 4 rows x 1 chunk (16 columns)
+
+inline void reduce_all(const vec* a, float* out) {  // 8 registers -> 8 sums by hadd (a transpose tree)
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)));
+}
+#endif
+
+constexpr int CH = 2 * W;  // elements per chunk
+
+// Elements [c, c + CH) of a row (`row` points at element c) as two fp32 registers in the kernel layout.
+template <int KIND>
+inline void load_chunk(const char* row, vec& lo, vec& hi) {
+  if constexpr (KIND == KV_F32) {
+    lo = vload(reinterpret_cast<const float*>(row));
+    hi = vload(reinterpret_cast<const float*>(row) + W);
+  } else if constexpr (KIND == KV_BF16) {
+    const ivec x = iload(row);
+    lo = bf16_even(x);
+    hi = bf16_odd(x);
+  } else {
+    lo = f16_load(row);
+    hi = f16_load(row + 2 * W);
+  }
+}
+
+// Where column c of a row sits in the kernel layout (chunks of CH; bfloat16: even elements, then odd).
+template <int KIND>
+inline int64_t layout_index(int64_t c) {
+  if constexpr (KIND != KV_BF16) return c;
+  const int64_t base = c - c % CH, i = c % CH;
+  return base + (i % 2 ? W + i / 2 : i / 2);
+}
+
+// The last, partial chunk of a row (columns c.. of d), zero-padded into `buf` (CH elements).
+template <int KIND>
+inline const char* padded(const char* row, int64_t c, int64_t d, char* buf) {
+  const int64_t size = kv_size(KIND);
+  std::memset(buf, 0, CH * size);
+  std::memcpy(buf, row + c * size, (d - c) * size);
+  return buf;
+}
+
+// One chunk of the scores tile: acc[r][j] += Q[r] . K_j over the chunk's columns (rows point at the chunk).
+template <int KIND, int RR, int KK>
+__attribute__((always_inline)) inline void scores_step(const float* q, int64_t dp, const char* const* rows, vec (&acc)[RR][KK]) {
+  vec klo[KK], khi[KK];
+  #pragma GCC unroll 16
+  for (int j = 0; j < KK; ++j) load_chunk<KIND>(rows[j], klo[j], khi[j]);
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r) {
+    const vec qlo = vload(q + r * dp), qhi = vload(q + r * dp + W);
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) acc[r][j] = vfma(qhi, khi[j], vfma(qlo, klo[j], acc[r][j]));
+  }
+}
+
+// The last d % CH columns of a scores tile, from zero-padded copies (never a read past a row). Out of line:
+// its buffers would otherwise make every call of the hot tile realign its stack.
+template <int KIND, int RR, int KK>
+__attribute__((noinline)) void scores_tail(const float* q, int64_t dp, const char* const* kp, int64_t full, int64_t d,
+                                           vec (&acc)[RR][KK]) {
+  alignas(64) char buf[KK][CH * 4];
+  const char* at[KK];
+  for (int j = 0; j < KK; ++j) at[j] = padded<KIND>(kp[j], full, d, buf[j]);
+  scores_step<KIND, RR, KK>(q + full, dp, at, acc);
+}
+
+// S[r][j] = Q[r] . K_j for RR rows x KK keys; each K chunk is loaded (and converted) once for all rows.
+template <int KIND, int RR, int KK>
+__attribute__((always_inline)) inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64_t d,
+                                                       float* s, int64_t ld) {
+  const int64_t size = kv_size(KIND);
+  vec acc[RR][KK];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) acc[r][j] = vzero();
+  const int64_t full = d - d % CH;
+  const char* at[KK];
+  for (int64_t c = 0; c < full; c += CH) {
+    #pragma GCC unroll 16
+    for (int j = 0; j < KK; ++j) at[j] = kp[j] + c * size;
+    scores_step<KIND, RR, KK>(q + c, dp, at, acc);
+  }
+  if (full < d) scores_tail<KIND, RR, KK>(q, dp, kp, full, d, acc);
+  if constexpr (RR * KK == W) {  // the full tile: every horizontal sum at once
+    alignas(32) float sums[W];
+    reduce_all(&acc[0][0], sums);
+    for (int r = 0; r < RR; ++r)
+      for (int j = 0; j < KK; ++j) s[r * ld + j] = sums[r * KK + j];
+  } else {
+    for (int r = 0; r < RR; ++r)
+      for (int j = 0; j < KK; ++j) s[r * ld + j] = vsum(acc[r][j]);
+  }
+}
+
+// Prefetches spread evenly over the passes of a phase: pass `pass` of `passes` prefetches the rows of keys
+// j = pass, pass + passes, ... (``ahead[j]``: the row a fixed distance past key j, null past the end), so the
+// memory has a steady stream of requests however many passes over the block's rows the phase makes.
+struct Spread {
+  const char* const* k;  // K rows ahead (or null)
+  const char* const* v;  // V rows ahead (or null)
+  int64_t bytes, pass, passes;
+};
+
+template <int KIND, int RR>
+inline void scores_rows(const float* q, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
+                        const Spread& pf) {
+  int64_t j = 0, next = pf.k || pf.v ? pf.pass : nk;
+  for (; j + SCORE_KEYS <= nk; j += SCORE_KEYS) {
+    for (; next < j + SCORE_KEYS; next += pf.passes) {
+      if (pf.k) prefetch_row(pf.k[next], pf.bytes);
+      if (pf.v) prefetch_row(pf.v[next], pf.bytes);
+    }
+    scores_tile<KIND, RR, SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
+  }
+  for (; next < nk; next += pf.passes) {
+    if (pf.k) prefetch_row(pf.k[next], pf.bytes);
+    if (pf.v) prefetch_row(pf.v[next], pf.bytes);
+  }
+  for (; j < nk; ++j) scores_tile<KIND, RR, 1>(q, dp, kp + j, d, s + j, BLOCK);
+}
+
+template <int KIND>
+void scores(const float* q, int64_t rows, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
+            Spread pf) {
+  pf.passes = (rows + 3) / 4;
+  int64_t r = 0;
+  for (pf.pass = 0; r + 4 <= rows; r += 4, ++pf.pass) scores_rows<KIND, 4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf);
+  switch (rows - r) {
+    case 3: scores_rows<KIND, 3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 2: scores_rows<KIND, 2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 1: scores_rows<KIND, 1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    default: break;
+  }
+}
+
+// acc[r][chunks c0 .. c0 + CW) += sum_j P[r][j] V_j: RR rows x CW chunks of accumulators in registers over the
+// block. TAIL: the last chunk is partial (read from a zero-padded copy).
+template <int KIND, int RR, int CW, bool TAIL>
+__attribute__((always_inline)) inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
+                    const Spread& pf) {
+  const int64_t size = kv_size(KIND);
+  vec a[RR][2 * CW];
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < 2 * CW; ++c) a[r][c] = vload(acc + r * dp + c0 + W * c);
+  alignas(64) char buf[TAIL ? CH * 4 : 1];  // the partial chunk, zero-padded (TAIL only)
+  int64_t next = pf.v ? pf.pass : nk;
+  for (int64_t j = 0; j < nk; ++j) {
+    if (j == next) {
+      prefetch_row(pf.v[j], pf.bytes);
+      next += pf.passes;
+    }
+    vec vv[2 * CW];
+    #pragma GCC unroll 16
+    for (int c = 0; c < CW; ++c) {
+      const char* at = vp[j] + (c0 + c * CH) * size;
+      if (TAIL && c == CW - 1) at = padded<KIND>(vp[j], c0 + c * CH, d, buf);
+      load_chunk<KIND>(at, vv[2 * c], vv[2 * c + 1]);
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < RR; ++r) {
+      const vec pr = vset1(p[r * BLOCK + j]);
+      #pragma GCC unroll 16
+      for (int c = 0; c < 2 * CW; ++c) a[r][c] = vfma(pr, vv[c], a[r][c]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < RR; ++r)
+    #pragma GCC unroll 16
+    for (int c = 0; c < 2 * CW; ++c) vstore(acc + r * dp + c0 + W * c, a[r][c]);
+}
+
+template <int KIND, int RR, int CW>
+inline void pv_chunks(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
+                      const Spread& pf) {
+  if (c0 + CW * CH > d) pv_tile<KIND, RR, CW, true>(p, vp, nk, c0, d, acc, dp, pf);
+  else pv_tile<KIND, RR, CW, false>(p, vp, nk, c0, d, acc, dp, pf);
+}
+
+template <int KIND, int RR>
+inline void pv_rows(const float* p, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread& pf) {
+  const int64_t chunks = (d + CH - 1) / CH;
+  for (int64_t c = 0; c < chunks; c += PV_CHUNKS, ++pf.pass) {
+    if constexpr (PV_CHUNKS == 1) {
+      pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, pf);
+    } else {
+      switch (std::min<int64_t>(PV_CHUNKS, chunks - c)) {
+        case 4: pv_chunks<KIND, RR, 4>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        case 3: pv_chunks<KIND, RR, 3>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        case 2: pv_chunks<KIND, RR, 2>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+        default: pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+      }
+    }
+  }
+}
+
+template <int KIND>
+void pv(const float* p, int64_t rows, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread pf) {
+  const int64_t chunks = (d + CH - 1) / CH;
+  pf.passes = (rows + PV_ROWS - 1) / PV_ROWS * ((chunks + PV_CHUNKS - 1) / PV_CHUNKS);
+  pf.pass = 0;
+  int64_t r = 0;
+  for (; r + PV_ROWS <= rows; r += PV_ROWS) pv_rows<KIND, PV_ROWS>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
+  switch (rows - r) {
+    case 3: pv_rows<KIND, 3>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
+    case 2: pv_rows<KIND, 2>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
+    case 1: pv_rows<KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf); break;
+    default: break;
+  }
+}
+
+// One work item (b, h, keys [k0, k1)): its normalised partial output (rows, d) and log-sum-exp (base 2).
+template <int KIND>
+void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse,
+              Scratch& w) {
+  const int64_t rows = P.g * P.tq, dp = P.dp, d = P.d;
+  w.prepare(rows, dp);
+  Bounds bounds = item_bounds(P, b, k0, k1, w);
+  for (int64_t gi = 0; gi < P.g; ++gi)
+    for (int64_t t = 0; t < P.tq; ++t) {
+      const float* src = P.q + b * P.qs[0] + (h * P.g + gi) * P.qs[1] + t * P.qs[2];
+      float* dst = w.q.data() + (gi * P.tq + t) * dp;
+      for (int64_t c = 0; c < d; ++c) dst[layout_index<KIND>(c)] = src[c * P.qs[3]] * P.scale_log2;
+    }
+  k0 = bounds.k0;
+  k1 = bounds.k1;
+  const int64_t row_bytes = d * kv_size(KIND);
+  const int64_t ahead = std::max<int64_t>(1, g_ahead_bytes / row_bytes);  // keys between a prefetch and its use
+  const bool v_early = g_v_in_scores;
+  if (k0 < k1) fill_rows(P, b, h, k0, k1, w.kp.data(), w.vp.data());
+  for (int64_t kb = k0; kb < k1; kb += g_block) {
+    const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
+    const int64_t na = g_prefetch && kb + ahead < k1 ? fill_rows(P, b, h, kb + ahead, k1, w.ka.data(), w.va.data()) : 0;
+    for (int64_t j = na; j < nk; ++j) w.ka[j] = w.va[j] = nullptr;
+    if (P.page && g_prefetch && g_warm_blocks)
+      warm_pages(P, b, h, kb + ahead + g_warm_blocks * g_block, std::min(k1, kb + ahead + (g_warm_blocks + 1) * g_block));
+    const char* const* ka = g_prefetch ? w.ka.data() : nullptr;
+    const char* const* va = g_prefetch ? w.va.data() : nullptr;
+    scores<KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), Spread{ka, v_early ? va : nullptr, row_bytes, 0, 1});
+    softmax_block(P, w, kb, nk, rows, bounds);
+    pv<KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), Spread{nullptr, v_early ? nullptr : va, row_bytes, 0, 1});
+    if (kb + g_block < k1) fill_rows(P, b, h, kb + g_block, k1, w.kp.data(), w.vp.data());
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float l = w.l[r];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + layout_index<KIND>(c)] * inv;
+    out_lse[r] = l > 0.0f ? w.m[r] + std::log2(l) : NEG_INF;
+  }
+}
+
+void run(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse, Scratch& w) {
+  switch (P.kind) {
+    case KV_BF16: run_item<KV_BF16>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    case KV_F16: run_item<KV_F16>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    default: run_item<KV_F32>(P, b, h, k0, k1, out_o, out_lse, w); break;
+  }
+}

@@ -1,0 +1,126 @@
+"""KV caches stored in bfloat16 or float16 beside fp32 queries: the case field, the rule's baseline for it,
+tiled_decode on every instruction-set tier this CPU has, and decode_numpy's memory in a square prefill."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.discovery import load_registry
+from harness.errors import UsageError
+from harness.flops import compulsory_bytes
+from harness.tensors import make_inputs, to_float64
+from harness.verify.checks import oracle_and_base
+from harness.verify.tolerance import OUTPUT_M, compare
+
+REGISTRY = load_registry(entry_points=False)
+
+MIXED = [  # tiny decode steps: contiguous, ragged (one cache empty), paged (a page size that does not divide Tk)
+    dict(batch=2, heads=8, kv_heads=2, tq=1, tk=77, d=64),
+    dict(batch=3, heads=8, kv_heads=1, tq=4, tk=77, d=40, cache_seqlens=(77, 0, 5), causal=True,
+         causal_align="bottom_right"),
+    dict(batch=2, heads=4, kv_heads=2, tq=2, tk=77, d=72, cache_seqlens=(76, 30), page_size=16),
+]
+
+
+def _verdict(case: AttentionCase, out: torch.Tensor, seed: int = 3) -> tuple[bool, str | None]:
+    inputs = make_inputs(case, seed)
+    oracle, base = oracle_and_base(case, inputs)
+    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M)
+    return verdict.ok, verdict.reason
+
+
+def test_ids_and_result_dicts_are_unchanged_when_kv_dtype_is_unset() -> None:
+    plain = AttentionCase(batch=2, heads=8, kv_heads=2, tq=1, tk=61, d=32, cache_seqlens=(61, 3))
+    assert plain.id == "B2-H8/2-T1x61-d32-float32-cache=61,3"
+    assert "kv_dtype" not in plain.to_dict()
+    mixed = plain.with_(kv_dtype="bfloat16")
+    assert mixed.id == "B2-H8/2-T1x61-d32-float32-kv=bfloat16-cache=61,3"
+    assert AttentionCase.from_dict(mixed.to_dict()) == mixed and mixed.to_dict()["kv_dtype"] == "bfloat16"
+    for bad in (dict(kv_dtype="float32"), dict(kv_dtype="int8"), dict(kv_dtype="float16", grad=True)):
+        with pytest.raises(UsageError):
+            plain.with_(**bad)
+
+
+def test_inputs_are_stored_in_the_cache_dtype_and_bytes_count_them() -> None:
+    case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=1, tk=33, d=16, kv_dtype="float16", page_size=8)
+    inputs = make_inputs(case, 0)
+    assert inputs.q.dtype == torch.float32 and inputs.k.dtype == inputs.v_pages.dtype == torch.float16
+    assert torch.equal(inputs.k64, inputs.k.double())  # the oracle reads the stored (rounded) values
+    plain = case.with_(kv_dtype=None)
+    kv = 2 * 2 * 2 * 33 * 16  # K and V: B x Hkv x Tk x d each
+    assert compulsory_bytes(plain) - compulsory_bytes(case) == kv * (4 - 2)
+
+
+def test_only_implementations_declaring_the_cache_dtype_run_mixed_cases() -> None:
+    case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=1, tk=33, d=16, kv_dtype="bfloat16")
+    decode = REGISTRY.get("tiled_decode")
+    assert decode.capabilities()["kv_dtypes"] == ["float32", "bfloat16", "float16"]
+    assert "kv_dtypes" not in REGISTRY.get("torch_sdpa").capabilities()
+    assert REGISTRY.get("torch_sdpa").not_supported_reasons(case) == [
+        "a bfloat16 KV cache with float32 queries not supported"]
+    assert decode.availability() is not None or decode.not_supported_reasons(case) == []
+
+
+@pytest.mark.parametrize("kv", ["bfloat16", "float16"])
+def test_the_rule_rejects_a_wrong_conversion(kv: str) -> None:
+    """The baseline of a mixed case is fp32 arithmetic on the stored K and V: a kernel that computes in the
+    cache's dtype, or converts the cache through a narrower type, is orders of magnitude past it."""
+    case = AttentionCase(batch=2, heads=8, kv_heads=2, tq=1, tk=77, d=64, kv_dtype=kv)
+    inputs = make_inputs(case, 3)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    right = sdpa(inputs.q, inputs.k.float(), inputs.v.float(), enable_gqa=True)
+    assert _verdict(case, right) == (True, None)
+    low = getattr(torch, kv)
+    in_cache_dtype = sdpa(inputs.q.to(low), inputs.k, inputs.v, enable_gqa=True).float()
+    # fp16 through bf16 drops 3 mantissa bits; bf16 read as fp16 (the other conversion instruction) is garbage
+    misread = [x.to(torch.bfloat16).float() if kv == "float16" else x.view(torch.float16).float().nan_to_num()
+               for x in (inputs.k, inputs.v)]
+    for wrong in (in_cache_dtype, sdpa(inputs.q, *misread, enable_gqa=True)):
+        ok, reason = _verdict(case, wrong)
+        assert not ok and reason is not None and "baseline" in reason
+
+
+@pytest.mark.parametrize("fields", MIXED, ids=lambda f: AttentionCase(**f).id)
+def test_tiled_decode_reads_bf16_and_fp16_caches_on_every_tier(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    from implementations import tiled_decode as module
+
+    impl = REGISTRY.get("tiled_decode")
+    if impl.availability():
+        pytest.skip(impl.availability())
+    tiers = module.tiers()
+    assert tiers[0] == "avx2"
+    for kv in ("bfloat16", "float16", None):
+        for dtype in ("float32", "bfloat16"):
+            if kv == dtype:
+                continue
+            case = AttentionCase(**fields, dtype=dtype, kv_dtype=kv)
+            inputs = make_inputs(case, 3)
+            for isa in tiers:
+                monkeypatch.setenv(module.FORCE_ISA, isa)
+                assert module.use_isa() == isa
+                out = impl(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
+                assert out.dtype == inputs.q.dtype
+                ok, reason = _verdict(case, out)
+                assert ok, (isa, case.id, reason)
+
+
+def test_decode_numpy_memory_is_linear_in_a_square_prefill() -> None:
+    """tracemalloc sees NumPy's allocations: the peak while computing grows as T (chunks of query rows),
+    not as T^2 (all T rows against a quarter of the keys)."""
+    impl = REGISTRY.get("decode_numpy")
+    peaks = []
+    for t in (256, 512, 1024):
+        case = AttentionCase(heads=1, tq=t, d=16, causal=True)
+        inputs = make_inputs(case, 0, "numpy")
+        tracemalloc.start()
+        out = impl(inputs.q, inputs.k, inputs.v, causal=True)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert isinstance(out, np.ndarray) and out.shape == (1, 1, t, 16)
+    growth = [b / a for a, b in zip(peaks, peaks[1:])]
+    assert all(1.5 < g < 2.6 for g in growth), (peaks, growth)  # quadratic would be 4 per doubling

@@ -1,4 +1,4 @@
-"""Issue 17's targets for ``--executor ray``, on a two-node Ray cluster started on this machine.
+"""Targets for ``--executor ray``, on a two-node Ray cluster started on the local machine.
 
     python3 benchmarks/cluster_targets.py [--suite quick] [--only NAMES] [--skip-verify] [--skip-bench]
 

@@ -1,7 +1,7 @@
 """tiled_decode's targets (decode with a KV cache), printed, measured in one process.
 
     PYTHONPATH=. python3 benchmarks/decode_targets.py [--isa avx2 avx512] [--kv float32 bfloat16 float16]
-                                                      [--rounds 5] [--threads 2] [--no-sdpa] [--more]
+                                                      [--rounds 5] [--threads 2] [--no-sdpa] [--more] [--claims FILE]
 
 Each comparison calls its contestants alternately (a, b, a, b, ...; one warm-up round, then ``--rounds``)
 together with the read-bandwidth probe (``torch.sum`` over a float32 buffer of as many bytes as the K and V
@@ -29,10 +29,12 @@ import os
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.claims_record import Claims
 from harness.analysis.scaling import fit_exponent
 from harness.bench.bandwidth import STREAM_BYTES
 from harness.bench.peak import measure_gemm_peak
@@ -42,6 +44,13 @@ from implementations.tiled_decode import decode_attention, tiers, use_isa
 D = 128
 TARGETS = {"float32": 75, "bfloat16": 70, "float16": 70}
 """Share of the measured read bandwidth tiled_decode should reach, per KV cache dtype (percent)."""
+CLAIMS: Claims | None = None
+"""Set by ``--claims FILE``: every figure printed is also kept for ``python3 -m benchmarks.claims``."""
+
+
+def _claim(claim: str, value: float, unit: str, target: str, met: bool | None, detail: str = "", tier: str = "") -> None:
+    if CLAIMS is not None:
+        CLAIMS.add(claim, value, unit, target, met, detail, tier)
 
 
 def _interleaved(calls: list[Callable[[], object]], rounds: int, best: list[float] | None = None) -> list[float]:
@@ -110,6 +119,11 @@ def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool, batch: int
         ratio = f"{t[-1] / t[i]:.1f}x" if len(t) > len(isas) + 1 else "-"
         print(f"| {isa} | {kv} | {1e3 * t[i]:.1f} | {gbps:.1f} | {bw:.1f} | {100 * gbps / bw:.0f}% "
               f"(>= {TARGETS[kv]}%) | {100 * best[0] / best[i]:.0f}% | {ratio} |", flush=True)
+        _claim(f"B{batch} H32/8 Tq1 Tk32,768, {kv} cache: share of the read bandwidth", 100 * gbps / bw, "%",
+               f">= {TARGETS[kv]}%", 100 * gbps / bw >= TARGETS[kv], f"{gbps:.1f} of {bw:.1f} GB/s, {1e3 * t[i]:.1f} ms", isa)
+        if len(t) > len(isas) + 1:
+            _claim(f"same, {kv} cache: torch_sdpa(enable_gqa) time / ours", t[-1] / t[i], "x", ">= 5", t[-1] / t[i] >= 5,
+                   f"{1e3 * t[-1]:.0f} ms against {1e3 * t[i]:.1f} ms", isa)
 
 
 def main() -> None:
@@ -121,14 +135,20 @@ def main() -> None:
     parser.add_argument("--no-sdpa", action="store_true", help="skip torch_sdpa (at B8 it needs ~10 GiB: GQA expanded)")
     parser.add_argument("--batch", type=int, default=8, help="batch of the headline case (8; less where memory is short)")
     parser.add_argument("--more", action="store_true", help="also the Tk sweep, MQA and paged comparisons")
+    parser.add_argument("--claims", type=Path, help="also write the figures for python3 -m benchmarks.claims")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     have = tiers()
+    global CLAIMS
+    if args.claims:
+        CLAIMS = Claims("tiled_decode, d = 128 (shares of the read bandwidth measured beside it)", isa=", ".join(have))
     isas = [i for i in (args.isa or have) if i in have]
     print(f"{_load()}; threads {args.threads}; tiers here {', '.join(have)}; measuring {', '.join(isas)}", flush=True)
     headline(isas, args.kv, args.rounds, not args.no_sdpa, args.batch)
     if not args.more:
         print(_load())
+        if CLAIMS is not None and args.claims:
+            CLAIMS.write(args.claims)
         return
     print(f"tier {use_isa(have[-1])}, float32 cache", flush=True)  # the calls below run on the highest tier
     stream = torch.ones(STREAM_BYTES // 4)
@@ -148,6 +168,8 @@ def main() -> None:
     print("2. B4 H32/8 Tk sweep: " + ", ".join(f"{tk}: {1e3 * s:.2f} ms ({100 * _gbps(4, 32, 8, tk, s) / bandwidth(t[0]):.0f}%)"
                                                 for tk, s in zip(sizes, t[1:]))
           + f"; time exponent in Tk {fit.slope:.2f} (R2 {fit.r2:.3f}; target about 1)", flush=True)
+    _claim("B4 H32/8 Tk 1,024 .. 65,536, float32: time exponent in Tk", fit.slope, "", "about 1 (0.85 .. 1.15)",
+           abs(fit.slope - 1) <= 0.15, f"R2 {fit.r2:.3f}", have[-1])
     del caches
 
     # 3. MQA, one sequence: split-KV. 32 query rows per K/V row: 16 FLOPs per byte at d = 128, past this machine's
@@ -163,6 +185,9 @@ def main() -> None:
               f"{bandwidth(t[0]):.1f} GB/s (target >= 50%); {flops / t[1] / 1e9:.0f} GFLOP/s = "
               f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak {peak:.0f}, which caps any fp32 kernel "
               f"at {ceiling:.0f}% of the bandwidth here", flush=True)
+        _claim(f"B1 MQA H32/1 Tk{tk:,}, float32: share of the read bandwidth", share, "%", ">= 50%", share >= 50,
+               f"{100 * flops / t[1] / 1e9 / peak:.0f}% of the fp32 GEMM peak ({peak:.0f} GFLOP/s), which caps any "
+               f"fp32 kernel at {ceiling:.0f}% of the bandwidth", have[-1])
 
     # 4. paged against contiguous
     q, k, v = _cache(8, 32, 8, 16384)
@@ -174,6 +199,10 @@ def main() -> None:
     print(f"4. B8 H32/8 Tk16384: contiguous {1e3 * t[1]:.1f} ms, paged (16-token pages, shuffled) {1e3 * t[2]:.1f} ms: "
           f"paged / contiguous = {t[2] / t[1]:.2f} (target <= 1.15)", flush=True)
     print(_load())
+    _claim("B8 H32/8 Tk16,384, float32: 16-token pages / contiguous cache", t[2] / t[1], "x", "<= 1.15",
+           t[2] / t[1] <= 1.15, f"{1e3 * t[2]:.1f} ms against {1e3 * t[1]:.1f} ms", have[-1])
+    if CLAIMS is not None and args.claims:
+        CLAIMS.write(args.claims)
 
 
 if __name__ == "__main__":

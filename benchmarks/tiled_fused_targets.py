@@ -1,7 +1,7 @@
 """``tiled_fused``'s targets against ``torch_sdpa`` on each ISA tier (B1-H8-T4096, d = 64 and 128).
 
     PYTHONPATH=. python3 benchmarks/tiled_fused_targets.py [--rounds 5] [--bf16-peak 820] [--no-memory]
-        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd] [--json FILE]
+        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd] [--json FILE] [--claims FILE]
 
 ``--isa`` runs both implementations as a CPU of that tier would: tiled_fused's kernels through
 ``ATTNBENCH_FUSED_ISA`` and torch's (SDPA's ATen kernels, MKL, oneDNN) through their own variables
@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from benchmarks.claims_record import Claims
 from harness.cli import main as attnbench
 from harness.cluster.node import cpu_model
 from implementations._fused_kernels import tier
@@ -128,12 +129,14 @@ def main() -> None:
     parser.add_argument("--d", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--only", default="", help="comma-separated dtypes/modes to keep, e.g. float32,fwd")
     parser.add_argument("--json", type=Path, help="also write the figures and the machine here (see above)")
+    parser.add_argument("--claims", type=Path, help="also write them for python3 -m benchmarks.claims (claims_record.py)")
     args = parser.parse_args()
     if args.isa and any(os.environ.get(k) != v for k, v in TIER_ENV[args.isa].items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **TIER_ENV[args.isa]})
     measured = _bf16_peak()
     keep = {w for w in args.only.split(",") if w}
     info = machine(args.isa or tier(torch.bfloat16))
+    claims = Claims("tiled_fused against torch_sdpa, B1-H8-T4096 (torch_sdpa time / tiled_fused time)", isa=info["tier"])
     rows: list[dict] = []
     print(f"{info['cpu']}; tier {info['tier']}")
     print(f"B1-H8-T4096, {torch.get_num_threads()} threads, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}"
@@ -160,7 +163,11 @@ def main() -> None:
                          "dtype": dtype, "mode": mode, "causal": causal, "sdpa_ms": round(1e3 * t_sdpa, 3),
                          "ours_ms": round(1e3 * t_ours, 3), "ratio": round(ratio, 3), "target": goal,
                          "met": ratio >= goal, "gflops": round(gflops, 1)})
+            claims.add(f"{dtype} {mode} d={d}" + (" causal" if causal else ""), ratio, "x", f">= {goal:.2f}",
+                       ratio >= goal, f"sdpa {1e3 * t_sdpa:.1f} ms, ours {1e3 * t_ours:.1f} ms, {gflops:.0f} GFLOP/s", level)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if args.claims:
+        claims.write(args.claims)
     if args.json:
         info["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         args.json.parent.mkdir(parents=True, exist_ok=True)

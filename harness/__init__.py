@@ -1,6 +1,6 @@
 """attnbench core: the plugin contract, discovery, cases, the oracle, and the commands.
 
-The public API for plugin authors is :func:`register`; see README "Adding an implementation".
+The public API for plugin authors is :func:`register`; see docs/plugins.md.
 """
 
 from harness.errors import AttnbenchError, PluginError, UsageError

@@ -1,12 +1,12 @@
 """FlashAttention-2 on the CPU with torch operations on tiles: forward, log-sum-exp, backward.
 
-Why torch operations and not a compiled extension: on this kind of machine the time goes to
+Why torch operations and not a compiled extension: on a small CPU the time goes to
 the two tile GEMMs (MKL through ``torch.bmm``) and to the exponentials; a tile of a few
 hundred rows by a few hundred keys makes each GEMM large enough to run near MKL's speed,
 and the Python loop then costs a few microseconds per tile, well under 5% of the work
 (profiled: GEMMs about 77%, ``exp2_`` about 7-13%, everything else the rest). A compiled
 kernel would share the GEMM cost and could only win part of the remainder.
-The choices that matter for speed (measured; see README "The tiled kernel"):
+The choices that matter for speed (measured; see docs/implementations.md "The tiled kernel"):
 
 * Work items (a few heads x one query block; backward: x one key block) run on worker
   threads with single-threaded torch (:mod:`implementations._workers`), not as one

@@ -1,12 +1,12 @@
 """FlexAttention (``torch.nn.attention.flex_attention``), compiled with ``torch.compile``, behind the contract.
 
-Compiling is the cost (the 2-core VM, torch 2.13: a first compile 25-80 s with the load, a new head
-dim, dtype, mask or GQA variant 5-20 s more), so the strategy keeps it to one graph per variant:
+Compiling is the cost (with torch 2.13 on a CPU, tens of seconds for a first compile and seconds more for a new
+head dim, dtype, mask or GQA variant; bench records it as each cell's ``setup_s``), so the strategy keeps it to one graph per variant:
 
 * one compiled function with dynamic shapes: a new T, batch or head count reuses the graph (one more
   graph where T first exceeds one 128-key block: dynamo specialises a size of 1); the head
   dim is padded with zeros to 32, 64, 128 or 256 (it is compiled in; not 16: see below) and the scale folded into Q
-  (a float argument is compiled in too: 9 s per new value);
+  (a float argument is compiled in too: seconds per new value);
 * structure as data: every case's allowed keys are a range per query row, ``[lo[i], hi[i])`` (causal
   in either alignment, a window, packed sequences), in two int32 tensors that one module-level
   ``mask_mod`` reads (with the case's boolean mask, if any): one graph serves every structure;
@@ -54,7 +54,7 @@ def _masked(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
 
 def key_ranges(tq: int, tk: int, causal: bool, window: tuple[int, int] | None, causal_align: str,
                cu_q: list[int] | None, cu_k: list[int] | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per query row, the first allowed key and one past the last (README "Structured attention")."""
+    """Per query row, the first allowed key and one past the last (docs/structures.md)."""
     lo, hi = torch.zeros(tq, dtype=torch.int64), torch.zeros(tq, dtype=torch.int64)
     spans = [(0, tq, 0, tk)] if cu_q is None or cu_k is None else list(zip(cu_q, cu_q[1:], cu_k, cu_k[1:]))
     for q0, q1, k0, k1 in spans:

@@ -124,7 +124,7 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
                           cu_seqlens_q: Any = None, cu_seqlens_k: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa``
     caps the kernels' tier (one of :data:`TIERS`; see :func:`tier`). ``window``, ``causal_align`` and
-    packed sequences (``cu_seqlens_*``, batch 1) as in the contract (README "Structured attention")."""
+    packed sequences (``cu_seqlens_*``, batch 1) as in the contract (docs/structures.md)."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled_fused: {name}={size!r}; block sizes are positive integers, e.g. 256")

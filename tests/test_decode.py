@@ -1,4 +1,4 @@
-"""Decode with a KV cache (issue 14): ragged cache lengths and paged caches as case data, folded for the
+"""Decode with a KV cache: ragged cache lengths and paged caches as case data, folded for the
 implementations that do not take them, in the oracle, FLOPs and bytes; tiled_decode and decode_numpy
 against the oracle; the bandwidth roof in result files and reports."""
 

@@ -3,7 +3,7 @@
 A module plugin is registered with :func:`harness.register` and ``kind="module"``; it is
 called as ``fn(x, *, heads, weights, mask=None, causal=False[, bias][, rope])`` with
 X (B, T, d_model) and weights in PyTorch's own layout (:mod:`harness.modules.weights`),
-and returns Y (B, T, d_model). See README "Module-level verification".
+and returns Y (B, T, d_model). See docs/modules.md.
 """
 
 from harness.modules.cases import LAYERS, ModuleCase

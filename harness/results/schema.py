@@ -14,7 +14,7 @@ Schema version 3 (written now)::
       "config": {...},               # the command's settings (resume reads them back)
       "implementations": {...},      # bench: description, source and capabilities per implementation
       "peaks": {"float32/cpu": {"gflops", "first_gflops", "confirmed_gflops", "fastest_call_gflops", ...}},
-      "bandwidth": {"cpu/threads=2": {"read_gbps", "copy_gbps", ...}},  # bench, since issue 14: memory roof
+      "bandwidth": {"cpu/threads=2": {"read_gbps", "copy_gbps", ...}},  # bench (optional in v2): memory roof
       "fits": [...] | null,          # bench: scaling fits of the finished run
       "coverage": {...} | null,      # verify: pairwise coverage per implementation
       "cells": [BenchCell | VerifyCell, ...]
@@ -116,7 +116,7 @@ class BenchCell:
     the samples. Absent in files from before it was recorded."""
     bytes: float | None = None
     """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
-    None in files written before the bandwidth roofline (issue 14)."""
+    None in files written without the bandwidth roofline (optional in v2)."""
     node: Mapping[str, Any] | None = None
     """Where the cell ran, on a cluster (None: the run's own machine, its ``environment``)."""
     started_at: float | None = None
@@ -214,7 +214,7 @@ class Run:
     coverage: Mapping[str, Mapping[str, Any]] | None = None
     schema_version: int = SCHEMA_VERSION
     bandwidth: Mapping[str, Mapping[str, Any]] | None = None
-    """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None before issue 14."""
+    """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None in files that lack it."""
 
     def bench_cells(self) -> list[BenchCell]:
         return [c for c in self.cells if isinstance(c, BenchCell)]

@@ -48,7 +48,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _without_headline(markdown: str) -> str:
-    """summary.md less the headline block added since (issue 16): the rest must not have changed."""
+    """summary.md less the headline block (written after v1): the rest must not have changed."""
     lines = markdown.split("\n")
     if HEADLINE in lines:
         start = lines.index(HEADLINE)

@@ -58,12 +58,12 @@ EXPECTED: dict[str, tuple[str, str | None, str]] = {
     "broken_bf16_accumulate": ("fail", "error_growth", "max|err|"),
     # bf16 computed through float16: as precise, far narrower; only values past 65504 show it
     "broken_bf16_through_fp16": ("fail", "output", "NaN/Inf"),
-    # structures taken natively (README "Structured attention")
+    # structures taken natively (docs/structures.md)
     "broken_window_left_off_by_one": ("fail", "output", "max|err|"),
     "broken_window_ignores_right": ("fail", "output", "max|err|"),
     "broken_bottom_right_as_top_left": ("fail", "output", "max|err|"),
     "broken_varlen_global_causal": ("fail", "output", "max|err|"),
-    # decode with a KV cache (README "Decode with a KV cache")
+    # decode with a KV cache (docs/structures.md, "Decode with a KV cache")
     "broken_cache_len_off_by_one": ("fail", "output", "max|err|"),
     "broken_split_merge_no_rescale": ("fail", "output", "max|err|"),
     "broken_paged_wrong_page": ("fail", "output", "max|err|"),

@@ -47,7 +47,7 @@ class Results:
     peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Measured peak per "dtype/device", e.g. {"float32/cpu": {"gflops": 175.0}}."""
     bandwidth: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": {"read_gbps": 48.0}} (issue 14)."""
+    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": {"read_gbps": 48.0}}."""
     sources: list[dict[str, Any]] = field(default_factory=list)
     """One entry per file: path, kind, run_id, command, complete, environment."""
     implementations: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -1,4 +1,4 @@
-"""Figures of structured attention (README "Structured attention"): time against T at a fixed sliding
+"""Figures of structured attention (docs/structures.md): time against T at a fixed sliding
 window beside dense causal at the same T, and time against the window's width at a fixed T.
 
 Under a window of fixed width the work grows as T, under dense causal as T^2: drawn together on

@@ -87,7 +87,7 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
         return bench
     columns = ["implementation", "case_id", "mode", "status", "median", "iqr_over_median", "n", "gflops",
                "pct_peak", "peak_extra_bytes", "peak_bytes", "reason"]
-    if "gbps" in bench and bench["gbps"].notna().any():  # runs since issue 14: GB/s beside GFLOP/s
+    if "gbps" in bench and bench["gbps"].notna().any():  # runs that measured the bandwidth: GB/s beside GFLOP/s
         columns[columns.index("pct_peak") + 1:columns.index("pct_peak") + 1] = ["gbps", "pct_bandwidth"]
     if "node_kind" in bench and bench["node_kind"].notna().any():  # a cluster run: which kind of machine
         columns.append("node_kind")

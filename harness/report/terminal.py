@@ -49,7 +49,7 @@ def _memory_text(cell: BenchCell) -> str:
 
 
 def results_table(run: Run) -> str:
-    """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it (issue 14)."""
+    """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it."""
     roof = bool(run.bandwidth)
     rows = []
     for c in run.bench_cells():

@@ -19,27 +19,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import platform
 import shlex
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.node import cpu_model
+
 FORMAT = "attnbench-claims/1"
 FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")
 """CPU features that decide which kernels run; the ones the machine has are recorded."""
-
-
-def cpu_model() -> str:
-    """The CPU's marketing name (/proc/cpuinfo's "model name"), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def cpu_flags() -> list[str]:
@@ -94,4 +84,7 @@ class Claims:
                "command": " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv]),
                "machine": {**self.machine, "load_after": _load()}, "rows": [asdict(r) for r in self.rows]}
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+        target = Path(path)
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(partial, target)  # never a half-written claims file

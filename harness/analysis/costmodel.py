@@ -24,7 +24,9 @@ Without samples (memory) a fit with sizes to spare resamples its own residuals i
 interval is joined with the leave-one-size-out estimates (a single size that bends the curve
 shows) and with the plain log-log slope over the sizes where the leading term dominates, overall
 and between the two largest (the reading in which lower-order costs overlap the leading one, a
-wait hidden by work, or an offset of either sign, instead of adding to it), and is never
+wait hidden by work, or an offset of either sign, instead of adding to it; also the asymptotic
+reading when the per-element cost steps up once, as when a T x T working set leaves the cache
+between two sizes), that last one +-:data:`MIN_HALF_WIDTH` as two sizes resolve no finer, and is never
 narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot resolve an
 exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
@@ -331,7 +333,8 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     if len(leading) >= 2:  # the plain slope where the leading term dominates: lower-order costs that overlap
         lx, ly = np.log(x[leading]), np.log(y[leading])  # the leading one (a wait hidden by work) rather than add
         estimates.append(float(np.polyfit(lx, ly, 1)[0]))
-        estimates.append(float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2])))  # the growth at the largest sizes run
+        top = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))  # the growth at the largest sizes run: two sizes
+        estimates += [top - MIN_HALF_WIDTH, top + MIN_HALF_WIDTH]  # resolve an exponent no finer than this
     lead = _leading(p, coefs, terms)
     low = min(min(estimates), lead - MIN_HALF_WIDTH)
     high = max(max(estimates), lead + MIN_HALF_WIDTH)

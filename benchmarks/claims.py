@@ -155,9 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"claims: {command[1]} exited {run.returncode}; its table is left out", file=sys.stderr)
                 continue
             files.append(out)
+        # a run of some scripts (--only, --tiers) refreshes their tables and keeps the others' files
+        files = sorted(set(files) | set(args.json_dir.glob("*.json")))
     docs = load(files)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(docs))
+    partial = args.out.with_name(args.out.name + ".partial")
+    partial.write_text(render(docs))
+    os.replace(partial, args.out)  # never a half-written page
     print(f"claims: {len(docs)} table(s) written to {args.out}")
     return 0 if docs else 1
 

@@ -65,7 +65,9 @@ def plan(only: Sequence[str], tiers: Sequence[str], json_dir: Path, rounds: int 
         variants = [[f"--isa={t}"] for t in tiers] if name == "tiled_fused" else [[]]
         for variant in variants:
             out = json_dir / (name + "".join("-" + a.split("=", 1)[1] for a in variant) + ".json")
-            runs.append(([sys.executable, script, *extra, *variant, "--claims", str(out)], out))
+            # the scripts run in ROOT: a path relative to it makes the recorded command the same in any checkout
+            where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
+            runs.append(([sys.executable, script, *extra, *variant, "--claims", str(where)], out))
     return runs
 
 

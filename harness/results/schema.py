@@ -42,6 +42,19 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from harness.results.records import (
+    Bandwidth,
+    Config,
+    Environment,
+    Integrity,
+    Memory,
+    Node,
+    Peak,
+    Record,
+    Stats,
+    coerce_optional,
+)
+
 SCHEMA = "attnbench.results"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
@@ -102,9 +115,9 @@ class BenchCell:
     peak_key: str | None = None
     """Which record of ``Run.peaks`` this cell's % of peak divides by ("float32/cpu")."""
     samples_s: tuple[float, ...] = ()
-    stats: Mapping[str, Any] | None = None
+    stats: Stats | None = None
     gflops: float | None = None
-    memory: Mapping[str, Any] | None = None
+    memory: Memory | None = None
     threads: int | None = None
     seconds: float | None = None
     predicted_seconds: float | None = None
@@ -117,12 +130,12 @@ class BenchCell:
     bytes: float | None = None
     """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
     None in files written without the bandwidth roofline (optional in v2)."""
-    node: Mapping[str, Any] | None = None
+    node: Node | None = None
     """Where the cell ran, on a cluster (None: the run's own machine, its ``environment``)."""
     started_at: float | None = None
     """Epoch seconds on the node when the cell's task started holding it (cluster runs)."""
     ended_at: float | None = None
-    integrity: Mapping[str, Any] | None = None
+    integrity: Integrity | None = None
     """What backs the cell's time (docs/integrity.md): the physics floor and its roofs, the input sets,
     the checked samples and their errors, the clock's accounting. Absent in files from before it."""
     profile: tuple[tuple[str, float], ...] | None = None
@@ -130,6 +143,11 @@ class BenchCell:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        # a record given as its stored form (a JSON object) is read as the record
+        object.__setattr__(self, "stats", coerce_optional(Stats, self.stats))
+        object.__setattr__(self, "memory", coerce_optional(Memory, self.memory))
+        object.__setattr__(self, "node", coerce_optional(Node, self.node))
+        object.__setattr__(self, "integrity", coerce_optional(Integrity, self.integrity))
         if self.profile is not None:
             object.__setattr__(self, "profile", tuple((str(n), float(s)) for n, s in self.profile))
 
@@ -145,11 +163,11 @@ class BenchCell:
 
     @property
     def median(self) -> float | None:
-        return None if not self.stats else self.stats.get("median")
+        return None if self.stats is None else self.stats.median
 
     @property
     def peak_extra_bytes(self) -> float | None:
-        return None if not self.memory else self.memory.get("peak_extra_bytes")
+        return None if self.memory is None else self.memory.peak_extra_bytes
 
 
 @dataclass(frozen=True)
@@ -167,11 +185,12 @@ class VerifyCell:
     group: str = "-"
     metrics: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    node: Mapping[str, Any] | None = None
+    node: Node | None = None
     """Where the check ran, on a cluster (None: the run's own machine, its ``environment``)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        object.__setattr__(self, "node", coerce_optional(Node, self.node))
 
     @property
     def key(self) -> CellKey:
@@ -183,7 +202,7 @@ Cell = BenchCell | VerifyCell
 
 def node_kind(cell: Cell) -> str | None:
     """The kind of machine a cluster cell ran on (None for a cell of a local run)."""
-    return None if not cell.node else cell.node.get("kind")
+    return None if cell.node is None else cell.node.kind
 
 
 def peak_key(dtype: str, device: str, kind: str | None = None) -> str:
@@ -205,16 +224,23 @@ class Run:
     run_id: str
     command: str
     complete: bool
-    environment: Mapping[str, Any]
-    config: Mapping[str, Any]
+    environment: Environment
+    config: Config
     cells: tuple[Cell, ...] = ()
     implementations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    peaks: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    peaks: Mapping[str, Peak] = field(default_factory=dict)
     fits: tuple[Mapping[str, Any], ...] | None = None
     coverage: Mapping[str, Mapping[str, Any]] | None = None
     schema_version: int = SCHEMA_VERSION
-    bandwidth: Mapping[str, Mapping[str, Any]] | None = None
+    bandwidth: Mapping[str, Bandwidth] | None = None
     """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None in files that lack it."""
+
+    def __post_init__(self) -> None:  # records given as their stored form (JSON objects) are read as records
+        object.__setattr__(self, "environment", Environment.coerce(self.environment))
+        object.__setattr__(self, "config", Config.coerce(self.config))
+        object.__setattr__(self, "peaks", {k: Peak.coerce(v) for k, v in self.peaks.items()})
+        if self.bandwidth is not None:
+            object.__setattr__(self, "bandwidth", {k: Bandwidth.coerce(v) for k, v in self.bandwidth.items()})
 
     def bench_cells(self) -> list[BenchCell]:
         return [c for c in self.cells if isinstance(c, BenchCell)]
@@ -224,15 +250,16 @@ class Run:
 
     def pct_peak(self, cell: BenchCell) -> float | None:
         """The cell's GFLOP/s as a percentage of its dtype's measured GEMM peak (None if either is missing)."""
-        peak = self.peaks.get(cell.peak_key or "", {}).get("gflops")
+        record = self.peaks.get(cell.peak_key or "")
+        peak = None if record is None else record.gflops
         return None if not peak or cell.gflops is None else 100.0 * cell.gflops / peak
 
     def read_bandwidth(self, cell: BenchCell) -> float | None:
         """The read bandwidth (GB/s) measured for the cell's device and thread count, on its own kind of
         machine for a cluster cell (never another kind's), if any."""
         device = (cell.peak_key or "/cpu").split("@", 1)[0].split("/")[-1]
-        record = (self.bandwidth or {}).get(bandwidth_key(device, cell.threads, node_kind(cell))) or {}
-        return record.get("read_gbps")
+        record = (self.bandwidth or {}).get(bandwidth_key(device, cell.threads, node_kind(cell)))
+        return None if record is None else record.read_gbps
 
     def pct_bandwidth(self, cell: BenchCell) -> float | None:
         """The cell's compulsory GB/s as a percentage of the measured read bandwidth (None if either is missing)."""
@@ -242,14 +269,15 @@ class Run:
     def to_json(self) -> dict[str, Any]:
         stored = self._to_json()
         if self.bandwidth is not None:  # appended: files without it read as before
-            stored["bandwidth"] = dict(self.bandwidth)
+            stored["bandwidth"] = {key: record.to_json() for key, record in self.bandwidth.items()}
         return stored
 
     def _to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "command": self.command,
-            "complete": self.complete, "environment": dict(self.environment), "config": dict(self.config),
-            "implementations": dict(self.implementations), "peaks": dict(self.peaks),
+            "complete": self.complete, "environment": self.environment.to_json(),
+            "config": self.config.to_json(), "implementations": dict(self.implementations),
+            "peaks": {key: peak.to_json() for key, peak in self.peaks.items()},
             "fits": None if self.fits is None else list(self.fits),
             "coverage": None if self.coverage is None else dict(self.coverage),
             "cells": [cell_to_json(c) for c in self.cells],
@@ -263,11 +291,14 @@ class Run:
             raise ValueError(f"schema_version {version!r}; this attnbench reads {READABLE_VERSIONS}")
         return cls(
             run_id=str(data.get("run_id", "")), command=str(data.get("command", "")),
-            complete=bool(data.get("complete")), environment=data.get("environment") or {},
-            config=data.get("config") or {}, cells=tuple(cell_from_json(c) for c in data.get("cells") or ()),
-            implementations=data.get("implementations") or {}, peaks=data.get("peaks") or {},
+            complete=bool(data.get("complete")), environment=Environment.from_json(data.get("environment") or {}),
+            config=Config.from_json(data.get("config") or {}), cells=tuple(cell_from_json(c) for c in data.get("cells") or ()),
+            implementations=data.get("implementations") or {},
+            peaks={key: Peak.from_json(peak) for key, peak in (data.get("peaks") or {}).items()},
             fits=None if data.get("fits") is None else tuple(data["fits"]),
-            coverage=data.get("coverage"), schema_version=int(version), bandwidth=data.get("bandwidth"),
+            coverage=data.get("coverage"), schema_version=int(version),
+            bandwidth=None if data.get("bandwidth") is None
+            else {key: Bandwidth.from_json(record) for key, record in data["bandwidth"].items()},
         )
 
 
@@ -282,7 +313,8 @@ def cell_to_json(cell: Cell) -> dict[str, Any]:
             continue
         if f.name == "profile":
             value = [list(pair) for pair in value]
-        stored[f.name] = value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple) else value
+        stored[f.name] = (value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple)
+                          else value.to_json() if isinstance(value, Record) else value)
     return stored
 
 

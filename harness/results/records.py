@@ -1,0 +1,312 @@
+"""The typed records inside a result file: stats, memory, peaks, bandwidth, nodes, environment, config.
+
+Each record is a frozen dataclass with :meth:`Record.to_json` and :meth:`Record.from_json`. Writers
+build records and readers use attributes; the JSON object is only the storage form.
+
+Three rules keep every file this attnbench reads readable, and every file it writes as it was:
+
+- A key the record does not know is kept in ``extra`` and written back after the known ones: an
+  older or newer file's record reads and rewrites whole, never raising.
+- A record read from a file remembers the order and presence of its keys (``stored``), so writing
+  it again gives the same object, with the same explicit nulls. A record a writer builds lists its
+  known fields in declaration order, omitting None except for the fields the writer always stores
+  (``ALWAYS``): declaration order is the order the measuring code has always written.
+- A record is also a read-only ``Mapping`` of its stored form (``peak["gflops"]``), so code that reads
+  the JSON object reads a record alike; records compare equal to a mapping of the same stored form.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+R = TypeVar("R", bound="Record")
+
+
+def _encode(value: object) -> object:
+    if isinstance(value, Record):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_encode(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Record(Mapping[str, object]):
+    """A typed JSON object: known fields as attributes, unknown keys kept in ``extra``."""
+
+    ALWAYS: ClassVar[frozenset[str]] = frozenset()
+    """Fields written even when None (their writer always stores them, null when unknown)."""
+    NESTED: ClassVar[Mapping[str, type[Record]]] = {}
+    """Fields that hold a record of their own."""
+    TUPLES: ClassVar[frozenset[str]] = frozenset()
+    """Fields stored as JSON lists and held as tuples (records are frozen all the way down)."""
+
+    extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    """Keys this attnbench does not know, as read (JSON values)."""
+    stored: tuple[str, ...] | None = field(default=None, repr=False)
+    """The keys of the object this record was read from, in order (None: built by a writer)."""
+
+    def _names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(self) if f.name not in ("extra", "stored"))
+
+    def _keep_null(self, name: str) -> bool:
+        return name in self.ALWAYS
+
+    def _written(self) -> list[str]:
+        names = self._names()
+        if self.stored is not None:
+            keys = [k for k in self.stored if k in self.extra or k in names]
+            seen = set(keys)
+            keys += [n for n in names if n not in seen and getattr(self, n) is not None]
+        else:
+            keys = [n for n in names if getattr(self, n) is not None or self._keep_null(n)]
+        seen = set(keys)
+        return keys + [k for k in self.extra if k not in seen]
+
+    def _value(self, key: str) -> object:
+        if key in self.extra and (key not in self._names() or getattr(self, key) is None):
+            return self.extra[key]
+        return getattr(self, key)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: a JSON object, keys in the order they are written."""
+        return {key: _encode(self._value(key)) for key in self._written()}
+
+    @classmethod
+    def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
+        """The record of a stored object; unknown keys go to ``extra``, nothing is dropped."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra", "stored"}
+        values: dict[str, object] = {}
+        for key, value in data.items():
+            if key not in names:
+                continue
+            nested = cls.NESTED.get(key)
+            if nested is not None and isinstance(value, Mapping):
+                value = nested.coerce(value)
+            elif key in cls.TUPLES and isinstance(value, list):
+                value = tuple(value)
+            values[key] = value
+        extra = {k: v for k, v in data.items() if k not in names}
+        return cls(**values, extra=extra, stored=tuple(data))  # type: ignore[arg-type]
+
+    @classmethod
+    def coerce(cls: type[R], value: Mapping[str, Any]) -> R:
+        """``value`` as this record: itself when it is one, else read as its stored form."""
+        return value if isinstance(value, cls) else cls.from_json(value)
+
+    def __getitem__(self, key: str) -> object:
+        if key not in self._written():
+            raise KeyError(key)
+        return self._value(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._written())
+
+    def __len__(self) -> int:
+        return len(self._written())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Record):
+            return self.to_json() == other.to_json()
+        if isinstance(other, Mapping):
+            return self.to_json() == {k: _encode(v) for k, v in other.items()}
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def coerce_optional(kind: type[R], value: Mapping[str, Any] | None) -> R | None:
+    return None if value is None else kind.coerce(value)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Stats(Record):
+    """Summary statistics of timing samples (:func:`harness.analysis.stats.summarize`)."""
+
+    median: float | None = None
+    iqr: float | None = None
+    min: float | None = None
+    mean: float | None = None
+    stdev: float | None = None
+    iqr_over_median: float | None = None
+    n: int | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Memory(Record):
+    """A cell's memory measure: peak bytes beyond its inputs, what it returned, and how it was measured."""
+
+    ALWAYS = frozenset({"peak_extra_bytes", "method"})
+    peak_extra_bytes: int | None = None
+    output_bytes: int | None = None
+    method: str | None = None
+    note: str | None = None
+    """Why the measure may be off (the allocator could not be set up for exact accounting)."""
+    error: str | None = None
+    """The memory worker's failure, when it failed (then the bytes are None)."""
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Node(Record):
+    """The machine a cluster cell ran on; ``kind`` groups the machines whose timings compare."""
+
+    ALWAYS = frozenset({"gpu", "cuda"})
+    hostname: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    gpu: str | None = None
+    torch: str | None = None
+    cuda: str | None = None
+    kind: str | None = None
+    node_id: str | None = None
+    """The Ray node id (only in a Ray worker)."""
+    node_ip: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Peak(Record):
+    """A GEMM peak in GFLOP/s: the run's "% of peak" divides by ``gflops``, the higher of two readings.
+
+    ``first_gflops`` and ``confirmed_gflops`` are the readings before and after the cells (a failed
+    confirmation is stored as null, so ``confirmed_gflops`` is written whenever ``first_gflops`` is)."""
+
+    ALWAYS = frozenset({"gflops"})
+    NESTED = {"stats": Stats, "node": Node}
+    TUPLES = frozenset({"samples_s"})
+    gflops: float | None = None
+    fastest_call_gflops: float | None = None
+    method: str | None = None
+    n: int | None = None
+    threads: int | None = None
+    samples_s: tuple[float, ...] | None = None
+    stats: Stats | None = None
+    error: str | None = None
+    node: Node | None = None
+    """The node that measured it, for a peak per node kind."""
+    first_gflops: float | None = None
+    confirmed_gflops: float | None = None
+
+    def _keep_null(self, name: str) -> bool:
+        return name in self.ALWAYS or (name == "confirmed_gflops" and self.first_gflops is not None)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Bandwidth(Record):
+    """Memory bandwidth in GB/s for one device and thread count: the roofline's memory roof."""
+
+    ALWAYS = frozenset({"read_gbps"})
+    NESTED = {"read_stats": Stats, "copy_stats": Stats, "node": Node}
+    read_gbps: float | None = None
+    copy_gbps: float | None = None
+    method: str | None = None
+    bytes: int | None = None
+    threads: int | None = None
+    read_stats: Stats | None = None
+    copy_stats: Stats | None = None
+    error: str | None = None
+    node: Node | None = None
+    first_read_gbps: float | None = None
+    confirmed_read_gbps: float | None = None
+    first_copy_gbps: float | None = None
+    confirmed_copy_gbps: float | None = None
+
+    def higher(self, reading: Bandwidth, *, confirm: bool) -> Bandwidth:
+        """This record with a later reading folded in: the higher read and copy GB/s (load only ever
+        lowers them); a confirming reading (after the cells) also keeps both as ``first_*``, ``confirmed_*``."""
+        read = max(self.read_gbps or 0.0, reading.read_gbps or 0.0)
+        copy = max(self.copy_gbps or 0.0, reading.copy_gbps or 0.0)
+        if not confirm:
+            return dataclasses.replace(self, read_gbps=read, copy_gbps=copy)
+        return dataclasses.replace(self, read_gbps=read, copy_gbps=copy, first_read_gbps=self.read_gbps,
+                                   confirmed_read_gbps=reading.read_gbps, first_copy_gbps=self.copy_gbps,
+                                   confirmed_copy_gbps=reading.copy_gbps)
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Environment(Record):
+    """Where and with what a run was made: enough to tell two runs' machines apart."""
+
+    ALWAYS = frozenset({"attnbench", "python", "platform", "cpu_model", "cores", "threads", "ram_bytes", "gpu", "torch",
+                        "numpy", "xformers", "triton", "git_commit", "command_line", "time"})
+    attnbench: str | None = None
+    python: str | None = None
+    platform: str | None = None
+    cpu_model: str | None = None
+    cores: int | None = None
+    threads: int | None = None
+    ram_bytes: int | None = None
+    gpu: str | None = None
+    torch: str | None = None
+    numpy: str | None = None
+    xformers: str | None = None
+    triton: str | None = None
+    git_commit: str | None = None
+    command_line: str | None = None
+    time: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Config(Record):
+    """The command's settings, as stored; ``--resume`` reads them back.
+
+    bench and verify store different settings; the fields are the ones the harness reads back by
+    name, every other setting stays in ``extra`` in its place. A writer stores its settings object's
+    own JSON form (:meth:`Record.from_json`), so the file lists them in that object's order."""
+
+    TUPLES = frozenset({"only", "plugins"})
+    suite: str | None = None
+    only: tuple[str, ...] | None = None
+    plugins: tuple[str, ...] | None = None
+    timeout_s: float | None = None
+    threads: int | None = None
+    device: str | None = None
+    executor: str | None = None
+    address: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Floor(Record):
+    """The physics floor of a cell: the fewest seconds its FLOPs and bytes can take on the roofs."""
+
+    floor_s: float | None = None
+    compute_roof_gflops: float | None = None
+    memory_roof_gbps: float | None = None
+    compute_s: float | None = None
+    memory_s: float | None = None
+    how: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Accounting(Record):
+    """The timing worker's own clock, phase by phase: it must add up, and agree with the parent's."""
+
+    total_s: float | None = None
+    loop_s: float | None = None
+    captures_s: float | None = None
+    phases_s: float | None = None
+    checks_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Integrity(Record):
+    """What backs a cell's time (docs/integrity.md): the input sets, the checks of kept calls, the
+    clock's accounting, and (added by the parent) the physics floor and the task's wall time."""
+
+    NESTED = {"accounting": Accounting, "floor": Floor}
+    TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "checked", "cpu_after_s"})
+    input_sets: int | None = None
+    shifted: bool | None = None
+    clock: str | None = None
+    untyped: tuple[int, ...] | None = None
+    kept_problems: tuple[str, ...] | None = None
+    output_problems: tuple[str, ...] | None = None
+    checked: tuple[Mapping[str, object], ...] | None = None
+    """One entry per checked call: which sample and rows, and the error found (a JSON object each)."""
+    cpu_after_s: tuple[float, ...] | None = None
+    spin_s: float | None = None
+    accounting: Accounting | None = None
+    floor: Floor | None = None
+    wall_s: float | None = None

@@ -169,11 +169,10 @@ def call_footprint(cell: BenchCell) -> int | None:
     Memory exponents are fitted on this, not on the extra alone: a tiled kernel's extra is a few
     fixed-size tiles, O(1), and only with its O(T) output does it show FlashAttention's O(T).
     """
-    memory = cell.memory or {}
-    extra = memory.get("peak_extra_bytes")
-    if extra is None:
+    memory = cell.memory
+    if memory is None or memory.peak_extra_bytes is None:
         return None
-    return int(extra) + int(memory.get("output_bytes") or 0) or None
+    return int(memory.peak_extra_bytes) + int(memory.output_bytes or 0) or None
 
 
 def _median(cell: BenchCell) -> float:

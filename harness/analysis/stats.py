@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+
+from harness.results.records import Stats
 
 NOISY_IQR_OVER_MEDIAN = 0.10
 """IQR/median at or above this marks a measurement as noisy (bench warns)."""
@@ -26,7 +27,7 @@ def quantile(sorted_xs: Sequence[float], q: float) -> float:
     return sorted_xs[lo] + (sorted_xs[hi] - sorted_xs[lo]) * (pos - lo)
 
 
-def summarize(samples: Sequence[float]) -> dict[str, float | int]:
+def summarize(samples: Sequence[float]) -> Stats:
     """median, iqr, min, mean, stdev, iqr_over_median and n of ``samples`` (seconds, or anything).
 
     stdev is the sample standard deviation (0 for a single sample).
@@ -36,17 +37,11 @@ def summarize(samples: Sequence[float]) -> dict[str, float | int]:
         raise ValueError("summarize needs at least one sample")
     median = quantile(xs, 0.5)
     iqr = quantile(xs, 0.75) - quantile(xs, 0.25)
-    return {
-        "median": median,
-        "iqr": iqr,
-        "min": xs[0],
-        "mean": statistics.fmean(xs),
-        "stdev": statistics.stdev(xs) if len(xs) > 1 else 0.0,
-        "iqr_over_median": iqr / median if median > 0 else math.inf,
-        "n": len(xs),
-    }
+    return Stats(median=median, iqr=iqr, min=xs[0], mean=statistics.fmean(xs),
+                 stdev=statistics.stdev(xs) if len(xs) > 1 else 0.0,
+                 iqr_over_median=iqr / median if median > 0 else math.inf, n=len(xs))
 
 
-def is_noisy(stats: Mapping[str, Any] | None) -> bool:
+def is_noisy(stats: Stats | None) -> bool:
     """True when the spread is too large to trust small differences (IQR/median >= 10%)."""
-    return stats is not None and float(stats["iqr_over_median"]) >= NOISY_IQR_OVER_MEDIAN
+    return stats is not None and stats.iqr_over_median is not None and stats.iqr_over_median >= NOISY_IQR_OVER_MEDIAN

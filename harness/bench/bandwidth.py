@@ -15,20 +15,19 @@ from other processes only ever lowers it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.results.records import Bandwidth
 from harness.results.schema import bandwidth_key
 
-__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "keep_higher", "measure_bandwidth"]
+__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "measure_bandwidth"]
 
 STREAM_BYTES = 256 * 2**20
 """Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""
 BANDWIDTH_TIMING = TimingConfig(budget_s=0.6, min_samples=5)
 
 
-def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, threads: int | None = None) -> dict[str, Any]:
+def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, threads: int | None = None) -> Bandwidth:
     """Read and copy GB/s (1e9 bytes per second) over :data:`STREAM_BYTES` buffers, medians of repeated calls."""
     import torch
 
@@ -38,19 +37,9 @@ def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, thre
     dst = torch.empty_like(src)
     read = summarize(time_call(lambda: src.sum(), device, config))
     copy = summarize(time_call(lambda: dst.copy_(src), device, config))
-    return {
-        "read_gbps": STREAM_BYTES / read["median"] / 1e9,
-        "copy_gbps": 2 * STREAM_BYTES / copy["median"] / 1e9,
-        "method": f"torch.sum over {STREAM_BYTES >> 20} MiB float32 (read) and copy_ between two such buffers "
-                  f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read['n']} and {copy['n']} calls",
-        "bytes": STREAM_BYTES, "threads": used_threads, "read_stats": read, "copy_stats": copy,
-    }
-
-
-def keep_higher(record: dict[str, Any], reading: dict[str, Any], *, confirm: bool) -> None:
-    """Fold a later reading into ``record``: the higher read and copy GB/s (load only ever lowers them);
-    a confirming reading (after the cells) also keeps both readings as ``first_*`` and ``confirmed_*``."""
-    for what in ("read_gbps", "copy_gbps"):
-        if confirm:
-            record[f"first_{what}"], record[f"confirmed_{what}"] = record[what], reading[what]
-        record[what] = max(record[what], reading[what])
+    return Bandwidth(
+        read_gbps=STREAM_BYTES / (read.median or 0.0) / 1e9,
+        copy_gbps=2 * STREAM_BYTES / (copy.median or 0.0) / 1e9,
+        method=f"torch.sum over {STREAM_BYTES >> 20} MiB float32 (read) and copy_ between two such buffers "
+               f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read.n} and {copy.n} calls",
+        bytes=STREAM_BYTES, threads=used_threads, read_stats=read, copy_stats=copy)

@@ -18,17 +18,17 @@ again and the higher reading kept.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from harness.bench.bandwidth import keep_higher
-from harness.bench.runner import _cell, bandwidth_task, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
+from harness.bench.runner import _cell, bandwidth_task, confirmed, higher, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
 from harness.cluster.connect import NODE_RESOURCE
 from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
 from harness.isolation import OK, THREAD_VARIABLES, Outcome, Task
-from harness.results import Status, bandwidth_key, peak_key
+from harness.results import Bandwidth, Node, Peak, Status, bandwidth_key, peak_key
 
 WARM_UP_TIMEOUT_S = 300.0
 """A fresh worker on a node may compile an extension before its first cell (about a minute, more when busy)."""
@@ -92,48 +92,44 @@ class ClusterPeaks:
             self.record(result, confirm=confirm)
 
     def record(self, result: NodeResult, *, confirm: bool) -> None:
-        kind = result.node["kind"]
-        self.kinds_nodes.setdefault(kind, result.node.get("node_id", ""))
-        peaks = {key: dict(value) for key, value in self.runner.writer.run.peaks.items()}
-        bandwidth = {key: dict(value) for key, value in (self.runner.writer.run.bandwidth or {}).items()}
+        node = Node.from_json(result.node)
+        kind = node.kind or ""
+        self.kinds_nodes.setdefault(kind, node.node_id or "")
+        peaks = dict(self.runner.writer.run.peaks)
+        bandwidth = dict(self.runner.writer.run.bandwidth or {})
         for base, outcome in result.outcomes.items():
             if base.startswith(BANDWIDTH_PREFIX):
-                self._record_bandwidth(bandwidth, f"{base.removeprefix(BANDWIDTH_PREFIX)}@{kind}", outcome, result.node,
+                self._record_bandwidth(bandwidth, f"{base.removeprefix(BANDWIDTH_PREFIX)}@{kind}", outcome, node,
                                        confirm=confirm)
                 continue
             key = f"{base}@{kind}"
-            reading = outcome.value if outcome.status == OK else None
+            reading: Peak | None = outcome.value if outcome.status == OK else None
             peak = peaks.get(key)
-            if peak is None or not peak.get("gflops"):
-                failed = {"gflops": None, "error": f"{outcome.status}: {outcome.error}"}
-                peaks[key] = {**reading, "node": result.node} if reading else failed
+            if peak is None or not peak.gflops:
+                failed = Peak(error=f"{outcome.status}: {outcome.error}")
+                peaks[key] = replace(reading, node=node) if reading else failed
                 continue
-            again = reading.get("gflops") if reading else None
-            if confirm:
-                peak["first_gflops"], peak["confirmed_gflops"] = peak["gflops"], again
-            peak["gflops"] = max(peak["gflops"], again or 0.0)
-            if reading:
-                peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0), reading.get("fastest_call_gflops", 0.0))
+            peaks[key] = confirmed(peak, reading) if confirm else higher(peak, reading)
         self.runner.writer.set("peaks", peaks)
         if bandwidth:
             self.runner.writer.set("bandwidth", bandwidth)
 
     @staticmethod
-    def _record_bandwidth(records: dict[str, dict[str, Any]], key: str, outcome: Outcome, node: dict[str, Any], *,
+    def _record_bandwidth(records: dict[str, Bandwidth], key: str, outcome: Outcome, node: Node, *,
                           confirm: bool) -> None:
         """As the local runner keeps it: the first reading, then the higher of it and a confirming one."""
-        reading = outcome.value if outcome.status == OK else None
+        reading: Bandwidth | None = outcome.value if outcome.status == OK else None
         record = records.get(key)
-        if record is None or not record.get("read_gbps"):
-            records[key] = {**reading, "node": node} if reading else {"read_gbps": None, "error": f"{outcome.status}: {outcome.error}"}
+        if record is None or not record.read_gbps:
+            records[key] = replace(reading, node=node) if reading else Bandwidth(error=f"{outcome.status}: {outcome.error}")
             return
         if reading is not None:
-            keep_higher(record, reading, confirm=confirm)
+            records[key] = record.higher(reading, confirm=confirm)
 
     def slowest(self, dtype: str, device: str) -> float | None:
         """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""
         prefix = peak_key(dtype, device) + "@"
-        found = [p["gflops"] for k, p in self.runner.writer.run.peaks.items() if k.startswith(prefix) and p.get("gflops")]
+        found = [p.gflops for k, p in self.runner.writer.run.peaks.items() if k.startswith(prefix) and p.gflops]
         return min(found) if found else None
 
 
@@ -170,8 +166,9 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayClu
         if result is None:
             runner._finish(_cell(cell, Status.CRASH, lost))
             return
-        peaks.kinds_nodes.setdefault(result.node["kind"], result.node.get("node_id", ""))
-        where = {"node": result.node, "started_at": result.started_at, "ended_at": result.ended_at,
+        node = Node.from_json(result.node)
+        peaks.kinds_nodes.setdefault(node.kind or "", node.node_id or "")
+        where = {"node": node, "started_at": result.started_at, "ended_at": result.ended_at,
                  "load_average": result.extra.get("load_average")}
         runner._finish(runner.measured(cell, result.outcomes["timing"], result.outcomes.get("memory"),
                                        predicted.get(cell.key), result.ended_at - result.started_at, **where))

@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness.results.records import Memory
+
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 _PREPARED = False
 
@@ -67,7 +69,7 @@ def output_bytes(out: Any) -> int:
     return 0
 
 
-def measure_numpy(fn: Callable[[], Any]) -> dict[str, Any]:
+def measure_numpy(fn: Callable[[], Any]) -> Memory:
     """Peak extra bytes of ``fn()`` by tracemalloc (NumPy buffers are traced)."""
     fn()
     gc.collect()
@@ -80,8 +82,7 @@ def measure_numpy(fn: Callable[[], Any]) -> dict[str, Any]:
     finally:
         tracemalloc.stop()
     returned = output_bytes(out)
-    return {"peak_extra_bytes": max(int(peak - before - returned), 0), "output_bytes": returned,
-            "method": "tracemalloc"}
+    return Memory(peak_extra_bytes=max(int(peak - before - returned), 0), output_bytes=returned, method="tracemalloc")
 
 
 def _status_kib(field: str) -> int:
@@ -91,7 +92,7 @@ def _status_kib(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
-def measure_torch_cpu(fn: Callable[[], Any]) -> dict[str, Any]:
+def measure_torch_cpu(fn: Callable[[], Any]) -> Memory:
     """Peak extra bytes of ``fn()`` from the process high-water mark (VmHWM reset via clear_refs)."""
     problem = prepare_process()
     libc = _libc()
@@ -105,14 +106,11 @@ def measure_torch_cpu(fn: Callable[[], Any]) -> dict[str, Any]:
     out = fn()
     hwm = _status_kib("VmHWM")
     returned = output_bytes(out)
-    result = {"peak_extra_bytes": max(int((hwm - rss_before) * 1024 - returned), 0), "output_bytes": returned,
-              "method": "vmhwm"}
-    if problem:
-        result["note"] = problem
-    return result
+    return Memory(peak_extra_bytes=max(int((hwm - rss_before) * 1024 - returned), 0), output_bytes=returned,
+                  method="vmhwm", note=problem or None)
 
 
-def measure_cuda(fn: Callable[[], Any]) -> dict[str, Any]:
+def measure_cuda(fn: Callable[[], Any]) -> Memory:
     """Peak extra device bytes of ``fn()`` from torch's CUDA allocator statistics."""
     import torch
 
@@ -125,10 +123,10 @@ def measure_cuda(fn: Callable[[], Any]) -> dict[str, Any]:
     torch.cuda.synchronize()
     returned = output_bytes(out)
     extra = torch.cuda.max_memory_allocated() - before - returned
-    return {"peak_extra_bytes": max(int(extra), 0), "output_bytes": returned, "method": "cuda_max_memory_allocated"}
+    return Memory(peak_extra_bytes=max(int(extra), 0), output_bytes=returned, method="cuda_max_memory_allocated")
 
 
-def measure(fn: Callable[[], Any], backend: str, device: str) -> dict[str, Any]:
+def measure(fn: Callable[[], Any], backend: str, device: str) -> Memory:
     """The right method for the backend and device."""
     if device == "cuda":
         return measure_cuda(fn)

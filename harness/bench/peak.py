@@ -12,10 +12,9 @@ library (NumPy's BLAS reaching less of it is part of what the number says).
 
 from __future__ import annotations
 
-from typing import Any
-
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.results.records import Peak
 from harness.results.schema import peak_key
 
 __all__ = ["GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak", "peak_key"]
@@ -28,7 +27,7 @@ PEAK_TIMING = TimingConfig(budget_s=1.5)
 
 
 def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMING,
-                      threads: int | None = None) -> dict[str, Any]:
+                      threads: int | None = None) -> Peak:
     """Time ``torch.matmul`` of two n x n matrices; GFLOP/s = 2 n^3 / median seconds."""
     import torch
 
@@ -41,9 +40,8 @@ def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMIN
     samples = time_call(lambda: torch.matmul(a, b), device, config)
     stats = summarize(samples)
     flops = 2.0 * n ** 3
-    return {
-        "gflops": flops / stats["median"] / 1e9,
-        "fastest_call_gflops": flops / stats["min"] / 1e9,  # >= gflops: the quickest call, not the median
-        "method": f"torch.matmul {n}x{n} {dtype} on {device}, median of {stats['n']} calls",
-        "n": n, "threads": used_threads, "samples_s": samples, "stats": stats,
-    }
+    median, fastest = stats.median or 0.0, stats.min or 0.0  # summarize fills both
+    return Peak(gflops=flops / median / 1e9,
+                fastest_call_gflops=flops / fastest / 1e9,  # >= gflops: the quickest call, not the median
+                method=f"torch.matmul {n}x{n} {dtype} on {device}, median of {stats.n} calls",
+                n=n, threads=used_threads, samples_s=tuple(samples), stats=stats)

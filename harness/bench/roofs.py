@@ -22,7 +22,10 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from harness.results.records import Bandwidth, Floor, Peak, Record
 
 SAFETY = 2.0
 """Measured readings times this: what the libraries reached is at least half what the machine can do."""
@@ -69,7 +72,16 @@ def _cpu_info() -> tuple[set[str], float | None]:
     return flags, (max(mhz) / 1000 if mhz else None)
 
 
-def cpu_roofs() -> dict[str, Any]:
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Roofs(Record):
+    """This machine's theoretical roofs: GFLOP/s per dtype and load GB/s, and how they were derived."""
+
+    gflops: Mapping[str, float] = field(default_factory=dict)
+    load_gbps: float = 0.0
+    method: str = ""
+
+
+def cpu_roofs() -> Roofs:
     """Theoretical upper roofs of this machine's CPUs: GFLOP/s per dtype and load GB/s, with the inputs."""
     flags, ghz = _cpu_info()
     cores = os.cpu_count() or 1
@@ -82,25 +94,28 @@ def cpu_roofs() -> dict[str, Any]:
     for dtype in ("float64", "float32", "float16", "bfloat16"):
         per_cycle.setdefault(dtype, UNKNOWN_FLOPS_PER_CYCLE)
     reported = "unknown clock" if ghz is None else f"{ghz:.2f} GHz reported x {BOOST:g}"
-    return {"gflops": {d: cores * clock * r for d, r in per_cycle.items()}, "load_gbps": cores * clock * LOAD_BYTES_PER_CYCLE,
-            "method": f"{cores} logical CPUs x {clock:.2f} GHz ({reported}) x FLOPs/cycle {per_cycle}; "
-                      f"loads {LOAD_BYTES_PER_CYCLE} B/cycle"}
+    return Roofs(gflops={d: cores * clock * r for d, r in per_cycle.items()}, load_gbps=cores * clock * LOAD_BYTES_PER_CYCLE,
+                 method=f"{cores} logical CPUs x {clock:.2f} GHz ({reported}) x FLOPs/cycle {per_cycle}; "
+                        f"loads {LOAD_BYTES_PER_CYCLE} B/cycle")
 
 
-def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Mapping[str, Any] | None,
-                  bandwidth: Mapping[str, Any] | None, theory: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The floor in seconds and how it was derived (roofs in GFLOP/s and GB/s, each the larger estimate)."""
-    peak, bandwidth = peak or {}, bandwidth or {}
-    measured_gflops = SAFETY * max(peak.get("fastest_call_gflops") or 0.0, peak.get("gflops") or 0.0)
-    measured_gbps = SAFETY * max(bandwidth.get("read_gbps") or 0.0, bandwidth.get("copy_gbps") or 0.0)
-    theory_gflops = theory["gflops"].get(dtype, 0.0) if theory and device == "cpu" else 0.0
-    theory_gbps = theory["load_gbps"] if theory and device == "cpu" else 0.0
+def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Peak | Mapping[str, Any] | None,
+                  bandwidth: Bandwidth | Mapping[str, Any] | None, theory: Roofs | Mapping[str, Any] | None) -> Floor:
+    """The floor in seconds and how it was derived (roofs in GFLOP/s and GB/s, each the larger estimate).
+    The records may be given in their stored form (JSON objects)."""
+    gemm = Peak.coerce(peak or {})
+    stream = Bandwidth.coerce(bandwidth or {})
+    roofs = None if theory is None or device != "cpu" else Roofs.coerce(theory)
+    measured_gflops = SAFETY * max(gemm.fastest_call_gflops or 0.0, gemm.gflops or 0.0)
+    measured_gbps = SAFETY * max(stream.read_gbps or 0.0, stream.copy_gbps or 0.0)
+    theory_gflops = roofs.gflops.get(dtype, 0.0) if roofs is not None else 0.0
+    theory_gbps = roofs.load_gbps if roofs is not None else 0.0
     compute = max(measured_gflops, theory_gflops)
     memory = max(measured_gbps, theory_gbps)
     compute_s = flops / (compute * 1e9) if compute and flops else 0.0
     memory_s = nbytes / (memory * 1e9) if memory and nbytes else 0.0
-    return {"floor_s": max(compute_s, memory_s), "compute_roof_gflops": compute, "memory_roof_gbps": memory,
-            "compute_s": compute_s, "memory_s": memory_s,
-            "how": f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s; "
+    return Floor(floor_s=max(compute_s, memory_s), compute_roof_gflops=compute, memory_roof_gbps=memory,
+                 compute_s=compute_s, memory_s=memory_s,
+                 how=f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s; "
                    f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
-                   + (f"; theory: {theory['method']}" if theory and device == "cpu" else "")}
+                     + (f"; theory: {roofs.method}" if roofs is not None else ""))

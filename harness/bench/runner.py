@@ -14,22 +14,24 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
-from harness.bench.bandwidth import keep_higher, measure_bandwidth
+from harness.bench.bandwidth import measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
+from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
 from harness.results import BenchCell, CellKey, ResultWriter, Status, bandwidth_key
+from harness.results.records import Accounting, Bandwidth, Config, Integrity, Memory, Node, Peak
 
 # ---------------------------------------------------------------- worker side
 
@@ -54,7 +56,7 @@ def warm_up_task(name: str, source: str) -> None:
 
 
 def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
-                config: TimingConfig, threads: int | None) -> dict[str, Any]:
+                config: TimingConfig, threads: int | None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     from harness.bench import audit
@@ -67,7 +69,7 @@ def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
     if not config.checks:
         call = build_call(impl, attention_case, mode)
         setup_s = guard.CLOCK() - started
-        return {"samples_s": time_call(call, attention_case.device, config), "threads": used, "setup_s": setup_s}
+        return Timed(samples_s=tuple(time_call(call, attention_case.device, config)), threads=used, setup_s=setup_s)
     shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
     with audit.one_thread():
         drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
@@ -87,20 +89,20 @@ def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
     spin = guard.spin_baseline() if loop["kept"] else 0.0
     checks_s = guard.CLOCK() - checked
     total = guard.CLOCK() - entered
-    integrity = {
-        "input_sets": len(sets), "shifted": shift, "clock": guard.clock_problem(), "untyped": loop["untyped"],
-        "kept_problems": [f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop["kept"] if k.problem],
-        "output_problems": outputs["problems"], "checked": outputs["checked"],
-        "cpu_after_s": [k.cpu_after_s for k in loop["kept"] if k.cpu_after_s is not None], "spin_s": spin,
-        "accounting": {"total_s": total, "loop_s": loop["loop_s"], "captures_s": loop["captures_s"],
-                       "phases_s": (started - entered) + setup_s + loop_total + checks_s, "checks_s": checks_s},
-    }
-    return {"samples_s": loop["samples"], "threads": used, "setup_s": setup_s, "integrity": integrity,
-            "profile": profile}
+    integrity = Integrity(
+        input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop["untyped"]),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop["kept"] if k.problem),
+        output_problems=tuple(outputs["problems"]), checked=tuple(outputs["checked"]),
+        cpu_after_s=tuple(k.cpu_after_s for k in loop["kept"] if k.cpu_after_s is not None), spin_s=spin,
+        accounting=Accounting(total_s=total, loop_s=loop["loop_s"], captures_s=loop["captures_s"],
+                              phases_s=(started - entered) + setup_s + loop_total + checks_s, checks_s=checks_s),
+    )
+    return Timed(samples_s=tuple(loop["samples"]), threads=used, setup_s=setup_s, integrity=integrity,
+                 profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 
 def memory_task(name: str, source: str, case: dict[str, Any], mode: str,
-                threads: int | None) -> dict[str, Any]:
+                threads: int | None) -> Memory:
     """Worker (the memory one): peak extra bytes of one call."""
     from harness.bench.memory import measure, prepare_process
 
@@ -112,11 +114,11 @@ def memory_task(name: str, source: str, case: dict[str, Any], mode: str,
     return measure(call, impl.backend, attention_case.device)
 
 
-def peak_task(dtype: str, device: str, threads: int | None) -> dict[str, Any]:
+def peak_task(dtype: str, device: str, threads: int | None) -> Peak:
     return measure_gemm_peak(dtype, device, threads=threads)
 
 
-def bandwidth_task(device: str, threads: int | None) -> dict[str, Any]:
+def bandwidth_task(device: str, threads: int | None) -> Bandwidth:
     return measure_bandwidth(device, threads=threads)
 
 
@@ -148,11 +150,19 @@ class BenchSettings:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def to_config(self) -> Config:
+        """The result file's config: these settings in their own order (resume reads them back)."""
+        return Config.from_json(self.to_dict())
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> BenchSettings:
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchSettings:
         known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         known["timing"] = TimingConfig(**known.get("timing", {}))
         return cls(**known)
+
+    @classmethod
+    def from_config(cls, config: Config) -> BenchSettings:
+        return cls.from_dict(config.to_json())
 
 
 def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
@@ -160,7 +170,8 @@ def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
 
 
 def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
-    kind = (measured.get("node") or {}).get("kind")  # on a cluster: the peak of the node's kind
+    node: Node | None = measured.get("node")
+    kind = None if node is None else node.kind  # on a cluster: the peak of the node's kind
     return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
                      peak_key=peak_key(cell.case.dtype, cell.case.device, kind),
@@ -213,31 +224,27 @@ class BenchRunner:
         GEMM's rate, so one low reading at the start would inflate every cell's % of peak. Cells
         are not touched: their % of peak is computed on reading, from this record.
         """
-        peaks = {key: dict(peak) for key, peak in self.writer.run.peaks.items()}
+        peaks = dict(self.writer.run.peaks)
         for key, peak in peaks.items():
-            if not peak.get("gflops") or peak.get("confirmed_gflops") is not None:
+            if not peak.gflops or peak.confirmed_gflops is not None:
                 continue
             dtype, device = key.split("/")
             outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
-            again = outcome.value.get("gflops") if outcome.status == OK else None
-            peak["first_gflops"], peak["confirmed_gflops"] = peak["gflops"], again
-            peak["gflops"] = max(peak["gflops"], again or 0.0)
-            if outcome.status == OK:  # the fastest call of either reading, so it never falls below gflops
-                peak["fastest_call_gflops"] = max(peak.get("fastest_call_gflops", 0.0),
-                                                  outcome.value.get("fastest_call_gflops", 0.0))
+            reading: Peak | None = outcome.value if outcome.status == OK else None
+            peaks[key] = confirmed(peak, reading)
         self.writer.set("peaks", peaks)
         self._confirm_bandwidth(pool)
 
     def _confirm_bandwidth(self, pool: WorkerPool) -> None:
         """As for the peaks: measure the bandwidth again after the cells and keep the higher reading."""
-        records = {key: dict(record) for key, record in (self.writer.run.bandwidth or {}).items()}
+        records = dict(self.writer.run.bandwidth or {})
         for key, record in records.items():
-            if not record.get("read_gbps") or record.get("confirmed_read_gbps") is not None:
+            if not record.read_gbps or record.confirmed_read_gbps is not None:
                 continue
             outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads)))
             if outcome.status != OK:
                 continue
-            keep_higher(record, outcome.value, confirm=True)
+            records[key] = record.higher(outcome.value, confirm=True)
         if records:
             self.writer.set("bandwidth", records)
 
@@ -248,7 +255,7 @@ class BenchRunner:
         if key in records:
             return
         outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads)))
-        records[key] = outcome.value if outcome.status == OK else {"read_gbps": None, "error": _failed(outcome)}
+        records[key] = outcome.value if outcome.status == OK else Bandwidth(error=_failed(outcome))
         self.writer.set("bandwidth", records)
 
     def _finish(self, cell: BenchCell) -> None:
@@ -260,10 +267,10 @@ class BenchRunner:
         peaks = self.writer.run.peaks
         if key not in peaks:
             outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
-            measured = outcome.value if outcome.status == OK else {"gflops": None, "error": _failed(outcome)}
+            measured = outcome.value if outcome.status == OK else Peak(error=_failed(outcome))
             peaks = {**peaks, key: measured}
             self.writer.set("peaks", peaks)
-        return peaks[key].get("gflops")
+        return peaks[key].gflops
 
     def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool,
                  peak_pool: WorkerPool) -> BenchCell:
@@ -293,35 +300,52 @@ class BenchRunner:
         """The cell from its timing and memory outcomes (here or on a node, ``where`` it ran); feeds the budget."""
         if timing.status != OK:
             return _cell(cell, Status(timing.status), timing.error, traceback=timing.traceback, seconds=seconds, **where)
-        samples = timing.value["samples_s"]
-        stats = summarize(samples)
+        timed: Timed = timing.value
+        stats = summarize(timed.samples_s)
+        median = stats.median or 0.0  # summarize fills it
         memory = None
         if mem is not None:
-            memory = mem.value if mem.status == OK else {"peak_extra_bytes": None, "method": None, "error": _failed(mem)}
+            memory = mem.value if mem.status == OK else Memory(error=_failed(mem))
         where = {"load_average": _load_average(), **where}  # a node's own load average when it sent one
-        result = _cell(cell, Status.OK, None, samples_s=tuple(samples), stats=stats, threads=timing.value["threads"],
-                       memory=memory, predicted_seconds=predicted_s, setup_s=timing.value.get("setup_s"),
-                       profile=timing.value.get("profile"), **where)
-        result = replace(result, gflops=(result.flops or 0.0) / stats["median"] / 1e9, seconds=seconds)
-        if timing.value.get("integrity") is not None:
-            result = self._judged(result, timing)
+        result = _cell(cell, Status.OK, None, samples_s=timed.samples_s, stats=stats, threads=timed.threads,
+                       memory=memory, predicted_seconds=predicted_s, setup_s=timed.setup_s,
+                       profile=timed.profile, **where)
+        result = replace(result, gflops=(result.flops or 0.0) / median / 1e9, seconds=seconds)
+        if timed.integrity is not None:
+            result = self._judged(result, timing.value, timing.seconds)
         if result.status == Status.OK:
-            self.budget.record(cell, stats["median"], result.peak_extra_bytes)
+            self.budget.record(cell, median, result.peak_extra_bytes)
         return result
 
-    def _judged(self, cell: BenchCell, timing: Outcome) -> BenchCell:
+    def _judged(self, cell: BenchCell, timed: Timed, wall_s: float | None) -> BenchCell:
         """The cell held against the physics floor and its worker's checks (:mod:`harness.bench.verdicts`)."""
         from harness.bench.verdicts import judge
 
         case = cell.case
         device = str(case.get("device", "cpu"))
-        bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, (cell.node or {}).get("kind")))
+        kind = None if cell.node is None else cell.node.kind
+        bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, kind))
         floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
                               self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
                               None if cell.node else self.roofs)  # a node's own CPUs are not this machine's
-        status, reason = judge(timing.value, timing.seconds, floor)
-        integrity = {**timing.value["integrity"], "floor": floor, "wall_s": timing.seconds}
+        status, reason = judge(timed, wall_s, floor)
+        integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def confirmed(peak: Peak, reading: Peak | None) -> Peak:
+    """``peak`` confirmed by a second ``reading`` after the cells (None: it failed): the higher GFLOP/s is
+    kept, and both readings, as ``first_gflops`` and ``confirmed_gflops``. A transient slowdown only ever
+    lowers a GEMM's rate, so the higher reading is the truer one."""
+    return replace(higher(peak, reading), first_gflops=peak.gflops, confirmed_gflops=None if reading is None else reading.gflops)
+
+
+def higher(peak: Peak, reading: Peak | None) -> Peak:
+    """``peak`` with a later ``reading`` folded in: the higher GFLOP/s, and the fastest call of either."""
+    if reading is None:
+        return replace(peak, gflops=max(peak.gflops or 0.0, 0.0))
+    return replace(peak, gflops=max(peak.gflops or 0.0, reading.gflops or 0.0),
+                   fastest_call_gflops=max(peak.fastest_call_gflops or 0.0, reading.fastest_call_gflops or 0.0))
 
 
 def _load_average() -> float | None:

@@ -50,7 +50,7 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
         raise UsageError(_why_no_cells(settings, names))
     with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
-        writer = ResultWriter(path, "bench", settings.to_dict(), resume=resume, force=force)
+        writer = ResultWriter(path, "bench", settings.to_config(), resume=resume, force=force)
         try:
             writer.set("implementations", {  # what reports know of each implementation: they never import plugins
                 impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
@@ -108,4 +108,4 @@ def resume_settings(path: Path) -> BenchSettings:
     done = read_run(path)
     if done.command != "bench":
         raise UsageError(f"{path} is a {done.command!r} result file, not a bench run")
-    return BenchSettings.from_dict(dict(done.config))
+    return BenchSettings.from_config(done.config)

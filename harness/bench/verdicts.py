@@ -17,10 +17,26 @@ Judged outside the worker, on the numbers it sent back and the parent's own wall
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from harness.bench.guard import CPU_MARGIN, CPU_WINDOW_S
 from harness.results import Status
+from harness.results.records import Accounting, Floor, Integrity, Record
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Timed(Record):
+    """What a timing worker sends back for one cell: a record, so it crosses the process (or Ray) boundary
+    typed, and its parts go into the cell as they are."""
+
+    NESTED = {"integrity": Integrity}
+    TUPLES = frozenset({"samples_s"})
+    samples_s: tuple[float, ...] = ()
+    threads: int | None = None
+    setup_s: float | None = None
+    integrity: Integrity | None = None
+    profile: tuple[tuple[str, float], ...] | None = None
 
 WALL_SHARE = 0.8
 WALL_SLACK_S = 0.15
@@ -35,49 +51,53 @@ def _s(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
-def judge(value: Mapping[str, Any], wall_s: float | None, floor: Mapping[str, Any] | None) -> tuple[Status, str | None]:
-    """OK, or the first problem status found (implausible, violation, wrong, in that order) with every reason."""
+def judge(value: Timed | Mapping[str, Any], wall_s: float | None,
+          floor: Floor | Mapping[str, Any] | None) -> tuple[Status, str | None]:
+    """OK, or the first problem status found (implausible, violation, wrong, in that order) with every reason.
+    The worker's result and the floor may be given in their stored form (JSON objects)."""
     found: dict[Status, list[str]] = {Status.IMPLAUSIBLE: [], Status.VIOLATION: [], Status.WRONG: []}
-    samples = list(value["samples_s"])
-    record = value.get("integrity") or {}
-    if floor and floor.get("floor_s") and samples and min(samples) < floor["floor_s"]:
+    timed = Timed.coerce(value)
+    samples = list(timed.samples_s)
+    record = timed.integrity or Integrity()
+    roof = None if floor is None else Floor.coerce(floor)
+    if roof is not None and roof.floor_s and samples and min(samples) < roof.floor_s:
         found[Status.IMPLAUSIBLE].append(
-            f"fastest timed call {_s(min(samples))} is under the physics floor {_s(floor['floor_s'])} "
-            f"(compute {_s(floor['compute_s'])} at {floor['compute_roof_gflops']:.4g} GFLOP/s, memory "
-            f"{_s(floor['memory_s'])} at {floor['memory_roof_gbps']:.4g} GB/s: upper estimates of the roofs)")
-    found[Status.IMPLAUSIBLE] += _accounting(samples, record.get("accounting") or {}, wall_s)
-    if record.get("clock"):
-        found[Status.VIOLATION].append(record["clock"])
-    if record.get("untyped"):
-        found[Status.VIOLATION].append(f"timed samples {record['untyped'][:5]} returned something other than an "
+            f"fastest timed call {_s(min(samples))} is under the physics floor {_s(roof.floor_s)} "
+            f"(compute {_s(roof.compute_s or 0.0)} at {roof.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory "
+            f"{_s(roof.memory_s or 0.0)} at {roof.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates of the roofs)")
+    found[Status.IMPLAUSIBLE] += _accounting(samples, record.accounting, wall_s)
+    if record.clock:
+        found[Status.VIOLATION].append(record.clock)
+    if record.untyped:
+        found[Status.VIOLATION].append(f"timed samples {list(record.untyped[:5])} returned something other than an "
                                        "exact torch.Tensor / numpy.ndarray")
-    found[Status.VIOLATION] += [p for p in record.get("kept_problems", [])]
-    cpu = [c for c in record.get("cpu_after_s", []) if c is not None]
-    spin = record.get("spin_s") or 0.0
+    found[Status.VIOLATION] += list(record.kept_problems or ())
+    cpu = [c for c in record.cpu_after_s or () if c is not None]
+    spin = record.spin_s or 0.0
     if cpu and min(cpu) > spin + CPU_MARGIN * CPU_WINDOW_S:
         found[Status.VIOLATION].append(
             f"the process burnt {_s(min(cpu))} of CPU in the {_s(CPU_WINDOW_S)} after each checked call returned "
             f"(thread pools spinning burn up to {_s(spin)}; margin {CPU_MARGIN:g} core): work continued after the call")
-    found[Status.WRONG] += list(record.get("output_problems", []))
+    found[Status.WRONG] += list(record.output_problems or ())
     for status, reasons in found.items():
         if reasons:  # the first status found; every reason, so the record shows all the evidence
             return status, "; ".join(r for rs in found.values() for r in rs)
     return Status.OK, None
 
 
-def _accounting(samples: list[float], acc: Mapping[str, Any], wall_s: float | None) -> list[str]:
-    if not acc:
+def _accounting(samples: list[float], acc: Accounting | None, wall_s: float | None) -> list[str]:
+    if acc is None or acc.total_s is None or acc.phases_s is None or acc.loop_s is None:
         return []
     problems = []
-    total, timed = acc["total_s"], sum(samples)
+    total, timed = acc.total_s, sum(samples)
     if wall_s is not None and not WALL_SHARE * wall_s - WALL_SLACK_S <= total <= wall_s / WALL_SHARE + WALL_SLACK_S:
         problems.append(f"the worker's clock counted {_s(total)} for a task that took {_s(wall_s)} on the parent's "
                         "clock: a clock was slowed or replaced")
-    if not (0.95 * total - 0.02 <= acc["phases_s"] <= total + 0.02):
-        problems.append(f"the worker's phases add up to {_s(acc['phases_s'])} of its {_s(total)}: its clock "
+    if not (0.95 * total - 0.02 <= acc.phases_s <= total + 0.02):
+        problems.append(f"the worker's phases add up to {_s(acc.phases_s)} of its {_s(total)}: its clock "
                         "disagreed with itself")
-    gap = acc["loop_s"] - timed - acc.get("captures_s", 0.0)
+    gap = acc.loop_s - timed - (acc.captures_s or 0.0)
     if gap < -1e-3 or gap > 0.5 * timed + GAP_PER_CALL_S * len(samples) + 0.05:
-        problems.append(f"the timed samples add up to {_s(timed)} of the timing loop's {_s(acc['loop_s'])}: "
+        problems.append(f"the timed samples add up to {_s(timed)} of the timing loop's {_s(acc.loop_s)}: "
                         "the time went somewhere the samples do not show")
     return problems

@@ -237,7 +237,7 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
         print(f"attnbench bench: warning: {len(noisy)} of {len(measured)} cells have "
               f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): the machine is noisy; compare ratios "
               f"within one run, or re-run with a larger --budget", file=sys.stderr)
-    spreads = sorted(c.stats["iqr_over_median"] for c in measured if c.stats)
+    spreads = sorted(c.stats.iqr_over_median for c in measured if c.stats and c.stats.iqr_over_median is not None)
     if spreads and not math.isnan(max(spreads)):
         print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
     print(f"results: {path}")

@@ -10,8 +10,24 @@ from __future__ import annotations
 import os
 import platform
 import socket
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+
+class NodeIdentity(TypedDict, total=False):
+    """A machine's identity as a node sends it (the result file's ``node``, :class:`harness.results.Node`).
+    A plain dict: it crosses the Ray boundary, and this core module does not know the result records."""
+
+    hostname: str
+    cpu_model: str
+    cores: int | None
+    gpu: str | None
+    torch: str
+    cuda: str | None
+    kind: str
+    node_id: str
+    node_ip: str
 
 
 def cpu_model() -> str:
@@ -25,7 +41,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def kind_of(identity: dict[str, Any]) -> str:
+def kind_of(identity: Mapping[str, object]) -> str:
     """"AMD EPYC 9454P x2 / torch 2.13.0+cpu" (+ " / NVIDIA H100" with a GPU): what makes timings comparable."""
     parts = [f"{identity.get('cpu_model')} x{identity.get('cores')}"]
     if identity.get("gpu"):
@@ -34,17 +50,17 @@ def kind_of(identity: dict[str, Any]) -> str:
     return " / ".join(parts)
 
 
-_IDENTITY: dict[str, Any] | None = None
+_IDENTITY: NodeIdentity | None = None
 
 
-def node_identity() -> dict[str, Any]:
+def node_identity() -> NodeIdentity:
     """This process's machine: hostname, CPU, cores, GPU, torch build, the Ray node id when in a Ray
     worker, and the kind label. Computed once per process (it imports torch)."""
     global _IDENTITY
     if _IDENTITY is None:
         import torch
 
-        identity: dict[str, Any] = {
+        identity: NodeIdentity = {
             "hostname": socket.gethostname(), "cpu_model": cpu_model(), "cores": os.cpu_count(),
             "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
             "torch": torch.__version__, "cuda": torch.version.cuda,
@@ -54,7 +70,7 @@ def node_identity() -> dict[str, Any]:
     return {**_IDENTITY, **_ray_node()}
 
 
-def _ray_node() -> dict[str, Any]:
+def _ray_node() -> NodeIdentity:
     """The Ray node id and address, when this process is a Ray worker (ray is imported there already)."""
     import sys
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.cluster.node import node_identity
+from harness.cluster.node import NodeIdentity, node_identity
 from harness.isolation import OK, Outcome, Task, WorkerPool
 
 MAX_POOLS = 3
@@ -34,7 +34,7 @@ class NodeResult:
     """What a task sends back: its outcomes, where it ran, and when it held the node."""
 
     outcomes: dict[str, Outcome]
-    node: dict[str, Any]
+    node: NodeIdentity
     started_at: float
     ended_at: float
     extra: dict[str, Any] = field(default_factory=dict)

@@ -119,7 +119,7 @@ def _timing(cell: BenchCell) -> tuple[list[float], float | None]:
     if median is None and samples:
         from harness.analysis.stats import summarize
 
-        median = summarize(samples)["median"]
+        median = summarize(samples).median
     return samples, None if median is None else float(median)
 
 
@@ -170,8 +170,7 @@ def _machine(run: Run, cell: BenchCell) -> str:
     if kind is not None:
         return kind
     env = run.environment
-    return kind_of({"cpu_model": env.get("cpu_model"), "cores": env.get("cores"), "gpu": env.get("gpu"),
-                    "torch": env.get("torch")})
+    return kind_of({"cpu_model": env.cpu_model, "cores": env.cores, "gpu": env.gpu, "torch": env.torch})
 
 
 def _other_machines(base_run: Run, new_run: Run, base: BenchCell, new: BenchCell) -> str | None:

@@ -23,7 +23,20 @@ import pandas as pd
 from harness.analysis.margins import baseline_led, margin
 from harness.dtypes import ITEMSIZE
 from harness.errors import UsageError
-from harness.results import SCHEMA, BenchCell, Run, Status, VerifyCell, load_results, node_kind, read_text
+from harness.results import (
+    SCHEMA,
+    BenchCell,
+    Config,
+    Environment,
+    Memory,
+    Run,
+    Stats,
+    Status,
+    VerifyCell,
+    load_results,
+    node_kind,
+    read_text,
+)
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
@@ -102,10 +115,10 @@ def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
             implementation=str(implementation or name.split("[")[0]), case=case,
             case_id=str(_first(extra.get("case_id"), bench.get("param"), name)), mode=extra.get("mode", "fwd"),
             status=Status.OK, samples_s=tuple(samples) if isinstance(samples, list) else (),
-            stats={"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
-                   "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds"),
-                   "iqr_over_median": (stats["iqr"] / stats["median"])
-                   if stats.get("iqr") is not None and stats.get("median") else None},
+            stats=Stats(median=stats.get("median"), iqr=stats.get("iqr"), min=stats.get("min"),
+                        mean=stats.get("mean"), stdev=stats.get("stddev"), n=stats.get("rounds"),
+                        iqr_over_median=(stats["iqr"] / stats["median"])
+                        if stats.get("iqr") is not None and stats.get("median") else None),
             flops=extra.get("flops"), gflops=extra.get("gflops"), threads=extra.get("threads")))
     return cells
 
@@ -119,15 +132,15 @@ def load_run(path: Path) -> tuple[str, Run]:
         except (ValueError, TypeError, KeyError) as exc:
             raise UsageError(f"{path}: a damaged result file: {exc}") from None
     machine = data.get("machine_info") or {}
-    environment = {"cpu_model": (machine.get("cpu") or {}).get("brand_raw"), "python": machine.get("python_version"),
-                   "time": data.get("datetime")}
+    environment = Environment.from_json({"cpu_model": (machine.get("cpu") or {}).get("brand_raw"),
+                                         "python": machine.get("python_version"), "time": data.get("datetime")})
     return kind, Run(run_id=Path(path).stem, command="pytest-benchmark", complete=True, environment=environment,
-                     config={}, cells=tuple(cells_from_pytest_benchmark(data)))
+                     config=Config(), cells=tuple(cells_from_pytest_benchmark(data)))
 
 
 def _meta(path: Path, kind: str, run: Run) -> dict[str, Any]:
     return {"path": str(path), "kind": kind, "run_id": run.run_id or None, "command": run.command,
-            "complete": run.complete, "environment": dict(run.environment)}
+            "complete": run.complete, "environment": run.environment.to_json()}
 
 
 def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
@@ -141,13 +154,12 @@ def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
     return item * (q if mode == "fwd" else 2 * q + 2 * kv)
 
 
-def _stats(cell: BenchCell) -> dict[str, Any]:
-    stats = dict(cell.stats or {})
-    samples = cell.samples_s
-    if samples and stats.get("median") is None:
+def _stats(cell: BenchCell) -> Stats:
+    stats = cell.stats or Stats()
+    if cell.samples_s and stats.median is None:
         from harness.analysis.stats import summarize
 
-        stats = summarize(samples)
+        stats = summarize(cell.samples_s)
     return stats
 
 
@@ -155,19 +167,20 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
               ) -> dict[str, Any]:
     case = cell.case or {}
     stats = _stats(cell)
-    memory = cell.memory or {}
+    memory = cell.memory or Memory()
     row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
     varlen = case.get("varlen")  # how many packed sequences (their lengths grow with T: the sweep's axis)
     row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
-    row.update({c: stats.get(c) for c in STAT_COLUMNS})
-    extra = memory.get("peak_extra_bytes")
-    out = memory.get("output_bytes") or output_bytes(case, str(row["mode"]))
+    row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
+                "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
+    extra = memory.peak_extra_bytes
+    out = memory.output_bytes or output_bytes(case, str(row["mode"]))
     row.update({"flops": cell.flops, "gflops": cell.gflops, "pct_peak": pct_peak,
                 "peak_extra_bytes": extra, "output_bytes": out,
                 "peak_bytes": None if extra is None or out is None else extra + out,
-                "memory_method": memory.get("method"),
+                "memory_method": memory.method,
                 "threads": cell.threads, "samples_s": list(cell.samples_s),
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
                 "cache_seqlens": None if case.get("cache_seqlens") is None else ",".join(map(str, case["cache_seqlens"])),

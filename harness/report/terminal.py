@@ -60,13 +60,13 @@ def results_table(run: Run) -> str:
                          "-"))
             continue
         s = c.stats
-        spread = f"{100 * s['iqr_over_median']:.1f}%" + (" !" if is_noisy(s) else "")
+        spread = f"{100 * (s.iqr_over_median or 0.0):.1f}%" + (" !" if is_noisy(s) else "")
         pct = run.pct_peak(c)
         bandwidth: tuple[str, ...] = ()
         if roof:
             share = run.pct_bandwidth(c)
             bandwidth = ("-" if c.gbps is None else f"{c.gbps:.1f}", "-" if share is None else f"{share:.0f}%")
-        rows.append((c.implementation, c.case_id, c.mode, format_seconds(s["median"]), spread,
+        rows.append((c.implementation, c.case_id, c.mode, format_seconds(s.median or 0.0), spread,
                      f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", *bandwidth, _memory_text(c)))
     return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
                          *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows)

@@ -1,4 +1,5 @@
-"""Result files: their typed schema (:mod:`.schema`) and reading and writing them (:mod:`.files`)."""
+"""Result files: their typed schema (:mod:`.schema`, its records in :mod:`.records`) and reading and writing them
+(:mod:`.files`)."""
 
 from harness.results.files import (
     RESULTS_DIR,
@@ -10,6 +11,19 @@ from harness.results.files import (
     read_text,
     refuse_to_overwrite,
     write_json_atomic,
+)
+from harness.results.records import (
+    Accounting,
+    Bandwidth,
+    Config,
+    Environment,
+    Floor,
+    Integrity,
+    Memory,
+    Node,
+    Peak,
+    Record,
+    Stats,
 )
 from harness.results.schema import (
     PROBLEMS,
@@ -26,6 +40,7 @@ from harness.results.schema import (
     peak_key,
 )
 
-__all__ = ["PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
+__all__ = ["Accounting", "Bandwidth", "Config", "Environment", "Floor", "Integrity", "Memory", "Node", "Peak", "Record",
+           "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
            "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite",
            "write_json_atomic", "node_kind", "peak_key", "bandwidth_key"]

@@ -18,6 +18,7 @@ import secrets
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from harness import __version__
 from harness.cluster.node import cpu_model
 from harness.errors import UsageError
 from harness.filelock import RunLock
+from harness.results.records import Config, Environment
 from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
 
 RESULTS_DIR = Path("results")
@@ -60,20 +62,20 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def environment() -> dict[str, Any]:
+def environment() -> Environment:
     """Where and with what a run was made: enough to tell two runs' machines apart."""
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {
-        "attnbench": __version__, "python": platform.python_version(), "platform": platform.platform(),
-        "cpu_model": cpu_model(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
-        "ram_bytes": _ram_bytes(), "gpu": gpu,
-        "torch": torch.__version__, "numpy": _version("numpy"), "xformers": _version("xformers"),
-        "triton": _version("triton"), "git_commit": _git_commit(),
-        "command_line": " ".join(sys.argv),
-        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
+    return Environment(
+        attnbench=__version__, python=platform.python_version(), platform=platform.platform(),
+        cpu_model=cpu_model(), cores=os.cpu_count(), threads=torch.get_num_threads(),
+        ram_bytes=_ram_bytes(), gpu=gpu,
+        torch=torch.__version__, numpy=_version("numpy"), xformers=_version("xformers"),
+        triton=_version("triton"), git_commit=_git_commit(),
+        command_line=" ".join(sys.argv),
+        time=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    )
 
 
 def encode_json(data: Any) -> str:
@@ -119,9 +121,11 @@ class ResultWriter:
 
     RECORDS = ("implementations", "peaks", "fits", "coverage", "bandwidth")
 
-    def __init__(self, path: Path, command: str, config: dict[str, Any], *, resume: bool = False,
+    def __init__(self, path: Path, command: str, config: Config | Mapping[str, Any], *, resume: bool = False,
                  force: bool = False) -> None:
+        """``config`` is the command's settings, a :class:`Config` or its stored form (a JSON object)."""
         self.path = Path(path)
+        config = Config.coerce(config)
         if not resume and not force:
             refuse_to_overwrite(self.path, command)
         self._lock: RunLock | None = RunLock.acquire(self.path)
@@ -135,13 +139,13 @@ class ResultWriter:
             self.close()
             raise
 
-    def _start(self, command: str, config: dict[str, Any], resume: bool) -> None:
+    def _start(self, command: str, config: Config, resume: bool) -> None:
         if resume and self.path.exists():
             self._run = dataclasses.replace(read_run(self.path), complete=False)
         else:
             env = environment()
-            if isinstance(config.get("threads"), int):  # the count workers pin, not this process's default
-                env["threads"] = config["threads"]
+            if isinstance(config.threads, int):  # the count workers pin, not this process's default
+                env = dataclasses.replace(env, threads=config.threads)
             self._run = Run(run_id=self.path.stem, command=command, complete=False, environment=env, config=config)
         self._cells: list[Cell] = list(self._run.cells)
         self.flush()

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.cluster.node import NodeIdentity
 from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
 from harness.isolation import CRASH, THREAD_VARIABLES, Outcome, Task
@@ -52,7 +53,7 @@ class CaseSink(Protocol):
     timeout: float
 
     def skip(self, impl: Implementation, case: Any, reason: str) -> None: ...
-    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None: ...
+    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: NodeIdentity | None = None) -> None: ...
     def flush(self) -> None: ...
 
 

@@ -29,7 +29,8 @@ from harness.executor import Executor, LocalExecutor
 from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
-from harness.results import ResultWriter, Status, VerifyCell
+from harness.cluster.node import NodeIdentity
+from harness.results import Node, ResultWriter, Status, VerifyCell
 from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, warm_up
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class VerifyRun:
         with self._lock:
             self._progress.advance(impl.name if case is None else f"{impl.name} {case.id}")
 
-    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
+    def record(self, impl: Implementation, case: Any, outcome: Outcome, node: NodeIdentity | None = None) -> None:
         """Record the worker's ``outcome`` of ``case`` (run on ``node``, on a cluster); one step of progress."""
         self._record(impl, case, outcome, node)
         with self._lock:
@@ -181,7 +182,7 @@ class VerifyRun:
     def flush(self) -> None:
         self._flush(force=True)
 
-    def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: dict[str, Any] | None = None) -> None:
+    def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: NodeIdentity | None = None) -> None:
         if outcome.status == OK:
             results = outcome.value
             share = outcome.seconds / max(len(results), 1)
@@ -198,12 +199,13 @@ class VerifyRun:
             self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
 
     def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float,
-             node: dict[str, Any] | None = None) -> None:
+             node: NodeIdentity | None = None) -> None:
         cell = VerifyCell(
             implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
             check=result["check"], status=Status(result["status"]), reason=result.get("reason"),
-            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4), node=node)
+            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4),
+            node=None if node is None else Node.from_json(node))
         with self._lock:
             self.writer.append(cell)
         self._flush()

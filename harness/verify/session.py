@@ -13,7 +13,7 @@ from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
 from harness.executor import open_executor
 from harness.isolation import DEFAULT_TIMEOUT_S
-from harness.results import RESULTS_DIR, ResultWriter, Run, new_run_id
+from harness.results import RESULTS_DIR, Config, ResultWriter, Run, new_run_id
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     if settings.fuzz:
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
     with open_executor(settings.executor, settings.address, plugins) as executor:  # a bad --address writes nothing
-        writer = ResultWriter(path, "verify", config, force=force)
+        writer = ResultWriter(path, "verify", Config.from_json(config), force=force)
         try:
             if settings.fuzz:
                 from harness.verify.fuzz import DATABASE_DIR, run_fuzz

@@ -295,6 +295,7 @@ class Integrity(Record):
     """What backs a cell's time (docs/integrity.md): the input sets, the checks of kept calls, the
     clock's accounting, and (added by the parent) the physics floor and the task's wall time."""
 
+    ALWAYS = frozenset({"clock"})
     NESTED = {"accounting": Accounting, "floor": Floor}
     TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "checked", "cpu_after_s"})
     input_sets: int | None = None

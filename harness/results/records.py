@@ -33,6 +33,11 @@ def _encode(value: object) -> object:
     return value
 
 
+def _view(value: object) -> object:
+    """A field as the mapping view shows it: tuples as the lists they are stored as, records as themselves."""
+    return [_view(v) for v in value] if isinstance(value, tuple) else value
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Record(Mapping[str, object]):
     """A typed JSON object: known fields as attributes, unknown keys kept in ``extra``."""
@@ -100,7 +105,7 @@ class Record(Mapping[str, object]):
     def __getitem__(self, key: str) -> object:
         if key not in self._written():
             raise KeyError(key)
-        return self._value(key)
+        return _view(self._value(key))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._written())

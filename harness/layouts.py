@@ -51,7 +51,8 @@ def numpy_layout(x: np.ndarray, layout: str, swap: tuple[int, int] = (-1, -2)) -
         return view
     if layout == "transposed" and x.ndim >= 2:
         a, b = swap
-        return np.ascontiguousarray(np.swapaxes(x, a, b)).swapaxes(a, b)
+        moved: np.ndarray = np.ascontiguousarray(np.swapaxes(x, a, b)).swapaxes(a, b)
+        return moved
     if layout in ("strided", "transposed"):
         wide = np.zeros(x.shape[:-1] + (2 * x.shape[-1],), dtype=x.dtype)
         wide[..., ::2] = x

@@ -51,6 +51,8 @@ Why these numbers:
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +95,7 @@ def logit_rel_l2(dtype: str, magnitude: float, logit_max: float, count: int, nor
     as a relative L2 error against an oracle of norm ``norm`` (0 when there is no logit term or no norm)."""
     if logit_max <= 0 or norm <= 0:
         return 0.0
-    return max(1.0, magnitude) * EPS[dtype] * logit_max * count ** 0.5 / norm
+    return max(1.0, magnitude) * EPS[dtype] * logit_max * math.sqrt(count) / norm
 
 
 def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

@@ -97,7 +97,8 @@ class CostFit:
         x = np.asarray(x, dtype=float)
         *lower, lead = self.coefs
         y = sum(c * x ** k for c, k in zip(lower, self.lower_terms)) + lead * x ** self.exponent
-        return np.asarray(y, dtype=float) + np.zeros_like(x)
+        total: np.ndarray = np.asarray(y, dtype=float) + np.zeros_like(x)
+        return total
 
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high

@@ -125,7 +125,11 @@ def _on_axis(case: Mapping[str, Any], axis: str) -> bool:
     return True
 
 
-def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> tuple:
+GroupKey = tuple[str, str, tuple[tuple[str, str], ...]]
+"""(implementation, mode, the case's fields off the swept axis): the cells one fit runs through."""
+
+
+def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> GroupKey:
     def value(k: str, v: object) -> str:  # packed lengths grow with T: along T only their count is fixed
         return f"{len(v)} sequences" if k == "varlen" and "tq" in axis_fields and isinstance(v, (list, tuple)) else str(v)
 
@@ -188,7 +192,7 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
     ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median]
     fits: list[dict[str, object]] = []
     for axis, fields in AXIS_FIELDS.items():
-        groups: dict[tuple, list[BenchCell]] = {}
+        groups: dict[GroupKey, list[BenchCell]] = {}
         for cell in ok:
             if _on_axis(cell.case, axis):
                 groups.setdefault(_group_key(cell, fields), []).append(cell)
@@ -206,7 +210,7 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
             if len({x for x, _ in mem}) >= MIN_POINTS:
                 mfit = fit_exponent([x for x, _ in mem], [y for _, y in mem])
                 fits.append({**base, "quantity": "memory", **mfit.to_dict()})
-    by_impl: dict[tuple, list[BenchCell]] = {}
+    by_impl: dict[tuple[str, ...], list[BenchCell]] = {}
     for cell in ok:
         case = cell.case
         structure = "-".join(_structure_label(case))

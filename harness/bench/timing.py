@@ -123,7 +123,7 @@ def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> l
     with gc_disabled():
         fn()
         torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         for _ in range(5):
             cache.zero_()
@@ -135,8 +135,8 @@ def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> l
         repeats = max(config.min_samples, min(config.max_samples, int(config.budget_s / estimate_s)))
         for _ in range(warmup):
             fn()
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]  # type: ignore[no-untyped-call]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]  # type: ignore[no-untyped-call]
         for i in range(repeats):
             if not config.warm_cache:
                 cache.zero_()  # evict L2: the call starts cold, as inside a model

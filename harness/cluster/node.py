@@ -81,4 +81,4 @@ def _ray_node() -> NodeIdentity:
     if not ray.is_initialized():
         return {}
     context = ray.get_runtime_context()
-    return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address()}
+    return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address()}  # type: ignore[no-untyped-call]

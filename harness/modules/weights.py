@@ -38,7 +38,8 @@ class MultiheadWeights:
 
     def map(self, fn: Callable[[Any], Any]) -> MultiheadWeights:
         """The same weights with ``fn`` applied to every array (e.g. a dtype or backend change)."""
-        return _map(self, fn)
+        mapped: MultiheadWeights = _map(self, fn)
+        return mapped
 
     def load_into(self, module: torch.nn.MultiheadAttention) -> None:
         """Copy into an ``nn.MultiheadAttention`` built with the same sizes, dtype and ``bias``."""
@@ -69,7 +70,8 @@ class EncoderLayerWeights:
     eps: float = 1e-5
 
     def map(self, fn: Callable[[Any], Any]) -> EncoderLayerWeights:
-        return _map(self, fn)
+        mapped: EncoderLayerWeights = _map(self, fn)
+        return mapped
 
     def load_into(self, layer: torch.nn.TransformerEncoderLayer) -> None:
         """Copy into an ``nn.TransformerEncoderLayer`` of the same sizes and dtype."""
@@ -164,9 +166,12 @@ def make_module_inputs(case: ModuleCase, seed: int, backend: str = "torch") -> M
     w64 = draw_weights(case, gen)
     mask64 = key_padding(case, gen) if case.mask == "key_padding" else None
     bias64 = alibi_bias(case.heads, case.seq, case.seq) if case.bias == "alibi" else None
-    rounded = lambda t: t.to(dtype).to(torch.float64)
+    def rounded(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).to(torch.float64)
+
     x64, w64 = rounded(x64), w64.map(rounded)
     bias64 = None if bias64 is None else rounded(bias64)
+    to: Callable[[torch.Tensor], Any]
     if backend == "torch":
         to = lambda t: t.to(dtype).to(case.device)
         mask = None if mask64 is None else mask64.to(case.device)

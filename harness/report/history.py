@@ -12,9 +12,10 @@ step detection), never by comparing neighbours against a threshold.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -83,7 +84,7 @@ class History:
                                            "low", "high", "step_ratio"])
 
 
-def _commit(path: Path, source: dict) -> Commit:
+def _commit(path: Path, source: Mapping[str, Any]) -> Commit:
     env = source.get("environment") or {}
     commit = env.get("git_commit")
     label = str(commit)[:COMMIT_CHARS] if commit else str(source.get("run_id") or path.stem)

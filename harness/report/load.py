@@ -151,7 +151,7 @@ def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
         kv = case["batch"] * (case.get("kv_heads") or case["heads"]) * (case.get("tk") or case["tq"]) * case["d"]
     except (KeyError, TypeError):
         return None
-    return item * (q if mode == "fwd" else 2 * q + 2 * kv)
+    return int(item * (q if mode == "fwd" else 2 * q + 2 * kv))
 
 
 def _stats(cell: BenchCell) -> Stats:

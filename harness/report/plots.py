@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Rectangle
 
 from harness.report.analysis import speedup_table
 from harness.report.complexity import Row, Sweep, SweepFit, sweep
@@ -196,7 +197,7 @@ def correctness_plot(matrix: pd.DataFrame, out: Path) -> Plot | None:
         for j, group in enumerate(groups):
             cell = matrix.loc[impl, group]
             status, text = (cell["status"], cell["text"]) if isinstance(cell, dict) else ("none", "")
-            ax.add_patch(plt.Rectangle((j, i), 1, 1, color=STATUS_COLOURS.get(status, "#ffffff"), ec="white"))
+            ax.add_patch(Rectangle((j, i), 1, 1, color=STATUS_COLOURS.get(status, "#ffffff"), ec="white"))
             ax.text(j + 0.5, i + 0.5, _text(text), ha="center", va="center", fontsize=7)
     ax.set_xlim(0, len(groups))
     ax.set_ylim(len(impls), 0)

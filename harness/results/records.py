@@ -95,7 +95,7 @@ class Record(Mapping[str, object]):
                 value = tuple(value)
             values[key] = value
         extra = {k: v for k, v in data.items() if k not in names}
-        return cls(**values, extra=extra, stored=tuple(data))  # type: ignore[arg-type]
+        return cls(**values, extra=extra, stored=tuple(data))
 
     @classmethod
     def coerce(cls: type[R], value: Mapping[str, Any]) -> R:

@@ -238,7 +238,7 @@ def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) 
     v = expand_kv(inputs.v64, case.heads)
     scale = case.d ** -0.5 if case.scale is None else case.scale
     qk = max(float(inputs.q64.abs().max()), float(inputs.k64.abs().max()))
-    return abs(scale) * float((dout64 @ v.transpose(-1, -2)).abs().max()) * qk
+    return float(abs(scale) * float((dout64 @ v.transpose(-1, -2)).abs().max()) * qk)
 
 
 def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> torch.Tensor:

@@ -63,12 +63,13 @@ def torch_module_output(case: ModuleCase, inputs: ModuleInputs, dtype: str = "fl
                 layer_norm_eps=weights.eps, batch_first=True, norm_first=weights.norm_first, dtype=tdtype)
             weights.load_into(layer)
             layer.train()  # dropout is 0: same numbers, but no inference fast path
-            return layer(x, src_mask=attn_mask, src_key_padding_mask=padding)
+            encoded: torch.Tensor = layer(x, src_mask=attn_mask, src_key_padding_mask=padding)
+            return encoded
         mha = torch.nn.MultiheadAttention(case.d_model, case.heads, bias=case.proj_bias, batch_first=True,
                                           dtype=tdtype)
         weights.load_into(mha)
         mha.train()
-        out, _ = mha(x, x, x, key_padding_mask=padding, attn_mask=attn_mask, need_weights=False)
+        out: torch.Tensor = mha(x, x, x, key_padding_mask=padding, attn_mask=attn_mask, need_weights=False)[0]
         return out
 
 

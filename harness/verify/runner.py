@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.cluster.node import NodeIdentity
 from harness.executor import Executor, LocalExecutor
 from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
 from harness.progress import Progress
 from harness.registry import Implementation
-from harness.cluster.node import NodeIdentity
 from harness.results import Node, ResultWriter, Status, VerifyCell
 from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, warm_up
 

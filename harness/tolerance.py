@@ -52,7 +52,6 @@ Why these numbers:
 from __future__ import annotations
 
 import math
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any

@@ -8,8 +8,8 @@ sweep), so the table, the plots and the summary cannot disagree about a number.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -98,7 +98,7 @@ def _noise(bench: pd.DataFrame) -> Noise:
     return Noise(int((spread >= NOISY_IQR_OVER_MEDIAN).sum()), len(ok))
 
 
-def analyse(results: Results, baseline: str, implementations: dict[str, dict[str, Any]] | None = None) -> Analysis:
+def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
     """The whole analysis of ``results`` (``implementations``: what each declared, default the files' own)."""
     bench, verify = results.bench, results.verify
     fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations))

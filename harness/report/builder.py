@@ -11,7 +11,6 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -19,7 +18,7 @@ from harness.errors import UsageError
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
 from harness.report.analysis import Analysis, analyse
 from harness.report.headline import Line
-from harness.report.load import Results, load
+from harness.report.load import Results, Source, load
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ class Report:
         return self.analysis.headline
 
     @property
-    def sources(self) -> list[dict[str, Any]]:
+    def sources(self) -> list[Source]:
         return self.results.sources
 
     @property

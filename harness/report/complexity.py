@@ -18,6 +18,7 @@ of the cost at two sizes or more; for a tiled kernel's memory only when the inte
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,11 +138,12 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
                  packed=packed)
 
 
-def memory_theory(name: str, info: dict[str, Any] | None = None) -> float | None:
+def memory_theory(name: str, info: Mapping[str, object] | None = None) -> float | None:
     """2 for an implementation that declared memory="quadratic", 1 for "linear", None when undeclared."""
     info = info or {}
-    if isinstance(info.get("memory_exponent"), (int, float)):
-        return float(info["memory_exponent"])
+    exponent = info.get("memory_exponent")
+    if isinstance(exponent, (int, float)):
+        return float(exponent)
     return MEMORY_EXPONENT.get(str(info.get("memory")))
 
 
@@ -265,7 +267,7 @@ def model_text(fit: CostFit) -> str:
     return " + ".join(terms) or "0"
 
 
-def _series(s: Sweep, quantity: str, value: str, implementations: dict[str, dict[str, Any]] | None
+def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None
             ) -> list[tuple[str, pd.DataFrame, float | None]]:
     """(implementation, its points along the sweep, theory) for every implementation with two sizes or more."""
     out = []
@@ -282,7 +284,7 @@ def _series(s: Sweep, quantity: str, value: str, implementations: dict[str, dict
     return out
 
 
-def fit_rows(s: Sweep, quantity: str, value: str, implementations: dict[str, dict[str, Any]] | None = None,
+def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None = None,
              drift: float | None = None) -> list[Row]:
     """One cost-model fit per implementation along the sweep's axis (the only place the report fits);
     ``drift``: the run's scatter between cells (:func:`harness.analysis.costmodel.run_scatter`), for time."""
@@ -333,7 +335,7 @@ SWEEPS = (("time_vs_T", "T", "median", False, False), ("time_vs_d", "d", "median
 """(name, axis, value column, windowed, packed) of every sweep the report looks for."""
 
 
-def sweep_fits(bench: pd.DataFrame, implementations: dict[str, dict[str, Any]] | None = None) -> list[SweepFit]:
+def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None) -> list[SweepFit]:
     """Every sweep the bench cells hold, each fitted once per implementation."""
     out: list[SweepFit] = []
     if bench.empty:
@@ -355,6 +357,6 @@ def sorted_rows(fits: list[SweepFit]) -> list[Row]:
     return sorted(rows, key=lambda r: (r.implementation, order[r.quantity], list(AXES).index(r.axis)))
 
 
-def complexity_table(bench: pd.DataFrame, implementations: dict[str, dict[str, Any]] | None = None) -> list[Row]:
+def complexity_table(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None) -> list[Row]:
     """Time exponents in T, d and heads, and the memory exponent in T, for every implementation."""
     return sorted_rows(sweep_fits(bench, implementations))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.report.load import Results
+from harness.results import Environment
 
 PROBLEMS = ("fail", "error", "crash", "timeout")
 REASON_CHARS = 160
@@ -26,19 +27,19 @@ class Line:
 
 
 def _machine(results: Results) -> Line | None:
-    env = next((s["environment"] for s in reversed(results.sources) if s.get("environment")), None)
-    if not env and not results.peaks:
+    found = next((s.environment for s in reversed(results.sources) if s.environment), None)
+    if found is None and not results.peaks:
         return None
-    env = env or {}
-    parts = [str(env.get("cpu_model") or "unknown CPU")]
-    if env.get("cores"):
-        parts.append(f"{env['cores']} cores")
-    if env.get("threads"):
-        parts.append(f"{env['threads']} thread(s) per timed call")
-    peaks = [f"{key} {peak['gflops']:.0f} GFLOP/s" for key, peak in sorted(results.peaks.items()) if peak.get("gflops")]
+    env = found or Environment()
+    parts = [str(env.cpu_model or "unknown CPU")]
+    if env.cores:
+        parts.append(f"{env.cores} cores")
+    if env.threads:
+        parts.append(f"{env.threads} thread(s) per timed call")
+    peaks = [f"{key} {peak.gflops:.0f} GFLOP/s" for key, peak in sorted(results.peaks.items()) if peak.gflops]
     if peaks:
         parts.append("measured GEMM peak " + ", ".join(peaks))
-    reads = [f"{key} {r['read_gbps']:.0f} GB/s" for key, r in sorted(results.bandwidth.items()) if r.get("read_gbps")]
+    reads = [f"{key} {r.read_gbps:.0f} GB/s" for key, r in sorted(results.bandwidth.items()) if r.read_gbps]
     if reads:
         parts.append("measured read bandwidth " + ", ".join(reads))
     return Line("Machine", "; ".join(parts))

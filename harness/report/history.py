@@ -12,16 +12,15 @@ step detection), never by comparing neighbours against a threshold.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from harness.analysis.steps import Step, detect_steps, median_interval
 from harness.errors import UsageError
-from harness.report.load import load
+from harness.report.load import Source, load
 
 COMMIT_CHARS = 10
 
@@ -84,12 +83,11 @@ class History:
                                            "low", "high", "step_ratio"])
 
 
-def _commit(path: Path, source: Mapping[str, Any]) -> Commit:
-    env = source.get("environment") or {}
-    commit = env.get("git_commit")
-    label = str(commit)[:COMMIT_CHARS] if commit else str(source.get("run_id") or path.stem)
-    time = env.get("time")
-    return Commit(path=str(path), label=label, time=str(time) if time else None, run_id=source.get("run_id"))
+def _commit(path: Path, source: Source) -> Commit:
+    commit = source.environment.git_commit
+    label = str(commit)[:COMMIT_CHARS] if commit else str(source.run_id or path.stem)
+    time = source.environment.time
+    return Commit(path=str(path), label=label, time=str(time) if time else None, run_id=source.run_id)
 
 
 def history(paths: Iterable[Path]) -> History:
@@ -97,7 +95,7 @@ def history(paths: Iterable[Path]) -> History:
     loaded = []
     for i, path in enumerate(Path(p) for p in paths):
         results = load([path])
-        loaded.append((results.sources[0].get("environment", {}).get("time") or "", i, path, results))
+        loaded.append((results.sources[0].environment.time or "", i, path, results))
     if len(loaded) < 2:
         raise UsageError("a history needs result files from at least two commits")
     if all(time for time, *_ in loaded):  # by recorded time; the order given breaks ties (and stands in for none)

@@ -113,8 +113,8 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     if not report.matrix.empty:
         parts.append("<h2>Correctness</h2>" + matrix_table(report.matrix))
         if report.results.coverage:
-            coverage = "".join(f"<tr><td>{esc(name)}</td><td>{c['covered']} of {c['total']}</td>"
-                           f"<td>{100 * c['fraction']:.1f}%</td><td>{esc(c.get('suite', ''))}</td></tr>"
+            coverage = "".join(f"<tr><td>{esc(name)}</td><td>{c.covered} of {c.total}</td>"
+                           f"<td>{100 * c.fraction:.1f}%</td><td>{esc(c.suite or '')}</td></tr>"
                            for name, c in sorted(report.results.coverage.items()))
             parts.append("<h3>Pairwise coverage</h3><p><small>Of every pair of values of two declared axes (dtype, "
                          "scale, causal, mask kind and rank, GQA ratio, Tq, Tk, d, inputs, layout, grad, batch), "
@@ -212,7 +212,7 @@ def _verdict(report: Analysis) -> str:
 def _sources(report: Analysis) -> str:
     rows = []
     for s in report.results.sources:
-        env = s.get("environment") or {}
-        rows.append((s.get("run_id"), s.get("command"), "yes" if s.get("complete") else "NO (interrupted)",
-                     env.get("cpu_model"), env.get("threads"), env.get("torch"), env.get("git_commit"), env.get("time")))
+        env = s.environment
+        rows.append((s.run_id, s.command, "yes" if s.complete else "NO (interrupted)",
+                     env.cpu_model, env.threads, env.torch, env.git_commit, env.time))
     return "<h2>Runs</h2>" + table(["run", "command", "complete", "CPU", "threads", "torch", "commit", "time"], rows)

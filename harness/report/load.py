@@ -25,10 +25,13 @@ from harness.dtypes import ITEMSIZE
 from harness.errors import UsageError
 from harness.results import (
     SCHEMA,
+    Bandwidth,
     BenchCell,
     Config,
+    Coverage,
     Environment,
     Memory,
+    Peak,
     Run,
     Stats,
     Status,
@@ -51,21 +54,34 @@ VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "stat
                   "seconds")
 
 
+@dataclass(frozen=True)
+class Source:
+    """One result file a report read: where it is, its format, and its run's identity and machine."""
+
+    path: str
+    kind: str
+    """"attnbench" or "pytest-benchmark"."""
+    run_id: str | None
+    command: str
+    complete: bool
+    environment: Environment
+
+
 @dataclass
 class Results:
     """Everything a report needs, gathered from one or more result files."""
 
     bench: pd.DataFrame
     verify: pd.DataFrame
-    peaks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Measured peak per "dtype/device", e.g. {"float32/cpu": {"gflops": 175.0}}."""
-    bandwidth: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": {"read_gbps": 48.0}}."""
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    """One entry per file: path, kind, run_id, command, complete, environment."""
-    implementations: dict[str, dict[str, Any]] = field(default_factory=dict)
+    peaks: dict[str, Peak] = field(default_factory=dict)
+    """Measured peak per "dtype/device", e.g. {"float32/cpu": Peak(gflops=175.0)}."""
+    bandwidth: dict[str, Bandwidth] = field(default_factory=dict)
+    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": Bandwidth(read_gbps=48.0)}."""
+    sources: list[Source] = field(default_factory=list)
+    """One entry per file, in the order given."""
+    implementations: dict[str, Mapping[str, object]] = field(default_factory=dict)
     """Per implementation, whatever the files said about it (description, capabilities), if anything."""
-    coverage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    coverage: dict[str, Coverage] = field(default_factory=dict)
     """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
     growth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GROWTH_COLUMNS))
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
@@ -138,9 +154,9 @@ def load_run(path: Path) -> tuple[str, Run]:
                      config=Config(), cells=tuple(cells_from_pytest_benchmark(data)))
 
 
-def _meta(path: Path, kind: str, run: Run) -> dict[str, Any]:
-    return {"path": str(path), "kind": kind, "run_id": run.run_id or None, "command": run.command,
-            "complete": run.complete, "environment": run.environment.to_json()}
+def _meta(path: Path, kind: str, run: Run) -> Source:
+    return Source(path=str(path), kind=kind, run_id=run.run_id or None, command=run.command, complete=run.complete,
+                  environment=run.environment)
 
 
 def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
@@ -229,7 +245,7 @@ def _frame(rows: list[dict[str, Any]], columns: Iterable[str], key: list[str]) -
     return frame
 
 
-def _implementation_info(value: Any) -> dict[str, dict[str, Any]]:
+def _implementation_info(value: object) -> dict[str, Mapping[str, object]]:
     """What a result file says about its implementations: {name: info} or [{"name": ..., ...}]."""
     if isinstance(value, dict):
         return {str(k): v for k, v in value.items() if isinstance(v, dict)}
@@ -243,11 +259,11 @@ def load(paths: Iterable[Path]) -> Results:
     bench_rows: list[dict[str, Any]] = []
     verify_rows: list[dict[str, Any]] = []
     growth_rows: list[dict[str, Any]] = []
-    peaks: dict[str, dict[str, Any]] = {}
-    bandwidth: dict[str, dict[str, Any]] = {}
-    sources: list[dict[str, Any]] = []
-    implementations: dict[str, dict[str, Any]] = {}
-    coverage: dict[str, dict[str, Any]] = {}
+    peaks: dict[str, Peak] = {}
+    bandwidth: dict[str, Bandwidth] = {}
+    sources: list[Source] = []
+    implementations: dict[str, Mapping[str, object]] = {}
+    coverage: dict[str, Coverage] = {}
     paths = list(paths)
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
@@ -255,15 +271,15 @@ def load(paths: Iterable[Path]) -> Results:
         kind, run = load_run(Path(path))
         meta = _meta(Path(path), kind, run)
         sources.append(meta)
-        peaks.update({key: dict(peak) for key, peak in run.peaks.items()})
-        bandwidth.update({key: dict(record) for key, record in (run.bandwidth or {}).items()})
+        peaks.update(run.peaks)
+        bandwidth.update(run.bandwidth or {})
         implementations.update(_implementation_info(run.implementations))
-        coverage.update({name: dict(c) for name, c in (run.coverage or {}).items()})
+        coverage.update(run.coverage or {})
         for cell in run.cells:
             if isinstance(cell, BenchCell):
-                bench_rows.append(bench_row(cell, meta["run_id"] or str(path), run.pct_peak(cell), run.pct_bandwidth(cell)))
+                bench_rows.append(bench_row(cell, meta.run_id or str(path), run.pct_peak(cell), run.pct_bandwidth(cell)))
             else:
-                verify_rows.append(verify_row(cell, meta["run_id"] or str(path)))
+                verify_rows.append(verify_row(cell, meta.run_id or str(path)))
                 if cell.check == "error_growth" and cell.case:
                     growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.get("dtype"),
                                         "T": cell.metrics.get("T", cell.case.get("tk")), "status": cell.status.value,

@@ -50,13 +50,13 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                          [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
-    runs = ", ".join(f"`{md(s.get('run_id'))}` ({md(s.get('command'))})" for s in report.results.sources)
+    runs = ", ".join(f"`{md(s.run_id)}` ({md(s.command)})" for s in report.results.sources)
     out += [f"Runs: {runs}", ""]
     out += _complexity(report)
     if report.results.coverage:
         out.append("## Pairwise coverage (pairs of declared axis values the verify cases exercised)")
         out.append(md_table(["implementation", "pairs covered", "of", "%", "suite"],
-                            [(name, c["covered"], c["total"], f"{100 * c['fraction']:.1f}", c.get("suite", ""))
+                            [(name, c.covered, c.total, f"{100 * c.fraction:.1f}", c.suite or "")
                              for name, c in sorted(report.results.coverage.items())]))
         out.append("")
     if not report.matrix.empty:

@@ -10,6 +10,7 @@ starting point.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from matplotlib.patches import Rectangle
 
 from harness.report.analysis import speedup_table
 from harness.report.complexity import Row, Sweep, SweepFit, sweep
+from harness.results import Bandwidth, Peak
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
@@ -131,7 +133,7 @@ def scaling_plot(sf: SweepFit, out: Path) -> Plot:
     return _save(fig, out, sf.name, f"{what} vs {axis}", caption)
 
 
-def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]]) -> Plot | None:
+def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -> Plot | None:
     """GFLOP/s and % of the measured peak against T."""
     s = sweep(bench, "T", "gflops")
     if s is None:
@@ -143,7 +145,7 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, A
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
     kind = s.fixed.get("node_kind")
     key = f"{s.fixed.get('dtype')}/{s.fixed.get('device')}" + (f"@{kind}" if isinstance(kind, str) else "")
-    peak = (peaks.get(key) or {}).get("gflops")
+    peak = _gflops(peaks.get(key))
     if isinstance(peak, (int, float)):
         left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
     right.axhline(100, color="0.4", linestyle="--", label="100% of peak")
@@ -273,24 +275,29 @@ def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
 
 
 
-def roofs(cells: pd.DataFrame, dtype: str, peaks: dict[str, dict[str, Any]], bandwidth: dict[str, dict[str, Any]]
+def _gflops(peak: Peak | None) -> float | None:
+    return None if peak is None else Peak.coerce(peak).gflops  # a caller may hand the stored form
+
+
+def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[str, Peak], bandwidth: Mapping[str, Bandwidth]
           ) -> tuple[pd.DataFrame, str | None, float | None, float | None]:
     """The cells of one kind of machine (a cluster run's most common; all cells of a local run), that
     kind, and its two roofs: GEMM GFLOP/s for ``dtype`` and read GB/s. Never one kind's roof over
-    another kind's cells."""
+    another kind's cells. The records may be given in their stored form (JSON objects)."""
     kinds = cells["node_kind"].dropna() if "node_kind" in cells else pd.Series(dtype=object)
     kind = str(kinds.value_counts().index[0]) if not kinds.empty else None
     if kind is not None:
         cells = cells[cells["node_kind"] == kind]
     at_kind = f"@{kind}" if kind is not None else ""
-    peak = (peaks.get(f"{dtype}/{cells['device'].iloc[0]}{at_kind}") or {}).get("gflops")
-    reads = [float(r["read_gbps"]) for key, r in bandwidth.items()
-             if isinstance(r.get("read_gbps"), (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]
+    peak = _gflops(peaks.get(f"{dtype}/{cells['device'].iloc[0]}{at_kind}"))
+    measured = ((key, Bandwidth.coerce(r).read_gbps) for key, r in bandwidth.items())
+    reads = [float(r) for key, r in measured
+             if isinstance(r, (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]
     return cells, kind, peak, (max(reads) if reads else None)
 
 
-def roofline_plot(bench: pd.DataFrame, out: Path, peaks: dict[str, dict[str, Any]],
-                  bandwidth: dict[str, dict[str, Any]]) -> Plot | None:
+def roofline_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak],
+                  bandwidth: Mapping[str, Bandwidth]) -> Plot | None:
     """Every timed cell with compulsory bytes at (FLOPs / byte, GFLOP/s) under both roofs of its dtype: the
     GEMM peak and the read bandwidth x intensity (Williams, Waterman and Patterson's roofline)."""
     if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():

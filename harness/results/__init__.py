@@ -16,6 +16,7 @@ from harness.results.records import (
     Accounting,
     Bandwidth,
     Config,
+    Coverage,
     Environment,
     Floor,
     Integrity,
@@ -40,7 +41,7 @@ from harness.results.schema import (
     peak_key,
 )
 
-__all__ = ["Accounting", "Bandwidth", "Config", "Environment", "Floor", "Integrity", "Memory", "Node", "Peak", "Record",
+__all__ = ["Accounting", "Bandwidth", "Config", "Coverage", "Environment", "Floor", "Integrity", "Memory", "Node", "Peak", "Record",
            "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
            "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite",
            "write_json_atomic", "node_kind", "peak_key", "bandwidth_key"]

@@ -316,3 +316,15 @@ class Integrity(Record):
     accounting: Accounting | None = None
     floor: Floor | None = None
     wall_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Coverage(Record):
+    """verify: how many of an implementation's declared pairs of axis values its cases exercised."""
+
+    covered: int = 0
+    total: int = 0
+    fraction: float = 1.0
+    axes: Mapping[str, int] = field(default_factory=dict)
+    """Values per declared axis."""
+    suite: str | None = None

@@ -45,6 +45,7 @@ from typing import Any, ClassVar
 from harness.results.records import (
     Bandwidth,
     Config,
+    Coverage,
     Environment,
     Integrity,
     Memory,
@@ -230,7 +231,7 @@ class Run:
     implementations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     peaks: Mapping[str, Peak] = field(default_factory=dict)
     fits: tuple[Mapping[str, Any], ...] | None = None
-    coverage: Mapping[str, Mapping[str, Any]] | None = None
+    coverage: Mapping[str, Coverage] | None = None
     schema_version: int = SCHEMA_VERSION
     bandwidth: Mapping[str, Bandwidth] | None = None
     """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None in files that lack it."""
@@ -239,6 +240,8 @@ class Run:
         object.__setattr__(self, "environment", Environment.coerce(self.environment))
         object.__setattr__(self, "config", Config.coerce(self.config))
         object.__setattr__(self, "peaks", {k: Peak.coerce(v) for k, v in self.peaks.items()})
+        if self.coverage is not None:
+            object.__setattr__(self, "coverage", {k: Coverage.coerce(v) for k, v in self.coverage.items()})
         if self.bandwidth is not None:
             object.__setattr__(self, "bandwidth", {k: Bandwidth.coerce(v) for k, v in self.bandwidth.items()})
 
@@ -279,7 +282,7 @@ class Run:
             "config": self.config.to_json(), "implementations": dict(self.implementations),
             "peaks": {key: peak.to_json() for key, peak in self.peaks.items()},
             "fits": None if self.fits is None else list(self.fits),
-            "coverage": None if self.coverage is None else dict(self.coverage),
+            "coverage": None if self.coverage is None else {name: c.to_json() for name, c in self.coverage.items()},
             "cells": [cell_to_json(c) for c in self.cells],
         }
 
@@ -296,7 +299,8 @@ class Run:
             implementations=data.get("implementations") or {},
             peaks={key: Peak.from_json(peak) for key, peak in (data.get("peaks") or {}).items()},
             fits=None if data.get("fits") is None else tuple(data["fits"]),
-            coverage=data.get("coverage"), schema_version=int(version),
+            coverage=None if data.get("coverage") is None
+            else {name: Coverage.from_json(c) for name, c in data["coverage"].items()}, schema_version=int(version),
             bandwidth=None if data.get("bandwidth") is None
             else {key: Bandwidth.from_json(record) for key, record in data["bandwidth"].items()},
         )

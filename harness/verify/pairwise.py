@@ -23,6 +23,7 @@ from allpairspy import AllPairs
 
 from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
+from harness.results import Coverage
 from harness.verify.structured import apply_structure, expressible, invalid, structure_kinds, structure_label
 
 GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), 8: (16, 2), "mqa": (6, 1)}
@@ -167,13 +168,13 @@ def case_values(case: AttentionCase) -> dict[str, Any]:
             "structure": structure_label(case), "bias": case.bias, "aux_layout": case.aux_layout}
 
 
-def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> dict[str, Any]:
-    """How many of the declared value pairs ``cases`` exercised: {"covered", "total", "fraction", "axes"}."""
+def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> Coverage:
+    """How many of the declared value pairs of ``suite`` that ``cases`` exercised."""
     axes = axes_for(impl, suite)
     wanted = _wanted(axes)
     seen: set[tuple[Any, ...]] = set()
     for case in cases:
         seen |= _pairs(case_values(case))
     covered = len(wanted & seen)
-    return {"covered": covered, "total": len(wanted), "fraction": covered / len(wanted) if wanted else 1.0,
-            "axes": {n: len(v) for n, v in axes.items()}}
+    return Coverage(covered=covered, total=len(wanted), fraction=covered / len(wanted) if wanted else 1.0,
+                    axes={n: len(v) for n, v in axes.items()}, suite=suite)

@@ -110,8 +110,7 @@ class VerifyRun:
         if self.suite not in SUITE_AXES:
             return
         self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
-            impl.name: {**coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)]),
-                        "suite": self.suite}
+            impl.name: coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)])
             for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:

@@ -18,6 +18,7 @@ from harness.devices import DEVICES
 from harness.dtypes import DTYPES
 from harness.errors import UsageError
 from harness.structures import Structure, oracle_kwargs, parts_of, structure_from_json
+from harness.structures.base import StructureKeywords
 
 MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked")
 """none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False;
@@ -203,7 +204,7 @@ class AttentionCase(CaseRecord):
         implementation must take natively (``register(structures=...)``) or receive as a dense mask instead."""
         return frozenset(part.name for part in self.structure_parts)
 
-    def structure_kwargs(self) -> dict[str, Any]:
+    def structure_kwargs(self) -> StructureKeywords:
         """The structures as keywords of :func:`harness.oracle.reference_attention` and its mask builders
         (``window``, ``causal_align``, ``varlen``, ``cache_seqlens``, ``key_ranges`` when used)."""
         return oracle_kwargs(self.structure_parts)

@@ -20,6 +20,7 @@ from harness.dtypes import TABLE
 from harness.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
 from harness.oracle import allowed_keys
 from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
+from harness.structures.base import StructureKeywords
 
 __all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
 
@@ -55,8 +56,9 @@ class Inputs:
         laid_out = (t.native_arrays(self) for t in structure_types() if t.name in frozenset(structures))
         return next((arrays for arrays in laid_out if arrays is not None), (self.q, self.k, self.v))
 
-    def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, Any]:
-        """The keyword arguments of the contract for this case (``bias`` only when the case has one).
+    def kwargs(self, case: AttentionCase, structures: Iterable[str] = ()) -> dict[str, object]:
+        """The keyword arguments of the contract for this case (``bias`` only when the case has one), passed through
+        to the implementation as they are.
 
         ``structures`` are those the implementation takes natively (``register(structures=...)``): each
         declared structure adds its keywords (:meth:`harness.structures.Structure.native_kwargs`); every
@@ -68,7 +70,7 @@ class Inputs:
         native = frozenset(structures)
         parts = case.structure_parts
         folded = folded_names(parts, native, case.causal)
-        kwargs: dict[str, Any] = {"causal": case.causal and CAUSAL not in folded, "mask": self.mask, "scale": case.scale}
+        kwargs: dict[str, object] = {"causal": case.causal and CAUSAL not in folded, "mask": self.mask, "scale": case.scale}
         dense = dense_kwargs(parts, folded)
         if dense is not None:
             kwargs["mask"] = self._dense(case, allowed_keys(case.tq, case.tk, causal=CAUSAL in folded, mask=None,
@@ -93,10 +95,19 @@ class Inputs:
         dense = allowed.cpu().numpy()
         return aux(dense if self.mask is None else np.logical_and(dense, self.mask), case)
 
-    def oracle_kwargs(self, case: AttentionCase) -> dict[str, Any]:
+    def oracle_kwargs(self, case: AttentionCase) -> OracleKeywords:
         """The same call for :func:`harness.oracle.reference_attention`, in float64 (structure given natively)."""
         return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64,
                 **case.structure_kwargs()}
+
+
+class OracleKeywords(StructureKeywords, total=False):
+    """The keywords of :func:`harness.oracle.reference_attention` for one trial (:meth:`Inputs.oracle_kwargs`)."""
+
+    causal: bool
+    mask: Any
+    scale: float | None
+    bias: Any
 
 
 def aux(x: Any, case: AttentionCase) -> Any:

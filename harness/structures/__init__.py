@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from harness.errors import PluginError
 from harness.structures.alignment import CAUSAL_ALIGNS, Alignment
-from harness.structures.base import PREDICATE_FRAMES, CallArrays, Structure, from_json_fields
+from harness.structures.base import PREDICATE_FRAMES, CallArrays, Structure, StructureKeywords, from_json_fields
 from harness.structures.cache import CacheLengths
 from harness.structures.packed import Packed
 from harness.structures.paged import Paged
@@ -123,17 +123,20 @@ def folded_names(parts: Iterable[Structure], native: Iterable[str], causal: bool
     return frozenset(folded)
 
 
-def oracle_kwargs(parts: Iterable[Structure]) -> dict[str, Any]:
+def oracle_kwargs(parts: Iterable[Structure]) -> StructureKeywords:
     """The structures' keywords of :func:`harness.oracle.reference_attention` and the mask builders, merged
     (``key_ranges`` gathered from every structure that gives them)."""
-    merged: dict[str, Any] = {}
+    merged: StructureKeywords = {}
     for part in parts:
-        for key, value in part.oracle_kwargs().items():
-            merged[key] = merged.get(key, ()) + value if key == "key_ranges" else value
+        own = part.oracle_kwargs()
+        ranges = (*merged.get("key_ranges", ()), *own.get("key_ranges", ()))
+        merged.update(own)
+        if "key_ranges" in merged or "key_ranges" in own:
+            merged["key_ranges"] = ranges
     return merged
 
 
-def dense_kwargs(parts: Iterable[Structure], folded: frozenset[str]) -> dict[str, Any] | None:
+def dense_kwargs(parts: Iterable[Structure], folded: frozenset[str]) -> StructureKeywords | None:
     """The mask builders' keywords of the dense mask a case's ``folded`` structures become (the structures that
     place them included), or None when nothing is folded."""
     if not folded:
@@ -141,10 +144,11 @@ def dense_kwargs(parts: Iterable[Structure], folded: frozenset[str]) -> dict[str
     return oracle_kwargs(p for p in parts if p.context or p.name in folded)
 
 
-def native_kwargs(case: Any, arrays: CallArrays, native: Iterable[str], folded: frozenset[str]) -> dict[str, Any]:
-    """The keywords of every structure an implementation declares (``native``), in registration order."""
+def native_kwargs(case: Any, arrays: CallArrays, native: Iterable[str], folded: frozenset[str]) -> dict[str, object]:
+    """The keywords of every structure an implementation declares (``native``), in registration order: passed
+    through to the implementation as they are."""
     taken = frozenset(native)
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     for t in structure_types():
         if t.name in taken:
             kwargs.update(t.native_kwargs(case, arrays, t.name in folded))

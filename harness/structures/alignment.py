@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.structures.base import CallArrays, Structure
+from harness.structures.base import CallArrays, Structure, StructureKeywords
 
 CAUSAL_ALIGNS = ("top_left", "bottom_right")
 """The values of ``case.causal_align``."""
@@ -46,8 +46,8 @@ class Alignment(Structure):
         return (self.causal_align,)
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         return {"causal_align": "top_left" if folded else case.causal_align}
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         return {"causal_align": self.causal_align}

@@ -28,12 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypedDict
 
 PREDICATE_FRAMES = frozenset({"bottom_right", "varlen"})
 """The structures a query/key predicate (causal masking, a window) is evaluated inside: folding either into
 a mask takes the predicate with it (its coordinates move with them)."""
 
+
+
+class StructureKeywords(TypedDict, total=False):
+    """The structures' keywords of :func:`harness.oracle.reference_attention` and the mask builders
+    (:meth:`Structure.oracle_kwargs`): each structure gives its own, merged for a case."""
+
+    window: tuple[int, int] | None
+    causal_align: str
+    varlen: tuple[tuple[int, int], ...] | None
+    cache_seqlens: tuple[int, ...] | None
+    key_ranges: Sequence[Any]
 
 class CallArrays(Protocol):
     """What a structure's native keywords are built from: one trial's inputs (:class:`harness.tensors.Inputs`)."""
@@ -96,7 +107,7 @@ class Structure:
         return (f"{self.name}=" + ",".join(str(v) for v in asdict(self).values()),)
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         """The keywords an implementation declaring this structure receives for ``case`` (whether or not the case
         uses it); ``folded``: the case's instance reaches it inside ``mask=`` instead (a frame it lies in was
         folded), so the keywords must say "none"."""
@@ -109,7 +120,7 @@ class Structure:
         (a layout structure's own layout, when the trial has one)."""
         return None
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         """Its keywords of :func:`harness.oracle.reference_attention` and the mask builders: by default, itself
         as one of ``key_ranges`` (see :meth:`key_range`)."""
         return {"key_ranges": (self,)}

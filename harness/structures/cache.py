@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.structures.base import CallArrays, Structure
+from harness.structures.base import CallArrays, Structure, StructureKeywords
 
 CACHE_WITH_VARLEN = "a KV cache (cache_seqlens, page_size) and packed sequences (varlen) do not combine"
 
@@ -49,10 +49,10 @@ class CacheLengths(Structure):
         return (f"cache={min(lengths)}..{max(lengths)}#{digest:06x}",)  # 64 lengths would make an unreadable id
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         return {"cache_seqlens": arrays.index_array(case.cache_seqlens, case)}
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         return {"cache_seqlens": self.cache_seqlens}
 
     def segments(self, case: Any) -> Sequence[tuple[int, int]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, ClassVar
 
-from harness.structures.base import CallArrays, Structure
+from harness.structures.base import CallArrays, Structure, StructureKeywords
 
 
 @dataclass(frozen=True)
@@ -44,14 +44,14 @@ class Packed(Structure):
         return ("varlen=" + ",".join(str(a) if a == b else f"{a}x{b}" for a, b in self.varlen),)
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         """Cumulative query and key lengths (S + 1 each, from 0), or None for an unpacked case."""
         if case.varlen is None:
             return {"cu_seqlens_q": None, "cu_seqlens_k": None}
         cu = [list(accumulate((pair[i] for pair in case.varlen), initial=0)) for i in (0, 1)]
         return {"cu_seqlens_q": arrays.index_array(cu[0], case), "cu_seqlens_k": arrays.index_array(cu[1], case)}
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         return {"varlen": self.varlen}
 
     def segments(self, case: Any) -> Sequence[tuple[int, int]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.structures.base import CallArrays, Structure
+from harness.structures.base import CallArrays, Structure, StructureKeywords
 from harness.structures.cache import CACHE_WITH_VARLEN
 
 
@@ -48,7 +48,7 @@ class Paged(Structure):
         return (f"paged={self.page_size}",)
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         """The block table; a paged call always says its lengths (its pages may hold more keys than the sequence)."""
         kwargs = {"block_table": arrays.block_table}
         if arrays.k_pages is not None and case.cache_seqlens is None:
@@ -59,7 +59,7 @@ class Paged(Structure):
     def native_arrays(cls, inputs: Any) -> tuple[Any, Any, Any] | None:
         return None if inputs.k_pages is None else (inputs.q, inputs.k_pages, inputs.v_pages)
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         return {}  # the oracle reads the pages gathered back (harness.oracle.gather_pages)
 
     def draw(self, inputs: Any, case: Any, k: Any, v: Any, generator: Any, backend: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.structures.base import CallArrays, Structure
+from harness.structures.base import CallArrays, Structure, StructureKeywords
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Window(Structure):
         return ("window=" + (",".join(map(str, w)) if isinstance(w, (tuple, list)) else str(w)),)
 
     @classmethod
-    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, Any]:
+    def native_kwargs(cls, case: Any, arrays: CallArrays, folded: bool) -> dict[str, object]:
         return {"window": None if folded else case.window}
 
-    def oracle_kwargs(self) -> dict[str, Any]:
+    def oracle_kwargs(self) -> StructureKeywords:
         return {"window": self.window}

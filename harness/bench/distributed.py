@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from harness.cluster.remote import NodeResult
 
 
-def cell_on_node(name: str, source: str, case: dict[str, Any], mode: str, timing: TimingConfig,
-                 threads: int | None, memory: bool, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
+def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, timing: TimingConfig,
+                 threads: int | None, memory: bool, timeout: float) -> tuple[dict[str, Outcome], dict[str, object]]:
     """On a node: time one cell and measure its memory in this node's workers for ``name``."""
     args = (name, source, case, mode)
     warm = Task(name, warm_up_task, (name, source), timeout=max(timeout, WARM_UP_TIMEOUT_S))
@@ -58,7 +58,7 @@ BANDWIDTH_PREFIX = "bandwidth:"
 """Marks a bandwidth reading among :func:`peaks_on_node`'s outcomes."""
 
 
-def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
+def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float) -> tuple[dict[str, Outcome], dict[str, object]]:
     """On a node: the GEMM peak of each (dtype, device) and the memory bandwidth of each device, in a
     worker that never runs plugin code."""
     outcomes = {peak_key(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),

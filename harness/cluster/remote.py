@@ -37,7 +37,7 @@ class NodeResult:
     node: NodeIdentity
     started_at: float
     ended_at: float
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, object] = field(default_factory=dict)
 
 
 def pool_for(group: tuple[Any, ...], timeout: float, start_method: str) -> tuple[WorkerPool, list[bool]]:
@@ -97,7 +97,7 @@ def _run_in_pool(group: tuple[Any, ...], task: Task, *, timeout: float, start_me
     return pool.run(task)
 
 
-Body = Callable[..., tuple[dict[str, Outcome], dict[str, Any]]]
+Body = Callable[..., tuple[dict[str, Outcome], dict[str, object]]]
 
 
 def on_node(body: Body, args: tuple[Any, ...], environment: dict[str, str]) -> NodeResult:

@@ -70,7 +70,7 @@ def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
         q, k, v = (split(qkv[..., i * d_model:(i + 1) * d_model], b, t, heads) for i in range(3))
         if rope:
             q, k = rotate(q, rope), rotate(k, rope)
-        kwargs: dict[str, Any] = {"causal": causal, "scale": None,
+        kwargs: dict[str, object] = {"causal": causal, "scale": None,
                                   "mask": None if mask is None else mask.reshape(b, 1, 1, t)}
         if bias is not None:
             kwargs["bias"] = bias

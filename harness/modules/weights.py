@@ -115,9 +115,9 @@ class ModuleInputs:
     mask64: torch.Tensor | None
     bias64: torch.Tensor | None
 
-    def kwargs(self, case: ModuleCase) -> dict[str, Any]:
+    def kwargs(self, case: ModuleCase) -> dict[str, object]:
         """Keyword arguments of the module contract; ``bias`` and ``rope`` only when the case uses them."""
-        kwargs: dict[str, Any] = {"heads": case.heads, "weights": self.weights, "mask": self.mask,
+        kwargs: dict[str, object] = {"heads": case.heads, "weights": self.weights, "mask": self.mask,
                                   "causal": case.causal}
         if self.bias is not None:
             kwargs["bias"] = self.bias

@@ -48,7 +48,7 @@ def _copy(x: Any) -> Any:
 class Watch:
     """Copies of named arrays (and of the buffers behind them) taken before a call."""
 
-    arrays: dict[str, Any]
+    arrays: dict[str, object]
     _before: dict[str, tuple[Any, Any]] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -67,7 +67,7 @@ class Watch:
         return None
 
 
-def arguments(q: Any, k: Any, v: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+def arguments(q: Any, k: Any, v: Any, kwargs: dict[str, object]) -> dict[str, object]:
     """Every array of one call by the name it is passed as."""
     return {"q": q, "k": k, "v": v, **{n: x for n, x in kwargs.items() if isinstance(x, (torch.Tensor, np.ndarray))}}
 

@@ -77,7 +77,7 @@ def guarded(check: str, fn: Callable[[], Result]) -> Result:
 
 
 def call_arguments(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None,
-                   v: Any = None) -> tuple[Any, Any, Any, dict[str, Any]]:
+                   v: Any = None) -> tuple[Any, Any, Any, dict[str, object]]:
     """(q, k, v, keyword arguments) of one call as the contract passes them (page pools to a paged kernel)."""
     native_q, native_k, native_v = inputs.arrays(impl.structures)
     q = native_q if q is None else q

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,6 +21,7 @@ import torch
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet, Kept
 from harness.cases import AttentionCase
 from harness.oracle import expand_kv, reference_attention, reference_rows, sample_rows
+from harness.results.records import CheckedCall
 from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, make_inputs, to_float64
 from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, compare
 
@@ -86,14 +88,13 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
     out = forward()
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
     named = [("q", q), ("k", k), ("v", v), ("grad_out", grad_out), *named[3:]]
-    extra = {"leaves": (q, k, v), "grad_out": grad_out}
     if mode == "bwd":
         return InputSet(lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True), named, inputs,
-                        extra=extra)
+                        leaves=(q, k, v), grad_out=grad_out)
     if mode == "fwd+bwd":
         live = q if shift else None
         return InputSet(lambda: torch.autograd.grad(forward(), (q, k, v), grad_out), named, inputs, live,
-                        _clone(live), extra=extra)
+                        _clone(live), leaves=(q, k, v), grad_out=grad_out)
     raise ValueError(f"unknown mode {mode!r}")
 
 
@@ -115,16 +116,24 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class OutputChecks:
+    """The kept calls' outputs against float64: the problems found, and one record per call checked."""
+
+    problems: list[str]
+    checked: list[CheckedCall]
+
+
+def check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
     """Each kept call's output against float64 on its own inputs: the problems found and what was checked."""
     with one_thread():
         return _check_kept(kept, sets, case, mode)
 
 
-def _check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> dict[str, Any]:
+def _check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
     gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))  # rows the plugin cannot predict
     problems: list[str] = []
-    checked: list[dict[str, Any]] = []
+    checked: list[CheckedCall] = []
     keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for k in kept:
         if k.problem or k.out is None:  # a violation (reported as such): nothing of its own to compare
@@ -142,14 +151,14 @@ def _check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mod
         elif case.batch * case.heads * case.tq * case.tk <= GRAD_CHECK_PAIRS:
             verdict, where = _check_grads(k.out, q, s, case), "all rows"
         else:
-            checked.append({"sample": k.index, "set": k.set_index, "checked": "not checked (gradients of a case "
-                            f"above {GRAD_CHECK_PAIRS} pairs)"})
+            checked.append(CheckedCall(sample=k.index, set=k.set_index, checked="not checked (gradients of a case "
+                                       f"above {GRAD_CHECK_PAIRS} pairs)"))
             continue
-        checked.append({"sample": k.index, "set": k.set_index, "rows": where,
-                        "max_abs_err": verdict.metrics.get("max_abs_err"), "bound": verdict.metrics.get("bound")})
+        checked.append(CheckedCall(sample=k.index, set=k.set_index, rows=where, max_abs_err=verdict.metrics.get("max_abs_err"),
+                                   bound=verdict.metrics.get("bound")))
         if not verdict.ok:
             problems.append(f"timed sample {k.index} (input set {k.set_index}), {where}: {verdict.reason}")
-    return {"problems": problems, "checked": checked}
+    return OutputChecks(problems, checked)
 
 
 def _check_forward(out: Any, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, s: InputSet, case: AttentionCase,
@@ -169,9 +178,10 @@ def _check_forward(out: Any, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tens
 
 def _check_grads(out: Any, q: torch.Tensor, s: InputSet, case: AttentionCase) -> Any:
     okw = s.inputs.oracle_kwargs(case)
-    leaves = s.extra["leaves"]
+    leaves = s.leaves
+    assert leaves is not None  # a backward's input set keeps its leaves
     k64, v64 = (q, q) if case.self_attention else (to_float64(leaves[1]), to_float64(leaves[2]))
-    dout = to_float64(s.extra["grad_out"])
+    dout = to_float64(s.grad_out)
     want_leaves = [x.detach().clone().requires_grad_(True) for x in (q, k64, v64)]
     want = torch.autograd.grad(reference_attention(*want_leaves, **okw), want_leaves, dout)
     dt = TORCH_DTYPES[case.dtype]

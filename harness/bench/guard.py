@@ -28,7 +28,7 @@ import sys
 import time
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from harness.bench.timing import TimingConfig, gc_disabled
@@ -62,8 +62,10 @@ class InputSet:
     live_q: Any = None
     """The q the call reads, shifted in place before each call (None: not shifted)."""
     base_q: Any = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    """Mode-specific state (the output gradient of a backward)."""
+    leaves: tuple[Any, Any, Any] | None = None
+    """A backward's (q, k, v) leaves, whose gradients are the output."""
+    grad_out: Any = None
+    """A backward's upstream gradient."""
 
     def shift(self, gen: Any) -> None:
         """New values for q: its pristine values plus a random row vector (O(Tq d), outside the timed call)."""
@@ -168,7 +170,7 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
 
 
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None) -> dict[str, Any]:
+               profile: Callable[[Callable[[], Any]], Any] | None = None) -> Loop:
     """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
     ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call."""
     import torch
@@ -219,5 +221,22 @@ def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
             if last:
                 break
         loop_s = CLOCK() - loop_started
-    return {"samples": samples, "kept": kept, "untyped": untyped, "warmup_s": warm_s, "loop_s": loop_s,
-            "captures_s": captured, "expected": expected, "pick": pick, "profile": profiled}
+    return Loop(samples=samples, kept=kept, untyped=untyped, warmup_s=warm_s, loop_s=loop_s, captures_s=captured,
+                expected=expected, pick=pick, profile=profiled)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """What :func:`timed_loop` measured: the samples, the kept (checked) calls and its own clock's accounting."""
+
+    samples: list[float]
+    kept: list[Kept]
+    untyped: list[int]
+    """Samples whose call returned something other than an exact array."""
+    warmup_s: float
+    loop_s: float
+    captures_s: float
+    expected: int = 0
+    pick: int = 0
+    """The sample checked besides the first and the last, drawn so a plugin cannot predict it."""
+    profile: Any = None

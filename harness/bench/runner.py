@@ -78,26 +78,26 @@ def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
     looped = guard.CLOCK()
     if attention_case.device == "cuda":  # rotation only: the kept-call checks read host memory
         turn = itertools.cycle(sets)
-        loop: dict[str, Any] = {"samples": time_call(lambda: next(turn).call(), "cuda", config), "kept": [],
-                                "untyped": [], "warmup_s": 0.0, "loop_s": 0.0, "captures_s": 0.0}
+        loop = guard.Loop(samples=time_call(lambda: next(turn).call(), "cuda", config), kept=[], untyped=[],
+                          warmup_s=0.0, loop_s=0.0, captures_s=0.0)
     else:
         loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
-    outputs = audit.check_kept(loop["kept"], sets, attention_case, mode)
-    profile = loop.get("profile")
-    spin = guard.spin_baseline() if loop["kept"] else 0.0
+    outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
+    profile = loop.profile
+    spin = guard.spin_baseline() if loop.kept else 0.0
     checks_s = guard.CLOCK() - checked
     total = guard.CLOCK() - entered
     integrity = Integrity(
-        input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop["untyped"]),
-        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop["kept"] if k.problem),
-        output_problems=tuple(outputs["problems"]), checked=tuple(outputs["checked"]),
-        cpu_after_s=tuple(k.cpu_after_s for k in loop["kept"] if k.cpu_after_s is not None), spin_s=spin,
-        accounting=Accounting(total_s=total, loop_s=loop["loop_s"], captures_s=loop["captures_s"],
+        input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop.untyped),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem),
+        output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
+        cpu_after_s=tuple(k.cpu_after_s for k in loop.kept if k.cpu_after_s is not None), spin_s=spin,
+        accounting=Accounting(total_s=total, loop_s=loop.loop_s, captures_s=loop.captures_s,
                               phases_s=(started - entered) + setup_s + loop_total + checks_s, checks_s=checks_s),
     )
-    return Timed(samples_s=tuple(loop["samples"]), threads=used, setup_s=setup_s, integrity=integrity,
+    return Timed(samples_s=tuple(loop.samples), threads=used, setup_s=setup_s, integrity=integrity,
                  profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 

@@ -48,6 +48,8 @@ class Record(Mapping[str, object]):
     """Fields that hold a record of their own."""
     TUPLES: ClassVar[frozenset[str]] = frozenset()
     """Fields stored as JSON lists and held as tuples (records are frozen all the way down)."""
+    RECORD_TUPLES: ClassVar[Mapping[str, type[Record]]] = {}
+    """Fields stored as JSON lists of objects and held as tuples of records."""
 
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """Keys this attnbench does not know, as read (JSON values)."""
@@ -91,6 +93,9 @@ class Record(Mapping[str, object]):
             nested = cls.NESTED.get(key)
             if nested is not None and isinstance(value, Mapping):
                 value = nested.coerce(value)
+            elif key in cls.RECORD_TUPLES and isinstance(value, list):
+                kind = cls.RECORD_TUPLES[key]
+                value = tuple(kind.coerce(v) if isinstance(v, Mapping) else v for v in value)
             elif key in cls.TUPLES and isinstance(value, list):
                 value = tuple(value)
             values[key] = value
@@ -296,21 +301,38 @@ class Accounting(Record):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class CheckedCall(Record):
+    """One kept timed call checked against float64 on its own inputs: which sample, which rows, the error."""
+
+    sample: int | None = None
+    set: int | None = None
+    """The input set the call ran on."""
+    checked: str | None = None
+    """Why the call was not checked, when it was not."""
+    rows: str | None = None
+    max_abs_err: float | None = None
+    bound: float | None = None
+
+    def _keep_null(self, name: str) -> bool:
+        return name in ("max_abs_err", "bound") and self.rows is not None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Integrity(Record):
     """What backs a cell's time (docs/integrity.md): the input sets, the checks of kept calls, the
     clock's accounting, and (added by the parent) the physics floor and the task's wall time."""
 
     ALWAYS = frozenset({"clock"})
     NESTED = {"accounting": Accounting, "floor": Floor}
-    TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "checked", "cpu_after_s"})
+    TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "cpu_after_s"})
+    RECORD_TUPLES = {"checked": CheckedCall}
     input_sets: int | None = None
     shifted: bool | None = None
     clock: str | None = None
     untyped: tuple[int, ...] | None = None
     kept_problems: tuple[str, ...] | None = None
     output_problems: tuple[str, ...] | None = None
-    checked: tuple[Mapping[str, object], ...] | None = None
-    """One entry per checked call: which sample and rows, and the error found (a JSON object each)."""
+    checked: tuple[CheckedCall, ...] | None = None
     cpu_after_s: tuple[float, ...] | None = None
     spin_s: float | None = None
     accounting: Accounting | None = None

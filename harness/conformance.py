@@ -67,6 +67,6 @@ def test_conforms(verify_item: tuple[Implementation, Any, str | None]) -> None:
     if reasons:
         pytest.skip("; ".join(reasons))
     results = functions[1](impl, case, TRIALS)
-    problems = [r for r in results if r["status"] not in ("pass", "skipped")]
+    problems = [r for r in results if r.status not in ("pass", "skipped")]
     if problems:
-        pytest.fail("\n".join(f"{r['check']}: {r['status']}: {r['reason']}" for r in problems), pytrace=False)
+        pytest.fail("\n".join(f"{r.check}: {r.status}: {r.reason}" for r in problems), pytrace=False)

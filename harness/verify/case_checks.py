@@ -10,12 +10,12 @@ import functools
 
 from harness.cases import AttentionCase
 from harness.registry import Implementation
-from harness.verify.checks import Result, check_grad, check_output, guarded, large_case
+from harness.verify.checks import CheckResult, check_grad, check_output, guarded, large_case
 from harness.verify.growth import CHECK, check_growth
 from harness.verify.properties import applicable_properties
 
 
-def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[Result]:
+def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) -> list[CheckResult]:
     """Every check that applies to ``case``: output, grad (grad cases), then the properties."""
     if case.growth:  # a point of the error-growth sweep: that one measurement, nothing else
         return [guarded(CHECK, lambda: check_growth(impl, case))]

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from harness.oracle import allowed_keys, allowed_rows, expand_kv, reference_atte
 from harness.registry import Implementation
 from harness.tensors import TORCH_DTYPES, Inputs, aux, dtype_name, make_inputs, to_float64
 from harness.verify.boundary import Watch, arguments
+from harness.verify.outcome import CheckResult as CheckResult
 from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -45,11 +47,8 @@ def large_case(case: AttentionCase) -> bool:
     """Whether ``case`` is past :data:`LARGE_ELEMENTS` (B x H x (Tq x Tk + (Tq + Tk) x d))."""
     return case.batch * case.heads * (case.tq * case.tk + (case.tq + case.tk) * case.d) > LARGE_ELEMENTS
 
-Result = dict[str, Any]
-
-
-def cell(check: str, status: str, reason: str | None = None, metrics: dict[str, Any] | None = None) -> Result:
-    return {"check": check, "status": status, "reason": reason, "metrics": metrics or {}}
+def cell(check: str, status: str, reason: str | None = None, metrics: Mapping[str, object] | None = None) -> CheckResult:
+    return CheckResult(check=check, status=status, reason=reason, metrics=metrics or {})
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -63,7 +62,7 @@ class ContractViolation(Exception):
     """The implementation broke the contract (shape, dtype, device, array type) inside a check."""
 
 
-def guarded(check: str, fn: Callable[[], Result]) -> Result:
+def guarded(check: str, fn: Callable[[], CheckResult]) -> CheckResult:
     """Run one check; an exception from the implementation (or anywhere) is that check's ``error``."""
     started = time.perf_counter()
     try:
@@ -72,8 +71,7 @@ def guarded(check: str, fn: Callable[[], Result]) -> Result:
         result = cell(check, FAIL, str(exc))
     except Exception as exc:  # noqa: BLE001 - the outcome records the type, message and place
         result = cell(check, ERROR, describe_exception(exc))
-    result["seconds"] = time.perf_counter() - started
-    return result
+    return replace(result, seconds=time.perf_counter() - started)
 
 
 def call_arguments(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None,
@@ -186,7 +184,7 @@ def worst_of(verdicts: list[tuple[int, Verdict]]) -> tuple[int, Verdict]:
     return max(verdicts, key=closeness)
 
 
-def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> Result:
+def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> CheckResult:
     trial, verdict = worst_of(verdicts)
     metrics = {**verdict.metrics, "trials": trials, "worst_trial": trial}
     if verdict.ok:
@@ -195,7 +193,7 @@ def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> Resu
     return cell(check, FAIL, reason, metrics)
 
 
-def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Result:
+def check_output(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
     """The output against the oracle over ``trials`` fresh seeded inputs, plus the contract's structure."""
     verdicts: list[tuple[int, Verdict]] = []
     shape = (case.batch, case.heads, case.tq, case.d)
@@ -304,7 +302,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     return verdicts
 
 
-def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> Result:
+def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
     """dq, dk, dv by autograd through the implementation, against float64 autograd of the oracle."""
     verdicts: list[tuple[int, Verdict]] = []
     for trial in range(trials):

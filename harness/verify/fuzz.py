@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
+from harness.verify.outcome import CheckResult
 from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
 
 DATABASE_DIR = Path("results") / ".hypothesis"
@@ -91,7 +92,7 @@ def _structure(draw: Any, st: Any, kind: str, fields: dict[str, Any], can: froze
     return fields
 
 
-def failing_checks(impl: Implementation, case: AttentionCase) -> list[dict[str, Any]]:
+def failing_checks(impl: Implementation, case: AttentionCase) -> list[CheckResult]:
     """The output, gradient and stateful checks of one case (one trial); the ones that did not pass."""
     from harness.verify.checks import check_grad, check_output, guarded
     from harness.verify.stateful import stateful
@@ -101,17 +102,21 @@ def failing_checks(impl: Implementation, case: AttentionCase) -> list[dict[str, 
         results.append(guarded("grad", lambda: check_grad(impl, case, 1)))
     else:
         results.append(guarded("property:stateful", lambda: stateful(impl, case)))
-    return [r for r in results if r["status"] not in ("pass", "skipped")]
+    return [r for r in results if r.status not in ("pass", "skipped")]
 
 
-def _found(case: AttentionCase, result: dict[str, Any], examples: int, replayed: bool) -> dict[str, Any]:
-    return {"status": result["status"], "case": case.to_dict(), "case_id": case.id, "check": result["check"],
-            "reason": result["reason"], "metrics": result.get("metrics") or {}, "examples": examples,
-            "replayed": replayed}
+@dataclass(frozen=True)
+class Search:
+    """What one implementation's search found: a pass over ``examples`` cases, or the minimal failing
+    case with the check it failed (``replayed``: a saved failure, found again before any search)."""
+
+    examples: int
+    case: AttentionCase | None = None
+    result: CheckResult | None = None
+    replayed: bool = False
 
 
-def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict[str, Any]]
-              ) -> dict[str, Any]:
+def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict[str, Any]]) -> Search:
     """In a worker: the saved minimal failures first, then ``examples`` searched cases; the minimal
     failure (case, check, reason) or a pass."""
     from hypothesis import HealthCheck, given, settings
@@ -124,8 +129,8 @@ def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict
         case = AttentionCase.from_dict(fields)
         bad = [] if impl.not_supported_reasons(case) else failing_checks(impl, case)
         if bad:
-            return _found(case, bad[0], 0, replayed=True)
-    last: dict[str, Any] = {}
+            return Search(0, case, bad[0], replayed=True)
+    last: dict[str, tuple[AttentionCase, CheckResult]] = {}
     tried = {"n": 0}
 
     @hypothesis_seed(seed)
@@ -138,14 +143,14 @@ def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict
             return  # declared but not runnable here (a backend's own limit): not a failure
         bad = failing_checks(impl, case)
         if bad:
-            last.update(case=case, result=bad[0])
-            raise AssertionError(bad[0]["reason"])
+            last["found"] = (case, bad[0])
+            raise AssertionError(bad[0].reason)
 
     try:
         search()
     except AssertionError:  # Hypothesis replays the minimal example last: ``last`` holds it
-        return _found(last["case"], last["result"], tried["n"], replayed=False)
-    return {"status": "pass", "examples": tried["n"]}
+        return Search(tried["n"], *last["found"])
+    return Search(tried["n"])
 
 
 def _load_saved(path: Path) -> list[dict[str, Any]]:
@@ -184,7 +189,7 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check:
         function = "check_grad(impl, case, 1)" if check == "grad" else "stateful(impl, case)"
         module = "harness.verify.checks import check_grad" if check == "grad" else "harness.verify.stateful import stateful"
         lines += [f"from {module}", "", f"result = {function}  # the check, with its seeded inputs",
-                  'print(case.id, "->", result["status"], result["reason"])']
+                  'print(case.id, "->", result.status, result.reason)']
     return "\n".join(lines) + "\n"
 
 
@@ -218,14 +223,15 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
     cell = replace(cell, seconds=round(outcome.seconds, 3))
     if outcome.status != OK:
         return replace(cell, status=Status(outcome.status), reason=f"the search's worker: {outcome.error}")
-    found = outcome.value
-    metrics = {**found.get("metrics", {}), "examples": found["examples"]}
-    if found["status"] == "pass":
-        return replace(cell, status=Status.PASS, metrics=metrics)
-    text = reproducer(impl.name, plugins, found["case"], found["check"])
-    if found["case"] not in saved:
-        write_json_atomic(saved_path, [*saved, found["case"]])
-    print(f"\n{impl.name}: minimal failing case {found['case_id']}, reproduce with:\n\n{text}", file=sys.stderr)
-    return replace(cell, status=Status(found["status"]), case=found["case"], case_id=found["case_id"],
-                   reason=f"minimal failing case ({found['check']}): {found['reason']}",
-                   metrics={**metrics, "reproducer": text, "replayed": found["replayed"]})
+    found: Search = outcome.value
+    if found.case is None or found.result is None:
+        return replace(cell, status=Status.PASS, metrics={"examples": found.examples})
+    metrics = {**found.result.metrics, "examples": found.examples}
+    stored = found.case.to_dict()
+    text = reproducer(impl.name, plugins, stored, found.result.check)
+    if stored not in saved:
+        write_json_atomic(saved_path, [*saved, stored])
+    print(f"\n{impl.name}: minimal failing case {found.case.id}, reproduce with:\n\n{text}", file=sys.stderr)
+    return replace(cell, status=Status(found.result.status), case=stored, case_id=found.case.id,
+                   reason=f"minimal failing case ({found.result.check}): {found.result.reason}",
+                   metrics={**metrics, "reproducer": text, "replayed": found.replayed})

@@ -21,7 +21,7 @@ from harness.cases import AttentionCase
 from harness.oracle import reference_attention
 from harness.registry import Implementation
 from harness.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
-from harness.verify.checks import SEED_BASE, Result, call, cell, structure_problem
+from harness.verify.checks import SEED_BASE, CheckResult, call, cell, structure_problem
 from harness.verify.tolerance import OUTPUT_M, baseline_attention, compare
 
 CHUNK = 1024
@@ -34,7 +34,7 @@ def _chunked(fn: Any, inputs: Inputs, dtype: torch.dtype, case: AttentionCase) -
     return torch.cat(parts, dim=-2).to(torch.float64)
 
 
-def check_growth(impl: Implementation, case: AttentionCase) -> Result:
+def check_growth(impl: Implementation, case: AttentionCase) -> CheckResult:
     """The implementation's error at this T against the oracle, beside the same-dtype baseline's."""
     inputs = make_inputs(case, SEED_BASE, impl.backend)
     out = call(impl, case, inputs)

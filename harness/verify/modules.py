@@ -16,6 +16,7 @@ outputs unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -25,6 +26,7 @@ from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.registry import Implementation
 from harness.tensors import dtype_name, to_float64
 from harness.verify.module_reference import baseline_output, reference_output
+from harness.verify.outcome import CheckResult
 from harness.verify.suites import SUITES
 from harness.verify.tolerance import OUTPUT_M, compare
 
@@ -80,26 +82,27 @@ def run_module(impl: Implementation, case: ModuleCase, inputs: ModuleInputs) -> 
     return impl.prepare(inputs.x, **inputs.kwargs(case))()
 
 
-def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -> list[dict[str, Any]]:
+def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -> list[CheckResult]:
     """Check ``impl`` on ``case`` over ``trials`` seeds: the output, and ``property:mask`` when masked.
 
-    Returns one dict per check: ``{"check", "status", "reason", "metrics"}``; the worst
+    Returns one result per check (its check, status, reason and metrics); the worst
     trial's metrics are kept. An exception from the implementation is status ``error``.
     """
     if isinstance(case, dict):
         case = ModuleCase.from_dict(case)
     results = [_check_output(impl, case, trials)]
-    if (case.causal or case.mask != "none") and results[0]["status"] == "pass":
-        results.append(_check_mask_property(impl, case, trials, results[0]["metrics"]["bound"]))
+    bound = results[0].metrics.get("bound")
+    if (case.causal or case.mask != "none") and results[0].status == "pass" and isinstance(bound, float):
+        results.append(_check_mask_property(impl, case, trials, bound))
     return results
 
 
-def _result(check: str, status: str, reason: str | None, metrics: dict[str, Any]) -> dict[str, Any]:
-    return {"check": check, "status": status, "reason": reason, "metrics": metrics}
+def _result(check: str, status: str, reason: str | None, metrics: Mapping[str, object]) -> CheckResult:
+    return CheckResult(check=check, status=status, reason=reason, metrics=metrics)
 
 
-def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> dict[str, Any]:
-    worst: dict[str, Any] | None = None
+def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> CheckResult:
+    worst: dict[str, float] | None = None
     for seed in range(max(1, trials)):
         inputs = make_module_inputs(case, seed, impl.backend)
         try:
@@ -122,7 +125,7 @@ def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> dict[s
     return _result("output", "pass", None, worst)
 
 
-def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bound: float) -> dict[str, Any]:
+def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bound: float) -> CheckResult:
     """Perturb X where it must not be read; the protected outputs must not move beyond ``bound``."""
     worst = 0.0
     for seed in range(max(1, trials)):

@@ -19,7 +19,7 @@ cases small enough (B*H*Tq*Tk <= PROPERTY_MAX_SCORES) to keep the suites fast.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -33,8 +33,8 @@ from harness.verify.checks import (
     FAIL,
     PASS,
     SEED_BASE,
+    CheckResult,
     ContractViolation,
-    Result,
     call,
     cell,
     large_case,
@@ -47,7 +47,7 @@ from harness.verify.tolerance import OUTPUT_M, compare, floor_for
 PROPERTY_MAX_SCORES = 300_000
 HULL_MAX_ELEMENTS = 3_000_000
 """convex_hull materialises (B, H, chunk, Tk, d) float64 temporaries: only below B*H*Tq*Tk*d of this."""
-PropertyFn = Callable[[Implementation, AttentionCase], Result]
+PropertyFn = Callable[[Implementation, AttentionCase], CheckResult]
 
 
 def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tuple[str, PropertyFn]]:
@@ -95,14 +95,14 @@ def _out(impl: Implementation, case: AttentionCase, inputs: Inputs, shape: tuple
     return to_float64(out)
 
 
-def _verdict(name: str, diff: float, bound: float, what: str, extra: dict[str, Any] | None = None) -> Result:
+def _verdict(name: str, diff: float, bound: float, what: str, extra: Mapping[str, object] | None = None) -> CheckResult:
     metrics = {"max_abs_err": diff, "bound": bound, **(extra or {})}
     if diff <= bound:
         return cell(name, PASS, None, metrics)
     return cell(name, FAIL, f"{what}: max|diff| {diff:.3g} > bound {bound:.3g}", metrics)
 
 
-def permutation(impl: Implementation, case: AttentionCase) -> Result:
+def permutation(impl: Implementation, case: AttentionCase) -> CheckResult:
     inputs = _inputs(impl, case)
     out = _out(impl, case, inputs)
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(SEED_BASE + 1))
@@ -114,7 +114,7 @@ def permutation(impl: Implementation, case: AttentionCase) -> Result:
                     "permuting the rows of K and V together changed the output")
 
 
-def convex_hull(impl: Implementation, case: AttentionCase) -> Result:
+def convex_hull(impl: Implementation, case: AttentionCase) -> CheckResult:
     """Within the hull of the attendable V rows; then with a constant V, exactly that constant."""
     inputs = _inputs(impl, case)
     out = _out(impl, case, inputs)
@@ -170,7 +170,7 @@ def _slice_mask(x: Any, dim: int, index: int, full: tuple[int, ...]) -> Any:
     return x[(slice(None),) * dim + (slice(index, index + 1),)]
 
 
-def slices(impl: Implementation, case: AttentionCase) -> Result:
+def slices(impl: Implementation, case: AttentionCase) -> CheckResult:
     inputs = _inputs(impl, case)
     out = _out(impl, case, inputs)
     bound = 2 * _tolerance(case, inputs)
@@ -196,7 +196,7 @@ def slices(impl: Implementation, case: AttentionCase) -> Result:
     return _verdict("property:slices", worst, bound, f"{where} computed alone differs from its slice of the batch")
 
 
-def block_sizes(impl: Implementation, case: AttentionCase) -> Result:
+def block_sizes(impl: Implementation, case: AttentionCase) -> CheckResult:
     """Every corner of the declared block sizes, each held to the output rule."""
     inputs = _inputs(impl, case)
     oracle, base = oracle_and_base(case, inputs)

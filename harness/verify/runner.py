@@ -31,6 +31,7 @@ from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outco
 from harness.progress import Progress
 from harness.registry import Implementation
 from harness.results import Node, ResultWriter, Status, VerifyCell
+from harness.verify.outcome import CheckResult
 from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, warm_up
 
 if TYPE_CHECKING:
@@ -143,8 +144,7 @@ class VerifyRun:
                     return
                 reasons = impl.not_supported_reasons(case)
                 if reasons:
-                    self._add(impl, case, {"check": "output", "status": "skipped", "reason": "; ".join(reasons),
-                                           "metrics": {}}, 0.0)
+                    self._add(impl, case, CheckResult(check="output", status="skipped", reason="; ".join(reasons)), 0.0)
                 else:
                     outcome = None
                     if fresh:
@@ -168,7 +168,7 @@ class VerifyRun:
 
     def skip(self, impl: Implementation, case: Any, reason: str) -> None:
         """Record ``case`` (None: every case of ``impl``) as skipped for ``reason``; one step of progress."""
-        self._add(impl, case, {"check": "output", "status": "skipped", "reason": reason, "metrics": {}}, 0.0)
+        self._add(impl, case, CheckResult(check="output", status="skipped", reason=reason), 0.0)
         with self._lock:
             self._progress.advance(impl.name if case is None else f"{impl.name} {case.id}")
 
@@ -186,24 +186,24 @@ class VerifyRun:
             results = outcome.value
             share = outcome.seconds / max(len(results), 1)
             for result in results:
-                self._add(impl, case, result, result.get("seconds", share), node)
+                self._add(impl, case, result, share if result.seconds is None else result.seconds, node)
             return
         status = {ERROR: "error", CRASH: "crash", TIMEOUT: "timeout"}[outcome.status]
         reason = outcome.error or status
         if outcome.status == ERROR and outcome.traceback:
             reason += " | " + outcome.traceback.strip().splitlines()[-2].strip()
-        self._add(impl, case, {"check": "output", "status": status, "reason": reason, "metrics": {}}, outcome.seconds, node)
+        self._add(impl, case, CheckResult(check="output", status=status, reason=reason), outcome.seconds, node)
         self._flush(force=True)
         if outcome.status != ERROR:
             self._progress.line(f"attnbench verify: {impl.name} {case.id}: {status}: {reason}")
 
-    def _add(self, impl: Implementation, case: Any, result: dict[str, Any], seconds: float,
+    def _add(self, impl: Implementation, case: Any, result: CheckResult, seconds: float,
              node: NodeIdentity | None = None) -> None:
         cell = VerifyCell(
             implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
-            check=result["check"], status=Status(result["status"]), reason=result.get("reason"),
-            metrics=result.get("metrics") or {}, seconds=round(float(seconds), 4),
+            check=result.check, status=Status(result.status), reason=result.reason,
+            metrics=result.metrics, seconds=round(float(seconds), 4),
             node=None if node is None else Node.from_json(node))
         with self._lock:
             self.writer.append(cell)

@@ -26,7 +26,7 @@ from harness.cases import AttentionCase
 from harness.registry import Implementation
 from harness.tensors import Inputs, make_inputs, to_float64
 from harness.verify.boundary import shares_storage
-from harness.verify.checks import PASS, SEED_BASE, Result, call, cell, logit_max, oracle_and_base, structure_problem
+from harness.verify.checks import PASS, SEED_BASE, CheckResult, call, cell, logit_max, oracle_and_base, structure_problem
 from harness.verify.tolerance import OUTPUT_M, compare
 
 
@@ -37,19 +37,19 @@ def _write_in_place(target: Any, source: Any) -> None:
         np.copyto(target, source)
 
 
-def _checked(impl: Implementation, case: AttentionCase, inputs: Inputs, what: str) -> tuple[Any, Result | None]:
+def _checked(impl: Implementation, case: AttentionCase, inputs: Inputs, what: str) -> tuple[Any, CheckResult | None]:
     out = call(impl, case, inputs)
     problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.d))
     return out, None if problem is None else cell("property:stateful", "fail", f"{what}: {problem}")
 
 
-def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> Result | None:
+def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> CheckResult | None:
     oracle, base = oracle_and_base(case, inputs)
     verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs))
     return None if verdict.ok else cell("property:stateful", "fail", f"{what}: {verdict.reason}", verdict.metrics)
 
 
-def stateful(impl: Implementation, case: AttentionCase) -> Result:
+def stateful(impl: Implementation, case: AttentionCase) -> CheckResult:
     """Twice on the same inputs (bitwise equal), then new values written into the same buffers."""
     inputs = make_inputs(case, SEED_BASE + 101, impl.backend)
     held, problem = _checked(impl, case, inputs, "first call")
@@ -86,7 +86,7 @@ def stateful(impl: Implementation, case: AttentionCase) -> Result:
     return problem or _still_valid(inputs, held, first, second, third) or cell("property:stateful", PASS, None, {})
 
 
-def _still_valid(inputs: Inputs, held: Any, first: Any, second: Any, third: Any) -> Result | None:
+def _still_valid(inputs: Inputs, held: Any, first: Any, second: Any, third: Any) -> CheckResult | None:
     """The first result, held since, is what it was; no two results share storage."""
     a, b = to_float64(held), to_float64(first)
     changed = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.registry import Implementation
+from harness.verify.outcome import CheckResult
 
 CasesFn = Callable[[Implementation, str], list[Any]]
-CheckFn = Callable[[Implementation, Any, int], list[dict[str, Any]]]
+CheckFn = Callable[[Implementation, Any, int], list[CheckResult]]
 
 
 def _kernel() -> tuple[CasesFn, CheckFn]:
@@ -69,7 +70,7 @@ def warm_up(source: str, name: str, threads: int) -> None:
     impl.availability()
 
 
-def run_case(source: str, name: str, case: Any, trials: int, threads: int) -> list[dict[str, Any]]:
+def run_case(source: str, name: str, case: Any, trials: int, threads: int) -> list[CheckResult]:
     """In the worker: every check of one case for implementation ``name`` (declared by ``source``)."""
     impl, check = _worker_impl(source, name, threads)
     return check(impl, case, trials)

@@ -15,11 +15,20 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 
-def _snapshot() -> dict[str, Any]:
-    state: dict[str, Any] = {"environ": dict(os.environ)}
+class _State(TypedDict, total=False):
+    """What a plugin may change in its process: the environment, NumPy's error mode, torch's defaults."""
+
+    environ: dict[str, str]
+    numpy: dict[str, str]
+    torch: tuple[Any, int]
+    """(default dtype, threads)."""
+
+
+def _snapshot() -> _State:
+    state: _State = {"environ": dict(os.environ)}
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         state["numpy"] = numpy.geterr()
@@ -29,7 +38,7 @@ def _snapshot() -> dict[str, Any]:
     return state
 
 
-def _restore(state: dict[str, Any]) -> None:
+def _restore(state: _State) -> None:
     if dict(os.environ) != state["environ"]:
         os.environ.clear()
         os.environ.update(state["environ"])

@@ -99,8 +99,8 @@ def cpu_roofs() -> Roofs:
                         f"loads {LOAD_BYTES_PER_CYCLE} B/cycle")
 
 
-def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Peak | Mapping[str, Any] | None,
-                  bandwidth: Bandwidth | Mapping[str, Any] | None, theory: Roofs | Mapping[str, Any] | None) -> Floor:
+def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Peak | Mapping[str, object] | None,
+                  bandwidth: Bandwidth | Mapping[str, object] | None, theory: Roofs | Mapping[str, object] | None) -> Floor:
     """The floor in seconds and how it was derived (roofs in GFLOP/s and GB/s, each the larger estimate).
     The records may be given in their stored form (JSON objects)."""
     gemm = Peak.coerce(peak or {})

@@ -55,7 +55,7 @@ def warm_up_task(name: str, source: str) -> None:
     _implementation(name, source).availability()
 
 
-def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
+def timing_task(name: str, source: str, case: dict[str, object], mode: str,
                 config: TimingConfig, threads: int | None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
@@ -101,7 +101,7 @@ def timing_task(name: str, source: str, case: dict[str, Any], mode: str,
                  profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 
-def memory_task(name: str, source: str, case: dict[str, Any], mode: str,
+def memory_task(name: str, source: str, case: dict[str, object], mode: str,
                 threads: int | None) -> Memory:
     """Worker (the memory one): peak extra bytes of one call."""
     from harness.bench.memory import measure, prepare_process

@@ -51,8 +51,8 @@ def _s(seconds: float) -> str:
     return f"{seconds * 1e9:.3g} ns"
 
 
-def judge(value: Timed | Mapping[str, Any], wall_s: float | None,
-          floor: Floor | Mapping[str, Any] | None) -> tuple[Status, str | None]:
+def judge(value: Timed | Mapping[str, object], wall_s: float | None,
+          floor: Floor | Mapping[str, object] | None) -> tuple[Status, str | None]:
     """OK, or the first problem status found (implausible, violation, wrong, in that order) with every reason.
     The worker's result and the floor may be given in their stored form (JSON objects)."""
     found: dict[Status, list[str]] = {Status.IMPLAUSIBLE: [], Status.VIOLATION: [], Status.WRONG: []}

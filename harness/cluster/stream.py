@@ -28,9 +28,9 @@ POLL_S = 0.5
 Item = TypeVar("Item")
 
 
-def placement(cluster: RayCluster, *, timing: bool, device: str) -> dict[str, Any]:
+def placement(cluster: RayCluster, *, timing: bool, device: str) -> dict[str, object]:
     """Ray task options: a timing cell holds its whole node (CPU) or one GPU; a check takes one CPU."""
-    options: dict[str, Any] = {"max_retries": MAX_RETRIES, "retry_exceptions": False}
+    options: dict[str, object] = {"max_retries": MAX_RETRIES, "retry_exceptions": False}
     if not timing:
         return {**options, "num_cpus": 1}
     if device == "cuda":
@@ -41,7 +41,7 @@ def placement(cluster: RayCluster, *, timing: bool, device: str) -> dict[str, An
 class Submitter:
     """Submits :func:`~harness.cluster.remote.on_node` tasks with fixed options."""
 
-    def __init__(self, cluster: RayCluster, options: dict[str, Any], environment: dict[str, str]) -> None:
+    def __init__(self, cluster: RayCluster, options: dict[str, object], environment: dict[str, str]) -> None:
         self.ray = cluster.ray
         self.remote = cluster.ray.remote(on_node)
         self.options = options

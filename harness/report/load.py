@@ -180,11 +180,11 @@ def _stats(cell: BenchCell) -> Stats:
 
 
 def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
-              ) -> dict[str, Any]:
+              ) -> dict[str, object]:
     case = cell.case or {}
     stats = _stats(cell)
     memory = cell.memory or Memory()
-    row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
+    row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
     varlen = case.get("varlen")  # how many packed sequences (their lengths grow with T: the sweep's axis)
@@ -213,7 +213,7 @@ def profile_text(cell: BenchCell) -> str | None:
     return "; ".join(f"{100 * share:.0f}% {name}" for name, share in cell.profile)
 
 
-def _case_columns(case: Mapping[str, Any]) -> dict[str, Any]:
+def _case_columns(case: Mapping[str, Any]) -> dict[str, object]:
     """The case's fields as columns; a window as "left,right" (hashable), files from before structures
     read as their defaults (no window, top-left)."""
     row = {c: case.get(c) for c in CASE_COLUMNS}
@@ -223,10 +223,10 @@ def _case_columns(case: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def verify_row(cell: VerifyCell, source: str) -> dict[str, Any]:
+def verify_row(cell: VerifyCell, source: str) -> dict[str, object]:
     case = cell.case or {}
     metrics = cell.metrics or {}
-    row: dict[str, Any] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
+    row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "group": cell.group or "default", "check": cell.check or "output",
                            "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
@@ -238,7 +238,7 @@ def verify_row(cell: VerifyCell, source: str) -> dict[str, Any]:
 
 
 
-def _frame(rows: list[dict[str, Any]], columns: Iterable[str], key: list[str]) -> pd.DataFrame:
+def _frame(rows: list[dict[str, object]], columns: Iterable[str], key: list[str]) -> pd.DataFrame:
     frame = pd.DataFrame(rows, columns=list(columns))
     if not frame.empty:  # a cell measured again in a later file replaces the earlier one
         frame = frame.drop_duplicates(subset=key, keep="last").reset_index(drop=True)
@@ -256,9 +256,9 @@ def _implementation_info(value: object) -> dict[str, Mapping[str, object]]:
 
 def load(paths: Iterable[Path]) -> Results:
     """All cells of all files; a later file's cell replaces an earlier one with the same key."""
-    bench_rows: list[dict[str, Any]] = []
-    verify_rows: list[dict[str, Any]] = []
-    growth_rows: list[dict[str, Any]] = []
+    bench_rows: list[dict[str, object]] = []
+    verify_rows: list[dict[str, object]] = []
+    growth_rows: list[dict[str, object]] = []
     peaks: dict[str, Peak] = {}
     bandwidth: dict[str, Bandwidth] = {}
     sources: list[Source] = []

@@ -121,7 +121,7 @@ class ResultWriter:
 
     RECORDS = ("implementations", "peaks", "fits", "coverage", "bandwidth")
 
-    def __init__(self, path: Path, command: str, config: Config | Mapping[str, Any], *, resume: bool = False,
+    def __init__(self, path: Path, command: str, config: Config | Mapping[str, object], *, resume: bool = False,
                  force: bool = False) -> None:
         """``config`` is the command's settings, a :class:`Config` or its stored form (a JSON object)."""
         self.path = Path(path)

@@ -103,7 +103,7 @@ class Record(Mapping[str, object]):
         return cls(**values, extra=extra, stored=tuple(data))
 
     @classmethod
-    def coerce(cls: type[R], value: Mapping[str, Any]) -> R:
+    def coerce(cls: type[R], value: Mapping[str, object]) -> R:
         """``value`` as this record: itself when it is one, else read as its stored form."""
         return value if isinstance(value, cls) else cls.from_json(value)
 
@@ -128,7 +128,7 @@ class Record(Mapping[str, object]):
     __hash__ = None  # type: ignore[assignment]
 
 
-def coerce_optional(kind: type[R], value: Mapping[str, Any] | None) -> R | None:
+def coerce_optional(kind: type[R], value: Mapping[str, object] | None) -> R | None:
     return None if value is None else kind.coerce(value)
 
 

@@ -23,7 +23,6 @@ import glob
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.results.records import Bandwidth, Floor, Peak, Record
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from harness.bench.guard import CPU_MARGIN, CPU_WINDOW_S
 from harness.results import Status

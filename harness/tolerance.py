@@ -78,7 +78,7 @@ def describe_rule() -> str:
             f"FLOORS: {floors}; base = the same formula in the case's dtype; oracle = float64")
 
 
-def rule_config() -> dict[str, Any]:
+def rule_config() -> dict[str, object]:
     """The constants as data, for the result file's ``config``."""
     return {"output_m": OUTPUT_M, "grad_m": GRAD_M, "floors": dict(FLOORS), "eps": dict(EPS),
             "rel_l2_bounds": dict(REL_L2_BOUNDS), "rule": describe_rule()}

@@ -14,14 +14,13 @@ The pass rule (:mod:`harness.tolerance`) is ``max|err| <= bound`` with ``bound =
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def margin(metrics: Mapping[str, Any]) -> float | None:
+def margin(metrics: Mapping[str, object]) -> float | None:
     """How close a check came to failing: error / bound, the larger of the max-error and the relative-L2
     tests when both were made. 1.0 is the edge; a pass is at most 1 (None for a check without a bound)."""
     parts = []
@@ -34,7 +33,7 @@ def margin(metrics: Mapping[str, Any]) -> float | None:
     return max(parts) if parts else None
 
 
-def baseline_led(metrics: Mapping[str, Any]) -> bool:
+def baseline_led(metrics: Mapping[str, object]) -> bool:
     """The baseline's error, not the floor, sets the bound (m x base_err >= floor): only then is the ratio
     error / base_err a statement about the check. Files without the floor keep every finite ratio."""
     ratio, base, m, floor = (_number(metrics.get(k)) for k in ("ratio", "base_err", "m", "floor"))

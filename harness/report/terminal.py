@@ -108,8 +108,9 @@ def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[st
         worst = margin(cell.metrics) if cell.status != Status.SKIPPED else None
         if worst is not None:
             row["worst_margin"] = max(row["worst_margin"] or 0.0, worst)
-        if cell.status == Status.PASS and baseline_led(cell.metrics):
-            row["worst_ratio"] = max(row["worst_ratio"] or 0.0, float(cell.metrics["ratio"]))
+        ratio = cell.metrics.get("ratio")
+        if cell.status == Status.PASS and baseline_led(cell.metrics) and isinstance(ratio, (int, float)):
+            row["worst_ratio"] = max(row["worst_ratio"] or 0.0, float(ratio))
         row["seconds"] += float(cell.seconds or 0.0)
     table = {name: row for name, row in rows.items() if row is not None}
     for row in table.values():

@@ -184,7 +184,7 @@ class VerifyCell:
     reason: str | None = None
     kind: str = "kernel"
     group: str = "-"
-    metrics: Mapping[str, Any] = field(default_factory=dict)
+    metrics: Mapping[str, object] = field(default_factory=dict)
     seconds: float = 0.0
     node: Node | None = None
     """Where the check ran, on a cluster (None: the run's own machine, its ``environment``)."""

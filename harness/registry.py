@@ -37,6 +37,10 @@ Call = Callable[[], Any]
 _DECLARED: dict[str, list[Implementation]] = {}
 
 
+Option = str | tuple[str | int, ...]
+"""A declared option's value once checked: the kernel's name, or the values it takes (tile sizes, layers)."""
+
+
 @dataclass(frozen=True)
 class Implementation:
     """One registered implementation: its callable, its capabilities and where it came from."""
@@ -68,7 +72,7 @@ class Implementation:
     source: str = "?"
     set_up: bool = False
     """Registered with ``prepare=True``: its set-up may read the inputs, so bench only rotates them."""
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Option] = field(default_factory=dict)
     """Declared extras, each checked at registration (see :data:`OPTIONS`): tile sizes a property
     check may pass to ``prepare``, a module's layers and RoPE conventions, a lifted module's kernel."""
 
@@ -236,7 +240,7 @@ def register(
     ``on_request=True``: the implementation runs only when named (``--only NAME``), never in the
     default selection of verify, bench and run (a set-up that compiles for a minute, say).
     """
-    keywords: dict[str, Any] = dict(
+    keywords: dict[str, object] = dict(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
         prepare=prepare, options=options, structures=structures, on_request=on_request, **unknown)
@@ -324,13 +328,13 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     )
 
 
-def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:
+def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Option]:
     if not isinstance(options, Mapping):
         raise error(f"options= must be a dict with keys from {sorted(OPTIONS)}")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise error(f"options has unknown key(s) {unknown}; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    checked: dict[str, Any] = {}
+    checked: dict[str, Option] = {}
     for key, value in options.items():
         if key == "kernel":
             if not isinstance(value, str):
@@ -347,7 +351,7 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
     return checked
 
 
-def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Any],
+def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Option],
                      error: Callable[[str], PluginError], structures: tuple[str, ...] = ()) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
     try:

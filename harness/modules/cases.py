@@ -136,9 +136,9 @@ class ModuleCase(CaseRecord):
 
 def module_layers(impl: Implementation) -> tuple[str, ...]:
     """The layers a module implementation declared in ``options["layers"]`` (default: mha)."""
-    return tuple(impl.options.get("layers", ("mha",)))
+    return tuple(str(layer) for layer in impl.options.get("layers", ("mha",)))  # checked names (registry)
 
 
 def module_ropes(impl: Implementation) -> tuple[str, ...]:
     """The RoPE conventions a module implementation declared in ``options["rope"]`` (default: none)."""
-    return tuple(impl.options.get("rope", ()))
+    return tuple(str(rope) for rope in impl.options.get("rope", ()))

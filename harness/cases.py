@@ -12,7 +12,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 from harness.devices import DEVICES
 from harness.dtypes import DTYPES
@@ -81,6 +81,39 @@ class CaseRecord:
         """Rebuild a case from ``to_dict`` output; keys it does not know (newer files) are ignored."""
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
+
+
+class CaseFields(TypedDict, total=False):
+    """Some of an :class:`AttentionCase`'s fields by name, as suites, sweeps and the fuzzer compose them
+    before the case is built (``AttentionCase(**fields)``)."""
+
+    batch: int
+    heads: int
+    tq: int
+    d: int
+    kv_heads: int
+    tk: int
+    dtype: str
+    device: str
+    causal: bool
+    mask: str
+    mask_rank: str
+    scale: float | None
+    inputs: str
+    layout: str
+    self_attention: bool
+    grad: bool
+    bias: str
+    kind: str
+    pairwise: bool
+    window: tuple[int, int] | None
+    varlen: tuple[tuple[int, int], ...] | None
+    causal_align: str
+    cache_seqlens: tuple[int, ...] | None
+    page_size: int | None
+    aux_layout: str
+    kv_dtype: str | None
+    growth: bool
 
 @dataclass(frozen=True)
 class AttentionCase(CaseRecord):

@@ -23,6 +23,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from harness.cases import CaseFields
+
 DECODE_TQ = (1, 2, 4, 16)
 """New queries per step: one token; a few (speculative decoding, multi-token prediction)."""
 
@@ -37,14 +39,14 @@ def ragged_lengths(batch: int, tk: int, seed: int = 0, low: float = 0.25) -> tup
 
 def decode_fields(batch: int, heads: int, kv_heads: int, tk: int, tq: int = 1, d: int = 128, *,
                   ragged: bool = False, page_size: int | None = None, causal: bool = True,
-                  kv_dtype: str | None = None) -> dict[str, Any]:
+                  kv_dtype: str | None = None) -> CaseFields:
     """The case fields of one decode step: Tq new queries at the end of each sequence (bottom-right causal),
     the cache stored in ``kv_dtype`` when given (bf16/fp16 caches beside fp32 queries)."""
-    fields: dict[str, Any] = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "tq": tq, "tk": tk, "d": d}
+    fields: CaseFields = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "tq": tq, "tk": tk, "d": d}
     if kv_dtype is not None:
         fields["kv_dtype"] = kv_dtype
     if causal and tq > 1:  # one query sees every cached key anyway: the case stays plain
-        fields.update(causal=True, causal_align="bottom_right")
+        fields.update({"causal": True, "causal_align": "bottom_right"})
     if ragged:
         fields["cache_seqlens"] = ragged_lengths(batch, tk, seed=batch * 7919 + tk)
     if page_size is not None:

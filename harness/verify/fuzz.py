@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
+from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
@@ -57,7 +57,7 @@ def case_strategy(impl: Implementation) -> Any:
         tq = draw(st.integers(1, 160))
         tk = draw(st.one_of(st.just(tq), st.integers(1, 160)))
         mask = draw(st.sampled_from(MASKS_SIMPLEST_FIRST)) if impl.mask else "none"
-        fields: dict[str, Any] = dict(
+        fields: CaseFields = dict(
             batch=batch, heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
             d=draw(st.one_of(st.integers(1, 128), st.sampled_from((160, 192, 255, 256)))),
             dtype=draw(st.sampled_from(impl.dtypes)), device="cpu" if "cpu" in impl.devices else impl.devices[0],
@@ -71,7 +71,7 @@ def case_strategy(impl: Implementation) -> Any:
     return cases()
 
 
-def _structure(draw: Any, st: Any, kind: str, fields: dict[str, Any], can: frozenset[str]) -> dict[str, Any]:
+def _structure(draw: Any, st: Any, kind: str, fields: CaseFields, can: frozenset[str]) -> CaseFields:
     """``fields`` with structure ``kind``, its parameters drawn (the recipe's values first, to shrink to)."""
     fields = apply_structure(kind, fields, can)
     tq, tk, batch = fields["tq"], fields["tk"], fields["batch"]

@@ -17,11 +17,11 @@ import functools
 import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from allpairspy import AllPairs
 
-from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase
+from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
 from harness.registry import Implementation
 from harness.results import Coverage
 from harness.verify.structured import apply_structure, expressible, invalid, structure_kinds, structure_label
@@ -97,10 +97,12 @@ def _valid_row(names: list[str]) -> Any:
 
 
 def _case(names: list[str], row: Iterable[Any], device: str, can: frozenset[str] = frozenset()) -> AttentionCase:
-    fields = dict(zip(names, row))
-    heads, kv_heads = GQA[fields.pop("gqa")]
-    fields = apply_structure(fields.pop("structure", "none"), fields, can)
-    return AttentionCase(heads=heads, kv_heads=kv_heads, device=device, kind="kernel", pairwise=True, **fields)
+    values = dict(zip(names, row))
+    heads, kv_heads = GQA[values.pop("gqa")]
+    structure = values.pop("structure", "none")
+    fields = apply_structure(structure, cast(CaseFields, values), can)  # the axes are case fields by name
+    fields.update({"heads": heads, "kv_heads": kv_heads, "device": device, "kind": "kernel", "pairwise": True})
+    return AttentionCase(**fields)
 
 
 def _wanted(axes: dict[str, list[Any]]) -> set[tuple[Any, ...]]:

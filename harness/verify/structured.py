@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.cases import CaseFields
 from harness.registry import Implementation
 
 KINDS = ("none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache", "cache_window",
@@ -94,12 +95,12 @@ def _page_dividing(tk: int) -> int:
     return next(p for p in (16, 8, 4, 2, 1) if tk % p == 0)
 
 
-def apply_structure(kind: str, fields: dict[str, Any], can: frozenset[str] = FOLDABLE | {"paged"}) -> dict[str, Any]:
+def apply_structure(kind: str, fields: CaseFields, can: frozenset[str] = FOLDABLE | {"paged"}) -> CaseFields:
     """``fields`` (batch, tq, tk, causal, ...) with the structure ``kind`` added, sized to them.
 
     ``can`` is what the implementation can express: a cache under a causal row is bottom-right aligned
     (the decode convention) when it can take that."""
-    out = dict(fields)
+    out = fields.copy()
     tq, tk, batch = out.get("tq", 16), out.get("tk", 0) or out.get("tq", 16), out.get("batch", 1)
     if kind in ("window", "window_left", "window_br"):
         out["window"] = _window(tk, right=kind != "window_left")
@@ -108,7 +109,7 @@ def apply_structure(kind: str, fields: dict[str, Any], can: frozenset[str] = FOL
     elif kind == "causal_br":
         out["causal_align"] = "bottom_right"
     elif kind in BATCH_ONE:
-        out.update(batch=1, varlen=packed_lengths(tq, tk), tq=tq, tk=tk)
+        out.update({"batch": 1, "varlen": packed_lengths(tq, tk), "tq": tq, "tk": tk})
         if kind == "varlen_br":
             out["causal_align"] = "bottom_right"
     elif kind in ("cache", "cache_window", "paged", "paged_div"):

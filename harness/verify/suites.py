@@ -24,9 +24,9 @@ Suites:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
-from harness.cases import AttentionCase
+from harness.cases import AttentionCase, CaseFields
 from harness.errors import UsageError
 from harness.registry import Implementation
 from harness.verify.pairwise import SUITE_AXES, pairwise_cases
@@ -38,7 +38,7 @@ PRIMARY_DTYPES = ("float32", "float64", "bfloat16", "float16")
 
 @dataclass(frozen=True)
 class Template:
-    fields: dict[str, Any]
+    fields: CaseFields
     dtypes: str = "primary"
     """"primary": the implementation's primary dtype; "all": every declared dtype."""
     needs: frozenset[str] = field(default_factory=frozenset)
@@ -72,10 +72,10 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("paged")
     if fields.get("kv_dtype") is not None:
         needs.add("kv_dtypes")
-    return Template(fields, dtypes, frozenset(needs))
+    return Template(cast(CaseFields, fields), dtypes, frozenset(needs))  # checked as the case is built
 
 
-def packed(*seqlens: tuple[int, int]) -> dict[str, Any]:
+def packed(*seqlens: tuple[int, int]) -> CaseFields:
     """The fields of a packed case: ``varlen`` and the total query and key lengths."""
     return {"varlen": seqlens, "tq": sum(a for a, _ in seqlens), "tk": sum(b for _, b in seqlens)}
 
@@ -153,7 +153,7 @@ def _decode(tiny: bool) -> list[Template]:
     does not divide Tk), KV caches stored in bf16/fp16 beside fp32 queries (``kv_dtype``, for implementations
     that declare ``kv_dtypes``), and, beyond the tiny suite, a cache long enough to be split across pieces."""
     tk = 61 if tiny else 203
-    br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
+    br: CaseFields = {"causal": True, "causal_align": "bottom_right"}
     cases = [
         T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=32, cache_seqlens=(tk, 1, tk // 2)),
         T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=32, cache_seqlens=(tk, 3), **br),
@@ -183,7 +183,7 @@ def _edges(suite: str) -> list[Template]:
     heads on one grid axis fail); GQA groups of 8 and 16 (Llama-3 70B, 405B); decode caches of 4,097 to
     16,400 keys with few heads, where split-KV kernels cut the cache (FlashAttention's num_splits heuristic
     on blocks vs. SMs) and change how many pieces they merge."""
-    decode_br: dict[str, Any] = {"causal": True, "causal_align": "bottom_right"}
+    decode_br: CaseFields = {"causal": True, "causal_align": "bottom_right"}
     quick = [
         T(heads=2, tq=1030, tk=2060, d=256, causal=True),  # d at FlashAttention's limit, past SDPA's splits
         T(batch=2, heads=8, kv_heads=1, tq=1, tk=8200, d=64, cache_seqlens=(8200, 4097)),  # split-KV decode, GQA 8
@@ -276,7 +276,9 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
             for dtype in dtypes:
                 if template.fields.get("kv_dtype") == dtype:
                     continue  # a "mixed" case in the cache's own dtype is no mixed case
-                case = AttentionCase(**template.fields, dtype=dtype, device=device, kind="kernel")
+                fields = template.fields.copy()
+                fields.update({"dtype": dtype, "device": device, "kind": "kernel"})
+                case = AttentionCase(**fields)
                 cases.setdefault(case.id, case)
         if suite in SUITE_AXES:  # every pair of declared axis values, beside the templates above
             for case in pairwise_cases(impl, suite, device):

@@ -226,7 +226,7 @@ def register(
     causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
-    options: Mapping[str, Any] | None = None, structures: Sequence[str] = (), on_request: bool = False,
+    options: Mapping[str, object] | None = None, structures: Sequence[str] = (), on_request: bool = False,
     kv_dtypes: Sequence[str] = (), **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import matplotlib
 
@@ -21,6 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.patches import Rectangle
 
 from harness.report.analysis import speedup_table
@@ -52,7 +53,17 @@ def _text(value: object) -> str:
     return str(value).replace("$", r"\$")
 
 
-def _style(i: int) -> dict[str, Any]:
+class LineStyle(TypedDict, total=False):
+    """The keywords that set one line apart in matplotlib's ``plot``."""
+
+    marker: str
+    linestyle: str
+    markersize: float
+    alpha: float
+    color: str
+
+
+def _style(i: int) -> LineStyle:
     """Distinct marker and line style per line, so identical curves stay visible on top of each other."""
     return {"marker": MARKERS[i % len(MARKERS)], "linestyle": STYLES[(i // len(MARKERS)) % len(STYLES)],
             "markersize": 7 - (i % 3), "alpha": 0.9}
@@ -101,7 +112,7 @@ def scaling_plot(sf: SweepFit, out: Path) -> Plot:
         group = group[group[value] > 0]
         if group.empty:
             continue
-        style = {**_style(i), "linestyle": "none", "color": f"C{i % 10}"}
+        style: LineStyle = {**_style(i), "linestyle": "none", "color": f"C{i % 10}"}
         row = sf.row(str(name))
         ax.plot(group[s.column], group[value] / scale, label=_fit_label(name, row), zorder=3, **style)
         _model_line(ax, row, [float(x) for x in group[s.column]], scale, f"C{i % 10}")
@@ -262,7 +273,7 @@ def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
         ax.set_title(_text(dtype), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("max |out - oracle|")
-    handles: dict[str, Any] = {}
+    handles: dict[str, Artist] = {}
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)

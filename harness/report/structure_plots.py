@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.report.complexity import SweepFit, sweep
-from harness.report.plots import AXIS_LABEL, Plot, _guide, _save, _style, _text
+from harness.report.plots import AXIS_LABEL, LineStyle, Plot, _guide, _save, _style, _text
 
 STRUCTURE_PLOT_NAMES = ("time_vs_T_window", "time_vs_window")
 
@@ -47,7 +47,8 @@ def window_vs_T_plot(bench: pd.DataFrame, out: Path, fits: SweepFit | None = Non
     names = sorted(set(s.frame["implementation"]) | set(dense["implementation"]))
     for name in names:
         i = names.index(name)
-        style = {**_style(i), "color": f"C{i % 10}"}
+        style: LineStyle = {**_style(i), "color": f"C{i % 10}"}
+        dashed: LineStyle = {**style, "linestyle": "--", "alpha": 0.6}
         group = s.frame[s.frame["implementation"] == name].sort_values("tq")
         if not group.empty:
             slope = slopes.get(name)
@@ -56,7 +57,7 @@ def window_vs_T_plot(bench: pd.DataFrame, out: Path, fits: SweepFit | None = Non
         base = dense[dense["implementation"] == name].sort_values("tq")
         if len(base) >= 1:
             ax.plot(base["tq"], base["median"] * 1e3, label=f"{_text(name)}, dense causal", zorder=2,
-                    **{**style, "linestyle": "--", "alpha": 0.6})
+                    **dashed)
     xs = sorted(float(x) for x in s.frame["tq"].unique())
     y0 = float(s.frame[s.frame["tq"] == xs[0]]["median"].median()) * 1e3
     _guide(ax, xs, xs[0], y0, 1.0, "O(T) guide", ":")

@@ -58,7 +58,7 @@ class CaseSink(Protocol):
 
 
 def check_on_node(source: str, name: str, cases: list[Any], trials: int, threads: int,
-                  timeout: float) -> tuple[dict[str, Outcome], dict[str, Any]]:
+                  timeout: float) -> tuple[dict[str, Outcome], dict[str, object]]:
     """On a node: every check of each of ``cases``, one after another in this node's worker for ``name``;
     outcomes keyed by the case's position in ``cases``."""
     from harness.verify.worker import WARM_UP_TIMEOUT_S, run_case, warm_up

@@ -161,7 +161,7 @@ def _load_saved(path: Path) -> list[dict[str, Any]]:
     return saved if isinstance(saved, list) else []
 
 
-def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, Any], check: str) -> str:
+def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], check: str) -> str:
     """Copy-paste Python that rebuilds the seeded inputs, makes the call and compares it with the oracle."""
     fields = ", ".join(f"{k}={v!r}" for k, v in case.items() if k not in ("kind", "pairwise")
                        and v != AttentionCase.__dataclass_fields__[k].default)

@@ -111,14 +111,14 @@ def _wanted(axes: dict[str, list[Any]]) -> set[tuple[Any, ...]]:
             if not pair_problem(a, x, b, y)}
 
 
-def _pairs(row: dict[str, Any]) -> set[tuple[Any, ...]]:
+def _pairs(row: dict[str, object]) -> set[tuple[Any, ...]]:
     return {(a, row[a], b, row[b]) for a, b in itertools.combinations(list(row), 2)}
 
 
-def _patch_row(axes: dict[str, list[Any]], pair: tuple[Any, ...], missing: set[tuple[Any, ...]]) -> dict[str, Any]:
+def _patch_row(axes: dict[str, list[Any]], pair: tuple[Any, ...], missing: set[tuple[Any, ...]]) -> dict[str, object]:
     """A valid row holding ``pair``, every other axis set greedily to the value that covers most missing pairs."""
     a, x, b, y = pair
-    row: dict[str, Any] = {a: x, b: y}
+    row: dict[str, object] = {a: x, b: y}
     for axis, values in axes.items():
         if axis in row:
             continue
@@ -133,7 +133,7 @@ def _patch_row(axes: dict[str, list[Any]], pair: tuple[Any, ...], missing: set[t
     return {axis: row[axis] for axis in axes}
 
 
-def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, Any]]:
+def pairwise_rows(axes: dict[str, list[Any]]) -> list[dict[str, object]]:
     """allpairspy's rows, then greedy rows for the pairs its filter left out (a filter can cost pairs).
     Implementations with the same axes share one array (computed once per process)."""
     return [dict(row) for row in _rows(tuple((name, tuple(values)) for name, values in axes.items()))]
@@ -161,7 +161,7 @@ def pairwise_cases(impl: Implementation, suite: str, device: str) -> list[Attent
     return [_case(list(row), row.values(), device, expressible(impl)) for row in pairwise_rows(axes)]
 
 
-def case_values(case: AttentionCase) -> dict[str, Any]:
+def case_values(case: AttentionCase) -> dict[str, object]:
     """A case's value on each axis (the inverse of the row -> case mapping, for coverage)."""
     ratio: Any = "mqa" if case.kv_heads == 1 and case.heads > 1 else case.heads // case.kv_heads
     return {"dtype": case.dtype, "scale": case.scale, "causal": case.causal, "mask": case.mask,

@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from harness.results.schema import BenchCell, Cell, Status
 
@@ -117,11 +116,19 @@ AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads"), "
 decode steps (a few queries, Tq < Tk, against a growing cache: theory 1)."""
 
 
-def _on_axis(case: Mapping[str, Any], axis: str) -> bool:
+def _size(case: Mapping[str, object], key: str) -> int:
+    """An integer field of a stored case (a size: batch, heads, tq, tk, d)."""
+    value = case[key]
+    if not isinstance(value, (int, float)):
+        raise TypeError(f"case field {key}={value!r} is not a number")
+    return int(value)
+
+
+def _on_axis(case: Mapping[str, object], axis: str) -> bool:
     if axis == "T":
-        return bool(case["tq"] == case["tk"])
+        return _size(case, "tq") == _size(case, "tk")
     if axis == "Tk":
-        return bool(case["tq"] < case["tk"])
+        return _size(case, "tq") < _size(case, "tk")
     return True
 
 
@@ -137,30 +144,30 @@ def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> GroupKey:
     return (cell.implementation, cell.mode, fixed)
 
 
-def _fixed_label(case: Mapping[str, Any], axis_fields: tuple[str, ...]) -> str:
+def _fixed_label(case: Mapping[str, object], axis_fields: tuple[str, ...]) -> str:
     parts = {"batch": "B", "heads": "H", "tq": "T", "d": "d"}
     label = [f"{p}{case[k]}" for k, p in parts.items() if k not in axis_fields]
-    label.append(case["dtype"])
+    label.append(str(case["dtype"]))
     if case.get("causal"):
         label.append("causal")
     label += _structure_label(case)
     return "-".join(label)
 
 
-def _structure_label(case: Mapping[str, Any]) -> list[str]:
+def _structure_label(case: Mapping[str, object]) -> list[str]:
     """``window=L,R``, ``bottom_right``, ``varlen``: what a case's structure adds to a label (nothing without)."""
     window = case.get("window")
-    parts = [] if window is None else ["window=" + ",".join(map(str, window))]
+    parts = ["window=" + ",".join(map(str, window))] if isinstance(window, (list, tuple)) else []
     if case.get("causal_align") not in (None, "top_left"):
         parts.append(str(case["causal_align"]))
     return parts + (["varlen"] if case.get("varlen") is not None else [])
 
 
-def _work(case: Mapping[str, Any]) -> float:
+def _work(case: Mapping[str, object]) -> float:
     """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window,
     packed sequences) B * H * (attended pairs) * d (:func:`harness.flops.work_g`)."""
     if case.get("window") is None and case.get("varlen") is None and case.get("cache_seqlens") is None:
-        return float(case["batch"] * case["heads"] * case["tq"] * case["tk"] * case["d"])
+        return float(_size(case, "batch") * _size(case, "heads") * _size(case, "tq") * _size(case, "tk") * _size(case, "d"))
     from harness.cases import AttentionCase
     from harness.flops import work_g
 

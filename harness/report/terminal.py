@@ -7,6 +7,7 @@ print these and add only their own warnings.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.analysis.margins import baseline_led, margin
@@ -87,35 +88,43 @@ def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
                          "left out (overhead)"), rows)
 
 
-def _row(kind: str) -> dict[str, Any]:
-    return {"kind": kind, "cases": set(), "checks": 0, "pass": 0, "fail": 0, "error": 0, "crash": 0, "timeout": 0,
-            "skipped": 0, "worst_margin": None, "worst_ratio": None, "seconds": 0.0}
-
-
-def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
-    """Per implementation (in ``order``, then as met): counts by status, cases, seconds, the worst error / bound
+@dataclass
+class VerifySummary:
+    """One implementation's verify cells summed up: counts by status, cases, seconds, the worst error / bound
     over the checks that ran (1 is the edge) and the worst passing error / baseline's where the baseline sets
     the bound (:mod:`harness.analysis.margins`)."""
+
+    kind: str
+    cases: set[str] = field(default_factory=set)
+    checks: int = 0
+    statuses: dict[str, int] = field(default_factory=dict)
+    worst_margin: float | None = None
+    worst_ratio: float | None = None
+    seconds: float = 0.0
+
+    def count(self, status: str) -> int:
+        return self.statuses.get(status, 0)
+
+
+def summarize(cells: Iterable[VerifyCell], order: Iterable[str] = ()) -> dict[str, VerifySummary]:
+    """Per implementation, in ``order`` and then as met, its :class:`VerifySummary`."""
     cells = list(cells)
     present = {c.implementation for c in cells}
-    rows: dict[str, dict[str, Any] | None] = {name: None for name in order if name in present}
+    rows: dict[str, VerifySummary | None] = {name: None for name in order if name in present}
     for cell in cells:
-        row = rows.get(cell.implementation) or _row(cell.kind)
+        row = rows.get(cell.implementation) or VerifySummary(cell.kind)
         rows[cell.implementation] = row
-        row["cases"].add(cell.case_id)
-        row["checks"] += 1
-        row[cell.status.value] = row.get(cell.status.value, 0) + 1
+        row.cases.add(cell.case_id)
+        row.checks += 1
+        row.statuses[cell.status.value] = row.count(cell.status.value) + 1
         worst = margin(cell.metrics) if cell.status != Status.SKIPPED else None
         if worst is not None:
-            row["worst_margin"] = max(row["worst_margin"] or 0.0, worst)
+            row.worst_margin = max(row.worst_margin or 0.0, worst)
         ratio = cell.metrics.get("ratio")
         if cell.status == Status.PASS and baseline_led(cell.metrics) and isinstance(ratio, (int, float)):
-            row["worst_ratio"] = max(row["worst_ratio"] or 0.0, float(ratio))
-        row["seconds"] += float(cell.seconds or 0.0)
-    table = {name: row for name, row in rows.items() if row is not None}
-    for row in table.values():
-        row["cases"] = len(row["cases"])
-    return table
+            row.worst_ratio = max(row.worst_ratio or 0.0, float(ratio))
+        row.seconds += float(cell.seconds or 0.0)
+    return {name: row for name, row in rows.items() if row is not None}
 
 
 def problems(cells: Iterable[VerifyCell]) -> list[VerifyCell]:
@@ -135,8 +144,9 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
     from harness.verify.tolerance import describe_rule
 
     lines = [f"rule: {describe_rule()}", ""]
-    rows = [(name, r["kind"], r["cases"], r["checks"], r["pass"], r["fail"], r["error"], r["crash"], r["timeout"],
-             r["skipped"], _two(r["worst_margin"]), _two(r["worst_ratio"]), f"{r['seconds']:.1f}")
+    rows = [(name, r.kind, len(r.cases), r.checks, *(r.count(s) for s in ("pass", "fail", "error", "crash", "timeout",
+                                                                        "skipped")),
+             _two(r.worst_margin), _two(r.worst_ratio), f"{r.seconds:.1f}")
             for name, r in summarize(cells, order).items()]
     lines.append(format_table(("implementation", "kind", "cases", "checks", "pass", "fail", "error", "crash",
                                "timeout", "skipped", "worst err/bound", "worst ×base", "seconds"), rows))

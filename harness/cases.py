@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import Field, dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar, TypedDict, TypeVar
 
@@ -65,7 +65,7 @@ def _plain(value: Any) -> Any:
 class CaseRecord:
     """What every kind of case shares: copies with changes, and a round trip through result files."""
 
-    __dataclass_fields__: ClassVar[dict[str, Any]]
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     def with_(self: CaseT, **changes: Any) -> CaseT:
         """A copy with some fields changed (validated again)."""

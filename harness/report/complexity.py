@@ -56,7 +56,7 @@ class Sweep:
     axis: str
     """"T", "d" or "heads"."""
     column: str
-    fixed: dict[str, Any]
+    fixed: dict[str, object]
     frame: pd.DataFrame
     windowed: bool = False
     """Cells with a sliding window (time theory :data:`WINDOW_TIME_THEORY` in T)."""

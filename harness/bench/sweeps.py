@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bench.timing import TimingConfig
 from harness.cases import AttentionCase
 from harness.decode import decode_fields
 from harness.dtypes import itemsize
@@ -120,10 +121,11 @@ SUITES: dict[str, list[dict[str, Any]]] = {
     "decode": _decode_suite(),
 }
 FULL_DEFAULTS = {"batch": (1,), "dtype": ("float32",), "causal": (False, True), "mode": ("fwd", "fwd+bwd")}
-SUITE_TIMING: dict[str, dict[str, Any]] = {"quick": {"budget_s": 0.4, "min_samples": 5}, "full": {"budget_s": 1.0, "min_samples": 7},
-                                           "window": {"budget_s": 0.4, "min_samples": 5},
-                                           "varlen": {"budget_s": 0.4, "min_samples": 5},
-                                           "decode": {"budget_s": 0.5, "min_samples": 5}}
+SUITE_TIMING: dict[str, TimingConfig] = {"quick": TimingConfig(budget_s=0.4, min_samples=5),
+                                         "full": TimingConfig(budget_s=1.0, min_samples=7),
+                                         "window": TimingConfig(budget_s=0.4, min_samples=5),
+                                         "varlen": TimingConfig(budget_s=0.4, min_samples=5),
+                                         "decode": TimingConfig(budget_s=0.5, min_samples=5)}
 SUITE_CELL_BUDGET_S = {"quick": 20.0, "full": 120.0, "window": 30.0, "varlen": 30.0, "decode": 30.0}
 
 

@@ -26,7 +26,6 @@ from harness.bench.sweeps import (
     SUITES,
     free_ram_bytes,
 )
-from harness.bench.timing import TimingConfig
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.dtypes import DTYPES
@@ -107,11 +106,11 @@ def _settings(args: argparse.Namespace) -> Any:
         overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
     if args.mode:
         overrides["mode"] = list(args.mode)
-    timing = {**SUITE_TIMING[args.suite], "warm_cache": bool(args.warm_cache)}
+    timing = dataclasses.replace(SUITE_TIMING[args.suite], warm_cache=bool(args.warm_cache))
     if args.budget is not None:
-        timing["budget_s"] = args.budget
+        timing = dataclasses.replace(timing, budget_s=args.budget)
     if args.min_samples is not None:
-        timing["min_samples"] = args.min_samples
+        timing = dataclasses.replace(timing, min_samples=args.min_samples)
     free = free_ram_bytes()
     if args.memory_budget is not None:
         memory_budget = args.memory_budget * 2**30
@@ -122,7 +121,7 @@ def _settings(args: argparse.Namespace) -> Any:
     threads = args.threads if args.threads is not None else torch.get_num_threads()
     return BenchSettings(
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
-        timeout_s=args.timeout, timing=TimingConfig(**timing), memory=not args.no_memory,
+        timeout_s=args.timeout, timing=timing, memory=not args.no_memory,
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
         threads=threads, device=args.device)

@@ -21,7 +21,7 @@ import torch
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet, Kept
 from harness.cases import AttentionCase
 from harness.oracle import expand_kv, reference_attention, reference_rows, sample_rows
-from harness.results.records import CheckedCall
+from harness.results import CheckedCall
 from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, make_inputs, to_float64
 from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, compare
 

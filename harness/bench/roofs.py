@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from harness.results.records import Bandwidth, Floor, Peak, Record
+from harness.results import Bandwidth, Floor, Peak, Record
 
 SAFETY = 2.0
 """Measured readings times this: what the libraries reached is at least half what the machine can do."""

@@ -30,8 +30,20 @@ from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
 from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.results import BenchCell, CellKey, ResultWriter, Status, bandwidth_key
-from harness.results.records import Accounting, Bandwidth, Config, Integrity, Memory, Node, Peak
+from harness.results import (
+    Accounting,
+    Bandwidth,
+    BenchCell,
+    CellKey,
+    Config,
+    Integrity,
+    Memory,
+    Node,
+    Peak,
+    ResultWriter,
+    Status,
+    bandwidth_key,
+)
 
 # ---------------------------------------------------------------- worker side
 

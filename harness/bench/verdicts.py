@@ -20,8 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.bench.guard import CPU_MARGIN, CPU_WINDOW_S
-from harness.results import Status
-from harness.results.records import Accounting, Floor, Integrity, Record
+from harness.results import Accounting, Floor, Integrity, Record, Status
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

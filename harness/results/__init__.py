@@ -1,6 +1,7 @@
-"""Result files: their typed schema (:mod:`.schema`, its records in :mod:`.records`) and reading and writing them
-(:mod:`.files`)."""
+"""Result files: their typed schema (:mod:`.schema` the run, :mod:`.cells` its cells, :mod:`.records` and
+:mod:`.evidence` the records inside them) and reading and writing them (:mod:`.files`)."""
 
+from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity
 from harness.results.files import (
     RESULTS_DIR,
     ResultWriter,
@@ -12,20 +13,7 @@ from harness.results.files import (
     refuse_to_overwrite,
     write_json_atomic,
 )
-from harness.results.records import (
-    Accounting,
-    Bandwidth,
-    Config,
-    Coverage,
-    Environment,
-    Floor,
-    Integrity,
-    Memory,
-    Node,
-    Peak,
-    Record,
-    Stats,
-)
+from harness.results.records import Bandwidth, Config, Coverage, Environment, Memory, Node, Peak, Record, Stats
 from harness.results.schema import (
     PROBLEMS,
     SCHEMA,
@@ -41,7 +29,8 @@ from harness.results.schema import (
     peak_key,
 )
 
-__all__ = ["Accounting", "Bandwidth", "Config", "Coverage", "Environment", "Floor", "Integrity", "Memory", "Node", "Peak", "Record",
-           "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "ResultWriter", "Run",
-           "Status", "VerifyCell", "environment", "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite",
-           "write_json_atomic", "node_kind", "peak_key", "bandwidth_key"]
+__all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity",
+           "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
+           "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
+           "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite", "write_json_atomic",
+           "node_kind", "peak_key", "bandwidth_key"]

@@ -1,0 +1,204 @@
+"""A result file's cells: the statuses, the key that names what a cell measured, bench and verify cells,
+and their stored form (:func:`cell_to_json`, :func:`cell_from_json`). The run that holds them is
+:mod:`harness.results.schema`'s; the records inside them are :mod:`harness.results.records`'."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from harness.results.evidence import Integrity
+from harness.results.records import Memory, Node, Record, Stats, coerce_optional
+
+
+class Status(str, Enum):
+    """A cell's outcome. A ``str`` enum: ``cell.status == "ok"`` holds, and JSON stores the word."""
+
+    OK = "ok"            # bench: measured
+    PASS = "pass"        # verify: within the rule
+    FAIL = "fail"        # verify: outside the rule
+    SKIPPED = "skipped"  # not run: the reason says why (capabilities, budget, availability)
+    ERROR = "error"      # the implementation raised
+    CRASH = "crash"      # its worker process died
+    TIMEOUT = "timeout"  # its worker was stopped at the time limit
+    IMPLAUSIBLE = "implausible"  # bench: faster than physics allows, or the worker's clock does not add up
+    VIOLATION = "violation"  # bench: a timed call broke the rules (patched clock, wrapper result, work left running)
+    WRONG = "wrong"      # bench: a timed call's output does not match float64 on its inputs
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def is_problem(self) -> bool:
+        """A result that fails a run: the implementation is wrong or broke."""
+        return self in PROBLEMS
+
+
+PROBLEMS = frozenset({Status.FAIL, Status.ERROR, Status.CRASH, Status.TIMEOUT, Status.IMPLAUSIBLE, Status.VIOLATION,
+                      Status.WRONG})
+INTEGRITY = frozenset({Status.IMPLAUSIBLE, Status.VIOLATION, Status.WRONG})
+"""Bench statuses of a cell whose time is not backed by a verified computation (docs/integrity.md)."""
+
+
+@dataclass(frozen=True, order=True)
+class CellKey:
+    """What a cell measured: a later cell with the same key replaces an earlier one; resume skips it."""
+
+    type: str
+    implementation: str
+    case_id: str
+    variant: str
+    """bench: the mode (fwd, bwd, fwd+bwd); verify: the check (output, grad, property:NAME, fuzz)."""
+
+
+@dataclass(frozen=True)
+class BenchCell:
+    """One (implementation, case, mode) timed, with its memory run."""
+
+    type: ClassVar[str] = "bench"
+    implementation: str
+    case: Mapping[str, Any]
+    case_id: str
+    mode: str
+    status: Status
+    reason: str | None = None
+    flops: float | None = None
+    peak_key: str | None = None
+    """Which record of ``Run.peaks`` this cell's % of peak divides by ("float32/cpu")."""
+    samples_s: tuple[float, ...] = ()
+    stats: Stats | None = None
+    gflops: float | None = None
+    memory: Memory | None = None
+    threads: int | None = None
+    seconds: float | None = None
+    predicted_seconds: float | None = None
+    load_average: float | None = None
+    traceback: str | None = None
+    setup_s: float | None = None
+    """Seconds of set-up before the timed calls, in the timing worker: the inputs and the implementation's
+    ``prepare`` (a compile, a block mask; a first cell may include a one-off build). Never timed in
+    the samples. Absent in files from before it was recorded."""
+    bytes: float | None = None
+    """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
+    None in files written without the bandwidth roofline (optional in v2)."""
+    node: Node | None = None
+    """Where the cell ran, on a cluster (None: the run's own machine, its ``environment``)."""
+    started_at: float | None = None
+    """Epoch seconds on the node when the cell's task started holding it (cluster runs)."""
+    ended_at: float | None = None
+    integrity: Integrity | None = None
+    """What backs the cell's time (docs/integrity.md): the physics floor and its roofs, the input sets,
+    the checked samples and their errors, the clock's accounting. Absent in files from before it."""
+    profile: tuple[tuple[str, float], ...] | None = None
+    """The top ATen operators of one profiled call, (name, share of the call's time); disclosure only."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        # a record given as its stored form (a JSON object) is read as the record
+        object.__setattr__(self, "stats", coerce_optional(Stats, self.stats))
+        object.__setattr__(self, "memory", coerce_optional(Memory, self.memory))
+        object.__setattr__(self, "node", coerce_optional(Node, self.node))
+        object.__setattr__(self, "integrity", coerce_optional(Integrity, self.integrity))
+        if self.profile is not None:
+            object.__setattr__(self, "profile", tuple((str(n), float(s)) for n, s in self.profile))
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey("bench", self.implementation, self.case_id, self.mode)
+
+    @property
+    def gbps(self) -> float | None:
+        """Compulsory bytes per median second, in GB/s (1e9 bytes); None when either is unknown."""
+        median = self.median
+        return None if not self.bytes or not median else self.bytes / median / 1e9
+
+    @property
+    def median(self) -> float | None:
+        return None if self.stats is None else self.stats.median
+
+    @property
+    def peak_extra_bytes(self) -> float | None:
+        return None if self.memory is None else self.memory.peak_extra_bytes
+
+
+@dataclass(frozen=True)
+class VerifyCell:
+    """One check of one (implementation, case): output, grad, a property, or a fuzz search."""
+
+    type: ClassVar[str] = "verify"
+    implementation: str
+    case: Mapping[str, Any] | None
+    case_id: str
+    check: str
+    status: Status
+    reason: str | None = None
+    kind: str = "kernel"
+    group: str = "-"
+    metrics: Mapping[str, object] = field(default_factory=dict)
+    seconds: float = 0.0
+    node: Node | None = None
+    """Where the check ran, on a cluster (None: the run's own machine, its ``environment``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        object.__setattr__(self, "node", coerce_optional(Node, self.node))
+
+    @property
+    def key(self) -> CellKey:
+        return CellKey("verify", self.implementation, self.case_id, self.check)
+
+
+Cell = BenchCell | VerifyCell
+
+
+def node_kind(cell: Cell) -> str | None:
+    """The kind of machine a cluster cell ran on (None for a cell of a local run)."""
+    return None if cell.node is None else cell.node.kind
+
+
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile"}  # absent when unknown: older cells read as before
+
+
+def cell_to_json(cell: Cell) -> dict[str, Any]:
+    stored: dict[str, Any] = {"type": cell.type}
+    for f in dataclasses.fields(cell):
+        value = getattr(cell, f.name)
+        if value is None and f.name in _WHEN_KNOWN:
+            continue
+        if f.name == "profile":
+            value = [list(pair) for pair in value]
+        stored[f.name] = (value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple)
+                          else value.to_json() if isinstance(value, Record) else value)
+    return stored
+
+
+_FIELDS = {kind.type: {f.name for f in dataclasses.fields(kind)} for kind in (BenchCell, VerifyCell)}
+_DROPPED = {"pct_peak"}  # v1 bench cells: now computed from the run's peaks record
+
+
+def cell_from_json(data: Mapping[str, Any]) -> Cell:
+    """A cell from its stored form; an unknown type or field is an error that names it."""
+    kind: type[BenchCell] | type[VerifyCell]
+    kind = {"bench": BenchCell, "verify": VerifyCell}.get(str(data.get("type")))  # type: ignore[assignment]
+    if kind is None:
+        raise ValueError(f"a cell of unknown type {data.get('type')!r} (expected 'bench' or 'verify')")
+    unknown = set(data) - _FIELDS[kind.type] - _DROPPED - {"type"}
+    if unknown:
+        raise ValueError(f"a {kind.type} cell with unknown field(s) {sorted(unknown)}")
+    values = {k: v for k, v in data.items() if k in _FIELDS[kind.type]}
+    values["status"] = Status(values["status"])
+    if "samples_s" in values:
+        values["samples_s"] = tuple(values["samples_s"] or ())
+    return kind(**values)
+
+
+def with_(cell: Cell, **changes: Any) -> Cell:
+    """A copy of ``cell`` with ``changes`` (cells are frozen: a writer builds, never mutates)."""
+    return dataclasses.replace(cell, **changes)
+
+
+def problems(cells: Sequence[Cell]) -> list[Cell]:
+    return [c for c in cells if c.status.is_problem]

@@ -1,0 +1,72 @@
+"""The records of what backs a bench cell's time (docs/integrity.md): the physics floor and its roofs, the
+timing worker's own clock, and each kept call checked against float64. Typed as the other records
+(:mod:`harness.results.records`): frozen, read and written whole, unknown keys kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.results.records import Record
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Floor(Record):
+    """The physics floor of a cell: the fewest seconds its FLOPs and bytes can take on the roofs."""
+
+    floor_s: float | None = None
+    compute_roof_gflops: float | None = None
+    memory_roof_gbps: float | None = None
+    compute_s: float | None = None
+    memory_s: float | None = None
+    how: str | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Accounting(Record):
+    """The timing worker's own clock, phase by phase: it must add up, and agree with the parent's."""
+
+    total_s: float | None = None
+    loop_s: float | None = None
+    captures_s: float | None = None
+    phases_s: float | None = None
+    checks_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CheckedCall(Record):
+    """One kept timed call checked against float64 on its own inputs: which sample, which rows, the error."""
+
+    sample: int | None = None
+    set: int | None = None
+    """The input set the call ran on."""
+    checked: str | None = None
+    """Why the call was not checked, when it was not."""
+    rows: str | None = None
+    max_abs_err: float | None = None
+    bound: float | None = None
+
+    def _keep_null(self, name: str) -> bool:
+        return name in ("max_abs_err", "bound") and self.rows is not None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Integrity(Record):
+    """What backs a cell's time (docs/integrity.md): the input sets, the checks of kept calls, the
+    clock's accounting, and (added by the parent) the physics floor and the task's wall time."""
+
+    ALWAYS = frozenset({"clock"})
+    NESTED = {"accounting": Accounting, "floor": Floor}
+    TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "cpu_after_s"})
+    RECORD_TUPLES = {"checked": CheckedCall}
+    input_sets: int | None = None
+    shifted: bool | None = None
+    clock: str | None = None
+    untyped: tuple[int, ...] | None = None
+    kept_problems: tuple[str, ...] | None = None
+    output_problems: tuple[str, ...] | None = None
+    checked: tuple[CheckedCall, ...] | None = None
+    cpu_after_s: tuple[float, ...] | None = None
+    spin_s: float | None = None
+    accounting: Accounting | None = None
+    floor: Floor | None = None
+    wall_s: float | None = None

@@ -204,19 +204,19 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
         print(json.dumps({"path": str(path), **run.to_json()}, indent=1, default=str))
         return 1 if problems else 0
     for key, peak in sorted(run.peaks.items()):
-        if peak.get("gflops"):
+        if peak.gflops:
             readings = ""
-            if peak.get("confirmed_gflops"):
-                readings = f"; higher of {peak['first_gflops']:.1f} before and {peak['confirmed_gflops']:.1f} after the cells"
-            print(f"peak {key}: {peak['gflops']:.1f} GFLOP/s ({peak['method']}{readings})")
+            if peak.confirmed_gflops:
+                readings = f"; higher of {peak.first_gflops or 0.0:.1f} before and {peak.confirmed_gflops:.1f} after the cells"
+            print(f"peak {key}: {peak.gflops:.1f} GFLOP/s ({peak.method}{readings})")
         else:
-            print(f"peak {key}: not measured ({peak.get('error')})")
+            print(f"peak {key}: not measured ({peak.error})")
     for key, record in sorted((run.bandwidth or {}).items()):
-        if record.get("read_gbps"):
-            print(f"bandwidth {key}: read {record['read_gbps']:.1f} GB/s, copy {record['copy_gbps']:.1f} GB/s "
-                  f"({record['method']}; higher of the readings before and after the cells)")
+        if record.read_gbps:
+            print(f"bandwidth {key}: read {record.read_gbps:.1f} GB/s, copy {record.copy_gbps or 0.0:.1f} GB/s "
+                  f"({record.method}; higher of the readings before and after the cells)")
         else:
-            print(f"bandwidth {key}: not measured ({record.get('error')})")
+            print(f"bandwidth {key}: not measured ({record.error})")
     print()
     print(results_table(run))
     skipped: dict[tuple[str, str | None], int] = {}

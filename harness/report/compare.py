@@ -183,8 +183,10 @@ def _other_machines(base_run: Run, new_run: Run, base: BenchCell, new: BenchCell
 
 def _environment_warnings(base: Run, new: Run) -> list[str]:
     warnings = []
-    for key in ("cpu_model", "threads", "torch", "gpu"):
-        a, b = base.environment.get(key), new.environment.get(key)
+    old, now = base.environment, new.environment
+    pairs = {"cpu_model": (old.cpu_model, now.cpu_model), "threads": (old.threads, now.threads),
+             "torch": (old.torch, now.torch), "gpu": (old.gpu, now.gpu)}
+    for key, (a, b) in pairs.items():
         if a is not None and b is not None and a != b:
             warnings.append(f"the runs differ in {key}: {a} vs {b}; the comparison may reflect the machine")
     return warnings

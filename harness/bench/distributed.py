@@ -107,7 +107,7 @@ class ClusterPeaks:
             peak = peaks.get(key)
             if peak is None or not peak.gflops:
                 failed = Peak(error=f"{outcome.status}: {outcome.error}")
-                peaks[key] = replace(reading, node=node) if reading else failed
+                peaks[key] = replace(reading, node=node) if reading is not None else failed
                 continue
             peaks[key] = confirmed(peak, reading) if confirm else higher(peak, reading)
         self.runner.writer.set("peaks", peaks)
@@ -121,7 +121,8 @@ class ClusterPeaks:
         reading: Bandwidth | None = outcome.value if outcome.status == OK else None
         record = records.get(key)
         if record is None or not record.read_gbps:
-            records[key] = replace(reading, node=node) if reading else Bandwidth(error=f"{outcome.status}: {outcome.error}")
+            records[key] = (replace(reading, node=node) if reading is not None
+                            else Bandwidth(error=f"{outcome.status}: {outcome.error}"))
             return
         if reading is not None:
             records[key] = record.higher(reading, confirm=confirm)

@@ -74,8 +74,8 @@ def bench_target(address: str, out: Path) -> None:
     run = read_run(path)
     spans: dict[str, list[tuple[float, float, str]]] = collections.defaultdict(list)
     for cell in run.bench_cells():
-        if cell.node and cell.started_at is not None and cell.ended_at is not None:
-            spans[cell.node["node_id"]].append((cell.started_at, cell.ended_at, f"{cell.implementation} {cell.case_id}"))
+        if cell.node is not None and cell.started_at is not None and cell.ended_at is not None:
+            spans[cell.node.node_id or ""].append((cell.started_at, cell.ended_at, f"{cell.implementation} {cell.case_id}"))
     overlaps = []
     for node, cells in spans.items():
         cells.sort()
@@ -84,8 +84,8 @@ def bench_target(address: str, out: Path) -> None:
     print(f"bench: {len(run.bench_cells())} cells {dict(statuses)}; with a node: {sum(len(v) for v in spans.values())}; "
           f"per node: { {n[:8]: len(v) for n, v in spans.items()} }; overlapping pairs on one node: {len(overlaps)}")
     for key, peak in run.peaks.items():
-        print(f"  peak {key}: {peak.get('gflops') or 0:.1f} GFLOP/s (first {peak.get('first_gflops') or 0:.1f}, "
-              f"again {peak.get('confirmed_gflops') or 0:.1f})")
+        print(f"  peak {key}: {peak.gflops or 0:.1f} GFLOP/s (first {peak.first_gflops or 0:.1f}, "
+              f"again {peak.confirmed_gflops or 0:.1f})")
 
 
 def main() -> None:

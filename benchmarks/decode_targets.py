@@ -174,7 +174,7 @@ def main() -> None:
 
     # 3. MQA, one sequence: split-KV. 32 query rows per K/V row: 16 FLOPs per byte at d = 128, past this machine's
     # ridge point, so the fp32 GEMM peak (measured here) caps the share of bandwidth any fp32 kernel can reach.
-    peak = measure_gemm_peak("float32", "cpu", threads=args.threads)["gflops"]
+    peak = measure_gemm_peak("float32", "cpu", threads=args.threads).gflops or 0.0
     for tk in (65536, 262144):
         mqa = _cache(1, 32, 1, tk)
         t = _interleaved([read, lambda c=mqa: decode_attention(*c)], args.rounds)

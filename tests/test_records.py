@@ -89,6 +89,17 @@ def test_unknown_keys_and_nulls_of_other_versions_are_kept_in_place() -> None:
     assert Node.from_json({"kind": "k"}).to_json() == {"kind": "k"}  # no null invented for a key it lacked
 
 
+def test_a_record_that_is_not_an_object_is_a_named_error(tmp_path: Path) -> None:
+    from harness.errors import UsageError
+
+    document = _v3_document()
+    document["peaks"]["float32/cpu@k"] = [1, 2]
+    path = tmp_path / "damaged.json"
+    write_json_atomic(path, document)
+    with pytest.raises(UsageError, match="damaged result file: a peak record must be a JSON object, not list"):
+        read_run(path)
+
+
 def test_records_are_frozen_and_changed_by_replacing() -> None:
     peak = Peak(gflops=1.0)
     with pytest.raises(dataclasses.FrozenInstanceError):

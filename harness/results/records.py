@@ -85,7 +85,10 @@ class Record(Mapping[str, object]):
 
     @classmethod
     def from_json(cls: type[R], data: Mapping[str, Any]) -> R:
-        """The record of a stored object; unknown keys go to ``extra``, nothing is dropped."""
+        """The record of a stored object; unknown keys go to ``extra``, nothing is dropped. Anything but an
+        object is a TypeError naming the record (a damaged file, reported as such by its reader)."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a {cls.__name__.lower()} record must be a JSON object, not {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)} - {"extra", "stored"}
         values: dict[str, object] = {}
         for key, value in data.items():

@@ -55,12 +55,15 @@ def _claim(claim: str, value: float, unit: str, target: str, met: bool | None, d
 
 def _interleaved(calls: list[Callable[[], object]], rounds: int, best: list[float] | None = None) -> list[float]:
     """Median seconds of each call, called in turn ``rounds`` times after one warm-up round; ``best`` (when
-    given) receives each call's fastest time: on a loaded machine, the figure least disturbed by others."""
+    given) receives each call's fastest time: on a loaded machine, the figure least disturbed by others.
+    The order rotates by one call each round: a call right after the probe's 1-2 GiB read starts with
+    caches, TLB and worker threads cold and runs measurably slower, so no contestant always takes that place."""
     times: list[list[float]] = [[] for _ in calls]
     for r in range(rounds + 1):
-        for i, call in enumerate(calls):
+        for n in range(len(calls)):
+            i = (n + r) % len(calls)
             start = time.perf_counter()
-            call()
+            calls[i]()
             if r:
                 times[i].append(time.perf_counter() - start)
     if best is not None:

@@ -90,9 +90,10 @@ def built_before(name: str) -> bool:
 
 
 def build(sources: Path | list[Path], name: str, flags: list[str],
-          build_directory: Path | None = None) -> ModuleType | str:
+          build_directory: Path | None = None, ldflags: list[str] | None = None) -> ModuleType | str:
     """Compile (or load from torch's cache) ``sources`` as extension ``name``; on failure, the reason:
-    the compiler's error lines, so ``attnbench list`` and skipped cells say what went wrong."""
+    the compiler's error lines, so ``attnbench list`` and skipped cells say what went wrong. ``flags`` go
+    to the compiler, ``ldflags`` to the linker."""
     from torch.utils import cpp_extension
 
     try:
@@ -102,7 +103,7 @@ def build(sources: Path | list[Path], name: str, flags: list[str],
         with builder_lock(directory):
             staged = _staged(paths, directory)
             return cpp_extension.load(name=name, sources=[str(p) for p in staged], extra_cflags=["-O3", *flags],
-                                      verbose=False, build_directory=str(directory))
+                                      extra_ldflags=ldflags or [], verbose=False, build_directory=str(directory))
     except (RuntimeError, OSError, ImportError) as exc:
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         noise = ("Error building", "FAILED:", "ninja: build stopped", "[")  # ninja's framing, the commands

@@ -13,8 +13,8 @@
 // are loaded and every sum is fp32. The query arrives as fp32 (the Python side converts its few rows).
 // Keys are reached through one row pointer per key, so a contiguous cache (B, Hkv, Tk, d) and a
 // paged one (pages (P, Hkv, page, d) and a block table (B, pages per sequence)) run the same loops.
-// Threads: the Python side runs one ``work`` call per worker thread; each pulls items from a shared
-// counter (an int64 tensor, fetch-and-add), so ragged caches balance themselves.
+// Threads: ``work`` runs on torch's own threads (at::parallel_for); each pulls items from a shared counter
+// (fetch-and-add), so ragged caches balance themselves.
 //
 // The inner loops (_decode_kernel.h) are compiled twice, for AVX2 + FMA + F16C and for AVX-512F, by
 // `#pragma GCC target` (never -march=native); ``tune`` picks one from the CPU's features at run time.
@@ -351,26 +351,31 @@ torch::Tensor plan(torch::Tensor lens, int64_t hkv, int64_t tq, bool causal, boo
   return out;
 }
 
-// One worker: items pulled from ``counter`` until none is left; partial outputs (n, R, d) and LSE (n, R).
+// Every item, on torch's own threads (at::parallel_for: the OpenMP team that torch's other operations use, so
+// the step never competes with that team's threads while they spin after the previous operation); each
+// thread pulls items from a shared counter until none is left. Partial outputs (n, R, d) and LSE (n, R).
 void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> table, torch::Tensor lens,
-          torch::Tensor items, torch::Tensor counter, torch::Tensor part_o, torch::Tensor part_lse, int64_t tq,
-          int64_t g, double scale_log2, bool causal, bool bottom_right, int64_t wl, int64_t wr) {
+          torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, int64_t tq, int64_t g, double scale_log2,
+          bool causal, bool bottom_right, int64_t wl, int64_t wr) {
   const Problem P = problem(q, k, v, table, lens, tq, g, scale_log2, causal, bottom_right, wl, wr);
   TORCH_CHECK(has_avx2(), "tiled_decode needs AVX2, FMA and F16C");
   const int64_t n = items.size(0), rows = g * tq;
   const int64_t* it = items.data_ptr<int64_t>();
-  int64_t* next = counter.data_ptr<int64_t>();
   float* po = part_o.data_ptr<float>();
   float* pl = part_lse.data_ptr<float>();
-  Scratch w;
   const bool wide = g_isa == 1;
-  for (;;) {
-    const int64_t i = __atomic_fetch_add(next, 1, __ATOMIC_RELAXED);
-    if (i >= n) break;
-    float* o = po + i * rows * P.d;
-    if (wide) isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
-    else isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
-  }
+  int64_t next = 0;
+  const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
+  at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
+    Scratch w;
+    for (;;) {
+      const int64_t i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
+      if (i >= n) break;
+      float* o = po + i * rows * P.d;
+      if (wide) isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+      else isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+    }
+  });
 }
 
 // out (B, H, Tq, d): per (b, h), the items' partial outputs weighted by 2^(lse - max lse) / sum.
@@ -434,7 +439,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether V is prefetched "
              "during the scores pass, whether only one line per 4 KiB is prefetched; returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
-  module.def("work", &work, "one worker: items from the shared counter", pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("work", &work, "every item, on torch's threads", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",
              pybind11::call_guard<pybind11::gil_scoped_release>());
 }

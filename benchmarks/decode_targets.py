@@ -3,7 +3,7 @@
     PYTHONPATH=. python3 benchmarks/decode_targets.py [--isa avx2 avx512] [--kv float32 bfloat16 float16]
                                                       [--rounds 5] [--threads 2] [--no-sdpa] [--more] [--claims FILE]
 
-Each comparison calls its contestants alternately (a, b, a, b, ...; one warm-up round, then ``--rounds``)
+Each comparison calls its contestants in turn, in a new (seeded) order each round (one warm-up round, then ``--rounds``)
 together with the read-bandwidth probe (``torch.sum`` over a float32 buffer of as many bytes as the K and V
 the step reads), and compares medians: on a machine shared with other jobs the load moves all of them alike
 (the headline also prints the ratio of the fastest rounds, the figure least disturbed by other jobs).
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -56,12 +57,15 @@ def _claim(claim: str, value: float, unit: str, target: str, met: bool | None, d
 def _interleaved(calls: list[Callable[[], object]], rounds: int, best: list[float] | None = None) -> list[float]:
     """Median seconds of each call, called in turn ``rounds`` times after one warm-up round; ``best`` (when
     given) receives each call's fastest time: on a loaded machine, the figure least disturbed by others.
-    The order rotates by one call each round: a call right after the probe's 1-2 GiB read starts with
-    caches, TLB and worker threads cold and runs measurably slower, so no contestant always takes that place."""
+    Each round calls them in a new order (seeded shuffle): a call can run slower for what ran just before it
+    (threads another operation left spinning on the cores, caches and TLB it emptied), so no contestant
+    always follows the same one."""
     times: list[list[float]] = [[] for _ in calls]
+    order = list(range(len(calls)))
+    shuffle = random.Random(0).shuffle
     for r in range(rounds + 1):
-        for n in range(len(calls)):
-            i = (n + r) % len(calls)
+        shuffle(order)
+        for i in order:
             start = time.perf_counter()
             calls[i]()
             if r:

@@ -48,13 +48,14 @@ MIN_PIECE = 512
 PIECES_PER_THREAD = 4
 PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, SPARSE = 1, 64, 32768, 2, False
 V_IN_SCORES = {"avx2": False, "avx512": True}
-"""Each K and V row is prefetched (hint T0: against T1, measured interleaved in one process at B8 H32/8
-Tk32768 with 2 threads, as fast with fp32 and up to 20-30% faster with bf16 and fp16 caches on AVX2) while
-the row AHEAD_BYTES before it in its stream is computed on, spread evenly over a pass's sweeps of the block so the memory sees a steady stream of requests while the core
-computes: K's during the scores pass; V's during the scores pass too where V_IN_SCORES says so for the tier
-(AVX-512: its scores pass is short, and both streams in flight together read faster, measured interleaved
-with the probe at B8 H32/8 Tk32768: bf16 78% against 67%, fp32 72% against 67%), else during the P V pass
-(AVX2: the same either way). SPARSE: one line per 4 KiB only. Keys go through the softmax in blocks of 64."""
+"""Each K and V row is prefetched (hint T0: against T1, measured interleaved in one process at B8 H32/8 Tk32768 with
+2 threads, as fast with fp32 and up to 20-30% faster with bf16 and fp16 caches on AVX2) while the row AHEAD_BYTES
+before it in its stream is computed on, spread evenly over a pass's sweeps of the block so the memory sees a
+steady stream of requests while the core computes: K's during the scores pass; V's during the scores pass too
+where V_IN_SCORES says so for the tier (AVX-512: its scores pass is short, and both streams in flight together
+read faster, measured interleaved with the probe at B8 H32/8 Tk32768: bf16 78% against 67%, fp32 72% against 67%),
+else during the P V pass (AVX2: the same either way). SPARSE: one line per 4 KiB only. Keys go through the softmax
+in blocks of 64."""
 FORCE_ISA = "ATTNBENCH_DECODE_ISA"
 """Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run every tier)."""
 KV_DTYPES = ("float32", "bfloat16", "float16")

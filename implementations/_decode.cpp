@@ -43,6 +43,7 @@ int64_t g_ahead_bytes = 32768;   // how far ahead of the rows in use each of K a
 int64_t g_warm_blocks = 2;       // paged caches: how many blocks past the prefetch distance pages are warmed
 bool g_v_in_scores = true;       // V's rows prefetched during the scores pass (else during P V)
 int g_isa = 0;                   // 0: AVX2 + FMA + F16C; 1: AVX-512F
+bool g_f32_512 = false;          // tier 1: float32 caches on the 512-bit loops too (else on the 256-bit ones)
 
 constexpr int64_t kv_size(int kind) { return kind == KV_F32 ? 4 : 2; }
 
@@ -363,7 +364,7 @@ void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch
   const int64_t* it = items.data_ptr<int64_t>();
   float* po = part_o.data_ptr<float>();
   float* pl = part_lse.data_ptr<float>();
-  const bool wide = g_isa == 1;
+  const bool wide = g_isa == 1 && (P.kind != KV_F32 || g_f32_512);
   int64_t next = 0;
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
@@ -420,7 +421,7 @@ std::vector<std::string> tiers() {
 }
 
 std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_t ahead_bytes, int64_t warm_blocks,
-                 bool v_in_scores, bool sparse) {
+                 bool v_in_scores, bool sparse, bool f32_512) {
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be avx2 or avx512, not ", isa);
   TORCH_CHECK(isa != "avx512" || has_avx512(), "this CPU has no AVX-512F");
   g_isa = isa == "avx512" ? 1 : 0;
@@ -430,6 +431,7 @@ std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_
   g_block = static_cast<int>(std::min<int64_t>(std::max<int64_t>(block, 1), BLOCK));
   g_v_in_scores = v_in_scores;
   g_sparse = sparse;
+  g_f32_512 = f32_512;
   return ISA_NAMES[g_isa];
 }
 
@@ -437,7 +439,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("tiers", &tiers, "the instruction-set tiers this CPU can run (avx2, avx512), lowest first");
   module.def("tune", &tune, "tier (avx2 or avx512), prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), "
              "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether V is prefetched "
-             "during the scores pass, whether only one line per 4 KiB is prefetched; returns the tier in use");
+             "during the scores pass, whether only one line per 4 KiB is prefetched, whether the avx512 tier runs float32 "
+             "caches on its 512-bit loops (else the 256-bit ones); returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "every item, on torch's threads", pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",

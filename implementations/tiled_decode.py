@@ -56,6 +56,12 @@ where V_IN_SCORES says so for the tier (AVX-512: its scores pass is short, and b
 read faster, measured interleaved with the probe at B8 H32/8 Tk32768: bf16 78% against 67%, fp32 72% against 67%),
 else during the P V pass (AVX2: the same either way). SPARSE: one line per 4 KiB only. Keys go through the softmax
 in blocks of 64."""
+FLOAT32_512 = False
+"""Whether the avx512 tier runs float32 caches on its 512-bit loops. It runs them on the 256-bit (avx2) loops:
+from memory those read a float32 cache faster (AMD EPYC, Zen 5, B8 H32/8 Tk32768, 2 threads, interleaved in one
+process: 77-82% of the read probe against 68-73% when the probe read 44-48 GB/s, 49-52 GB/s against 42-43 when it
+read 78), though in cache the 512-bit loops are faster (123 against 67 GB/s). bf16 and fp16 caches, converted on
+load and bound by arithmetic, run on the 512-bit loops (as fast at 45 GB/s, 15-20% faster at 76)."""
 FORCE_ISA = "ATTNBENCH_DECODE_ISA"
 """Environment variable: ``avx2`` keeps the kernel on its AVX2 path on an AVX-512 CPU (the tests run every tier)."""
 KV_DTYPES = ("float32", "bfloat16", "float16")
@@ -101,7 +107,7 @@ def use_isa(isa: str | None = None) -> str:
     if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
     tier = isa if isa in have else have[-1]
-    settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES[tier], SPARSE)
+    settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES[tier], SPARSE, FLOAT32_512)
     if _TUNED.get("settings") != settings:
         _TUNED["tier"] = str(ext.tune(*settings))
         _TUNED["settings"] = settings

@@ -132,11 +132,14 @@ def test_decode_kernels_match_the_oracle(name: str, fields: dict, monkeypatch: p
     case = AttentionCase(**fields)
     inputs = make_inputs(case, 7, impl.backend)
     want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
-    isas = ("avx512", "avx2") if name == "tiled_decode" else ("",)
-    for isa in isas:  # both of the compiled kernel's paths (AVX-512 only where the CPU has it)
+    # every compiled path: the 512-bit loops (AVX-512 only where the CPU has it; float32 caches only when
+    # FLOAT32_512 says so) and the 256-bit ones
+    paths = [("avx512", True), ("avx512", False), ("avx2", False)] if name == "tiled_decode" else [("", False)]
+    for isa, float32_512 in paths:
         monkeypatch.setenv("ATTNBENCH_DECODE_ISA", isa)
+        monkeypatch.setattr("implementations.tiled_decode.FLOAT32_512", float32_512)
         got = to_float64(impl(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures)))
-        assert float((got - want).abs().max()) < 2e-5, (isa, float((got - want).abs().max()))
+        assert float((got - want).abs().max()) < 2e-5, (isa, float32_512, float((got - want).abs().max()))
 
 
 def test_split_kv_splits_a_long_cache_and_merges_exactly() -> None:

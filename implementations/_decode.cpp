@@ -41,7 +41,7 @@ bool g_sparse = false;           // prefetch one line per 4 KiB page only (the h
 int g_block = BLOCK;             // keys per block (<= BLOCK)
 int64_t g_ahead_bytes = 32768;   // how far ahead of the rows in use each of K and V is prefetched
 int64_t g_warm_blocks = 2;       // paged caches: how many blocks past the prefetch distance pages are warmed
-bool g_v_in_scores = true;       // V's rows prefetched during the scores pass (else during P V)
+bool g_v_in_scores = true;       // the 512-bit loops: V's rows prefetched during the scores pass (else during P V)
 int g_isa = 0;                   // 0: AVX2 + FMA + F16C; 1: AVX-512F
 bool g_f32_512 = false;          // tier 1: float32 caches on the 512-bit loops too (else on the 256-bit ones)
 
@@ -438,8 +438,8 @@ std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("tiers", &tiers, "the instruction-set tiers this CPU can run (avx2, avx512), lowest first");
   module.def("tune", &tune, "tier (avx2 or avx512), prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), "
-             "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether V is prefetched "
-             "during the scores pass, whether only one line per 4 KiB is prefetched, whether the avx512 tier runs float32 "
+             "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether the 512-bit loops "
+             "prefetch V during the scores pass, whether only one line per 4 KiB is prefetched, whether the avx512 tier runs float32 "
              "caches on its 512-bit loops (else the 256-bit ones); returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
   module.def("work", &work, "every item, on torch's threads", pybind11::call_guard<pybind11::gil_scoped_release>());

@@ -354,7 +354,7 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
   k1 = bounds.k1;
   const int64_t row_bytes = d * kv_size(KIND);
   const int64_t ahead = std::max<int64_t>(1, g_ahead_bytes / row_bytes);  // keys between a prefetch and its use
-  const bool v_early = g_v_in_scores;
+  const bool v_early = W == 16 && g_v_in_scores;  // the 256-bit loops prefetch V during P V (see tiled_decode.py)
   if (k0 < k1) fill_rows(P, b, h, k0, k1, w.kp.data(), w.vp.data());
   for (int64_t kb = k0; kb < k1; kb += g_block) {
     const int64_t nk = std::min<int64_t>(g_block, k1 - kb);

@@ -47,15 +47,15 @@ MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
 PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, SPARSE = 1, 64, 32768, 2, False
-V_IN_SCORES = {"avx2": False, "avx512": True}
+V_IN_SCORES_512 = True
 """Each K and V row is prefetched (hint T0: against T1, measured interleaved in one process at B8 H32/8 Tk32768 with
 2 threads, as fast with fp32 and up to 20-30% faster with bf16 and fp16 caches on AVX2) while the row AHEAD_BYTES
 before it in its stream is computed on, spread evenly over a pass's sweeps of the block so the memory sees a
-steady stream of requests while the core computes: K's during the scores pass; V's during the scores pass too
-where V_IN_SCORES says so for the tier (AVX-512: its scores pass is short, and both streams in flight together
-read faster, measured interleaved with the probe at B8 H32/8 Tk32768: bf16 78% against 67%, fp32 72% against 67%),
-else during the P V pass (AVX2: the same either way). SPARSE: one line per 4 KiB only. Keys go through the softmax
-in blocks of 64."""
+steady stream of requests while the core computes: K's during the scores pass; V's during the scores pass too in
+the 512-bit loops where V_IN_SCORES_512 says so (their scores pass is short, and both streams in flight together
+read faster, measured interleaved with the probe at B8 H32/8 Tk32768: bf16 78% against 67%), during the P V pass
+in the 256-bit loops (fp32 11% faster from memory than during the scores pass). SPARSE: one line per 4 KiB only.
+Keys go through the softmax in blocks of 64."""
 FLOAT32_512 = False
 """Whether the avx512 tier runs float32 caches on its 512-bit loops. It runs them on the 256-bit (avx2) loops:
 from memory those read a float32 cache faster (AMD EPYC, Zen 5, B8 H32/8 Tk32768, 2 threads, interleaved in one
@@ -107,7 +107,7 @@ def use_isa(isa: str | None = None) -> str:
     if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
     tier = isa if isa in have else have[-1]
-    settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES[tier], SPARSE, FLOAT32_512)
+    settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES_512, SPARSE, FLOAT32_512)
     if _TUNED.get("settings") != settings:
         _TUNED["tier"] = str(ext.tune(*settings))
         _TUNED["settings"] = settings

@@ -24,7 +24,7 @@ import contextlib
 import hashlib
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -41,11 +41,14 @@ def isa_flags() -> tuple[str, list[str]]:
     return "generic", []
 
 
-def extension_name(prefix: str, isa: str, sources: list[Path]) -> str:
+def extension_name(prefix: str, isa: str, sources: list[Path], flags: Sequence[str] = ()) -> str:
     """``prefix_isa_hash``: the first 10 hex digits of a SHA-1 over the contents of the sources and the
     local headers they include (by file name, not by where they are), the Python environment that runs
-    (``sys.prefix``, its version) and the torch it builds against."""
+    (``sys.prefix``, its version), the torch it builds against and any extra compiler or linker ``flags``
+    (a build with other flags is another module)."""
     digest = hashlib.sha1(f"{sys.prefix}\0{sys.version}\0{torch.__version__}\0{Path(torch.__file__).parent}".encode())
+    if flags:
+        digest.update("\0".join(flags).encode())
     for path in _with_headers(sources):
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return f"{prefix}_{isa}_{digest.hexdigest()[:10]}"

@@ -80,11 +80,12 @@ def extension() -> ModuleType | str:
             if isa != "avx2":
                 _BUILD["result"] = f"tiled_decode needs AVX2 and FMA; this CPU's capability is {isa}"
                 return _BUILD["result"]
-            name = extension_name("attnbench_decode", isa, SOURCES)
+            # OpenMP: at::parallel_for runs on torch's own thread team (the libgomp torch has loaded already)
+            openmp = ["-fopenmp"]
+            name = extension_name("attnbench_decode", isa, SOURCES, openmp)
             if not built_before(name):
                 print("attnbench: building tiled_decode's C++ kernel (first use only, about 30 s)", file=sys.stderr)
-            # OpenMP: at::parallel_for runs on torch's own thread team (the libgomp torch has loaded already)
-            _BUILD["result"] = build(SOURCES, name, [*flags, "-fopenmp"], ldflags=["-fopenmp"])
+            _BUILD["result"] = build(SOURCES, name, [*flags, *openmp], ldflags=openmp)
         return _BUILD["result"]
 
 

@@ -65,6 +65,7 @@ def test_a_copy_of_the_same_sources_elsewhere_reuses_the_build(tmp_path: Path) -
     (second.parent / "tiny.cpp").write_text(SOURCE + "// changed\n")
     assert extension_name("tiny", "avx2", [first]) != extension_name("tiny", "avx2", [second])
     second.write_text(SOURCE)
+    assert extension_name("tiny", "avx2", [first], ["-fopenmp"]) != extension_name("tiny", "avx2", [first])
 
     build_dir = tmp_path / "build"
     assert _build_in_subprocess(first, build_dir) == "42"

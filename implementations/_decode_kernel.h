@@ -185,7 +185,7 @@ struct Spread {
 
 // S[r][j .. j + KK) for RR rows, one key after another, each key's row read whole and in order (two chunks
 // per step). The hardware prefetchers follow a row-order stream; the tile above interleaves KK rows a chunk at
-// a time, which on AVX2 (64-byte chunks) they follow poorly: from memory this reads 15-25% faster there (in
+// a time, which on AVX2 (64-byte chunks) they follow poorly: from memory this reads 7-10% faster there (in
 // cache, the same). A key's products go to two sets of accumulators (even and odd chunks), so each chain of
 // dependent FMAs is half as long.
 template <int KIND, int RR, int KK>

@@ -84,9 +84,14 @@ ATTNBENCH_FORWARD_ITEM(forward_item_bf16) {
                                           q_scale, block_k, diagonal_chunk);
 }
 
+ATTNBENCH_FORWARD_ITEMS(forward_items_bf16, forward_item_bf16)
+ATTNBENCH_FORWARD_ITEMS(forward_items_f32, forward_item_f32)
+
 // A module of its own, built apart from the MKL float32 kernels: a compiler without AVX512_BF16
 // intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  ATTNBENCH_DEF_ITEM(module, forward_items_bf16, "Every item of the bf16 forward, on torch's threads");
+  ATTNBENCH_DEF_ITEM(module, forward_items_f32, "Every item of the AVX-512 float32 forward, on torch's threads");
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
   ATTNBENCH_DEF_ITEM(module, forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)");
   module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");

@@ -9,8 +9,9 @@
 // Scores arrive in base 2: each item's copy of its Q rows is multiplied by scale * log2(e).
 // The accumulator is the output itself (rows of a contiguous (B, H, Tq, d) tensor), so nothing is
 // copied at the end; the log-sum-exp is written in natural log, -inf for rows with no allowed key.
-// Threads: the caller (implementations._workers) runs items on worker threads with torch set to one
-// thread; the binding releases the GIL so the workers run in parallel.
+// Threads: the caller (implementations._workers) runs forward_item and the backward's items on worker threads
+// with torch set to one thread; the bindings release the GIL so the workers run in parallel. The own-GEMM
+// forwards run all their items in one call on torch's threads (ATTNBENCH_FORWARD_ITEMS, _flash_items.h).
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -196,8 +197,11 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 
 }  // namespace
 
+ATTNBENCH_FORWARD_ITEMS(forward_items_avx2, forward_item_avx2)
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   ATTNBENCH_DEF_ITEM(module, backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs");
+  ATTNBENCH_DEF_ITEM(module, forward_items_avx2, "Every item of the AVX2 forward, on torch's threads");
   module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
   ATTNBENCH_DEF_ITEM(module, forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs");
   ATTNBENCH_DEF_ITEM(module, forward_item, "One work item of the fused FlashAttention-2 forward");

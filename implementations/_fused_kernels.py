@@ -58,11 +58,12 @@ def _built(key: str, prefix: str, sources: list[Path], what: str) -> ModuleType 
     with _BUILD_LOCK:
         if key not in _BUILD:
             isa, flags = isa_flags()
-            name = extension_name(prefix, isa, sources)
+            openmp = ["-fopenmp"]  # the forward's items run on torch's OpenMP team (_flash_items.h)
+            name = extension_name(prefix, isa, sources, openmp)
             if not built_before(name):  # a silent minute would look like a hang
                 print(f"attnbench: building tiled_fused's {what} C++ kernels (first use only, about a minute)",
                       file=sys.stderr)
-            _BUILD[key] = build(sources, name, flags)
+            _BUILD[key] = build(sources, name, [*flags, *openmp], ldflags=openmp)
         return _BUILD[key]
 
 
@@ -215,10 +216,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     lse = torch.empty(b, h, tq, dtype=lse_dtype)
     _clear_uncovered(out, lse, seqs)
     if own is not None:
-        kernel = getattr(extension() if level == "avx2" else bf16_extension(), own)
+        every_item = getattr(extension() if level == "avx2" else bf16_extension(), own.replace("_item_", "_items_"))
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
-        run_parallel(items, lambda item, _: kernel(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k,
-                                                   diagonal_chunk))
+        every_item(q2, k2, v2, m, out, lse, items, scale * LOG2E, block_k, diagonal_chunk)
         return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:

@@ -182,8 +182,8 @@ def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> No
         from implementations import _cpp_build, _fused_kernels
         _fused_kernels.BF16_SOURCES = [Path({str(broken)!r})]
         real_build = _cpp_build.build
-        _fused_kernels.build = lambda sources, name, flags: real_build(  # the broken build: not in torch's cache
-            sources, name, flags, build_directory=Path({str(tmp_path / "build")!r}) if "bf16" in name else None)
+        _fused_kernels.build = lambda sources, name, flags, **kw: real_build(  # the broken build: not in torch's cache
+            sources, name, flags, build_directory=Path({str(tmp_path / "build")!r}) if "bf16" in name else None, **kw)
         assert _fused_kernels.available() is None, "the float32 kernels are still available"
         print(_fused_kernels.bf16_reason())
         from harness.discovery import load_registry

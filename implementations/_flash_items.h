@@ -42,6 +42,7 @@ using ForwardItems = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, 
     const int64_t n = static_cast<int64_t>(items.size());                                                       \
     std::atomic<int64_t> next{0};                                                                                \
     at::parallel_for(0, std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n)), 1, [&](int64_t, int64_t) { \
+      at::NoGradGuard raw_kernels; /* grad mode is per thread: these are raw kernels, never recorded */          \
       for (int64_t i = next++; i < n; i = next++) {                                                              \
         const auto& [b, h, q0, q1, band] = items[i];                                                             \
         item(q, k, v, mask, out, lse, b, h, q0, q1, band, q_scale, block_k, diagonal_chunk);                     \

@@ -145,6 +145,20 @@ __attribute__((noinline)) void scores_tail(const float* q, int64_t dp, const cha
   scores_step<KIND, RR, KK>(q + full, dp, at, acc);
 }
 
+// s[r * ld + j] = the sum of acc[r][j]'s lanes; a full tile (RR x KK = W) does every horizontal sum at once.
+template <int RR, int KK>
+__attribute__((always_inline)) inline void store_sums(const vec (&acc)[RR][KK], float* s, int64_t ld) {
+  if constexpr (RR * KK == W) {
+    alignas(64) float sums[W];
+    reduce_all(&acc[0][0], sums);
+    for (int r = 0; r < RR; ++r)
+      for (int j = 0; j < KK; ++j) s[r * ld + j] = sums[r * KK + j];
+  } else {
+    for (int r = 0; r < RR; ++r)
+      for (int j = 0; j < KK; ++j) s[r * ld + j] = vsum(acc[r][j]);
+  }
+}
+
 // S[r][j] = Q[r] . K_j for RR rows x KK keys; each K chunk is loaded (and converted) once for all rows.
 template <int KIND, int RR, int KK>
 __attribute__((always_inline)) inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64_t d,
@@ -163,15 +177,7 @@ __attribute__((always_inline)) inline void scores_tile(const float* q, int64_t d
     scores_step<KIND, RR, KK>(q + c, dp, at, acc);
   }
   if (full < d) scores_tail<KIND, RR, KK>(q, dp, kp, full, d, acc);
-  if constexpr (RR * KK == W) {  // the full tile: every horizontal sum at once
-    alignas(32) float sums[W];
-    reduce_all(&acc[0][0], sums);
-    for (int r = 0; r < RR; ++r)
-      for (int j = 0; j < KK; ++j) s[r * ld + j] = sums[r * KK + j];
-  } else {
-    for (int r = 0; r < RR; ++r)
-      for (int j = 0; j < KK; ++j) s[r * ld + j] = vsum(acc[r][j]);
-  }
+  store_sums(acc, s, ld);
 }
 
 // Prefetches spread evenly over the passes of a phase: pass `pass` of `passes` prefetches the rows of keys
@@ -221,15 +227,7 @@ __attribute__((always_inline)) inline void scores_by_row(const float* q, int64_t
     #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) sums[r][j] = vadd(vadd(acc[r][0], acc[r][1]), rest[r][0]);
   }
-  if constexpr (RR * KK == W) {
-    alignas(64) float out[W];
-    reduce_all(&sums[0][0], out);
-    for (int r = 0; r < RR; ++r)
-      for (int j = 0; j < KK; ++j) s[r * ld + j] = out[r * KK + j];
-  } else {
-    for (int r = 0; r < RR; ++r)
-      for (int j = 0; j < KK; ++j) s[r * ld + j] = vsum(sums[r][j]);
-  }
+  store_sums(sums, s, ld);
 }
 
 template <int KIND, int RR>

@@ -110,7 +110,7 @@ def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool, batch: in
 def _in_cache(isa: str, dtype: torch.dtype, reps: int = 400) -> float:
     """tiled_decode's GB/s on caches small enough to stay in each core's L2: one kv head (G = 4) per thread, 256
     and 512 keys, the difference of the fastest calls (the call's fixed cost cancels). The rate its arithmetic
-    allows: where the probe reads faster than this, no share of the probe above this one's can be reached."""
+    allows: where the probe reads faster, the step's share of the probe cannot exceed this rate over the probe's."""
     threads = torch.get_num_threads()
     cases = {tk: _cache(1, 4 * threads, threads, tk, dtype) for tk in (256, 512)}
     fastest = dict.fromkeys(cases, float("inf"))

@@ -93,8 +93,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   ATTNBENCH_DEF_ITEM(module, forward_items_bf16, "Every item of the bf16 forward, on torch's threads");
   ATTNBENCH_DEF_ITEM(module, forward_items_f32, "Every item of the AVX-512 float32 forward, on torch's threads");
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
-  ATTNBENCH_DEF_ITEM(module, forward_item_bf16, "One work item of the bf16 forward (AVX512_BF16)");
   module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
-  ATTNBENCH_DEF_ITEM(module, forward_item_f32, "One work item of the AVX-512 float32 forward");
   ATTNBENCH_DEF_ITEM(module, backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)");
 }

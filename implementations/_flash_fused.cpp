@@ -203,7 +203,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   ATTNBENCH_DEF_ITEM(module, backward_item_avx2, "One work item of the AVX2 backward with its own GEMMs");
   ATTNBENCH_DEF_ITEM(module, forward_items_avx2, "Every item of the AVX2 forward, on torch's threads");
   module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
-  ATTNBENCH_DEF_ITEM(module, forward_item_avx2, "One work item of the AVX2 forward with its own GEMMs");
   ATTNBENCH_DEF_ITEM(module, forward_item, "One work item of the fused FlashAttention-2 forward");
   ATTNBENCH_DEF_ITEM(module, backward_item, "One work item (a key block of a kv head) of the backward");
 }

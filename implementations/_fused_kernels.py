@@ -205,7 +205,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     # Kernels with their own GEMMs where the tier has them (bf16 on the bf16 units, or converted to
     # float32 as it loads); else MKL's GEMMs (float32, float64: bf16 and float16 converted whole).
     level = tier(q.dtype, isa)
-    own = {"avx512_bf16": "forward_item_bf16", "avx512f": "forward_item_f32", "avx2": "forward_item_avx2"}.get(level)
+    own = {"avx512_bf16": "forward_items_bf16", "avx512f": "forward_items_f32", "avx2": "forward_items_avx2"}.get(level)
     if own is not None:
         dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
         lse_dtype = torch.float32
@@ -216,7 +216,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     lse = torch.empty(b, h, tq, dtype=lse_dtype)
     _clear_uncovered(out, lse, seqs)
     if own is not None:
-        every_item = getattr(extension() if level == "avx2" else bf16_extension(), own.replace("_item_", "_items_"))
+        every_item = getattr(extension() if level == "avx2" else bf16_extension(), own)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
         every_item(q2, k2, v2, m, out, lse, items, scale * LOG2E, block_k, diagonal_chunk)
         return out, lse

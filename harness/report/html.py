@@ -134,10 +134,18 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                      "<p><small>Not plotted, never a speedup (docs/integrity.md says what each status means).</small></p>"
                      + table(list(flagged.columns), flagged.itertuples(index=False),
                              row_classes=list(flagged["status"]), numeric=[4]))
+    roofs = report.roof_problems
+    if not roofs.empty:
+        parts.append("<h2>Bench cells faster than a roof measured beside them</h2>"
+                     "<p><small>A measurement problem, not a result: the roof was read low or the time is not the "
+                     "cell's work (docs/reports.md).</small></p>"
+                     + table(list(roofs.columns), roofs.itertuples(index=False), numeric=[3]))
     if not report.bench_table.empty:
         parts.append(f"<h2>All bench cells</h2><details><summary>{len(report.bench_table)} cells</summary>"
                      + frame_table(report.bench_table, ["median", "iqr_over_median", "n", "gflops", "pct_peak",
-                                                        "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes"])
+                                                        "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes",
+                                                        "ratio_to_ref", "ratio_low", "ratio_high", "pct_peak_beside",
+                                                        "pct_bandwidth_beside"])
                      + "</details>")
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"

@@ -48,6 +48,12 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                 "(not plotted, never a speedup):", "",
                 md_table(("implementation", "case", "mode", "status", "reason"),
                          [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
+    roofs = report.roof_problems
+    if not roofs.empty:
+        out += ["", f"**Measurement:** {len(roofs)} bench cell(s) faster than a roof measured beside them: the roof "
+                "was read low or the time is not the cell's work; a measurement problem, not a result:", "",
+                md_table(("implementation", "case", "mode", "problem"),
+                         [(r.implementation, r.case_id, r.mode, r.roof_problem) for r in roofs.itertuples()])]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
     runs = ", ".join(f"`{md(s.run_id)}` ({md(s.command)})" for s in report.results.sources)

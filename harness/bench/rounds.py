@@ -48,6 +48,7 @@ class _Open:
     case: Any
     mode: str
     shift: bool
+    setup_s: float = 0.0
     total_s: float = 0.0
     phases_s: float = 0.0
 
@@ -79,7 +80,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
             setup_s = guard.CLOCK() - started
             loop = guard.RoundedLoop(sets, config, impl.backend, rounds=config.rounds)
-            cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift)
+            cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)
             cell.phases_s += (started - entered) + setup_s
             entered_loop = guard.CLOCK()
             samples = loop.round(audit.profile_call if impl.backend == "torch" else None)
@@ -117,7 +118,8 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
         accounting=Accounting(total_s=total, loop_s=result.loop_s, captures_s=result.captures_s,
                               phases_s=cell.phases_s + checks_s, checks_s=checks_s))
     profile = result.profile
-    return Timed(samples_s=tuple(result.samples), threads=used, integrity=integrity, round_sizes=result.round_sizes,
+    return Timed(samples_s=tuple(result.samples), threads=used, setup_s=cell.setup_s, integrity=integrity,
+                 round_sizes=result.round_sizes,
                  profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 

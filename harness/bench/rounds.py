@@ -124,8 +124,9 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
 
 
 def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float, float]:
-    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: the faster of two square GEMM calls of
-    :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made once per worker)."""
+    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: one square GEMM call of :data:`PROBE_GEMM` and
+    one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched, once per worker; the roof beside
+    a cell is the best of its rounds' readings, so one call a round is enough)."""
     import torch
 
     from harness.tensors import TORCH_DTYPES
@@ -139,15 +140,13 @@ def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float
     if device not in _PROBE:
         _PROBE[device] = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=device)
     a, b = _PROBE[key]
-    gemm = []
-    for _ in range(2):
-        t0 = guard.CLOCK()
-        torch.matmul(a, b)
-        gemm.append(guard.CLOCK() - t0)
+    t0 = guard.CLOCK()
+    torch.matmul(a, b)
+    gemm = guard.CLOCK() - t0
     t0 = guard.CLOCK()
     _PROBE[device].sum()
     read = guard.CLOCK() - t0
-    return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9
+    return 2.0 * n ** 3 / gemm / 1e9, PROBE_BYTES / read / 1e9
 
 
 # ---------------------------------------------------------------- parent side: what the rounds mean

@@ -178,9 +178,13 @@ COMPLEXITY_NOTE = (
     "over the raw samples, with the run's scatter between cells on top (its cells' spread around their own cost "
     "models: the load changing from one cell to the next), joined with the estimates that leave out one size, "
     "at least ±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the "
-    "leading term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when "
-    "the T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
-    "and the leading term dominates at two sizes or more; where it dominates nowhere the check says \"leading "
+    "leading term). Time (theory 2 in T, 1 in d, heads and Tk) is flagged only for growth at least half a power "
+    "beyond theory that the noise cannot explain: relative to the reference timed beside it in interleaved rounds "
+    "where bench paired them (load cancels in each round's ratio), else the interval above theory; a smaller "
+    "excess is a departure, named by where the per-FLOP rate falls most; an interval holding theory and theory "
+    "+ 1 is undecided. Memory (2 in T when the T×T matrix is materialised, 1 when tiled, a bound, so only growth "
+    "above it) is flagged when theory lies outside the interval and the leading term dominates at two sizes or "
+    "more; where it dominates nowhere the check says \"leading "
     "term not reached\": these sizes cannot test the exponent. A time sweep whose time falls by more than 10% "
     "from one size to a larger one (more work in less time: the load changed between its cells) is not judged.")
 

@@ -50,6 +50,10 @@ class TimingConfig:
     purpose. The default rotates through several input sets (docs/integrity.md)."""
     checks: bool = True
     """The integrity checks of each cell (docs/integrity.md); off only to measure what they cost."""
+    rounds: int = 6
+    """Rounds the contenders of one case are timed in, their order shuffled each round, with the roof probe
+    among them (:mod:`harness.bench.rounds`); each round takes ``budget_s / rounds`` and at least one call of
+    each. 1: each contender's calls in one block (as pytest-benchmark and timeit do)."""
 
 
 @contextmanager

@@ -138,7 +138,8 @@ def steps(work: Path) -> list[Step]:
              _attnbench("verify", "--suite", "small", "--only", "tiled_decode", "--json", res("verify_decode.json")),
              90, result="verify_decode.json", read=read_verify),
         Step("decode_targets", "tiled_decode's targets on the host CPU, beside its measured in-cache roof",
-             _py("benchmarks/decode_targets.py", "--no-sdpa", "--rounds", "3", "--batch", "4"), 120),
+             _py("benchmarks/decode_targets.py", "--no-sdpa", "--rounds", "3", "--claims", res("decode_claims.json")),
+             120, result="decode_claims.json", read=read_claims),
     ]
 
 
@@ -275,6 +276,15 @@ def read_sdpa(path: Path) -> dict[str, Any]:
     rows = _load(path)
     machine = next((r for r in rows if r.get("what") == "machine"), {})
     return {"machine": machine, "backends": [r for r in rows if r.get("what") == "sdpa"]}
+
+
+def read_claims(path: Path) -> dict[str, Any]:
+    """A targets script's claims file (benchmarks/claims_record.py): its machine and each figure's verdict. Copy
+    it to docs/claims/ to add that machine's table to docs/performance.md."""
+    doc = _load(path)
+    return {"machine": doc.get("machine"), "rows": [{k: r.get(k) for k in ("claim", "tier", "value", "target", "met",
+                                                                           "reachable", "detail")}
+                                                    for r in doc.get("rows", [])]}
 
 
 def read_junit(path: Path) -> dict[str, Any]:
@@ -456,6 +466,12 @@ def table(summary: dict[str, Any]) -> str:
                 lines.append(f"    {name:<20} {v['status']:<12} expected {'|'.join(v['expected'])}")
         if s["name"] == "bench" and f.get("statuses"):
             lines.append(f"    cells: {f['statuses']}; peaks {f['peaks_tflops']} TFLOP/s")
+        if s["name"] == "decode_targets" and f.get("rows"):
+            lines.append(f"    cpu: {(f.get('machine') or {}).get('cpu')} family {(f.get('machine') or {}).get('cpu_family')} "
+                         f"model {(f.get('machine') or {}).get('cpu_model_number')}")
+            for r in f["rows"]:
+                lines.append(f"    {r['tier']:<7} {r['claim'][:60]:<60} {r['value']:.0f} ({r['target']}) "
+                             f"met={r['met']} reachable={r['reachable']}")
         if s["name"] == "pytest_cuda" and "tests" in f:
             lines.append(f"    tests {f['tests']}, failures {f['failures']}, errors {f['errors']}, skipped {f['skipped']}")
     return "\n".join(lines)

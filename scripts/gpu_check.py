@@ -1,10 +1,11 @@
 """The CUDA check: every CUDA path of attnbench run for real on one GPU machine, one summary file.
 
 Run by ``scripts/gpu_check.sh`` (which installs attnbench and its carried wheels first); see that file for
-usage. Steps run one after another, each in its own process group with its own time limit, all inside one
-deadline (``--deadline``, 450 s by default: the device tool's machines give a check 8 minutes); a step that
-fails, hangs or is cut off is recorded and the next one runs. The summary (``summary.json``) is rewritten after
-every step, so a check killed from outside still leaves what it measured.
+usage. Each step runs in its own process group with its own time limit, all inside one deadline
+(``--deadline``, 460 s by default: the device tool's machines give a check 8 minutes); a step that fails, hangs
+or is cut off is recorded and the next one runs. The summary (``summary.json``) is rewritten after
+every step, so a check killed from outside still leaves what it measured. The steps that time nothing (the
+C++ builds of ``list``, the verify runs) run side by side; every step that times runs alone after them.
 
 Dry run (``--dry-run``, and always where torch sees no CUDA device): the same steps, their time limits and
 their summaries, on CPU stand-ins (tiny shapes, ``--device cpu``); the steps that exist only on a GPU are
@@ -35,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-DEADLINE_S = 450.0
+DEADLINE_S = 460.0
 RESERVE_S = 12.0
 """Kept back from the last step for the summary, the archive and the device tool's transfers."""
 MIN_STEP_S = 15.0
@@ -60,6 +61,9 @@ class Step:
     read: Callable[[Path], dict[str, Any]] | None = None
     stdout_to_result: bool = False
     """The step prints its result (``list --json``): its stdout goes to the result file, its stderr to the log."""
+    together: bool = False
+    """It times nothing (builds, correctness): it runs at the same time as the steps next to it that say so too.
+    Steps that time (events, peaks, bandwidth, targets) run alone, one after another."""
 
 
 @dataclass
@@ -83,7 +87,8 @@ def _attnbench(*args: str) -> list[str]:
 
 
 def steps(work: Path) -> list[Step]:
-    """Every step, in the order they run: the ones the issue names first, the slow compiles (flex) last."""
+    """Every step, in the order they run: the builds and verify runs side by side (they time nothing), then each
+    step that times, alone; the host CPU's decode targets last (the least needed where time runs short)."""
     def res(name: str) -> str:
         return str(work / name)
 
@@ -91,55 +96,57 @@ def steps(work: Path) -> list[Step]:
     return [
         Step("environment", "torch, CUDA, the GPU, Triton, xformers, the host CPU", _py("-c", ENV_SCRIPT), 60,
              _py("-c", ENV_SCRIPT)),
-        Step("list", "attnbench list (builds the C++ kernels once)", _attnbench("list", "--json"), 240,
-             _attnbench("list", "--json"), result="list.json", read=read_list, stdout_to_result=True),
-        Step("sdpa_tflops", "SDPA's backends: TFLOP/s against the measured GEMM peak",
-             _py("benchmarks/sdpa_cuda.py", "--json", res("sdpa.json")), 120,
-             _py("benchmarks/sdpa_cuda.py", "--cpu", "--modes", "fwd", "--json", res("sdpa.json")),
-             result="sdpa.json", read=read_sdpa),
+        # correctness and builds, side by side (16 cores and one GPU with room for all of them)
+        Step("list", "attnbench list (builds the C++ kernels once)", _attnbench("list", "--json"), 200,
+             _attnbench("list", "--json"), result="list.json", read=read_list, stdout_to_result=True, together=True),
         Step("verify_sdpa", "verify --suite small: SDPA and each pinned backend",
              _attnbench("verify", "--suite", "small", "--only", SDPA_FAMILY, "--jobs", "5", "--json", res("verify_sdpa.json")),
              150, _attnbench("verify", "--suite", "small", "--only", "torch_sdpa_math,torch_sdpa_cudnn",
                              "--json", res("verify_sdpa.json")),
-             result="verify_sdpa.json", read=read_verify),
+             result="verify_sdpa.json", read=read_verify, together=True),
         Step("verify_triton", "verify --suite small: tiled_triton compiled by Triton",
              _attnbench("verify", "--suite", "small", "--only", "tiled_triton", "--jobs", "1", "--timeout", "120",
-                        "--json", res("verify_triton.json")), 150,
-             result="verify_triton.json", read=read_verify),
-        Step("bench", "bench on cuda: CUDA events, L2 flush, peak memory, GEMM peak, bandwidth",
-             _attnbench("bench", "--device", "cuda", "--only", BENCH_IMPLS, "--T", "1024", "4096", "--d", "128",
-                        "--heads", "16", "--batch", "4", "--dtype", "bfloat16", "--causal", "both",
-                        "--mode", "fwd", "fwd+bwd", *bench_common, "--out", res("bench_cuda.json")), 180,
-             _attnbench("bench", "--device", "cpu", "--only", "torch_sdpa", "--T", "64", "--d", "32", "--heads", "2",
-                        "--batch", "1", "--dtype", "float32", "--causal", "off", "--mode", "fwd", "--budget", "0.02",
-                        "--min-samples", "3", "--quiet", "--out", res("bench_cuda.json")),
-             result="bench_cuda.json", read=read_bench),
+                        "--json", res("verify_triton.json")), 180,
+             result="verify_triton.json", read=read_verify, together=True),
+        Step("verify_flex", "verify --suite small: flex_attention compiled for the GPU",
+             _attnbench("verify", "--suite", "small", "--only", "flex_attention", "--jobs", "1", "--timeout", "150",
+                        "--json", res("verify_flex.json")), 180,
+             result="verify_flex.json", read=read_verify, together=True),
+        Step("verify_decode", "verify --suite small: tiled_decode (a CPU kernel, on the GPU machine's host CPU)",
+             _attnbench("verify", "--suite", "small", "--only", "tiled_decode", "--json", res("verify_decode.json")),
+             200, result="verify_decode.json", read=read_verify, together=True),
+        # timing, one step at a time
+        Step("sdpa_tflops", "SDPA's backends: TFLOP/s against the measured GEMM peak",
+             _py("benchmarks/sdpa_cuda.py", "--json", res("sdpa.json")), 90,
+             _py("benchmarks/sdpa_cuda.py", "--cpu", "--modes", "fwd", "--json", res("sdpa.json")),
+             result="sdpa.json", read=read_sdpa),
         Step("integrity", "bench's integrity checks on CUDA cells: cheats flagged, honest kernels passed",
              _attnbench("bench", "--device", "cuda", "--plugin", str(CHEATS), "--only", ",".join(_cheats()),
                         "--T", "2048", "--d", "128", "--heads", "16", "--batch", "2", "--dtype", "bfloat16",
                         "--causal", "off", "--mode", "fwd", "--budget", "0.05", "--min-samples", "5", "--no-memory",
-                        "--timeout", "90", "--quiet", "--out", res("integrity_cuda.json")), 120,
+                        "--timeout", "90", "--quiet", "--out", res("integrity_cuda.json")), 100,
              _attnbench("bench", "--device", "cpu", "--plugin", str(CHEATS), "--only", ",".join(_cheats()),
                         "--T", "64", "--d", "32", "--heads", "2", "--batch", "1", "--dtype", "float32",
                         "--causal", "off", "--mode", "fwd", "--no-memory", "--quiet",
                         "--out", res("integrity_cuda.json")),
              result="integrity_cuda.json", read=read_integrity),
+        Step("bench", "bench on cuda: CUDA events, L2 flush, peak memory, GEMM peak, bandwidth",
+             _attnbench("bench", "--device", "cuda", "--only", BENCH_IMPLS, "--T", "1024", "4096", "--d", "128",
+                        "--heads", "16", "--batch", "4", "--dtype", "bfloat16", "--causal", "on",
+                        "--mode", "fwd", "fwd+bwd", *bench_common, "--out", res("bench_cuda.json")), 130,
+             _attnbench("bench", "--device", "cpu", "--only", "torch_sdpa", "--T", "64", "--d", "32", "--heads", "2",
+                        "--batch", "1", "--dtype", "float32", "--causal", "off", "--mode", "fwd", "--budget", "0.02",
+                        "--min-samples", "3", "--quiet", "--out", res("bench_cuda.json")),
+             result="bench_cuda.json", read=read_bench),
         Step("pytest_cuda", "the GPU-marked tests (pytest -m cuda)",
              _py("-m", "pytest", "-n", "0", "-q", "-m", "cuda", "-p", "no:cacheprovider", "tests/test_cuda.py",
-                 "--junitxml", res("pytest_cuda.xml")), 120,
+                 "--junitxml", res("pytest_cuda.xml")), 90,
              _py("-m", "pytest", "-n", "0", "-q", "-m", "cuda", "-p", "no:cacheprovider", "tests/test_cuda.py",
                  "--junitxml", res("pytest_cuda.xml")),
              result="pytest_cuda.xml", read=read_junit),
-        Step("verify_flex", "verify --suite small: flex_attention compiled for the GPU",
-             _attnbench("verify", "--suite", "small", "--only", "flex_attention", "--jobs", "1", "--timeout", "150",
-                        "--json", res("verify_flex.json")), 180,
-             result="verify_flex.json", read=read_verify),
-        Step("verify_decode", "verify --suite small: tiled_decode (a CPU kernel, on the GPU machine's host CPU)",
-             _attnbench("verify", "--suite", "small", "--only", "tiled_decode", "--json", res("verify_decode.json")),
-             90, result="verify_decode.json", read=read_verify),
         Step("decode_targets", "tiled_decode's targets on the host CPU, beside its measured in-cache roof",
              _py("benchmarks/decode_targets.py", "--no-sdpa", "--rounds", "3", "--claims", res("decode_claims.json")),
-             120, result="decode_claims.json", read=read_claims),
+             90, result="decode_claims.json", read=read_claims),
     ]
 
 
@@ -308,8 +315,17 @@ def read_junit(path: Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ running
 
-def run_step(step: Step, argv: list[str], limit_s: float, log: Any, env: dict[str, str]) -> tuple[str, int | None, str | None]:
-    """Run one step in a process group of its own; on its time limit, the group is ended (TERM, then KILL)."""
+@dataclass
+class Running:
+    """A started step: its process (a group of its own), when it started and its limit."""
+
+    proc: subprocess.Popen[bytes]
+    started: float
+    limit_s: float
+
+
+def start_step(step: Step, argv: list[str], limit_s: float, log: Any, env: dict[str, str]) -> Running | str:
+    """Start one step in a process group of its own, its output to ``log``; the reason when it cannot start."""
     log.write(f"\n===== {step.name}: {' '.join(argv)} (limit {limit_s:.0f} s)\n")
     log.flush()
     stdout: Any = log
@@ -319,12 +335,18 @@ def run_step(step: Step, argv: list[str], limit_s: float, log: Any, env: dict[st
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=stdout, stderr=log if stdout is not log else subprocess.STDOUT,
                                 env=env, start_new_session=True)
     except OSError as exc:
-        return "error", None, f"could not start: {exc}"
+        return f"could not start: {exc}"
     finally:
         if stdout is not log:
             stdout.close()  # the child holds its own descriptor
+    return Running(proc, time.time(), limit_s)
+
+
+def finish_step(running: Running) -> tuple[str, int | None, str | None]:
+    """Wait for a started step until its limit; past it the whole group is ended (TERM, then KILL)."""
+    proc = running.proc
     try:
-        rc = proc.wait(timeout=limit_s)
+        rc = proc.wait(timeout=max(0.0, running.started + running.limit_s - time.time()))
     except subprocess.TimeoutExpired:
         for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
@@ -334,8 +356,27 @@ def run_step(step: Step, argv: list[str], limit_s: float, log: Any, env: dict[st
                 break
             except subprocess.TimeoutExpired:
                 continue
-        return "timeout", None, f"cut off at its limit of {limit_s:.0f} s"
+        return "timeout", None, f"cut off at its limit of {running.limit_s:.0f} s"
     return ("ok" if rc == 0 else "failed"), rc, None if rc == 0 else f"exit status {rc}"
+
+
+def run_step(step: Step, argv: list[str], limit_s: float, log: Any, env: dict[str, str]) -> tuple[str, int | None, str | None]:
+    """Run one step to its end or its limit: (status, exit status, reason)."""
+    running = start_step(step, argv, limit_s, log, env)
+    if isinstance(running, str):
+        return "error", None, running
+    return finish_step(running)
+
+
+def batches(chosen: list[Step]) -> list[list[Step]]:
+    """The steps in runs: consecutive ``together`` steps in one run, every other step in a run of its own."""
+    out: list[list[Step]] = []
+    for step in chosen:
+        if step.together and out and out[-1][0].together:
+            out[-1].append(step)
+        else:
+            out.append([step])
+    return out
 
 
 def _write_json(path: Path, doc: Any) -> None:
@@ -372,27 +413,39 @@ def main(argv: list[str] | None = None) -> int:
         "mode": "dry-run" if dry else "cuda", "why_dry": None if not dry else ("--dry-run" if args.dry_run else cuda_why),
         "deadline_s": args.deadline, "install": args.install, "steps": [], "files": ["summary.json", "steps.log", "results.tar.gz"],
     }
-    outcomes: list[Outcome] = []
+    chosen = [step for step in all_steps if wanted is None or step.name in wanted]
+    done: dict[str, Outcome] = {}
     with open(out / "steps.log", "w") as log:
-        for step in all_steps:
-            if wanted is not None and step.name not in wanted:
-                continue
-            argv_ = step.dry_argv if dry else step.argv
-            outcome = Outcome(step.name, step.what, "skipped", command=" ".join(argv_ or []))
-            left = args.deadline - (time.time() - started) - RESERVE_S
-            if argv_ is None:
-                outcome.reason = "dry run: this step needs a CUDA device (no CPU stand-in)"
-            elif left < MIN_STEP_S:
-                outcome.reason = f"out of time: {max(left, 0):.0f} s left of the {args.deadline:.0f} s deadline"
-            else:
-                t0 = time.time()
-                outcome.status, outcome.rc, outcome.reason = run_step(step, argv_, min(step.timeout_s, left), log, env)
-                outcome.seconds = round(time.time() - t0, 1)
-                outcome.findings = _findings(step, work, log)
-            outcomes.append(outcome)
-            summary["steps"] = [asdict(o) for o in outcomes]
+        for batch in batches(chosen):
+            running: dict[str, tuple[Outcome, Running | str, Any]] = {}
+            for step in batch:
+                argv_ = step.dry_argv if dry else step.argv
+                outcome = Outcome(step.name, step.what, "skipped", command=" ".join(argv_ or []))
+                left = args.deadline - (time.time() - started) - RESERVE_S
+                if argv_ is None:
+                    outcome.reason = "dry run: this step needs a CUDA device (no CPU stand-in)"
+                elif left < MIN_STEP_S:
+                    outcome.reason = f"out of time: {max(left, 0):.0f} s left of the {args.deadline:.0f} s deadline"
+                else:  # a step beside others writes a log of its own, added to steps.log when it is done
+                    own = log if len(batch) == 1 else open(work / f"{step.name}.log", "w")
+                    running[step.name] = (outcome, start_step(step, argv_, min(step.timeout_s, left), own, env), own)
+                done[step.name] = outcome
+            for name, (outcome, started_step, own) in running.items():
+                if isinstance(started_step, str):
+                    outcome.status, outcome.reason = "error", started_step
+                else:
+                    outcome.status, outcome.rc, outcome.reason = finish_step(started_step)
+                    outcome.seconds = round(time.time() - started_step.started, 1)
+                if own is not log:
+                    own.close()
+                    log.write(Path(own.name).read_text(errors="replace"))
+                    log.flush()
+                    Path(own.name).unlink()
+                outcome.findings = _findings(next(s for s in batch if s.name == name), work, log)
+            summary["steps"] = [asdict(done[s.name]) for s in chosen if s.name in done]
             summary["elapsed_s"] = round(time.time() - started, 1)
             _write_json(out / "summary.json", summary)
+    outcomes = [done[s.name] for s in chosen]
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for path in sorted(work.iterdir()):
             tar.add(path, arcname=path.name)

@@ -14,7 +14,7 @@ EXPECTED = {
     "cuda_side_stream": ("ok",),  # its time must include the side stream's work: the device-wide synchronize
     "cuda_memo_pointer": ("wrong", "implausible"),
     "cuda_replay": ("wrong", "implausible"),
-    "cuda_wrong_rows": ("wrong",),
+    "cuda_wrong_rows": ("wrong", "implausible"),  # an eighth of the work can also fall under the floor
     "cuda_lazy": ("violation",),
 }
 CUDA = {"devices": ("cuda",), "dtypes": ("float32", "bfloat16", "float16"), "backend": "torch"}

@@ -22,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -399,12 +400,12 @@ def main(argv: list[str] | None = None) -> int:
     dry = args.dry_run or not cuda
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    names = [s.name for s in steps(Path("work"))]
+    wanted = set(args.steps.split(",")) if args.steps else None
+    if wanted and wanted - set(names):
+        parser.error(f"unknown step(s) {sorted(wanted - set(names))}; steps: {', '.join(names)}")
     work = Path(tempfile.mkdtemp(prefix="attnbench-gpu-check-"))
     all_steps = steps(work)
-    wanted = set(args.steps.split(",")) if args.steps else None
-    if wanted and wanted - {s.name for s in all_steps}:
-        parser.error(f"unknown step(s) {sorted(wanted - {s.name for s in all_steps})}; "
-                     f"steps: {', '.join(s.name for s in all_steps)}")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "MAX_JOBS": str(os.cpu_count() or 2),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     env["ATTNBENCH_GPU_CHECK_WORK"] = str(work)
@@ -449,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     with tarfile.open(out / "results.tar.gz", "w:gz") as tar:
         for path in sorted(work.iterdir()):
             tar.add(path, arcname=path.name)
+    shutil.rmtree(work, ignore_errors=True)
     summary["elapsed_s"] = round(time.time() - started, 1)
     _write_json(out / "summary.json", summary)
     print(table(summary))

@@ -83,17 +83,20 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 
 @functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
-           grad: bool, layout: str) -> str | None:
-    """Run the pinned backend on a tiny input of this kind; None if it ran, else PyTorch's reason."""
+           grad: bool, layout: str, d: int = 16) -> str | None:
+    """Run the pinned backend on a tiny input of this kind, in the case's head dim ``d`` (CUDA's kernels take some
+    head dims and not others: cuDNN and the efficient kernel want multiples of 8); None if it ran, else PyTorch's
+    reason."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
     kv_heads = 1 if gqa else 2
     def make(heads: int) -> torch.Tensor:
-        x = torch.randn(1, 8, heads, 32, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
+        width = 2 * d if layout == "strided" else d
+        x = torch.randn(1, 8, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
         if layout == "strided":
             return x[..., ::2]  # last-dimension stride 2, as the case's inputs
-        return x if layout == "transposed" else x[..., :16].contiguous()
+        return x if layout == "transposed" else x.contiguous()
 
     q, k, v = make(2), make(kv_heads), make(kv_heads)
     q.requires_grad_(grad)
@@ -129,7 +132,7 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
         return _probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                      case.kv_heads != case.heads, case.grad, case.layout) or _scale_zero_causal(case, backend_name)
+                      case.kv_heads != case.heads, case.grad, case.layout, case.d) or _scale_zero_causal(case, backend_name)
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -296,3 +296,42 @@ class Loop:
     profile: Any = None
     round_sizes: tuple[int, ...] = ()
     """Samples per round, in order (one round: the plain loop)."""
+
+
+def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
+    """Time calls on CUDA rotating through ``sets`` (:func:`harness.bench.timing.cuda_timed`: CUDA events, L2
+    flushed): q is shifted before each timed call, outside its event bracket, and the last timed call is kept
+    and checked after the loop (an exact array of its own, no thread left working; its output copied to the host
+    for the float64 check). Not on CUDA: the first and a random call are not kept (copying a device output
+    mid-loop would synchronise and time the copy) and no CPU time is read after a call (the host returns
+    before the device is done, so it says nothing); docs/integrity.md lists what a CUDA cell is checked for."""
+    import torch
+
+    from harness.bench.timing import cuda_timed
+
+    gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
+    n = len(sets)
+    state: dict[str, Any] = {"calls": 0, "timed": None, "last": None, "threads": frozenset()}
+    untyped: list[int] = []
+
+    def before(i: int) -> None:
+        sets[state["calls"] % n].shift(gen)
+        state["timed"], state["threads"] = i, live_threads()
+
+    def call() -> Any:
+        k = state["calls"]
+        out = sets[k % n].call()
+        state["calls"] = k + 1
+        if state["timed"] is not None and not _exact(out):
+            untyped.append(state["timed"])
+        state["last"] = (k, out)  # held until the next call returns: the last timed call's output survives
+        return out
+
+    times = cuda_timed(call, config, before)
+    index, out = state["last"]
+    state["last"] = None
+    torch.cuda.synchronize()
+    kept = _capture(index, sets, out, state["threads"], backend, cpu=False)
+    kept.index = len(times.samples) - 1  # the sample's number; its set is the call's
+    return Loop(samples=times.samples, kept=[kept], untyped=untyped, warmup_s=times.warmup_s, loop_s=times.loop_s,
+                captures_s=0.0, expected=len(times.samples), pick=kept.index)

@@ -89,10 +89,8 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
     setup_s = guard.CLOCK() - started  # inputs and the implementation's set-up (a compile, say)
     looped = guard.CLOCK()
-    if attention_case.device == "cuda":  # rotation only: the kept-call checks read host memory
-        turn = itertools.cycle(sets)
-        loop = guard.Loop(samples=time_call(lambda: next(turn).call(), "cuda", config), kept=[], untyped=[],
-                          warmup_s=0.0, loop_s=0.0, captures_s=0.0)
+    if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
+        loop = guard.cuda_loop(sets, config, impl.backend)
     else:
         loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
     loop_total = guard.CLOCK() - looped

@@ -73,9 +73,45 @@ def _scale_zero_causal(case: AttentionCase, backend_name: str | None) -> str | N
     return _scale_zero_causal_reason(case.device, backend_name)
 
 
+@functools.cache
+def _empty_rows_reason(device: str, backend_name: str | None, dtype: str, d: int) -> str | None:
+    """PyTorch's answer for a query row with no allowed key: the contract's zeros, or (cuDNN's kernel on CUDA, as
+    PyTorch 2.11 dispatches to it on Hopper) values of its own. Asked on a tiny input in the case's dtype and
+    head dim, so each backend and PyTorch version answers for itself."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch_dtype = getattr(torch, dtype)
+    q = torch.randn(1, 2, 4, d, dtype=torch_dtype, device=device)
+    mask = torch.ones(4, 8, dtype=torch.bool, device=device)
+    mask[1] = False
+    try:
+        with sdpa_kernel(getattr(SDPBackend, backend_name)) if backend_name else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(q, q.repeat(1, 1, 2, 1), q.repeat(1, 1, 2, 1), attn_mask=mask)
+    except RuntimeError:
+        return None  # the backend refuses the input: the other reasons say so
+    if bool((out[..., 1, :] == 0).all()):
+        return None
+    where = f"SDPBackend.{backend_name}" if backend_name else "F.scaled_dot_product_attention"
+    return (f"PyTorch {torch.__version__}'s {where} returns values other than the contract's zeros on {device} "
+            f"({dtype}) for a query row with no allowed key")
+
+
+def _empty_rows(case: AttentionCase, backend_name: str | None) -> str | None:
+    if case.mask != "empty_rows":
+        return None
+    return _empty_rows_reason(case.device, backend_name, case.dtype, case.d)
+
+
+def _sdpa_quirks(case: AttentionCase, backend_name: str | None) -> str | None:
+    """Where PyTorch's answer departs from the contract on this device and version: skipped with its reason."""
+    if case.device == "cuda" and not torch.cuda.is_available():
+        return None
+    return _scale_zero_causal(case, backend_name) or _empty_rows(case, backend_name)
+
+
 @register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, bias=True,
-          available=lambda case: _scale_zero_causal(case, None),
+          available=lambda case: _sdpa_quirks(case, None),
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return sdpa(q, k, v, **kwargs)
@@ -83,22 +119,24 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 
 @functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
-           grad: bool, layout: str, d: int = 16) -> str | None:
+           grad: bool, layout: str, d: int = 16, lengths: tuple[int, int] = (8, 8)) -> str | None:
     """Run the pinned backend on a tiny input of this kind, in the case's head dim ``d`` (CUDA's kernels take some
-    head dims and not others: cuDNN and the efficient kernel want multiples of 8); None if it ran, else PyTorch's
-    reason."""
+    head dims and not others: cuDNN and the efficient kernel want multiples of 8) and with query and key lengths
+    that relate as the case's do (``lengths``: CUDA's flash kernel refuses some causal Tq != Tk); None if it ran,
+    else PyTorch's reason."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
     kv_heads = 1 if gqa else 2
-    def make(heads: int) -> torch.Tensor:
+    def make(heads: int, length: int) -> torch.Tensor:
         width = 2 * d if layout == "strided" else d
-        x = torch.randn(1, 8, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
+        x = torch.randn(1, length, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
         if layout == "strided":
             return x[..., ::2]  # last-dimension stride 2, as the case's inputs
         return x if layout == "transposed" else x.contiguous()
 
-    q, k, v = make(2), make(kv_heads), make(kv_heads)
+    tq, tk = lengths
+    q, k, v = make(2, tq), make(kv_heads, tk), make(kv_heads, tk)
     q.requires_grad_(grad)
     bool_mask = None if mask is None else torch.rand(mask, device=device) < 0.8  # the case's mask rank
     with warnings.catch_warnings(record=True) as caught:
@@ -116,13 +154,20 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
+def _lengths(case: AttentionCase) -> tuple[int, int]:
+    """The probe's (Tq, Tk): equal, or apart the way the case's are."""
+    return (8, 8) if case.tq == case.tk else ((3, 8) if case.tq < case.tk else (8, 3))
+
+
 def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
-    """The probe's mask: the case's rank on 8 x 8 (backends accept some mask shapes and not others)."""
+    """The probe's mask: the case's rank on the probe's lengths (backends accept some mask shapes and not others);
+    a case whose structures (a window, a cache, packing, an alignment) the harness folds into ``mask=`` gets one too."""
+    tq, tk = _lengths(case)
     if case.mask == "none":
-        return None
+        return (tq, tk) if case.structures else None
     if case.mask_rank == "full":
-        return (1, 1, 1, 8) if case.mask.startswith("key_padding") else (1, 2, 8, 8)
-    return {"2d": (8, 8), "3d": (2, 8, 8), "bcast_heads": (1, 1, 8, 8)}[case.mask_rank]
+        return (1, 1, 1, tk) if case.mask.startswith("key_padding") else (1, 2, tq, tk)
+    return {"2d": (tq, tk), "3d": (2, tq, tk), "bcast_heads": (1, 1, tq, tk)}[case.mask_rank]
 
 
 def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
@@ -131,8 +176,9 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
             return None  # the declared devices already give the reason
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
-        return _probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                      case.kv_heads != case.heads, case.grad, case.layout, case.d) or _scale_zero_causal(case, backend_name)
+        return (_probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
+                       case.kv_heads != case.heads, case.grad, case.layout, case.d, _lengths(case))
+                or _sdpa_quirks(case, backend_name))
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from torch.nn.attention import SDPBackend, sdpa_kernel

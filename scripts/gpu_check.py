@@ -134,7 +134,7 @@ def steps(work: Path) -> list[Step]:
         Step("bench", "bench on cuda: CUDA events, L2 flush, peak memory, GEMM peak, bandwidth",
              _attnbench("bench", "--device", "cuda", "--only", BENCH_IMPLS, "--T", "1024", "4096", "--d", "128",
                         "--heads", "16", "--batch", "4", "--dtype", "bfloat16", "--causal", "on",
-                        "--mode", "fwd", "fwd+bwd", *bench_common, "--out", res("bench_cuda.json")), 130,
+                        "--mode", "fwd", "fwd+bwd", *bench_common, "--out", res("bench_cuda.json")), 200,
              _attnbench("bench", "--device", "cpu", "--only", "torch_sdpa", "--T", "64", "--d", "32", "--heads", "2",
                         "--batch", "1", "--dtype", "float32", "--causal", "off", "--mode", "fwd", "--budget", "0.02",
                         "--min-samples", "3", "--quiet", "--out", res("bench_cuda.json")),

@@ -161,7 +161,8 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
         copy = _copy(out)  # what the call returned, as it is now
     except Exception as exc:  # noqa: BLE001 - an output that cannot be read is the finding
         copy, problem = None, problem or f"the result could not be read: {type(exc).__name__}: {exc}"
-    problem = problem or thread_problem(threads, sleep=SLEEP)
+    if cpu:  # on CUDA a host thread's work after the return says nothing of the device's: docs/integrity.md
+        problem = problem or thread_problem(threads, sleep=SLEEP)
     q = None if s.live_q is None else _copy(s.live_q)
     kept = Kept(index, index % len(sets), copy, q, problem)
     if cpu:

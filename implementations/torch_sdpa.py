@@ -74,22 +74,25 @@ def _scale_zero_causal(case: AttentionCase, backend_name: str | None) -> str | N
 
 
 @functools.cache
-def _empty_rows_reason(device: str, backend_name: str | None, dtype: str, d: int) -> str | None:
+def _empty_rows_reason(device: str, backend_name: str | None, dtype: str, d: int,
+                       shape: tuple[tuple[int, int], tuple[int, int]]) -> str | None:
     """PyTorch's answer for a query row with no allowed key: the contract's zeros, or (cuDNN's kernel on CUDA, as
-    PyTorch 2.11 dispatches to it on Hopper) values of its own. Asked on a tiny input in the case's dtype and
-    head dim, so each backend and PyTorch version answers for itself."""
+    PyTorch 2.11 dispatches to it on Hopper) values of its own. Asked on an input of the case's dtype, head dim,
+    heads and lengths (up to :data:`PROBE_LENGTH`), so each backend and PyTorch version answers for itself."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     torch_dtype = getattr(torch, dtype)
-    q = torch.randn(1, 2, 4, d, dtype=torch_dtype, device=device)
-    mask = torch.ones(4, 8, dtype=torch.bool, device=device)
-    mask[1] = False
+    (heads, kv_heads), (tq, tk) = shape
+    q = torch.randn(1, heads, tq, d, dtype=torch_dtype, device=device)
+    k = torch.randn(1, kv_heads, tk, d, dtype=torch_dtype, device=device)
+    mask = torch.ones(1, heads, tq, tk, dtype=torch.bool, device=device)
+    mask[..., tq // 2, :] = False
     try:
         with sdpa_kernel(getattr(SDPBackend, backend_name)) if backend_name else contextlib.nullcontext():
-            out = F.scaled_dot_product_attention(q, q.repeat(1, 1, 2, 1), q.repeat(1, 1, 2, 1), attn_mask=mask)
+            out = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, enable_gqa=heads != kv_heads)
     except RuntimeError:
         return None  # the backend refuses the input: the other reasons say so
-    if bool((out[..., 1, :] == 0).all()):
+    if bool((out[..., tq // 2, :] == 0).all()):
         return None
     where = f"SDPBackend.{backend_name}" if backend_name else "F.scaled_dot_product_attention"
     return (f"PyTorch {torch.__version__}'s {where} returns values other than the contract's zeros on {device} "
@@ -99,7 +102,8 @@ def _empty_rows_reason(device: str, backend_name: str | None, dtype: str, d: int
 def _empty_rows(case: AttentionCase, backend_name: str | None) -> str | None:
     if case.mask != "empty_rows":
         return None
-    return _empty_rows_reason(case.device, backend_name, case.dtype, case.d)
+    return _empty_rows_reason(case.device, backend_name, case.dtype, case.d,
+                              ((case.heads, case.kv_heads), _lengths(case)))
 
 
 def _sdpa_quirks(case: AttentionCase, backend_name: str | None) -> str | None:
@@ -119,7 +123,8 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 
 @functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
-           grad: bool, layout: str, d: int = 16, lengths: tuple[int, int] = (8, 8)) -> str | None:
+           grad: bool, layout: str, d: int = 16, lengths: tuple[int, int] = (8, 8),
+           heads_kv: tuple[int, int] = (2, 2)) -> str | None:
     """Run the pinned backend on a tiny input of this kind, in the case's head dim ``d`` (CUDA's kernels take some
     head dims and not others: cuDNN and the efficient kernel want multiples of 8) and with query and key lengths
     that relate as the case's do (``lengths``: CUDA's flash kernel refuses some causal Tq != Tk); None if it ran,
@@ -127,7 +132,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
-    kv_heads = 1 if gqa else 2
+    heads, kv_heads = heads_kv
     def make(heads: int, length: int) -> torch.Tensor:
         width = 2 * d if layout == "strided" else d
         x = torch.randn(1, length, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
@@ -136,7 +141,7 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
         return x if layout == "transposed" else x.contiguous()
 
     tq, tk = lengths
-    q, k, v = make(2, tq), make(kv_heads, tk), make(kv_heads, tk)
+    q, k, v = make(heads, tq), make(kv_heads, tk), make(kv_heads, tk)
     q.requires_grad_(grad)
     bool_mask = None if mask is None else torch.rand(mask, device=device) < 0.8  # the case's mask rank
     with warnings.catch_warnings(record=True) as caught:
@@ -154,9 +159,14 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
+PROBE_LENGTH = 64
+"""The probe runs the case's own lengths up to this: CUDA's kernels choose by length (alignment to 8 or 16,
+tile sizes), and a probe of another length can be taken where the case is refused."""
+
+
 def _lengths(case: AttentionCase) -> tuple[int, int]:
-    """The probe's (Tq, Tk): equal, or apart the way the case's are."""
-    return (8, 8) if case.tq == case.tk else ((3, 8) if case.tq < case.tk else (8, 3))
+    """The probe's (Tq, Tk): the case's, each at most :data:`PROBE_LENGTH`."""
+    return min(case.tq, PROBE_LENGTH), min(case.tk, PROBE_LENGTH)
 
 
 def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
@@ -166,7 +176,7 @@ def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
     if case.mask == "none":
         return (tq, tk) if case.structures else None
     if case.mask_rank == "full":
-        return (1, 1, 1, tk) if case.mask.startswith("key_padding") else (1, 2, tq, tk)
+        return (1, 1, 1, tk) if case.mask.startswith("key_padding") else (1, case.heads, tq, tk)
     return {"2d": (tq, tk), "3d": (2, tq, tk), "bcast_heads": (1, 1, tq, tk)}[case.mask_rank]
 
 
@@ -177,7 +187,8 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
         return (_probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                       case.kv_heads != case.heads, case.grad, case.layout, case.d, _lengths(case))
+                       case.kv_heads != case.heads, case.grad, case.layout, case.d, _lengths(case),
+                       (case.heads, case.kv_heads))
                 or _sdpa_quirks(case, backend_name))
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:

@@ -1,0 +1,86 @@
+"""``verify --model NAME``: a catalogue model's calls (:mod:`harness.models`) as the cases to check.
+
+Each implementation gets the model's prefill (forward, and with gradients when it declares them) and
+decode cases in its primary dtype, and in bfloat16 too when it declares it (what the models run in), on
+each of its devices here. The heads, KV heads, head dims, scale and windows are the model's own; the
+lengths are the largest that fit: a prompt of up to 1,024 tokens, a cache of up to 4,096 keys over a batch
+of 4 ragged sequences, within the model's context. Cases above the sampling threshold are checked on
+sampled rows (:data:`harness.verify.checks.SAMPLE_ABOVE_SCORES`), so their cost is the implementation's call.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from harness.cases import AttentionCase
+from harness.models import ModelAttention, fitting_length, model_cases
+from harness.registry import Implementation
+from harness.verify.suites import devices_here, primary_dtype
+
+PREFILL_LENGTHS = (256, 512, 1024)
+DECODE_LENGTHS = (1024, 2048, 4096)
+DECODE_BATCH = 4
+MEMORY_SHARE = 0.25
+"""The share of the free memory one case may take: verify runs two implementations at a time, and the
+oracle holds float64 copies beside the implementation's own arrays."""
+
+
+def free_memory_bytes() -> float:
+    """Free physical memory (``sysconf``), or 4 GiB where the system does not say."""
+    try:
+        return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return float(4 << 30)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """The lengths ``verify --model`` uses for one model, and what of the model its cases leave out."""
+
+    model: ModelAttention
+    prefill_length: int | None
+    decode_length: int | None
+    left_out: tuple[str, ...]
+
+
+def model_plan_of(model: ModelAttention, memory_bytes: float | None = None) -> ModelPlan:
+    budget = (free_memory_bytes() if memory_bytes is None else memory_bytes) * MEMORY_SHARE
+    prefill = fitting_length(model, "prefill", PREFILL_LENGTHS, budget) if "prefill" in model.forms else None
+    decode = (fitting_length(model, "decode", DECODE_LENGTHS, budget, batch=DECODE_BATCH)
+              if "decode" in model.forms else None)
+    return ModelPlan(model, prefill, decode, model.left_out())
+
+
+def model_kernel_cases(impl: Implementation, plan: ModelPlan) -> list[AttentionCase]:
+    """The model's cases for a kernel implementation (an unsupported one is skipped with its reason later)."""
+    model = plan.model
+    primary = primary_dtype(impl)
+    dtypes = [primary] + (["bfloat16"] if "bfloat16" in impl.dtypes and primary != "bfloat16" else [])
+    cases: dict[str, AttentionCase] = {}
+    for device in devices_here(impl):
+        for dtype in dtypes:
+            found: list[AttentionCase] = []
+            if plan.prefill_length is not None:
+                for grad in (False, True):
+                    found += model_cases(model, "prefill", length=plan.prefill_length, dtype=dtype, device=device,
+                                         grad=grad).cases
+            if plan.decode_length is not None:
+                found += model_cases(model, "decode", length=plan.decode_length, batch=DECODE_BATCH, dtype=dtype,
+                                     device=device).cases
+            for case in found:
+                cases.setdefault(case.id, case)
+    return list(cases.values())
+
+
+def model_config(plan: ModelPlan) -> dict[str, object]:
+    """What a verify result file's config says of ``--model NAME``: the model, its lengths, what is left out."""
+    return {"model": plan.model.name, "model_source": plan.model.source, "model_prefill_length": plan.prefill_length,
+            "model_decode_length": plan.decode_length, "model_left_out": list(plan.left_out)}
+
+
+def model_cases_for(impl: Implementation, plan: ModelPlan) -> tuple[list[object], str | None]:
+    """(the model's cases for ``impl``, or the reason it has none)."""
+    if impl.kind == "kernel":
+        return list(model_kernel_cases(impl, plan)), None
+    return [], f"--model {plan.model.name}: a {impl.kind} implementation takes no model cases yet"

@@ -158,6 +158,8 @@ class BenchSettings:
     """"local" (worker processes here, one cell at a time) or "ray" (each cell a Ray task holding a whole node)."""
     address: str | None = None
     """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
+    model: str | None = None
+    """A catalogue model (``--model``, :mod:`harness.models`): its calls are the cells, instead of the suite's."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -46,7 +46,12 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         settings = dataclasses.replace(settings, memory_budget_bytes=free / 2)
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
-    cells = plan(settings.suite, names, settings.overrides, settings.device)
+    if settings.model is not None:
+        from harness.bench.model_sweeps import model_plan
+
+        cells = model_plan(settings.model, names, settings.overrides, settings.device)
+    else:
+        cells = plan(settings.suite, names, settings.overrides, settings.device)
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
         raise UsageError(_why_no_cells(settings, names))
     with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing

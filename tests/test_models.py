@@ -155,3 +155,9 @@ def test_verify_runs_a_model_on_a_small_plugin(tmp_path: Path) -> None:
     assert prefill in ids and any(i.startswith("B4-H12-T1x") and "cache=" in i for i in ids)
     statuses = {(c["case_id"], c["status"]) for c in data["cells"]}
     assert (prefill, "pass") in statuses and {s for _, s in statuses} == {"pass", "skipped"}  # grad: not declared
+
+
+def test_the_manual_lists_every_model() -> None:
+    text = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text()
+    missing = [name for name in catalogue() if f"`{name}`" not in text]
+    assert not missing, f"docs/models.md does not list {missing}"

@@ -78,6 +78,48 @@ class ModuleCase(CaseRecord):
             changes["kv_heads"] = 0
         return super().with_(**changes)
 
+    # What the bench's budget and result cells read of any case (tq, tk, d, structures), and the cost of one
+    # call (harness.flops asks a case for its own): projections, attention and, in an encoder layer, the
+    # feed-forward; fwd only (module cases take no gradients).
+
+    @property
+    def tq(self) -> int:
+        return self.seq
+
+    @property
+    def tk(self) -> int:
+        return self.keys
+
+    @property
+    def d(self) -> int:
+        return self.head_dim
+
+    @property
+    def structures(self) -> frozenset[str]:
+        return frozenset()
+
+    def own_flops(self, mode: str) -> float:
+        """2 B T D (2 D + 2 Dkv) for the Q, K, V and output projections, 4 B H (attended pairs) d for the two
+        attention products (causal: bottom-right over the cache), 4 B T D F for an encoder's feed-forward."""
+        if mode != "fwd":
+            raise ValueError(f"module cases are forward only, not {mode!r}")
+        tokens = self.batch * self.seq
+        projections = 2 * tokens * self.d_model * (2 * self.d_model + 2 * self.kv_dim)
+        pairs = self.seq * self.past + self.seq * (self.seq + 1) // 2 if self.causal else self.seq * self.keys
+        feed_forward = 4 * tokens * self.d_model * self.dim_ff if self.layer == "encoder" else 0
+        return float(projections + 4 * self.batch * self.heads * pairs * self.head_dim + feed_forward)
+
+    def own_bytes(self, mode: str, item: int) -> int:
+        """Bytes one call must move at least: X read, Y written, every weight and the KV cache read once."""
+        weights = self.d_model * (2 * self.d_model + 2 * self.kv_dim) + (2 * self.d_model * self.dim_ff
+                                                                         if self.layer == "encoder" else 0)
+        cache = 2 * self.batch * self.kv_heads * self.past * self.head_dim
+        return item * (2 * self.batch * self.seq * self.d_model + weights + cache)
+
+    def own_work(self) -> int:
+        """g of the scaling fits: the attention's B H Tq Tk d, as for a kernel case."""
+        return self.batch * self.heads * self.seq * self.keys * self.head_dim
+
     @property
     def keys(self) -> int:
         """Keys each new token may attend: the cached positions and the new ones."""

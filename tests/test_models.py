@@ -161,3 +161,21 @@ def test_the_manual_lists_every_model() -> None:
     text = (Path(__file__).resolve().parent.parent / "docs" / "models.md").read_text()
     missing = [name for name in catalogue() if f"`{name}`" not in text]
     assert not missing, f"docs/models.md does not list {missing}"
+
+
+def test_module_implementations_get_the_models_layer() -> None:
+    from harness.discovery import load_registry
+    from harness.modules.cases import ModuleCase
+    from harness.verify.model_cases import model_cases_for, model_module_cases
+
+    registry = load_registry([])
+    plan = model_plan_of(model_named("llama-3.2-1b"), memory_bytes=64 * 2**30)
+    cases, reason = model_cases_for(registry.get("torch_mha"), plan)
+    assert reason is None
+    prefill, decode = cases
+    assert isinstance(prefill, ModuleCase) and isinstance(decode, ModuleCase)
+    assert (prefill.d_model, prefill.heads, prefill.kv_heads, prefill.rope, prefill.causal) == (2048, 32, 8, "rotate_half", True)
+    assert (decode.seq, decode.past) == (1, plan.decode_length - 1)  # type: ignore[operator]
+    big = model_plan_of(model_named("llama-3.1-405b"), memory_bytes=64 * 2**30)
+    assert "needs" in (model_module_cases(registry.get("torch_mha"), big, memory_bytes=8 * 2**30)[1] or "")
+    assert "one head dim" in (model_cases_for(registry.get("torch_mha"), model_plan_of(model_named("deepseek-v3")))[1] or "")

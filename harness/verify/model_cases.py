@@ -79,8 +79,39 @@ def model_config(plan: ModelPlan) -> dict[str, object]:
             "model_decode_length": plan.decode_length, "model_left_out": list(plan.left_out)}
 
 
+MODULE_TOKENS = 64
+"""New tokens per module case: a module case's cost is its projections' (d_model^2 per token), so a short
+prompt and a cache of the planned length check the layer at its real width without the kernels' lengths."""
+
+
+def model_module_cases(impl: Implementation, plan: ModelPlan, memory_bytes: float | None = None
+                       ) -> tuple[list[object], str | None]:
+    """The model's attention layer as module cases (d_model = heads x head_dim, GQA, RoPE when the model uses it,
+    no projection biases): a prompt of 64 tokens, and one new token continuing from a cache; or the reason none fit."""
+    from harness.modules.cases import ModuleCase
+
+    model = plan.model
+    if model.d_v is not None and model.d_v != model.head_dim:
+        return [], f"--model {model.name}: a module case has one head dim (the model's q/k {model.head_dim}, v {model.d_v})"
+    rope = "rotate_half" if model.positional == "rope" and "rotate_half" in impl.options.get("rope", ()) else "none"
+    base = ModuleCase(batch=1, seq=min(MODULE_TOKENS, plan.prefill_length or MODULE_TOKENS),
+                      d_model=model.heads * model.head_dim, heads=model.heads, kv_heads=model.kv_heads,
+                      causal=model.causal, rope=rope, proj_bias=False, dtype=primary_dtype(impl))
+    weights = base.d_model * (2 * base.d_model + 2 * base.kv_dim) * (8 + 8) * 2  # float64 and the case's, twice
+    budget = (free_memory_bytes() if memory_bytes is None else memory_bytes) * MEMORY_SHARE
+    if weights > budget:
+        return [], (f"--model {model.name}: its attention layer (d_model {base.d_model}) needs "
+                    f"{weights / 2**30:.1f} GiB of weights here, over the budget of {budget / 2**30:.1f} GiB")
+    cases: list[object] = [base]
+    if plan.decode_length is not None:
+        cases.append(base.with_(seq=1, past=plan.decode_length - 1))
+    return cases, None
+
+
 def model_cases_for(impl: Implementation, plan: ModelPlan) -> tuple[list[object], str | None]:
     """(the model's cases for ``impl``, or the reason it has none)."""
     if impl.kind == "kernel":
         return list(model_kernel_cases(impl, plan)), None
-    return [], f"--model {plan.model.name}: a {impl.kind} implementation takes no model cases yet"
+    if impl.kind == "module" and "mha" in impl.options.get("layers", ("mha",)):
+        return model_module_cases(impl, plan)
+    return [], f"--model {plan.model.name}: the model's attention is an mha layer; {impl.name} implements none"

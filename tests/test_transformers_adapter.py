@@ -82,3 +82,16 @@ def test_a_llama_attention_layer_built_from_its_config(case: ModuleCase) -> None
     impl = load_registry([]).get("hf_llama_attention")
     assert not impl.not_supported_reasons(case)
     assert statuses(check_module_case(impl, case, trials=2)) == {"pass"}
+
+
+@pytest.mark.parametrize(("family", "implementation"), [("qwen2", "eager"), ("mistral", "sdpa")])
+def test_other_families_layers(family: str, implementation: str) -> None:
+    from harness.adapters.transformers_attention import attention_layer
+
+    layer = attention_layer(name=f"{family}_layer", model_type=family, attn_implementation=implementation,
+                            dtypes=("float32",))
+    case = ModuleCase(batch=2, seq=3, d_model=64, heads=8, kv_heads=2, causal=True, rope="rotate_half",
+                      proj_bias=False, past=9)
+    assert statuses(check_module_case(layer, case, trials=1)) == {"pass"}
+    reasons = layer.not_supported_reasons(case.with_(proj_bias=True))
+    assert reasons and "projection biases" in reasons[0]

@@ -126,6 +126,10 @@ def _layer_classes(model_type: str) -> tuple[Any, Any, Any]:
             getattr(module, f"{prefix}RotaryEmbedding"))
 
 
+PROJECTION_BIASES = {"llama": "as the config's attention_bias", "mistral": "none", "qwen2": "on q, k and v only"}
+"""Which projections of each family's attention layer carry biases: a case's biases must fit them."""
+
+
 def _load(linear: torch.nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
     with torch.no_grad():
         linear.weight.copy_(weight)
@@ -182,9 +186,18 @@ def attention_layer(*, name: str, model_type: str = "llama", attn_implementation
 
         return run
 
+    if model_type not in PROJECTION_BIASES:
+        raise ValueError(f"model_type {model_type!r}: choose one of {sorted(PROJECTION_BIASES)}")
+
+    def available(case: Any) -> str | None:
+        if getattr(case, "proj_bias", False) and model_type != "llama":
+            return (f"{model_type}'s attention layer has projection biases {PROJECTION_BIASES[model_type]}; "
+                    "this case has biases on every projection")
+        return transformers_missing()
+
     module.__name__ = module.__qualname__ = name
     return make_implementation(
         name, module, backend="torch", dtypes=tuple(dtypes), kind="module", causal=True, mask=True, gqa=True,
-        prepare=True, available=lambda: transformers_missing(), on_request=True,
+        prepare=True, available=available, on_request=True,
         options={"layers": ("mha",), "rope": ("rotate_half",), "kv_cache": True},
         description=f"transformers {model_type} attention layer built from its config ({attn_implementation})")

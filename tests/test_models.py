@@ -179,3 +179,17 @@ def test_module_implementations_get_the_models_layer() -> None:
     big = model_plan_of(model_named("llama-3.1-405b"), memory_bytes=64 * 2**30)
     assert "needs" in (model_module_cases(registry.get("torch_mha"), big, memory_bytes=8 * 2**30)[1] or "")
     assert "one head dim" in (model_cases_for(registry.get("torch_mha"), model_plan_of(model_named("deepseek-v3")))[1] or "")
+
+
+@pytest.mark.parametrize("name", list(catalogue()))
+def test_every_model_plans_verify_and_bench(name: str) -> None:
+    from harness.discovery import load_registry
+    from harness.verify.model_cases import model_kernel_cases
+
+    model = model_named(name)
+    plan = model_plan_of(model, memory_bytes=16 * 2**30)
+    cases = model_kernel_cases(load_registry([]).get("torch_sdpa"), plan)
+    assert cases and all((c.heads, c.kv_heads, c.d) == (model.heads, model.kv_heads, model.head_dim) for c in cases)
+    assert all(c.tk <= model.max_positions for c in cases)
+    pairs = model_sweep(model)
+    assert pairs and all(c.tk <= model.max_positions for c, _ in pairs)

@@ -192,24 +192,32 @@ def model_cases(model: ModelAttention, form: str, *, length: int, batch: int = 1
     return ModelCases(model.name, form, tuple(cases.values()), model.left_out())
 
 
+def case_elements(case: AttentionCase) -> tuple[int, int]:
+    """(elements of q, k, v and the output; scores) of one call of ``case``."""
+    io = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk + case.heads * case.tq) * case.d
+    return io, case.batch * case.heads * case.tq * case.tk
+
+
 def case_bytes(case: AttentionCase) -> int:
     """Bytes one call of ``case`` may hold: q, k, v, the output and a materialised (Tq, Tk) score matrix
     three times over (scores, weights, a temporary), as a naive implementation does."""
     item = max(4, itemsize(case.dtype))
-    io = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk + case.heads * case.tq) * case.d
-    return io * item + 3 * case.batch * case.heads * case.tq * case.tk * item
+    io, scores = case_elements(case)
+    return io * item + 3 * scores * item
 
 
 def fitting_length(model: ModelAttention, form: str, candidates: Sequence[int], memory_bytes: float, *,
-                   batch: int = 1, dtype: str = "float32") -> int:
-    """The largest of ``candidates`` within the model's context whose cases fit ``memory_bytes`` (else the smallest)."""
+                   batch: int = 1, dtype: str = "float32", max_elements: int | None = None) -> int:
+    """The largest of ``candidates`` within the model's context whose cases fit ``memory_bytes`` and, when
+    given, ``max_elements`` (arrays and scores of one call, a bound on its time); else the smallest."""
     allowed = sorted(t for t in candidates if not model.max_positions or t <= model.max_positions)
     if not allowed:
         allowed = [min(candidates)]
     best = allowed[0]
     for t in allowed:
         cases = model_cases(model, form, length=t, batch=batch, dtype=dtype).cases
-        if max(case_bytes(c) for c in cases) <= memory_bytes:
+        if max(case_bytes(c) for c in cases) <= memory_bytes and (
+                max_elements is None or max(sum(case_elements(c)) for c in cases) <= max_elements):
             best = t
     return best
 

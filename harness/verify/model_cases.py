@@ -4,7 +4,7 @@ Each implementation gets the model's prefill (forward, and with gradients when i
 decode cases in its primary dtype, and in bfloat16 too when it declares it (what the models run in), on
 each of its devices here. The heads, KV heads, head dims, scale and windows are the model's own; the
 lengths are the largest that fit: a prompt of up to 1,024 tokens, a cache of up to 4,096 keys over a batch
-of 4 ragged sequences, within the model's context. Cases above the sampling threshold are checked on
+of 4 ragged sequences, within the model's context, the memory share and :data:`MAX_ELEMENTS`. Cases above the sampling threshold are checked on
 sampled rows (:data:`harness.verify.checks.SAMPLE_ABOVE_SCORES`), so their cost is the implementation's call.
 """
 
@@ -19,7 +19,11 @@ from harness.registry import Implementation
 from harness.verify.suites import devices_here, primary_dtype
 
 PREFILL_LENGTHS = (256, 512, 1024)
-DECODE_LENGTHS = (1024, 2048, 4096)
+DECODE_LENGTHS = (512, 1024, 2048, 4096)
+MAX_ELEMENTS = 1 << 27
+"""Arrays and scores of one call at most (134M elements): the bound on a case's time. Llama 3.1 8B keeps a
+1,024-token prompt and 4,096-key caches; DeepSeek-V3's 128 heads of 192 dims, a 512-token prompt and 512-key
+caches, so every check of a case stays within the worker's time limit on a loaded machine."""
 DECODE_BATCH = 4
 MEMORY_SHARE = 0.25
 """The share of the free memory one case may take: verify runs two implementations at a time, and the
@@ -46,8 +50,9 @@ class ModelPlan:
 
 def model_plan_of(model: ModelAttention, memory_bytes: float | None = None) -> ModelPlan:
     budget = (free_memory_bytes() if memory_bytes is None else memory_bytes) * MEMORY_SHARE
-    prefill = fitting_length(model, "prefill", PREFILL_LENGTHS, budget) if "prefill" in model.forms else None
-    decode = (fitting_length(model, "decode", DECODE_LENGTHS, budget, batch=DECODE_BATCH)
+    prefill = (fitting_length(model, "prefill", PREFILL_LENGTHS, budget, max_elements=MAX_ELEMENTS)
+               if "prefill" in model.forms else None)
+    decode = (fitting_length(model, "decode", DECODE_LENGTHS, budget, batch=DECODE_BATCH, max_elements=MAX_ELEMENTS)
               if "decode" in model.forms else None)
     return ModelPlan(model, prefill, decode, model.left_out())
 

@@ -4,8 +4,9 @@ Each implementation gets the model's prefill (forward, and with gradients when i
 decode cases in its primary dtype, and in bfloat16 too when it declares it (what the models run in), on
 each of its devices here. The heads, KV heads, head dims, scale and windows are the model's own; the
 lengths are the largest that fit: a prompt of up to 1,024 tokens, a cache of up to 4,096 keys over a batch
-of 4 ragged sequences, within the model's context, the memory share and :data:`MAX_ELEMENTS`. Cases above the sampling threshold are checked on
-sampled rows (:data:`harness.verify.checks.SAMPLE_ABOVE_SCORES`), so their cost is the implementation's call.
+of 4 ragged sequences, within the model's context, the memory share and :data:`MAX_ELEMENTS`. Cases above
+the sampling threshold are checked on sampled rows (:data:`harness.verify.checks.SAMPLE_ABOVE_SCORES`), so
+their cost is the implementation's call.
 """
 
 from __future__ import annotations

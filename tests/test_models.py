@@ -193,3 +193,20 @@ def test_every_model_plans_verify_and_bench(name: str) -> None:
     assert all(c.tk <= model.max_positions for c in cases)
     pairs = model_sweep(model)
     assert pairs and all(c.tk <= model.max_positions for c, _ in pairs)
+
+
+@pytest.mark.slow
+def test_bench_runs_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "gpt-oss.json"
+    assert main(["bench", "--model", "gpt-oss-20b", "--only", "torch_sdpa", "--T", "256", "--batch", "1",
+                 "--budget", "0.02", "--min-samples", "3", "--no-memory", "--threads", "1", "--quiet",
+                 "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    config = data["config"]
+    assert config["model"] == "gpt-oss-20b" and config["model_source"].endswith("gpt-oss-20b/blob/main/config.json")
+    if "sinks" not in HAS:
+        assert any("sinks" in note for note in config["model_left_out"])
+        assert "attention sinks left out" in capsys.readouterr().err
+    ids = {c["case_id"] for c in data["cells"] if c["status"] == "ok"}
+    assert ids == {"B1-H64/8-T256-d64-float32-causal-window=127,0", "B1-H64/8-T256-d64-float32-causal",
+                   "B1-H64/8-T1x256-d64-float32-causal-window=127,0-bottom_right", "B1-H64/8-T1x256-d64-float32"}

@@ -18,7 +18,7 @@ from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
 from harness.executor import open_executor
-from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
+from harness.results import RESULTS_DIR, BenchCell, Config, ResultWriter, Run, new_run_id
 
 if TYPE_CHECKING:
     from harness.cluster.connect import RayCluster
@@ -58,7 +58,7 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
         raise UsageError(_why_no_cells(settings, names, registry))
     with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
-        writer = ResultWriter(path, "bench", settings.to_config(), resume=resume, force=force)
+        writer = ResultWriter(path, "bench", _config(settings), resume=resume, force=force)
         try:
             writer.set("implementations", {  # what reports know of each implementation: they never import plugins
                 impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
@@ -75,6 +75,17 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
                               f"finish with: attnbench bench --resume {path}") from None
         finally:
             writer.close()
+
+
+def _config(settings: BenchSettings) -> Config:
+    """The result file's config: the settings, and with ``--model`` the model's source and what its cells leave
+    out (a feature the case space cannot express yet); resume reads the settings back and ignores the rest."""
+    if settings.model is None:
+        return settings.to_config()
+    from harness.models import model_named
+
+    model = model_named(settings.model)
+    return Config.from_json({**settings.to_dict(), "model_source": model.source, "model_left_out": list(model.left_out())})
 
 
 def _why_no_cells(settings: BenchSettings, names: list[str], registry: Registry) -> str:

@@ -22,6 +22,7 @@ from typing import Any
 from harness.analysis.stats import summarize
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import measure_bandwidth
+from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
@@ -75,6 +76,8 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     from harness.bench import audit
 
     entered = guard.CLOCK()
+    if case.get("kind") == "module":
+        return module_timing_task(_implementation(name, source), case, config, threads)
     used = pin_threads(threads)
     impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
@@ -117,6 +120,8 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     """Worker (the memory one): peak extra bytes of one call."""
     from harness.bench.memory import measure, prepare_process
 
+    if case.get("kind") == "module":
+        return module_memory_task(_implementation(name, source), case, threads)
     prepare_process()
     pin_threads(threads)
     impl = _implementation(name, source)
@@ -159,6 +164,8 @@ class BenchSettings:
     """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
     reference: str | None = None
     """The contender each other's per-round ratio divides by (None: torch_sdpa when timed, else the first)."""
+    model: str | None = None
+    """A catalogue model (``--model``, :mod:`harness.models`): its calls are the cells, instead of the suite's."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -236,7 +243,7 @@ class BenchRunner:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
             if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
-                planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
+                planned = PlannedCell(done_cell.implementation, case_of(done_cell.case), done_cell.mode)
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
         return self.writer.done_keys()
 

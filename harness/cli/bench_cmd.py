@@ -28,6 +28,7 @@ from harness.bench.sweeps import (
 )
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.dtypes import DTYPES
 from harness.errors import UsageError
 from harness.flops import MODES
@@ -87,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "rotating through several input sets; see docs/integrity.md")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
+    add_model_argument(parser, "time")
     add_executor_arguments(parser)
 
 
@@ -125,7 +127,7 @@ def _settings(args: argparse.Namespace) -> Any:
         timeout_s=args.timeout, timing=timing, memory=not args.no_memory,
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
-        threads=threads, device=args.device)
+        threads=threads, device=args.device, model=checked_model(args.model, "bench"))
 
 
 def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
@@ -146,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.bench import resume_settings
     from harness.bench import run as run_bench
 
+    if args.model == LIST:
+        return print_catalogue(args.json)
     executor, address = executor_from_args(args)
     if args.resume is not None:
         settings = resume_settings(args.resume)

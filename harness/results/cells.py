@@ -94,6 +94,9 @@ class BenchCell:
     the checked samples and their errors, the clock's accounting. Absent in files from before it."""
     profile: tuple[tuple[str, float], ...] | None = None
     """The top ATen operators of one profiled call, (name, share of the call's time); disclosure only."""
+    sample_unit: str | None = None
+    """"round": each sample is one interleaved round's median (``attnbench ab``), an independent replication
+    that ``compare`` may test; None: calls of one run, which share its load and are never tested as replications."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -159,7 +162,7 @@ def node_kind(cell: Cell) -> str | None:
     return None if cell.node is None else cell.node.kind
 
 
-_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile"}  # absent when unknown: older cells read as before
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "sample_unit"}  # absent when unknown: older cells read as before
 
 
 def cell_to_json(cell: Cell) -> dict[str, Any]:

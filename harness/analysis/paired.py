@@ -109,3 +109,54 @@ def decide(summary: RatioSummary, threshold: float, alpha: float) -> str:
 def per_cell_alpha(alpha: float, cells: int) -> float:
     """Each cell's interval level, so that the whole comparison's false-alarm rate stays at most alpha / 2."""
     return alpha / max(1, cells)
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """What one stored run saw of a cell: the spread of its samples, and the machine's load while it ran."""
+
+    iqr_over_median: float | None
+    load: float | None = None
+    cores: int | None = None
+
+    @property
+    def stretch(self) -> float:
+        """How much slower than alone a CPU-bound call can run at this load: its fair share of the cores."""
+        if self.load is None or not self.cores:
+            return 1.0
+        return max(1.0, self.load / self.cores)
+
+    def describe(self, side: str) -> str:
+        parts = [f"{side} IQR {self.iqr_over_median:.0%}" if self.iqr_over_median is not None else f"{side} IQR unknown"]
+        if self.load is not None:
+            parts.append(f"load {self.load:.1f}" + (f" on {self.cores} cores" if self.cores else ""))
+        return ", ".join(parts)
+
+
+def noise_allowance(base: RunNoise, new: RunNoise) -> float:
+    """The factor by which two runs of the same code can differ from what each run saw alone.
+
+    Two separate runs share no load, so nothing pairs their samples: their medians can differ by
+    their spreads, and each can be stretched by its own load (a run at load 6 on 2 cores gets a third
+    of a core when it is not alone). The factor is ``(1 + IQR_base/median + IQR_new/median)`` times the
+    larger of the two stretches; an unknown spread counts as the threshold-sized worst case (infinite)."""
+    if base.iqr_over_median is None or new.iqr_over_median is None:
+        return math.inf
+    return (1.0 + base.iqr_over_median + new.iqr_over_median) * max(base.stretch, new.stretch)
+
+
+def decide_runs(ratio: float, allowance: float, threshold: float) -> str:
+    """The verdict on two separate runs' ratio of medians, given the noise allowance.
+
+    A regression only when even the noise cannot bring the ratio back within the threshold
+    (``ratio / allowance > 1 + threshold``); unchanged only when the noise cannot carry it beyond
+    (``[ratio / allowance, ratio * allowance]`` inside the threshold band); otherwise undecided."""
+    limit = 1.0 + threshold
+    low, high = ratio / allowance, ratio * allowance
+    if low > limit:
+        return REGRESSION
+    if high < 1.0 / limit:
+        return IMPROVEMENT
+    if 1.0 / limit <= low and high <= limit:
+        return UNCHANGED
+    return UNDECIDED

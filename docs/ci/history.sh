@@ -9,7 +9,8 @@
 # and plots/history.png, each cell's median per commit with detected steps marked by commit and
 # ratio (`attnbench report --history`). Appends history.md to $GITHUB_STEP_SUMMARY when that is set.
 # Exits 0 whether or not a step was found: a step is for a reader to judge (the per-PR check,
-# docs/ci/bench-compare.sh, is the one that fails a job).
+# `attnbench ab` in docs/ci/attnbench-pr.yml, is the one that fails a job). A plugin's runs are named
+# by the plugin repository's commit (environment.plugin_commit), attnbench's own runs by its commit.
 set -euo pipefail
 if [ $# -lt 3 ]; then
   echo "usage: history.sh HISTORY_DIR NEW_RESULT OUT_DIR [N]" >&2
@@ -21,7 +22,7 @@ stamp=$(python3 - "$new" <<'PY'
 import json, sys
 env = json.load(open(sys.argv[1])).get("environment") or {}
 time = (env.get("time") or "0000").replace(":", "").replace("+", "_")
-print(f"{time}-{(env.get('git_commit') or 'unknown')[:12]}")
+print(f"{time}-{(env.get('plugin_commit') or env.get('git_commit') or 'unknown')[:12]}")
 PY
 )
 cp "$new" "$history/$stamp.json"

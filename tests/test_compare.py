@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from test_report_data import bench_cases, write_bench_run, write_verify_run
 
+from harness.analysis.paired import RunNoise, decide_runs, noise_allowance
 from harness.cli import main
 from harness.errors import UsageError
-from harness.analysis.paired import RunNoise, decide_runs, noise_allowance
 from harness.report.compare import (
     REGRESSION,
     UNCHANGED,

@@ -170,9 +170,12 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
 
 
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None) -> Loop:
+               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None) -> Loop:
     """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
-    ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call."""
+    ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call.
+    ``sample_clock`` times each call (default :data:`CLOCK`, wall time; ``attnbench ab --clock cpu`` gives
+    :data:`CPU_CLOCK`, the process's CPU time, which other processes' load does not stretch)."""
+    timer = CLOCK if sample_clock is None else sample_clock
     import torch
 
     gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
@@ -206,9 +209,9 @@ def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
             s.shift(gen)
             check = i == 0 or i == pick or last
             threads = live_threads() if check else frozenset()
-            t0 = CLOCK()
+            t0 = timer()
             out = s.call()
-            t1 = CLOCK()
+            t1 = timer()
             samples.append(t1 - t0)
             spent += t1 - t0
             if check:

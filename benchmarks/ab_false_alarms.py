@@ -1,6 +1,6 @@
 """`attnbench ab`'s false-alarm and detection rates, measured under a load that switches on and off.
 
-    PYTHONPATH=. python3 benchmarks/ab_false_alarms.py [--runs 10] [--rounds 20] [--T 256] [--reps 10] [--clock wall|cpu]
+    PYTHONPATH=. python3 benchmarks/ab_false_alarms.py [--runs 10] [--rounds 20] [--T 256] [--reps 10] [--clock auto|cpu|wall]
 
 A background process runs a busy loop on one core, switching it on and off at random (each phase
 0.1-2 s), for the whole measurement. Meanwhile `attnbench ab` runs ``--runs`` times on two copies of the
@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -93,11 +94,13 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=3)
     parser.add_argument("--T", type=int, default=256)
     parser.add_argument("--reps", type=int, default=10, help="the base's repetitions; the slow head does 1.3x as many")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="attnbench ab --clock")
+    parser.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
+                        help="attnbench ab --clock (auto: cpu here, one thread)")
     args = parser.parse_args()
     slow_reps = round(args.reps * 1.3)
     print(f"CPU: {_cpu()}, {os.cpu_count()} cores; clock {args.clock}; load before: "
           f"{open('/proc/loadavg').read().split()[:3]}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stop still ends the load below
     load = subprocess.Popen([sys.executable, "-c", LOAD])
     results: dict[str, list[dict[str, object]]] = {"A/A": [], "slow": []}
     try:

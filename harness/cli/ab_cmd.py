@@ -48,10 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved rounds per cell (default 20; at least 7 for a 95%% interval on one cell)")
     parser.add_argument("--calls", type=positive_int, default=3, help="timed calls per side per round (default 3)")
     parser.add_argument("--threads", type=positive_int, default=1, help="threads for torch and BLAS (default 1)")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="wall: elapsed time per call (default); cpu: the worker's CPU time per call, which other "
-                             "processes on the cores do not stretch (for CPU-bound kernels on a loaded machine, with "
-                             "--threads 1; time spent waiting, on a sleep, I/O or a GPU, is not counted)")
+    parser.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
+                        help="cpu: each call timed on its worker's CPU time, which other processes on the cores do "
+                             "not stretch (time spent waiting, on a sleep, I/O or a GPU, is not counted); wall: "
+                             "elapsed time; auto (default): cpu for CPU cells with --threads 1, else wall")
     parser.add_argument("--threshold", default=DEFAULT_THRESHOLD, metavar="PCT",
                         help="slow-down that counts as a regression, e.g. 10%% (default) or 0.25")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
@@ -94,10 +94,11 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         overrides["mode"] = list(args.mode)
     if args.clock == "cpu" and args.device != "cpu":
         raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall")
+    clock = args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" and args.threads == 1 else "wall")
     return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
                       suite=args.suite, overrides=overrides, only=list(args.only), rounds=args.rounds,
                       calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
-                      clock=args.clock, seed=args.seed)
+                      clock=clock, seed=args.seed)
 
 
 def _write(path: Path, text: str, flag: str) -> None:

@@ -51,6 +51,8 @@ class ABResult:
     cell_alpha: float
     rounds: int
     calls: int
+    clock: str = "wall"
+    """What timed each call: "cpu" (the worker's CPU time) or "wall" (elapsed time)."""
     cells: list[ABCell] = field(default_factory=list)
     provenance: dict[str, Any] = field(default_factory=dict)
 
@@ -68,7 +70,7 @@ class ABResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"base": self.base, "head": self.head, "threshold": self.threshold, "alpha": self.alpha,
-                "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls,
+                "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls, "clock": self.clock,
                 "false_alarm_bound": self.alpha / 2, "failed": self.failed,
                 "regressions": len(self.regressions), "newly_failing": len(self.newly_failing),
                 "provenance": self.provenance, "cells": [asdict(c) for c in self.cells]}
@@ -108,7 +110,7 @@ def judge(run: ABRun, threshold: float, alpha: float) -> ABResult:
     cell_alpha = per_cell_alpha(alpha, compared)
     s = run.settings
     return ABResult(base=s.base, head=s.head, threshold=threshold, alpha=alpha, cell_alpha=cell_alpha,
-                    rounds=s.rounds, calls=s.calls, cells=[judge_cell(c, threshold, cell_alpha) for c in run.cells],
+                    rounds=s.rounds, calls=s.calls, clock=s.clock, cells=[judge_cell(c, threshold, cell_alpha) for c in run.cells],
                     provenance={side: asdict(p) for side, p in run.provenance.items()})
 
 
@@ -148,7 +150,8 @@ def markdown(result: ABResult) -> str:
         if commit:
             lines.append(f"- {side} commit `{str(commit)[:12]}`")
     lines += ["", md_table(HEADERS, rows(result.cells)), "",
-              f"Each round times base and head in a random order, {result.calls} calls each; the ratio is the median "
+              f"Each round times base and head in a random order, {result.calls} calls each "
+              f"({'on the CPU time of each call' if result.clock == 'cpu' else 'on the wall clock'}); the ratio is the median "
               f"of the per-round ratios, the interval a distribution-free one for that median at level "
               f"{1 - result.cell_alpha:.1%} per cell. \"ratio IQR\" is the noise the pairing left; \"base IQR\" the "
               "noise the load put on each side."]

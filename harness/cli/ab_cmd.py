@@ -2,7 +2,8 @@
 
 BASE and HEAD are the same plugin from two checkouts (a file, or ``ROOT::MODULE``); each side is
 imported from its own checkout in its own worker process. Each round times both in a random
-order, a few calls each; per cell the verdict is the median per-round ratio head/base with a
+order, a few calls each (on the worker's CPU time for CPU cells with one thread, else the wall
+clock: `--clock`); per cell the verdict is the median per-round ratio head/base with a
 distribution-free interval. Exit 1 only on a regression beyond ``--threshold`` whose interval
 lies above 1 (or a cell the head can no longer run); the whole comparison raises a false alarm
 with probability at most ``alpha / 2``.

@@ -1,22 +1,16 @@
 """Compare two stored benchmark runs cell by cell, where such a comparison can decide.
 
-The unit of replication is the run (or the round), never the sample: the samples of one run
-share that run's load, so a test on the raw samples of two runs answers "did these two runs
-differ" (on a shared machine, always), not "did the code get slower". So:
+The unit of replication is the run (or the round), never the sample: the samples of one run share
+its load, so a test on the raw samples of two runs answers "did these two runs differ" (on a shared
+machine, always), not "did the code get slower". So cells whose samples are **rounds**
+(``sample_unit="round"``: the side files of ``attnbench ab``) are tested with Mann-Whitney U over
+the rounds beside the ratio of medians, as asv does; cells of two separate runs are decided by the
+ratio only where the runs' own noise and load cannot explain it
+(:func:`harness.analysis.paired.noise_allowance`), else they are **undecided** ("not comparable:
+base IQR 45%, load 6.2"), never a regression, and the answer recommends ``attnbench ab``.
 
-- cells whose samples are **rounds** (``sample_unit="round"``: the two side files of
-  ``attnbench ab``) are independent replications: a Mann-Whitney U test on the rounds decides
-  with the ratio of medians, as asv does (a regression is beyond ``threshold`` *and* p < ``alpha``);
-- cells of two separate runs are decided by the ratio of medians only where the runs' own noise
-  cannot explain it (:func:`harness.analysis.paired.noise_allowance`: each run's IQR/median and the
-  load it ran under). Where it can, the cell is **undecided** ("not comparable: base IQR 45%,
-  load 6.2"), never a regression, and the answer recommends ``attnbench ab``, which times both
-  revisions together.
-
-Cells run on a cluster carry the kind of machine they ran on; a ratio is never taken across
-two kinds (a cell measured on one kind in the base run and on another in the new one is
-``not comparable``, and says both). Cells of local runs are the runs' own machines:
-compared, with a warning when the two environments differ.
+A ratio is never taken across two kinds of cluster node (such a cell is ``not comparable`` and
+says both); local runs are compared with a warning when their environments differ.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ rounds hits both sides alike and the ratio cancels it (:mod:`harness.analysis.pa
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 from harness.bench import guard  # binds the clocks before any plugin is imported in a worker
 from harness.bench.sweeps import plan
-from harness.bench.timing import TimingConfig, pin_threads, thread_environment
+from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
 from harness.discovery import load_implementation, load_source
 from harness.errors import UsageError
@@ -80,6 +81,9 @@ def round_task(source: str, name: str, case: dict[str, object], mode: str, calls
                           for seed, inputs in enumerate(drawn)]
     sets = _PREPARED[key]
     config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=calls, max_samples=calls)
+    if attention_case.device == "cuda":  # CUDA events around each call, as bench does (rotation only)
+        turn = itertools.cycle(sets)
+        return RoundTimes(samples_s=tuple(time_call(lambda: next(turn).call(), "cuda", config)))
     loop = guard.timed_loop(sets, config, impl.backend, sample_clock=guard.CPU_CLOCK if clock == "cpu" else None)
     problems = [k.problem for k in loop.kept if k.problem]
     if loop.untyped:

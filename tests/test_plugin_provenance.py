@@ -71,3 +71,19 @@ def test_a_plugin_outside_any_repository_records_no_commit(tmp_path: Path) -> No
     plugin.write_text("from harness import register\n")
     made = plugin_provenance([str(plugin)])
     assert made.plugin_commit is None and made.plugin_commits is None
+
+
+def test_a_plugin_module_of_a_checkout_is_named_root_colon_colon_module(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    plugin, commit = _repo(tmp_path / "checkout", "rootedpkg", "rooted_impl")
+    (tmp_path / "checkout" / "rootedpkg" / "attn.py").write_text(PLUGIN.format(package="rootedpkg", name="rooted_attn"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = "checkout::rootedpkg.attn"
+    registry = load_registry([spec], builtins=False, entry_points=False)
+    assert not registry.errors and "rooted_attn" in registry
+    absolute = registry.sources["rooted_attn"]
+    assert absolute == f"{(tmp_path / 'checkout').resolve()}::rootedpkg.attn"
+    assert plugin_provenance([absolute]).plugin_commit == commit
+    missing = load_registry(["nowhere::rootedpkg.attn"], builtins=False, entry_points=False)
+    assert missing.fatal_errors and "not a folder" in str(missing.fatal_errors[0])

@@ -8,7 +8,7 @@ imported code; this process imports neither.
 A cell is timed in rounds. In each round both sides run, in an order drawn at random, each one
 warm-up call and ``calls`` timed calls through the bench's own timed loop
 (:func:`harness.bench.guard.timed_loop`: rotating input sets, kept calls checked); the round's
-ratio is head's median over base's. A round lasts tens of milliseconds, so a load change between
+ratio is head's fastest call over base's. A round lasts tens of milliseconds, so a load change between
 rounds hits both sides alike and the ratio cancels it (:mod:`harness.analysis.paired`).
 """
 
@@ -121,7 +121,7 @@ class ABSettings:
 
 @dataclass
 class CellRounds:
-    """One cell timed in rounds: per side the median of each round, and what went wrong."""
+    """One cell timed in rounds: per side its time in each round (the fastest call), and what went wrong."""
 
     implementation: str
     case: AttentionCase

@@ -1,6 +1,6 @@
 """Each side of an A/B comparison as a bench result file: ``report --history`` and ``compare`` read them.
 
-A side's cell holds one sample per round (the median of that side's calls in the round) and says
+A side's cell holds one sample per round (the fastest of that side's calls in the round) and says
 so (``sample_unit="round"``): rounds are independent replications, so ``compare`` may test them.
 The file records the side's plugin commit and the packages it imported, as its worker saw them.
 """
@@ -17,7 +17,7 @@ from harness.results import BenchCell, ResultWriter, Status
 
 
 def side_cell(cell: CellRounds, side: str, threads: int) -> BenchCell:
-    """One side's bench cell: its per-round medians as samples, or the failure of the cell."""
+    """One side's bench cell: its per-round times as samples, or the failure of the cell."""
     samples = tuple(cell.base_s if side == BASE else cell.head_s)
     status = Status.OK if cell.status == "ok" else Status(cell.status)
     if status != Status.OK and cell.side not in (side, None) and status.is_problem:

@@ -95,7 +95,7 @@ class BenchCell:
     profile: tuple[tuple[str, float], ...] | None = None
     """The top ATen operators of one profiled call, (name, share of the call's time); disclosure only."""
     sample_unit: str | None = None
-    """"round": each sample is one interleaved round's median (``attnbench ab``), an independent replication
+    """"round": each sample is one interleaved round's time (the fastest of its calls; ``attnbench ab``), a replication
     that ``compare`` may test; None: calls of one run, which share its load and are never tested as replications."""
 
     def __post_init__(self) -> None:

@@ -136,7 +136,12 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         _write(args.markdown, markdown(result), "--markdown")
     if args.json and args.json != "-":
-        _write(Path(args.json), json.dumps(document, indent=2), "--json")
+        from harness.results import write_json_atomic
+
+        try:
+            write_json_atomic(Path(args.json), document)  # never half-written
+        except OSError as exc:
+            raise UsageError(f"--json {args.json}: cannot write it ({exc.strerror or exc}); give a writable path") from None
     if args.json == "-":
         print(json.dumps(document, indent=2))
     else:

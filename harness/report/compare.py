@@ -137,6 +137,10 @@ def _timing(cell: BenchCell) -> tuple[list[float], float | None, float | None]:
     spread = stats.iqr_over_median
     if spread is None and stats.iqr is not None and stats.median:
         spread = stats.iqr / stats.median
+    if spread is None and len(samples) > 1:  # stats stored without their spread: the samples have it
+        from harness.analysis.stats import summarize
+
+        spread = summarize(samples).iqr_over_median
     return samples, float(stats.median), None if spread is None else float(spread)
 
 

@@ -27,7 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
-from harness import plugin_state
+from harness import plugin_state, provenance
 from harness.errors import PluginError, UsageError
 from harness.registry import Implementation
 
@@ -168,18 +168,46 @@ def _import_file(path: Path) -> ModuleType:
     return module
 
 
+ROOTED = "::"
+"""``ROOT::MODULE``: a plugin module imported from the folder ROOT (one revision's checkout), ROOT first on sys.path."""
+
+
+def _put_first(roots: Iterable[Path]) -> None:
+    """``roots`` at the front of ``sys.path``, in order: a plugin's own package comes from its own checkout."""
+    for root in reversed([str(r) for r in roots]):
+        if root in sys.path:
+            sys.path.remove(root)
+        sys.path.insert(0, root)
+
+
 def load_plugin(registry: Registry, spec: str) -> None:
-    """Load ``--plugin SPEC``: a path to a .py file, or an importable module name."""
+    """Load ``--plugin SPEC``: a path to a .py file, an importable module name, or ``ROOT::MODULE``.
+
+    A file's own folder and its git repository's root go first on ``sys.path`` (:func:`harness.provenance.import_roots`),
+    so a plugin file that imports the package beside it works wherever the command runs."""
     path = Path(spec)
-    is_file = spec.endswith(".py") or path.exists()
+    rooted = ROOTED in spec and not spec.endswith(".py")
+    is_file = not rooted and (spec.endswith(".py") or path.exists())
     origin = f"plugin file {path.resolve()}" if is_file else f"plugin module {spec}"
+    before = set(sys.modules)
+    roots: tuple[Path, ...] = ()
     try:
         if is_file:
             if not path.is_file():
                 raise UsageError(f"--plugin {spec}: no such file; give a path to a .py file or a module name")
+            roots = provenance.import_roots(path)
+            _put_first(roots)
             module = _import_file(path)
+        elif rooted:
+            root, _, name = spec.partition(ROOTED)
+            if not Path(root).is_dir():
+                raise UsageError(f"--plugin {spec}: {root} is not a folder; write ROOT::MODULE with ROOT a checkout")
+            roots = (Path(root).resolve(),)
+            _put_first(roots)
+            module = importlib.import_module(name)
         else:
             module = importlib.import_module(spec)
+        provenance.note_import(absolute_specs([spec])[0], before, roots)
         if _collect(registry, module, origin, absolute_specs([spec])[0]) == 0:
             raise PluginError(f"{origin} registered no implementation; decorate a function with @harness.register")
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - a broken plugin must never take the others down
@@ -231,7 +259,14 @@ def _scan_builtins(registry: Registry, covered: set[str]) -> None:
 def absolute_specs(plugins: Iterable[str]) -> tuple[str, ...]:
     """``--plugin`` specs with file paths made absolute: worker processes and ``--resume`` load the
     same files whatever their working directory; module names stay as given."""
-    return tuple(str(Path(p).resolve()) if p.endswith(".py") or Path(p).exists() else p for p in plugins)
+    return tuple(_absolute(p) for p in plugins)
+
+
+def _absolute(spec: str) -> str:
+    if ROOTED in spec and not spec.endswith(".py"):
+        root, _, name = spec.partition(ROOTED)
+        return f"{Path(root).resolve()}{ROOTED}{name}"
+    return str(Path(spec).resolve()) if spec.endswith(".py") or Path(spec).exists() else spec
 
 
 def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_points: bool = True) -> Registry:

@@ -3,7 +3,8 @@
 After ``pip install attnbench``, pytest loads this module in every session, so it imports nothing
 heavy and adds options only under the ``--attnbench-`` prefix::
 
-    pytest --attnbench-plugin my_kernel.py                # in any directory: the conformance suite
+    pytest --attnbench-plugin my_kernel.py                # in any directory: the conformance suite, on my_kernel.py only
+    pytest --attnbench-plugin my_kernel.py --attnbench-builtins   # and on the built-ins (and installed plugins) too
     pytest --attnbench-plugin my_kernel.py --attnbench-only my_attention --attnbench-suite quick
     pytest tests --pyargs harness.conformance --attnbench-plugin my_kernel.py   # beside your own tests
 
@@ -33,13 +34,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="load attention implementations from a file or module (repeatable); runs the conformance suite on them")
     group.addoption("--attnbench-only", action="append", default=[], metavar="NAMES",
                     help="run only these implementations (comma-separated, repeatable)")
+    group.addoption("--attnbench-builtins", action="store_true", default=False,
+                    help="with --attnbench-plugin: also run attnbench's built-ins and installed plugins "
+                         "(default: the plugin files given, alone)")
     group.addoption("--attnbench-suite", default=None, choices=SUITES,
                     help="the conformance cases: small (default, or $ATTNBENCH_VERIFY_SUITE), quick or full")
 
 
 def _asked_for_attnbench(config: pytest.Config) -> bool:
     return bool(config.getoption("attnbench_plugin") or config.getoption("attnbench_only")
-                or config.getoption("attnbench_suite"))
+                or config.getoption("attnbench_suite") or config.getoption("attnbench_builtins"))
 
 
 @pytest.hookimpl(trylast=True)
@@ -81,7 +85,9 @@ def suite_registry(config: pytest.Config) -> Registry:
 
     global _REGISTRY
     if _REGISTRY is None:
-        registry = load_registry(config.getoption("attnbench_plugin"))
+        plugins = config.getoption("attnbench_plugin")
+        everything = not plugins or bool(config.getoption("attnbench_builtins"))  # a plugin given: it alone
+        registry = load_registry(plugins, builtins=everything, entry_points=everything)
         if registry.fatal_errors:
             raise pytest.UsageError("; ".join(str(e).replace("--plugin ", "--attnbench-plugin ") for e in registry.fatal_errors))
         _REGISTRY = registry

@@ -65,5 +65,6 @@ def test_deliberately_slowed_plugin_is_reported_and_exits_1(runs: dict[str, Path
     result = json.loads(capsys.readouterr().out)
     (cell,) = result["cells"]
     assert cell["implementation"] == "victim" and cell["verdict"] == "regression"
-    assert cell["ratio"] > 2 and cell["p_value"] < 0.001, cell
+    # decided on the ratio against the runs' own noise and load (no test on one run's samples): far beyond both
+    assert cell["ratio"] > 2 and cell["p_value"] is None and cell["ratio"] / cell["allowance"] > 1.25, cell
     assert main(["compare", str(runs["slow"]), str(runs["base"])]) == 0  # faster is an improvement, not a failure

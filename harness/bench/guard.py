@@ -171,10 +171,12 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
 
 
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None) -> Loop:
+               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None) -> Loop:
     """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
-    ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call."""
-    loop = RoundedLoop(sets, config, backend, rounds=1)
+    ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call.
+    ``sample_clock`` times each call (default :data:`CLOCK`, wall time; ``attnbench ab --clock cpu`` gives
+    :data:`CPU_CLOCK`, the process's CPU time, which other processes' load does not stretch)."""
+    loop = RoundedLoop(sets, config, backend, rounds=1, sample_clock=sample_clock)
     loop.round(profile)
     return loop.result()
 
@@ -188,10 +190,12 @@ class RoundedLoop:
     rounds`` of timed calls and at least ``ceil(min_samples / rounds)``; the first timed call, one
     drawn at random and the last call of the last round are checked as in :func:`timed_loop`."""
 
-    def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1) -> None:
+    def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
+                 sample_clock: Callable[[], float] | None = None) -> None:
         import torch
 
         self.sets, self.config, self.backend, self.rounds = sets, config, backend, max(1, rounds)
+        self.timer = CLOCK if sample_clock is None else sample_clock
         self.gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
         self.samples: list[float] = []
         self.kept: list[Kept] = []
@@ -256,9 +260,9 @@ class RoundedLoop:
                 s.shift(self.gen)
                 check = i == 0 or i == self.pick or last
                 threads = live_threads() if check else frozenset()
-                t0 = CLOCK()
+                t0 = self.timer()
                 out = s.call()
-                t1 = CLOCK()
+                t1 = self.timer()
                 self.samples.append(t1 - t0)
                 spent += t1 - t0
                 if check:

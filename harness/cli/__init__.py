@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from harness import __version__, interrupts
 from harness.errors import AttnbenchError, UsageError
 
-COMMANDS = ("list", "verify", "bench", "report", "compare", "run")
+COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 

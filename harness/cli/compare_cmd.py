@@ -1,4 +1,4 @@
-"""`attnbench compare BASE NEW`: per-cell ratio of medians and Mann-Whitney U; exit 1 on a regression."""
+"""`attnbench compare BASE NEW`: per-cell ratio of medians, decided only beyond the runs' noise; exit 1 on a regression."""
 
 from __future__ import annotations
 
@@ -12,15 +12,18 @@ from harness.report.compare import (
     DEFAULT_ALPHA,
     DEFAULT_THRESHOLD,
     HEADERS,
+    RECOMMEND,
     compare_files,
     markdown,
     parse_threshold,
     rows,
 )
 
-HELP = "compare two benchmark runs; exit 1 on a significant regression beyond the threshold or a newly failing cell"
-DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians and a Mann-Whitney U test on the raw samples. "
-               "Accepts attnbench result files and pytest-benchmark JSON.")
+HELP = "compare two stored benchmark runs; exit 1 on a regression beyond the threshold or a newly failing cell"
+DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians, a regression only where the runs' own noise (IQR) and "
+               "load cannot explain it; cells it cannot decide are 'not comparable' (exit 0) and `attnbench ab` "
+               "decides them. Cells whose samples are rounds (the files `attnbench ab` writes) are tested with "
+               "Mann-Whitney U over the rounds. Accepts attnbench result files and pytest-benchmark JSON.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", metavar="PCT",
                         help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
-                        help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA})")
+                        help=f"significance level of the Mann-Whitney U test over rounds (default {DEFAULT_ALPHA})")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="also write a GitHub-flavoured Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
@@ -53,10 +56,15 @@ def run(args: argparse.Namespace) -> int:
     compared = sum(c.ratio is not None for c in result.cells)
     t = f"{result.threshold:.0%}"
     for title, cells in (("Regressions", regs), ("Newly failing (measured in BASE)", result.newly_failing),
+                         ("Not comparable (the runs' noise or load cannot decide)", result.undecided),
                          ("Improvements", imps)):
         if cells:
-            print(f"\n{title} (beyond {t}, p<{result.alpha}):")
+            print(f"\n{title} (threshold {t}):")
             print(format_table(HEADERS, rows(cells)))
     failing = f", {len(result.newly_failing)} newly failing" if result.newly_failing else ""
-    print(f"\n{compared} cells compared: {len(regs)} regression(s), {len(imps)} improvement(s) beyond {t}{failing}.")
+    undecided = f", {len(result.undecided)} not comparable" if result.undecided else ""
+    print(f"\n{compared} cells compared: {len(regs)} regression(s), {len(imps)} improvement(s) beyond {t}"
+          f"{failing}{undecided}.")
+    if result.undecided:
+        print(RECOMMEND)
     return 1 if result.failed else 0

@@ -1,19 +1,16 @@
-"""Compare two benchmark runs cell by cell: ratio of medians plus a significance test, as asv does.
+"""Compare two stored benchmark runs cell by cell, where such a comparison can decide.
 
-A cell (implementation, case, mode) is a **regression** when the new median is more than
-``threshold`` slower (new/base > 1 + threshold) *and* the Mann-Whitney U test on the raw
-samples says the two runs differ (p < ``alpha``); an **improvement** symmetrically
-(new/base < 1 / (1 + threshold)). The ratio alone would flag noise; the test alone would
-flag a real 2% change nobody cares about; both together flag what matters.
+The unit of replication is the run (or the round), never the sample: the samples of one run share
+its load, so a test on the raw samples of two runs answers "did these two runs differ" (on a shared
+machine, always), not "did the code get slower". So cells whose samples are **rounds**
+(``sample_unit="round"``: the side files of ``attnbench ab``) are tested with Mann-Whitney U over
+the rounds beside the ratio of medians, as asv does; cells of two separate runs are decided by the
+ratio only where the runs' own noise and load cannot explain it
+(:func:`harness.analysis.paired.noise_allowance`), else they are **undecided** ("not comparable:
+base IQR 45%, load 6.2"), never a regression, and the answer recommends ``attnbench ab``.
 
-When the test cannot decide — no raw samples (pytest-benchmark JSON saved without
-``--benchmark-save-data``), or so few that even completely separated samples cannot reach
-``alpha`` (3 against 3 gives p >= 0.1) — the ratio decides alone and the cell says so.
-
-Cells run on a cluster carry the kind of machine they ran on; a ratio is never taken across
-two kinds (a cell measured on one kind in the base run and on another in the new one is
-``not comparable``, and says both). Cells of local runs are the runs' own machines, as before:
-compared, with a warning when the two environments differ.
+A ratio is never taken across two kinds of cluster node (such a cell is ``not comparable`` and
+says both); local runs are compared with a warning when their environments differ.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
 from harness.cluster.node import kind_of
 from harness.errors import UsageError
 from harness.results import BenchCell, Run, Status, node_kind
@@ -70,10 +68,18 @@ class CellComparison:
     ratio: float | None = None
     """new median / base median: above 1 is slower."""
     p_value: float | None = None
+    """Mann-Whitney U over rounds (cells whose samples are rounds only)."""
     n_base: int = 0
     n_new: int = 0
     base_status: str | None = None
     new_status: str | None = None
+    base_noise: float | None = None
+    """IQR / median of the base cell's samples."""
+    new_noise: float | None = None
+    base_load: float | None = None
+    new_load: float | None = None
+    allowance: float | None = None
+    """The factor the runs' noise and load allow between two runs of the same code (separate runs only)."""
     note: str = ""
 
 
@@ -103,29 +109,44 @@ class Comparison:
         return bool(self.regressions or self.newly_failing)
 
     @property
+    def undecided(self) -> list[CellComparison]:
+        """Cells beyond what the runs' noise lets a comparison decide: time them with ``attnbench ab``."""
+        return self.with_verdict(UNDECIDED)
+
+    @property
     def improvements(self) -> list[CellComparison]:
         return sorted(self.with_verdict(IMPROVEMENT), key=lambda c: c.ratio or 0)
 
     def as_dict(self) -> dict[str, Any]:
         return {"base": self.base, "new": self.new, "threshold": self.threshold, "alpha": self.alpha,
                 "regressions": len(self.regressions), "improvements": len(self.improvements),
-                "newly_failing": len(self.newly_failing), "failed": self.failed,
+                "newly_failing": len(self.newly_failing), "undecided": len(self.undecided), "failed": self.failed,
                 "warnings": self.warnings, "cells": [asdict(c) for c in self.cells]}
 
 
-def _timing(cell: BenchCell) -> tuple[list[float], float | None]:
+def _timing(cell: BenchCell) -> tuple[list[float], float | None, float | None]:
+    """The cell's samples, median and IQR/median (from its stats, else its samples)."""
     samples = [float(x) for x in cell.samples_s]
-    median = cell.median
-    if median is None and samples:
+    stats = cell.stats
+    if (stats is None or stats.median is None) and samples:
         from harness.analysis.stats import summarize
 
-        median = summarize(samples).median
-    return samples, None if median is None else float(median)
+        stats = summarize(samples)
+    if stats is None or stats.median is None:
+        return samples, None, None
+    spread = stats.iqr_over_median
+    if spread is None and stats.iqr is not None and stats.median:
+        spread = stats.iqr / stats.median
+    if spread is None and len(samples) > 1:  # stats stored without their spread: the samples have it
+        from harness.analysis.stats import summarize
+
+        spread = summarize(samples).iqr_over_median
+    return samples, float(stats.median), None if spread is None else float(spread)
 
 
 def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, threshold: float,
-                 alpha: float) -> CellComparison:
-    """One cell's verdict from its two runs."""
+                 alpha: float, base_cores: int | None = None, new_cores: int | None = None) -> CellComparison:
+    """One cell's verdict from its two runs (``*_cores``: the cores of each run's machine, to weigh its load)."""
     out = CellComparison(*key, verdict=NOT_COMPARABLE, base_status=base.status.value, new_status=new.status.value)
     if base.status != Status.OK or new.status != Status.OK:
         out.note = f"status: base {base.status}, new {new.status}"
@@ -133,30 +154,40 @@ def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, thr
             out.verdict = NEWLY_FAILING
             out.note += f" ({new.reason})"
         return out
-    (xs, out.base_median), (ys, out.new_median) = _timing(base), _timing(new)
+    (xs, out.base_median, out.base_noise), (ys, out.new_median, out.new_noise) = _timing(base), _timing(new)
     out.n_base, out.n_new = len(xs), len(ys)
+    out.base_load, out.new_load = base.load_average, new.load_average
     if not out.base_median or out.new_median is None:
         out.note = "no timing"
         return out
     out.ratio = out.new_median / out.base_median
-    significant: bool | None = None
-    if len(xs) >= 2 and len(ys) >= 2:
-        if min_p_value(len(xs), len(ys)) < alpha:
-            from scipy.stats import mannwhitneyu
+    if base.sample_unit == "round" and new.sample_unit == "round":
+        return _rounds(out, xs, ys, threshold, alpha)
+    noise = (RunNoise(out.base_noise, out.base_load, base_cores), RunNoise(out.new_noise, out.new_load, new_cores))
+    out.allowance = noise_allowance(*noise)
+    out.verdict = decide_runs(out.ratio, out.allowance, threshold)
+    if out.verdict == UNDECIDED:
+        out.note = (f"not comparable: {noise[0].describe('base')}; {noise[1].describe('new')}: the runs' noise "
+                    f"allows {out.allowance:.2f}x; time both together with `attnbench ab`")
+    return out
 
-            out.p_value = float(mannwhitneyu(xs, ys, alternative="two-sided").pvalue)
-            significant = out.p_value < alpha
-        else:
-            out.note = f"too few samples ({len(xs)} vs {len(ys)}) for the test to reach p<{alpha}: ratio only"
-    else:
-        out.note = "no raw samples: ratio only"
-    beyond = out.ratio > 1 + threshold or out.ratio < 1 / (1 + threshold)
-    if beyond and significant is not False:
-        out.verdict = REGRESSION if out.ratio > 1 else IMPROVEMENT
+
+def _rounds(out: CellComparison, xs: list[float], ys: list[float], threshold: float, alpha: float) -> CellComparison:
+    """Cells whose samples are rounds: Mann-Whitney U over the rounds, with the ratio of medians."""
+    beyond = out.ratio is not None and (out.ratio > 1 + threshold or out.ratio < 1 / (1 + threshold))
+    if len(xs) < 2 or len(ys) < 2 or min_p_value(len(xs), len(ys)) >= alpha:
+        out.verdict = UNDECIDED if beyond else UNCHANGED
+        out.note = f"too few rounds ({len(xs)} vs {len(ys)}) for the test to reach p<{alpha}"
+        return out
+    from scipy.stats import mannwhitneyu
+
+    out.p_value = float(mannwhitneyu(xs, ys, alternative="two-sided").pvalue)
+    if beyond and out.p_value < alpha:
+        out.verdict = REGRESSION if (out.ratio or 0) > 1 else IMPROVEMENT
     else:
         out.verdict = UNCHANGED
         if beyond:
-            out.note = f"beyond the threshold but not significant (p={out.p_value:.3g})"
+            out.note = f"beyond the threshold but not significant over rounds (p={out.p_value:.3g})"
     return out
 
 
@@ -218,7 +249,8 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
             result.cells.append(CellComparison(*key, verdict=NOT_COMPARABLE, base_status=a[key].status.value,
                                                new_status=b[key].status.value, note=elsewhere))
         else:
-            result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha))
+            result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha,
+                                             base_run.environment.cores, new_run.environment.cores))
     return result
 
 
@@ -228,31 +260,44 @@ def _fmt_time(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} µs"
 
 
+def _noise(c: CellComparison) -> str:
+    parts = [f"{c.base_noise:.0%}/{c.new_noise:.0%}" if c.base_noise is not None and c.new_noise is not None else ""]
+    loads = [x for x in (c.base_load, c.new_load) if x is not None]
+    if loads:
+        parts.append(f"load {max(loads):.1f}")
+    return ", ".join(p for p in parts if p)
+
+
 def rows(cells: Sequence[CellComparison]) -> list[tuple[str, ...]]:
     return [(c.implementation, c.case_id, c.mode, _fmt_time(c.base_median), _fmt_time(c.new_median),
              f"{c.ratio:.2f}x" if c.ratio is not None else "", "" if c.p_value is None else f"{c.p_value:.2g}",
-             c.note) for c in cells]
+             _noise(c), c.note) for c in cells]
 
 
-HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p", "note")
+HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p (rounds)", "IQR base/new", "note")
+RECOMMEND = ("Two separate runs cannot decide these cells: their own noise or load could explain the ratio. "
+             "Time both revisions together, in interleaved rounds: `attnbench ab BASE_PLUGIN HEAD_PLUGIN`.")
 
 
 def markdown(result: Comparison) -> str:
-    """GitHub-flavoured Markdown: the verdict, then regressions and improvements."""
+    """GitHub-flavoured Markdown: the verdict, then regressions, undecided cells and improvements."""
     from harness.report.markdown import md_table
 
     t = f"{result.threshold:.0%}"
-    regs, imps = result.regressions, result.improvements
+    regs, imps, undecided = result.regressions, result.improvements, result.undecided
     compared = sum(c.ratio is not None for c in result.cells)
-    header = (f"Base `{result.base}` vs new `{result.new}`: {compared} cells compared, threshold {t}, "
-              f"Mann-Whitney U p<{result.alpha}.")
+    header = (f"Base `{result.base}` vs new `{result.new}`: {compared} cells compared, threshold {t}; a separate "
+              f"run's cell is decided only beyond its noise and load, rounds by Mann-Whitney U p<{result.alpha}.")
     lines = ["# attnbench compare", "", header, ""]
-    lines.append(f"**{len(regs)} significant regression(s) beyond {t}.**" if regs else
-                 f"**No significant regression beyond {t}.**")
+    lines.append(f"**{len(regs)} regression(s) beyond {t}.**" if regs else f"**No regression beyond {t} found.**")
+    if undecided:
+        lines.append(f"**{len(undecided)} cell(s) not comparable: the runs' noise or load cannot decide them.** "
+                     + RECOMMEND)
     if result.newly_failing:
         lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
     lines += [f"> warning: {w}" for w in result.warnings]
-    for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing), ("Improvements", imps)):
+    for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing),
+                         ("Not comparable (noise or load)", undecided), ("Improvements", imps)):
         if cells:
             lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]
     missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)  # not comparable alike in both: nothing to say

@@ -84,7 +84,8 @@ class History:
 
 
 def _commit(path: Path, source: Source) -> Commit:
-    commit = source.environment.git_commit
+    env = source.environment  # a plugin's runs follow the plugin's repository, not attnbench's own
+    commit = env.plugin_commit or env.git_commit
     label = str(commit)[:COMMIT_CHARS] if commit else str(source.run_id or path.stem)
     time = source.environment.time
     return Commit(path=str(path), label=label, time=str(time) if time else None, run_id=source.run_id)

@@ -97,6 +97,9 @@ class BenchCell:
     rounds: Rounds | None = None
     """How the cell was timed in rounds beside its case's other contenders, its per-round ratio to the
     reference contender, and the roofs measured in the same rounds. Absent in files from before it."""
+    sample_unit: str | None = None
+    """"round": each sample is one interleaved round's time (the fastest of its calls; ``attnbench ab``), a replication
+    that ``compare`` may test; None: calls of one run, which share its load and are never tested as replications."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -163,7 +166,8 @@ def node_kind(cell: Cell) -> str | None:
     return None if cell.node is None else cell.node.kind
 
 
-_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "rounds"}  # absent when unknown: older cells read as before
+# absent when unknown: older cells read as before
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "rounds", "sample_unit"}
 
 
 def cell_to_json(cell: Cell) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from harness import __version__
 from harness.cluster.node import cpu_model
 from harness.errors import UsageError
 from harness.filelock import RunLock
+from harness.provenance import Provenance, plugin_provenance
 from harness.results.records import Config, Environment
 from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
 
@@ -122,9 +123,12 @@ class ResultWriter:
     RECORDS = ("implementations", "peaks", "fits", "coverage", "bandwidth")
 
     def __init__(self, path: Path, command: str, config: Config | Mapping[str, object], *, resume: bool = False,
-                 force: bool = False) -> None:
-        """``config`` is the command's settings, a :class:`Config` or its stored form (a JSON object)."""
+                 force: bool = False, provenance: Provenance | None = None) -> None:
+        """``config`` is the command's settings, a :class:`Config` or its stored form (a JSON object).
+        ``provenance``: the plugins' commit and packages when they were loaded elsewhere (a worker);
+        by default they are read from this process (:func:`harness.provenance.plugin_provenance`)."""
         self.path = Path(path)
+        self._provenance = provenance
         config = Config.coerce(config)
         if not resume and not force:
             refuse_to_overwrite(self.path, command)
@@ -144,6 +148,9 @@ class ResultWriter:
             self._run = dataclasses.replace(read_run(self.path), complete=False)
         else:
             env = environment()
+            made = self._provenance if self._provenance is not None else plugin_provenance(config.plugins or ())
+            env = dataclasses.replace(env, plugin_commit=made.plugin_commit, plugin_commits=made.plugin_commits,
+                                      plugin_packages=made.plugin_packages)
             if isinstance(config.threads, int):  # the count workers pin, not this process's default
                 env = dataclasses.replace(env, threads=config.threads)
             self._run = Run(run_id=self.path.stem, command=command, complete=False, environment=env, config=config)

@@ -258,8 +258,15 @@ class Environment(Record):
     xformers: str | None = None
     triton: str | None = None
     git_commit: str | None = None
+    """attnbench's own commit, when it runs from a git checkout."""
     command_line: str | None = None
     time: str | None = None
+    plugin_commit: str | None = None
+    """The commit of the git repository holding the (first) plugin file: the revision a plugin's history follows."""
+    plugin_commits: Mapping[str, str] | None = None
+    """Each plugin file -> its repository's commit."""
+    plugin_packages: Mapping[str, str] | None = None
+    """Packages the plugins imported -> installed version ("local": from the plugin's own checkout)."""
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

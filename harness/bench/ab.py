@@ -1,0 +1,239 @@
+"""A/B timing of two revisions of a plugin: interleaved rounds, each side in its own worker process.
+
+BASE and HEAD are usually the same plugin file (or ``ROOT::MODULE``) from two checkouts, so they
+register the same names. Each side loads in a worker of its own, with its checkout first on
+``sys.path`` (:func:`harness.discovery.load_plugin`), so two revisions of one package never share
+imported code; this process imports neither.
+
+A cell is timed in rounds. In each round both sides run, in an order drawn at random, each one
+warm-up call and ``calls`` timed calls through the bench's own timed loop
+(:func:`harness.bench.guard.timed_loop`: rotating input sets, kept calls checked); the round's
+ratio is head's fastest call over base's. A round lasts tens of milliseconds, so a load change between
+rounds hits both sides alike and the ratio cancels it (:mod:`harness.analysis.paired`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.bench import guard  # binds the clocks before any plugin is imported in a worker
+from harness.bench.sweeps import plan
+from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
+from harness.cases import AttentionCase
+from harness.discovery import load_implementation, load_source
+from harness.errors import UsageError
+from harness.isolation import OK, Outcome, Task, WorkerPool
+from harness.provenance import Provenance, plugin_provenance
+
+BASE, HEAD = "base", "head"
+
+# ---------------------------------------------------------------- worker side
+
+_PREPARED: dict[tuple[str, str, str, str], list[guard.InputSet]] = {}
+
+
+def declared_task(source: str) -> tuple[dict[str, str], Provenance]:
+    """Worker: {name: kind} of what ``source`` declares, and its provenance (commit, imported packages)."""
+    registry = load_source(source)
+    return {impl.name: impl.kind for impl in registry}, plugin_provenance([source])
+
+
+def support_task(source: str, name: str, case: dict[str, object], mode: str) -> list[str]:
+    """Worker: why ``name`` cannot run this cell (empty: it can)."""
+    impl = load_implementation(source, name)
+    return list(impl.not_supported_reasons(AttentionCase.from_dict(case).with_(grad=mode != "fwd")))
+
+
+@dataclass(frozen=True)
+class RoundTimes:
+    """One side's part of one round: its timed calls, and what its checks found wrong."""
+
+    samples_s: tuple[float, ...]
+    problems: tuple[str, ...] = ()
+    """Broken rules (a wrapper result, a patched clock, work left running): the cell is a violation."""
+    wrong: tuple[str, ...] = ()
+    """Kept outputs that do not match float64: the cell is wrong."""
+
+
+def round_task(source: str, name: str, case: dict[str, object], mode: str, calls: int, threads: int | None,
+               check_outputs: bool, clock: str = "wall") -> RoundTimes:
+    """Worker: one side's turn in a round. The input sets are built on the first turn and kept, so a turn
+    is a warm-up call and ``calls`` timed ones; ``check_outputs`` holds the kept calls against float64.
+    ``clock``: "wall" (elapsed time) or "cpu" (the process's CPU time: what a call computed, unstretched by
+    other processes sharing the cores; time spent waiting, on a sleep or a device, is not counted)."""
+    from harness.bench import audit
+
+    pin_threads(threads)
+    impl = load_implementation(source, name)
+    attention_case = AttentionCase.from_dict(case)
+    key = (source, name, attention_case.id, mode)
+    if key not in _PREPARED:
+        shift = not getattr(impl, "set_up", False) and mode != "bwd"
+        with audit.one_thread():
+            drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, False), impl.backend)
+        _PREPARED.clear()  # one cell at a time: the previous cell's inputs are not needed again
+        _PREPARED[key] = [audit.build_set(impl, attention_case, mode, inputs, seed, shift)
+                          for seed, inputs in enumerate(drawn)]
+    sets = _PREPARED[key]
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=calls, max_samples=calls)
+    if attention_case.device == "cuda":  # CUDA events around each call, as bench does (rotation only)
+        turn = itertools.cycle(sets)
+        return RoundTimes(samples_s=tuple(time_call(lambda: next(turn).call(), "cuda", config)))
+    loop = guard.timed_loop(sets, config, impl.backend, sample_clock=guard.CPU_CLOCK if clock == "cpu" else None)
+    problems = [k.problem for k in loop.kept if k.problem]
+    if loop.untyped:
+        problems.append(f"timed calls {loop.untyped[:5]} returned something other than an exact array")
+    patched = guard.clock_problem()
+    if patched:
+        problems.append(patched)
+    wrong = audit.check_kept(loop.kept, sets, attention_case, mode).problems if check_outputs else []
+    return RoundTimes(samples_s=tuple(loop.samples), problems=tuple(problems), wrong=tuple(wrong))
+
+
+# ---------------------------------------------------------------- parent side
+
+
+@dataclass(frozen=True)
+class ABSettings:
+    """What an A/B comparison measures; stored in both sides' result files."""
+
+    base: str
+    head: str
+    suite: str = "quick"
+    overrides: dict[str, list[Any]] = field(default_factory=dict)
+    only: list[str] = field(default_factory=list)
+    rounds: int = 20
+    calls: int = 3
+    """Timed calls per side per round (after one warm-up call): short rounds, so load changes hit both sides."""
+    threads: int = 1
+    device: str = "cpu"
+    timeout_s: float = 300.0
+    clock: str = "wall"
+    """"wall" (elapsed time, the default) or "cpu" (process CPU time: steadier on a loaded machine, blind to waiting)."""
+    seed: int | None = None
+    """Seeds the order of the sides in each round (None: drawn from the OS)."""
+
+
+@dataclass
+class CellRounds:
+    """One cell timed in rounds: per side its time in each round (the fastest call), and what went wrong."""
+
+    implementation: str
+    case: AttentionCase
+    mode: str
+    base_s: list[float] = field(default_factory=list)
+    head_s: list[float] = field(default_factory=list)
+    first: list[str] = field(default_factory=list)
+    """Which side ran first in each round."""
+    load: list[float] = field(default_factory=list)
+    """1-minute load average after each round."""
+    status: str = "ok"
+    """ok, skipped, or the outcome (error, crash, timeout, violation, wrong) of the side that failed."""
+    reason: str | None = None
+    side: str | None = None
+    """The side that failed or cannot run the cell (None: both ran)."""
+
+    def stop(self, side: str, status: str, reason: str) -> None:
+        self.status, self.side, self.reason = status, side, f"{side}: {reason}"
+
+    @property
+    def ratios(self) -> list[float]:
+        return [h / b for b, h in zip(self.base_s, self.head_s) if b > 0]
+
+
+@dataclass
+class ABRun:
+    settings: ABSettings
+    cells: list[CellRounds]
+    provenance: dict[str, Provenance]
+    """Side -> its plugin's commit and imported packages."""
+
+
+def _check(outcome: Outcome, side: str, source: str) -> Any:
+    if outcome.status != OK:
+        raise UsageError(f"{side} {source}: could not be loaded in its worker: {outcome.error}")
+    return outcome.value
+
+
+def _names(declared: dict[str, dict[str, str]], settings: ABSettings) -> list[str]:
+    """The implementations both sides declare (kernels, unless named by --only), in base's order."""
+    base, head = declared[BASE], declared[HEAD]
+    common = [n for n in base if n in head]
+    wanted = [n.strip() for raw in settings.only for n in raw.split(",") if n.strip()]
+    if wanted:
+        missing = {side: [n for n in wanted if n not in declared[side]] for side in (BASE, HEAD)}
+        for side, names in missing.items():
+            if names:
+                raise UsageError(f"--only {', '.join(names)}: not declared by {side} "
+                                 f"({getattr(settings, side)} declares {', '.join(declared[side]) or 'nothing'})")
+        return wanted
+    names = [n for n in common if base[n] == "kernel"]
+    if not names:
+        raise UsageError(f"base and head declare no kernel implementation of the same name (base: "
+                         f"{', '.join(base) or 'none'}; head: {', '.join(head) or 'none'}); give the same plugin "
+                         "from two revisions, or name the implementations with --only")
+    return names
+
+
+def run_ab(settings: ABSettings, on_cell: Callable[[CellRounds], None] = lambda cell: None) -> ABRun:
+    """Time every planned cell of both sides in interleaved rounds."""
+    rng: random.Random = random.Random(settings.seed) if settings.seed is not None else random.SystemRandom()
+    sources = {BASE: settings.base, HEAD: settings.head}
+    with thread_environment(settings.threads), WorkerPool(timeout=settings.timeout_s) as base_pool, \
+            WorkerPool(timeout=settings.timeout_s) as head_pool:
+        pools = {BASE: base_pool, HEAD: head_pool}
+        declared, provenance = {}, {}
+        for side, pool in pools.items():
+            declared[side], provenance[side] = _check(pool.run(Task(side, declared_task, (sources[side],))),
+                                                      side, sources[side])
+        cells = plan(settings.suite, _names(declared, settings), settings.overrides, settings.device)
+        if not cells:
+            raise UsageError(f"--suite {settings.suite} with these flags plans no cell; widen the axis flags")
+        done = []
+        for planned in cells:
+            cell = CellRounds(planned.implementation, planned.case, planned.mode)
+            _time_cell(cell, settings, sources, pools, rng)
+            done.append(cell)
+            on_cell(cell)
+    return ABRun(settings=settings, cells=done, provenance=provenance)
+
+
+def _time_cell(cell: CellRounds, settings: ABSettings, sources: dict[str, str], pools: dict[str, WorkerPool],
+               rng: random.Random) -> None:
+    case = cell.case.to_dict()
+    for side in (BASE, HEAD):
+        outcome = pools[side].run(Task(side, support_task, (sources[side], cell.implementation, case, cell.mode)))
+        if outcome.status != OK:
+            cell.stop(side, outcome.status, str(outcome.error))
+            return
+        if outcome.value:
+            cell.stop(side, "skipped", "; ".join(outcome.value))
+            return
+    for index in range(settings.rounds):
+        order = [BASE, HEAD]
+        rng.shuffle(order)
+        times: dict[str, float] = {}
+        for side in order:
+            args = (sources[side], cell.implementation, case, cell.mode, settings.calls, settings.threads, index == 0,
+                    settings.clock)
+            outcome = pools[side].run(Task(side, round_task, args))
+            if outcome.status != OK:
+                cell.stop(side, outcome.status, str(outcome.error))
+                return
+            part: RoundTimes = outcome.value
+            if part.problems or part.wrong:
+                cell.stop(side, "violation" if part.problems else "wrong", "; ".join(part.problems + part.wrong))
+                return
+            times[side] = min(part.samples_s)  # a preempted call is only ever longer: the fastest call of the turn
+        cell.base_s.append(times[BASE])
+        cell.head_s.append(times[HEAD])
+        cell.first.append(order[0])
+        try:
+            cell.load.append(os.getloadavg()[0])
+        except OSError:
+            pass

@@ -1,0 +1,151 @@
+"""`attnbench ab BASE HEAD`: time two revisions of a plugin in interleaved rounds; exit 1 on a regression.
+
+BASE and HEAD are the same plugin from two checkouts (a file, or ``ROOT::MODULE``); each side is
+imported from its own checkout in its own worker process. Each round times both in a random
+order, a few calls each (on the worker's CPU time for CPU cells with one thread, else the wall
+clock: `--clock`); per cell the verdict is the median per-round ratio head/base with a
+distribution-free interval. Exit 1 only on a regression beyond ``--threshold`` whose interval
+lies above 1 (or a cell the head can no longer run); the whole comparison raises a false alarm
+with probability at most ``alpha / 2``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from harness.bench.sweeps import SUITES
+from harness.cli.bench_cmd import _ints
+from harness.cli.common import format_table, positive_int, positive_number, probability
+from harness.dtypes import DTYPES
+from harness.errors import UsageError
+from harness.flops import MODES
+from harness.report.compare import parse_threshold
+
+HELP = "A/B: time two revisions of a plugin in interleaved rounds; exit 1 on a regression beyond the threshold"
+DESCRIPTION = __doc__.split("\n\n")[1].replace("``", "`")
+DEFAULT_THRESHOLD = "10%"
+DEFAULT_ALPHA = 0.05
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base", metavar="BASE", help="the base revision's plugin: a .py file, or ROOT::MODULE")
+    parser.add_argument("head", metavar="HEAD", help="the head revision's plugin (the same plugin, another checkout)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAMES",
+                        help="only these implementations (comma-separated, repeatable; default: every kernel both declare)")
+    parser.add_argument("--suite", choices=sorted(SUITES), default="quick", help="the cases, as for bench (default quick)")
+    for flag, what in (("--T", "sequence lengths"), ("--d", "head dims"), ("--heads", "query heads"),
+                       ("--batch", "batch sizes")):
+        parser.add_argument(flag, nargs="+", type=_ints, metavar="N", help=f"{what} (replaces the suite's)")
+    parser.add_argument("--dtype", nargs="+", choices=DTYPES, help="dtypes (replaces the suite's)")
+    parser.add_argument("--causal", choices=("on", "off", "both"), help="causal masking (replaces the suite's)")
+    parser.add_argument("--mode", nargs="+", choices=MODES, help="fwd, bwd, fwd+bwd")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--rounds", type=positive_int, default=20,
+                        help="interleaved rounds per cell (default 20; at least 7 for a 95%% interval on one cell)")
+    parser.add_argument("--calls", type=positive_int, default=3, help="timed calls per side per round (default 3)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="threads for torch and BLAS (default 1)")
+    parser.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
+                        help="cpu: each call timed on its worker's CPU time, which other processes on the cores do "
+                             "not stretch (time spent waiting, on a sleep, I/O or a GPU, is not counted); wall: "
+                             "elapsed time; auto (default): cpu for CPU cells with --threads 1, else wall")
+    parser.add_argument("--threshold", default=DEFAULT_THRESHOLD, metavar="PCT",
+                        help="slow-down that counts as a regression, e.g. 10%% (default) or 0.25")
+    parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
+                        help="1 - the intervals' joint level; the false-alarm rate is at most alpha/2 (default 0.05)")
+    parser.add_argument("--seed", type=int, help="seed the order of the sides in each round (default: from the OS)")
+    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
+    parser.add_argument("--out", type=Path, metavar="DIR",
+                        help="write base.json and head.json (bench result files, one sample per round) here "
+                             "(default results/ab-<time>)")
+    parser.add_argument("--markdown", type=Path, metavar="FILE",
+                        help="also write the Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
+    parser.add_argument("--json", metavar="FILE|-", help="write the verdict as JSON to FILE, or to stdout with -")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+
+
+def _check_source(spec: str, side: str) -> str:
+    from harness.discovery import ROOTED, absolute_specs
+
+    if ROOTED in spec and not spec.endswith(".py"):
+        root = spec.partition(ROOTED)[0]
+        if not Path(root).is_dir():
+            raise UsageError(f"{side} {spec}: {root} is not a folder; write ROOT::MODULE with ROOT a checkout")
+    elif (spec.endswith(".py") or "/" in spec) and not Path(spec).is_file():
+        raise UsageError(f"{side} {spec}: no such file; give the plugin file of each checkout (or ROOT::MODULE)")
+    return absolute_specs([spec])[0]
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    from harness.bench.ab import ABSettings
+
+    overrides: dict[str, list[Any]] = {}
+    for axis in ("T", "d", "heads", "batch"):
+        if getattr(args, axis):
+            overrides[axis] = [v for chunk in getattr(args, axis) for v in chunk]
+    if args.dtype:
+        overrides["dtype"] = list(args.dtype)
+    if args.causal:
+        overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
+    if args.mode:
+        overrides["mode"] = list(args.mode)
+    if args.clock == "cpu" and args.device != "cpu":
+        raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall")
+    clock = args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" and args.threads == 1 else "wall")
+    return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
+                      suite=args.suite, overrides=overrides, only=list(args.only), rounds=args.rounds,
+                      calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
+                      clock=clock, seed=args.seed)
+
+
+def _write(path: Path, text: str, flag: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc}); give a writable file path") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    threshold = parse_threshold(args.threshold)
+    settings = settings_from_args(args)
+    from harness import interrupts
+
+    interrupts.import_torch()
+    from harness.bench.ab import run_ab
+    from harness.bench.ab_files import write_sides
+    from harness.report.ab import HEADERS, judge, markdown, rows, summary_line
+
+    quiet = args.quiet or not sys.stderr.isatty()
+
+    def on_cell(cell: Any) -> None:
+        if not quiet:
+            ratios = cell.ratios
+            told = f"{sorted(ratios)[len(ratios) // 2]:.3f}x" if ratios else f"{cell.status}: {cell.reason}"
+            print(f"ab: {cell.implementation} {cell.case.id} {cell.mode}: {told}", file=sys.stderr)
+
+    result_run = run_ab(settings, on_cell)
+    out = args.out or Path("results") / f"ab-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    files = write_sides(result_run, out)
+    result = judge(result_run, threshold, args.alpha)
+    document = {**result.as_dict(), "files": {side: str(p) for side, p in files.items()}}
+    if args.markdown:
+        _write(args.markdown, markdown(result), "--markdown")
+    if args.json and args.json != "-":
+        from harness.results import write_json_atomic
+
+        try:
+            write_json_atomic(Path(args.json), document)  # never half-written
+        except OSError as exc:
+            raise UsageError(f"--json {args.json}: cannot write it ({exc.strerror or exc}); give a writable path") from None
+    if args.json == "-":
+        print(json.dumps(document, indent=2))
+    else:
+        print(format_table(HEADERS, rows(result.cells)))
+        print(f"\n{summary_line(result)}")
+        print(f"results: {files['base']} {files['head']}")
+    return 1 if result.failed else 0

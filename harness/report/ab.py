@@ -1,0 +1,158 @@
+"""The verdict of an A/B comparison: per cell the median per-round ratio, its interval and the noise seen.
+
+Decided by :mod:`harness.analysis.paired`: a regression is a median ratio beyond the threshold
+whose interval (level ``1 - alpha / cells``) lies above 1. Only a regression, or a cell the head
+can no longer run, fails the comparison.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from harness.analysis.paired import REGRESSION, UNDECIDED, decide, per_cell_alpha, summarize_ratios
+from harness.bench.ab import BASE, HEAD, ABRun, CellRounds
+
+NEWLY_FAILING, NOT_COMPARED = "newly failing", "not compared"
+
+
+@dataclass
+class ABCell:
+    implementation: str
+    case_id: str
+    mode: str
+    verdict: str
+    rounds: int = 0
+    base_median_s: float | None = None
+    head_median_s: float | None = None
+    ratio: float | None = None
+    """Median of the per-round ratios head / base: above 1 is slower."""
+    low: float | None = None
+    high: float | None = None
+    level: float | None = None
+    p_slower: float | None = None
+    ratio_spread: float | None = None
+    """IQR / median of the per-round ratios: the noise the pairing left."""
+    base_spread: float | None = None
+    """IQR / median of base's per-round times: the noise the load put on each side (the pairing cancels it)."""
+    load_min: float | None = None
+    load_max: float | None = None
+    note: str = ""
+
+
+@dataclass
+class ABResult:
+    base: str
+    head: str
+    threshold: float
+    alpha: float
+    cell_alpha: float
+    rounds: int
+    calls: int
+    clock: str = "wall"
+    """What timed each call: "cpu" (the worker's CPU time) or "wall" (elapsed time)."""
+    cells: list[ABCell] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def regressions(self) -> list[ABCell]:
+        return [c for c in self.cells if c.verdict == REGRESSION]
+
+    @property
+    def newly_failing(self) -> list[ABCell]:
+        return [c for c in self.cells if c.verdict == NEWLY_FAILING]
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.regressions or self.newly_failing)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"base": self.base, "head": self.head, "threshold": self.threshold, "alpha": self.alpha,
+                "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls, "clock": self.clock,
+                "false_alarm_bound": self.alpha / 2, "failed": self.failed,
+                "regressions": len(self.regressions), "newly_failing": len(self.newly_failing),
+                "provenance": self.provenance, "cells": [asdict(c) for c in self.cells]}
+
+
+def _spread(xs: Sequence[float]) -> float | None:
+    if len(xs) < 2:
+        return None
+    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
+    return (q3 - q1) / med if med > 0 else None
+
+
+def judge_cell(cell: CellRounds, threshold: float, alpha: float) -> ABCell:
+    """One cell's verdict at interval level ``1 - alpha``."""
+    out = ABCell(cell.implementation, cell.case.id, cell.mode, verdict=NOT_COMPARED, rounds=len(cell.ratios))
+    if cell.load:
+        out.load_min, out.load_max = min(cell.load), max(cell.load)
+    if cell.status != "ok":
+        newly = cell.side == HEAD and cell.status not in ("skipped",)
+        out.verdict, out.note = (NEWLY_FAILING if newly else NOT_COMPARED), f"{cell.status}: {cell.reason}"
+        return out
+    out.base_median_s, out.head_median_s = statistics.median(cell.base_s), statistics.median(cell.head_s)
+    summary = summarize_ratios(cell.ratios, alpha)
+    out.ratio, out.low, out.high, out.level = summary.ratio, summary.low, summary.high, summary.level
+    out.p_slower, out.ratio_spread, out.base_spread = summary.p_slower, summary.spread, _spread(cell.base_s)
+    out.verdict = decide(summary, threshold, alpha)
+    if out.verdict == UNDECIDED:
+        out.note = (f"{summary.rounds} rounds give only a {summary.level:.0%} interval: add --rounds"
+                    if summary.level < 1 - alpha else
+                    f"the interval straddles the threshold ({1 + threshold:.2f}x): not decided; more --rounds narrow it")
+    return out
+
+
+def judge(run: ABRun, threshold: float, alpha: float) -> ABResult:
+    """Every cell judged; each interval at level ``1 - alpha / (cells compared)``."""
+    compared = sum(c.status == "ok" for c in run.cells)
+    cell_alpha = per_cell_alpha(alpha, compared)
+    s = run.settings
+    return ABResult(base=s.base, head=s.head, threshold=threshold, alpha=alpha, cell_alpha=cell_alpha,
+                    rounds=s.rounds, calls=s.calls, clock=s.clock, cells=[judge_cell(c, threshold, cell_alpha) for c in run.cells],
+                    provenance={side: asdict(p) for side, p in run.provenance.items()})
+
+
+HEADERS = ("implementation", "case", "mode", "head/base", "interval", "verdict", "rounds", "ratio IQR", "base IQR",
+           "load", "note")
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{x:.0%}"
+
+
+def rows(cells: Sequence[ABCell]) -> list[tuple[str, ...]]:
+    return [(c.implementation, c.case_id, c.mode, "" if c.ratio is None else f"{c.ratio:.3f}x",
+             "" if c.low is None else f"[{c.low:.3f}, {c.high:.3f}] ({c.level:.0%})", c.verdict, str(c.rounds),
+             _pct(c.ratio_spread), _pct(c.base_spread),
+             "" if c.load_min is None else f"{c.load_min:.1f}-{c.load_max:.1f}", c.note) for c in cells]
+
+
+def summary_line(result: ABResult) -> str:
+    t = f"{result.threshold:.0%}"
+    regs, failing = len(result.regressions), len(result.newly_failing)
+    compared = sum(c.ratio is not None for c in result.cells)
+    verdict = (f"{regs} regression(s) beyond {t}" if regs else f"no regression beyond {t}")
+    extra = f", {failing} cell(s) newly failing in head" if failing else ""
+    return (f"{compared} cell(s) compared over {result.rounds} interleaved rounds: {verdict}{extra} "
+            f"(false-alarm bound {result.alpha / 2:.1%} for the whole comparison).")
+
+
+def markdown(result: ABResult) -> str:
+    """GitHub-flavoured Markdown for a job summary: the verdict, the commits, every cell with its noise."""
+    from harness.report.markdown import md_table
+
+    lines = ["# attnbench ab", "", f"Base `{result.base}` vs head `{result.head}`.", "",
+             f"**{summary_line(result)}**", ""]
+    for side in (BASE, HEAD):
+        commit = (result.provenance.get(side) or {}).get("plugin_commit")
+        if commit:
+            lines.append(f"- {side} commit `{str(commit)[:12]}`")
+    lines += ["", md_table(HEADERS, rows(result.cells)), "",
+              f"Each round times base and head in a random order, {result.calls} calls each "
+              f"({'on the CPU time of each call' if result.clock == 'cpu' else 'on the wall clock'}); the ratio is the median "
+              f"of the per-round ratios, the interval a distribution-free one for that median at level "
+              f"{1 - result.cell_alpha:.1%} per cell. \"ratio IQR\" is the noise the pairing left; \"base IQR\" the "
+              "noise the load put on each side."]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,147 @@
+"""`attnbench ab`'s decision on synthetic rounds: regression, no change, undecided; the false-alarm bound; bad input.
+
+No timing here: the rounds are made up (seeded), so every assertion is about the statistics and the
+verdicts, never about this machine's speed. The measured false-alarm and detection rates are in
+benchmarks/ab_false_alarms.py.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from harness.analysis.paired import (
+    IMPROVEMENT,
+    REGRESSION,
+    UNCHANGED,
+    UNDECIDED,
+    decide,
+    median_interval,
+    per_cell_alpha,
+    rounds_needed,
+    summarize_ratios,
+)
+from harness.bench.ab import ABRun, ABSettings, CellRounds
+from harness.bench.ab_files import side_cell, write_sides
+from harness.cases import AttentionCase
+from harness.cli import main
+from harness.report.ab import NEWLY_FAILING, NOT_COMPARED, judge, judge_cell, markdown
+from harness.report.compare import compare_files
+
+CASE = AttentionCase(batch=1, heads=2, tq=64, d=16)
+
+
+def rounds(rng: random.Random, n: int, slowdown: float, noise: float = 0.05) -> CellRounds:
+    """n rounds whose load (a factor up to 3x, the same for both sides of a round) moves every round."""
+    cell = CellRounds("k", CASE, "fwd")
+    for _ in range(n):
+        load = rng.choice([1.0, 1.0, 1.5, 3.0]) * rng.uniform(0.9, 1.1)
+        cell.base_s.append(1e-3 * load * math.exp(rng.gauss(0, noise)))
+        cell.head_s.append(1e-3 * slowdown * load * math.exp(rng.gauss(0, noise)))
+        cell.load.append(1.0 + load)
+    return cell
+
+
+def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
+    from scipy.stats import binom
+
+    values = list(range(1, 21))  # n = 20: P(Bin(20, 1/2) <= 5) = 0.0207 <= 0.025 < P(<= 6)
+    low, high, level = median_interval(values, 0.05)
+    assert (low, high) == (6, 15) and level == pytest.approx(1 - 2 * binom.cdf(5, 20, 0.5))
+    assert level >= 0.95
+    few_low, few_high, few_level = median_interval([3.0, 1.0, 2.0], 0.05)
+    assert (few_low, few_high) == (1.0, 3.0) and few_level == pytest.approx(0.75)  # too few for 95%
+    assert rounds_needed(0.05) == 6 and median_interval(range(6), 0.05)[2] >= 0.95
+
+
+def test_verdicts_regression_unchanged_improvement_undecided() -> None:
+    rng = random.Random(1)
+    slow = summarize_ratios(rounds(rng, 20, 1.3).ratios, 0.05)
+    assert 1.2 < slow.ratio < 1.4 and slow.low > 1.0 and decide(slow, 0.10, 0.05) == REGRESSION
+    same = summarize_ratios(rounds(rng, 20, 1.0, noise=0.02).ratios, 0.05)
+    assert decide(same, 0.10, 0.05) == UNCHANGED and same.low < 1.0 < same.high
+    fast = summarize_ratios(rounds(rng, 20, 0.6).ratios, 0.05)
+    assert decide(fast, 0.10, 0.05) == IMPROVEMENT
+    few = summarize_ratios(rounds(rng, 4, 2.0).ratios, 0.05)
+    assert few.level < 0.95 and decide(few, 0.10, 0.05) == UNDECIDED  # 4 rounds cannot give a 95% interval
+    # beyond the threshold but the interval reaches below 1: never a regression
+    straddle = summarize_ratios([0.95, 0.98, 1.2, 1.25, 1.3, 1.3, 1.35, 0.9, 1.22, 1.21], 0.05)
+    assert straddle.ratio > 1.1 and straddle.low < 1.0 and decide(straddle, 0.10, 0.05) == UNDECIDED
+    # a real slow-down below the threshold is not a regression beyond it
+    small = summarize_ratios(rounds(rng, 20, 1.04, noise=0.01).ratios, 0.05)
+    assert small.low > 1.0 and decide(small, 0.10, 0.05) != REGRESSION
+
+
+def test_identical_sides_raise_a_false_alarm_at_most_alpha_over_two() -> None:
+    """Exchangeable sides (the random order makes them so): the sign-test interval's lower end is above 1
+    in at most alpha/2 of the comparisons, whatever the load does between rounds."""
+    rng = random.Random(7)
+    trials = 4000
+    alarms = sum(decide(summarize_ratios(rounds(rng, 20, 1.0, noise=0.3).ratios, 0.05), 0.0001, 0.05) == REGRESSION
+                 for _ in range(trials))
+    assert alarms / trials <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / trials), alarms
+    # and a 30% slow-down in the same noise is found nearly always
+    found = sum(decide(summarize_ratios(rounds(rng, 20, 1.3, noise=0.1).ratios, 0.05), 0.10, 0.05) == REGRESSION
+                for _ in range(400))
+    assert found >= 0.9 * 400
+
+
+def test_many_cells_share_the_false_alarm_budget() -> None:
+    assert per_cell_alpha(0.05, 4) == pytest.approx(0.0125) and per_cell_alpha(0.05, 0) == 0.05
+
+
+def _run(*cells: CellRounds) -> ABRun:
+    return ABRun(settings=ABSettings(base="base/p.py", head="head/p.py", rounds=20), cells=list(cells), provenance={})
+
+
+def test_a_head_that_no_longer_runs_fails_the_comparison_a_base_failure_does_not() -> None:
+    rng = random.Random(2)
+    broken = CellRounds("k", CASE, "fwd")
+    broken.stop("head", "crash", "worker killed by SIGSEGV")
+    assert judge_cell(broken, 0.1, 0.05).verdict == NEWLY_FAILING
+    gone = CellRounds("k", CASE, "fwd")
+    gone.stop("base", "error", "ImportError")
+    assert judge_cell(gone, 0.1, 0.05).verdict == NOT_COMPARED
+    result = judge(_run(rounds(rng, 20, 1.0, noise=0.01), broken), 0.1, 0.05)
+    assert result.failed and result.cell_alpha == pytest.approx(0.05)  # one cell compared: the whole alpha
+    ok = judge(_run(rounds(rng, 20, 1.0, noise=0.01)), 0.1, 0.05)
+    assert not ok.failed and "no regression beyond 10%" in markdown(ok)
+
+
+def test_side_files_hold_rounds_and_compare_tests_them(tmp_path: Path) -> None:
+    rng = random.Random(4)
+    cell = rounds(rng, 20, 2.0, noise=0.02)
+    stored = side_cell(cell, "head", 1)
+    assert stored.sample_unit == "round" and len(stored.samples_s) == 20 and stored.stats is not None
+    files = write_sides(_run(cell), tmp_path / "ab")
+    result = compare_files(files["base"], files["head"])
+    (compared,) = result.cells
+    assert compared.verdict == REGRESSION and compared.p_value is not None and compared.p_value < 1e-4
+
+
+def test_bad_input_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ab", str(tmp_path / "nope.py"), str(tmp_path / "nope.py")]) == 2
+    assert "BASE" in capsys.readouterr().err
+    plugin = tmp_path / "p.py"
+    plugin.write_text("")
+    assert main(["ab", str(plugin), str(plugin), "--threshold", "25"]) == 2
+    assert main(["ab", f"{tmp_path / 'missing'}::mod", str(plugin)]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    for side, name in (("a", "one"), ("b", "two")):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "p.py").write_text(
+            f"from harness import register\n\n@register({name!r}, backend='torch')\n"
+            "def f(q, k, v, *, causal=False, mask=None, scale=None):\n    return q\n")
+    code = main(["ab", str(tmp_path / "a" / "p.py"), str(tmp_path / "b" / "p.py"), "--out", str(tmp_path / "o"),
+                 "--json", "-"])
+    err = capsys.readouterr().err
+    assert code == 2 and "base: one" in err and "head: two" in err, err
+    assert not (tmp_path / "o").exists()  # nothing written: the usage error came before any timing

@@ -49,6 +49,9 @@ class Inputs:
     v_pages: Any | None = None
     block_table: Any | None = None
     """(B, pages per sequence): the page of each sequence's p-th ``page_size`` keys (int32 tensor / int64 array)."""
+    sinks: Any | None = None
+    """A case with ``sinks``: the per-head sink logits (H,) in q's dtype, passed as ``sinks=``."""
+    sinks64: torch.Tensor | None = None
 
     def arrays(self, structures: Iterable[str] = ()) -> tuple[Any, Any, Any]:
         """(q, k, v) as an implementation taking ``structures`` natively receives them: laid out by a declared
@@ -78,6 +81,10 @@ class Inputs:
         kwargs.update(native_kwargs(case, self, native, folded))
         if self.bias is not None:
             kwargs["bias"] = self.bias
+        if self.sinks is not None:
+            kwargs["sinks"] = self.sinks
+        if case.softcap is not None:
+            kwargs["softcap"] = case.softcap
         return kwargs
 
     def index_array(self, values: Sequence[int] | None, case: AttentionCase) -> Any:
@@ -98,7 +105,7 @@ class Inputs:
     def oracle_kwargs(self, case: AttentionCase) -> OracleKeywords:
         """The same call for :func:`harness.oracle.reference_attention`, in float64 (structure given natively)."""
         return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64,
-                **case.structure_kwargs()}
+                "sinks": self.sinks64, "softcap": case.softcap, **case.structure_kwargs()}
 
 
 class OracleKeywords(StructureKeywords, total=False):
@@ -108,6 +115,8 @@ class OracleKeywords(StructureKeywords, total=False):
     mask: Any
     scale: float | None
     bias: Any
+    sinks: Any
+    softcap: float | None
 
 
 def aux(x: Any, case: AttentionCase) -> Any:
@@ -220,7 +229,7 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         q = q * 5.0 if case.inputs == "large" else q
         k = v = q
     else:
-        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, d)
+        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, case.value_dim)
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
     dtype = TORCH_DTYPES[case.dtype]
@@ -250,4 +259,8 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
     for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
         part.draw(inputs, case, k, v, gen, backend)
+    if case.sinks:  # after everything else, for the same reason
+        sinks = torch.randn(h, generator=gen, dtype=torch.float64).to(dtype)
+        inputs.sinks64 = sinks.to(torch.float64)
+        inputs.sinks = sinks.to(device) if backend == "torch" else sinks.numpy().astype(case.dtype)
     return inputs

@@ -22,8 +22,17 @@ import numpy as np
 import torch
 
 from harness.cases import AttentionCase
+from harness.conventions import Conventions, empty_rows
 from harness.integrity import live_threads, result_problem, thread_problem
-from harness.oracle import allowed_keys, allowed_rows, expand_kv, reference_attention, reference_rows, sample_rows
+from harness.oracle import (
+    allowed_keys,
+    allowed_rows,
+    capped,
+    expand_kv,
+    reference_attention,
+    reference_rows,
+    sample_rows,
+)
 from harness.registry import Implementation
 from harness.tensors import TORCH_DTYPES, Inputs, aux, dtype_name, make_inputs, to_float64
 from harness.verify.boundary import Watch, arguments
@@ -120,8 +129,10 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
         oracle = reference_rows(inputs.q64, k64, v64, rows, **kwargs)
     dt = TORCH_DTYPES[case.dtype]
     bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
+    sinks = None if kwargs["sinks"] is None else kwargs["sinks"].to(dt)
     base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
-                              mask=kwargs["mask"], scale=case.scale, bias=bias, rows=rows, **case.structure_kwargs())
+                              mask=kwargs["mask"], scale=case.scale, bias=bias, rows=rows, sinks=sinks,
+                              softcap=case.softcap, **case.structure_kwargs())
     return oracle, base.to(torch.float64)
 
 
@@ -131,7 +142,7 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     kwargs = inputs.oracle_kwargs(case)
     k = expand_kv(inputs.k64, case.heads)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
-    logits = torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale
+    logits = capped(torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale, case.softcap)
     if kwargs["bias"] is not None:
         bias = kwargs["bias"]
         logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])
@@ -139,7 +150,40 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     allowed = allowed_keys(case.tq, case.tk, **where) if rows is None else allowed_rows(rows, case.tq, case.tk, **where)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
-    return float(logits.abs().max()) if logits.numel() else 0.0
+    sinks = 0.0 if inputs.sinks64 is None else float(inputs.sinks64.abs().max())
+    return max(float(logits.abs().max()) if logits.numel() else 0.0, sinks)
+
+
+def empty_query_rows(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> torch.Tensor | None:
+    """Boolean (B, H, Tq) (of ``rows`` only, when given) of the query rows with no allowed key, or None."""
+    kwargs = inputs.oracle_kwargs(case)
+    where = dict(causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
+    allowed = allowed_keys(case.tq, case.tk, **where) if rows is None else allowed_rows(rows, case.tq, case.tk, **where)
+    count = case.tq if rows is None else len(rows)
+    return empty_rows(allowed, (case.batch, case.heads, count))
+
+
+def by_empty_row_convention(conv: Conventions, got: torch.Tensor, oracle: torch.Tensor, v64: torch.Tensor,
+                            empty: torch.Tensor | None, has_sinks: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """(output, oracle) with the rows that have no allowed key compared as ``conv.empty_row`` declares, and what
+    was assumed: the mean of V expected there (``mean_v``), NaN required and then set aside (``nan``), or the rows
+    set aside unchecked (``unspecified``). With sinks a row with no key is zero in every convention (the sink
+    takes all the weight), as the contract's own zeros need nothing either."""
+    if empty is None or conv.empty_row == "zeros" or has_sinks:
+        return got, oracle, {}
+    count = int(empty.sum())
+    if conv.empty_row == "mean_v":
+        mean = expand_kv(v64, got.shape[1]).mean(dim=-2, keepdim=True).expand(oracle.shape)
+        return got, torch.where(empty[..., None], mean, oracle), {"empty_rows": count, "empty_row_expected": "mean_v"}
+    if conv.empty_row == "nan":
+        not_nan = int((~torch.isnan(got[empty])).any(dim=-1).sum())
+        if not_nan:
+            raise ContractViolation(f"{not_nan} of {count} rows with no allowed key are not NaN, though the "
+                                    "conventions declare empty_row='nan'")
+    got = torch.where(empty[..., None], oracle, got)
+    note = ("skipped: empty-row value unspecified" if conv.empty_row == "unspecified"
+            else "NaN as declared; not compared further")
+    return got, oracle, {"empty_rows": count, "empty_rows_skipped": note}
 
 
 def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
@@ -148,7 +192,7 @@ def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape
     if not isinstance(out, kind):
         return f"returned {type(out).__name__}, expected {kind.__module__}.{kind.__name__} (backend={impl.backend})"
     if tuple(out.shape) != shape:
-        return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, d)"
+        return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, dv: V's head dim)"
     if dtype_name(out) != case.dtype:
         return f"output dtype {dtype_name(out)}, expected {case.dtype} (q's dtype)"
     if isinstance(out, torch.Tensor) and out.device.type != case.device:
@@ -196,7 +240,7 @@ def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> Chec
 def check_output(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
     """The output against the oracle over ``trials`` fresh seeded inputs, plus the contract's structure."""
     verdicts: list[tuple[int, Verdict]] = []
-    shape = (case.batch, case.heads, case.tq, case.d)
+    shape = (case.batch, case.heads, case.tq, case.value_dim)
     for trial in range(trials):
         inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
         threads = live_threads()
@@ -208,7 +252,12 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
         rows = sampled_rows(case, trial)
         oracle, base = oracle_and_base(case, inputs, rows=rows)
         got = to_float64(out) if rows is None else to_float64(out)[:, :, rows]
+        empty = empty_query_rows(case, inputs, rows)
+        got, oracle, assumed = by_empty_row_convention(impl.conventions, got, oracle, inputs.v64, empty, case.sinks)
+        if assumed.get("empty_row_expected") == "mean_v":
+            base = torch.where(empty[..., None], oracle, base)  # type: ignore[index]
         verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs, rows))
+        verdict.metrics.update(assumed, conventions=impl.conventions.describe())
         if rows is not None:
             verdict.metrics["sampled_rows"] = len(rows)
             if verdict.metrics.get("worst_index"):  # the case's own row, not the sample's
@@ -219,12 +268,25 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
     return finish("output", verdicts, trials)
 
 
+GRAD_VIA = "backward"
+"""How verify and bench take gradients: ``torch.autograd.backward(out, dO)`` on fresh leaves, then each leaf's
+``.grad``, as a training loop does. ``torch.autograd.grad`` refuses re-entrant checkpointing
+(``torch.utils.checkpoint(use_reentrant=True)``, as lucidrains' ``memory_efficient_attention`` uses), which
+is correct code: asked that way it would be failed for how it was asked."""
+
+
 def _grads(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], dout: torch.Tensor) -> list[torch.Tensor | None]:
     out = fn(*leaves)
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         raise TypeError("the output does not require grad: the implementation is not differentiable "
                         "(grad=True promises torch autograd through the call)")
-    return list(torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True))
+    for leaf in leaves:
+        leaf.grad = None
+    torch.autograd.backward(out, dout.to(out.dtype))
+    grads: list[torch.Tensor | None] = []
+    for i, leaf in enumerate(leaves):  # one leaf passed several times (self-attention) accumulates: its gradient
+        grads.append(None if leaf.grad is None or any(leaf is other for other in leaves[:i]) else leaf.grad)
+    return grads
 
 
 def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) -> float:
@@ -243,7 +305,7 @@ def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> tor
     """The backward's upstream gradient dO (float64, representable in the case's dtype); on a large case
     zero outside the sampled rows, so that the exact gradients are those of the sampled rows' outputs."""
     gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
-    dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
+    dout64 = torch.randn(case.batch, case.heads, case.tq, case.value_dim, generator=gen, dtype=torch.float64)
     if rows is not None:
         keep = torch.zeros(case.tq, dtype=torch.float64)
         keep[rows] = 1.0
@@ -253,57 +315,79 @@ def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> tor
 
 def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[Verdict]:
     """One trial of the gradient check: a verdict per input gradient, in order. A large case's gradients
-    are those of its sampled rows' outputs (dO zero elsewhere): exact against :func:`reference_rows`."""
-    names = ["dx"] if case.self_attention else ["dq", "dk", "dv"]
+    are those of its sampled rows' outputs (dO zero elsewhere): exact against :func:`reference_rows`.
+    Rows with no allowed key get dO = 0 unless the conventions declare zeros there (their value is the
+    convention's, checked by the output check; their gradient is not the contract's)."""
+    names = (["dx"] if case.self_attention else ["dq", "dk", "dv"]) + (["dsinks"] if case.sinks else [])
     dt = TORCH_DTYPES[case.dtype]
     inputs = make_inputs(case, SEED_BASE + trial, "torch")
     rows = sampled_rows(case, trial)
     dout64 = _upstream(case, trial, rows)
+    empty = empty_query_rows(case, inputs)
+    if empty is not None and impl.conventions.empty_row != "zeros" and not case.sinks:
+        dout64 = dout64.masked_fill(empty[..., None], 0.0)
     dout_rows = dout64 if rows is None else dout64[:, :, rows]
     kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
     dout = aux(dout64.to(dt).to(case.device), case)  # the upstream gradient crosses the boundary too
 
-    def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
-        if case.self_attention:
-            return [q.detach().requires_grad_()]
-        return [x.detach().requires_grad_() for x in (q, k, v)]
+    def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None) -> list[torch.Tensor]:
+        arrays = [q] if case.self_attention else [q, k, v]
+        arrays += [sinks] if sinks is not None else []
+        return [x.detach().requires_grad_() for x in arrays]
 
-    def qkv(leaves: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        return (leaves[0],) * 3 if case.self_attention else leaves
+    def split(leaves: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+        extra = {"sinks": leaves[-1]} if case.sinks else {}
+        arrays = leaves[:-1] if case.sinks else leaves
+        return ((arrays[0],) * 3 if case.self_attention else arrays), extra
+
+    def implementation(*ls: torch.Tensor) -> torch.Tensor:
+        qkv, extra = split(ls)
+        out: torch.Tensor = impl.prepare(*qkv, **{**kw, **extra})()
+        return out
 
     def oracle(*ls: torch.Tensor) -> torch.Tensor:
-        q, k, v = qkv(ls)
-        return reference_attention(q, k, v, **okw) if rows is None else reference_rows(q, k, v, rows, **okw)
+        (q, k, v), extra = split(ls)
+        o = {**okw, **extra}
+        return reference_attention(q, k, v, **o) if rows is None else reference_rows(q, k, v, rows, **o)
 
+    def baseline(*ls: torch.Tensor) -> torch.Tensor:
+        qkv, extra = split(ls)
+        return baseline_attention(*qkv, causal=case.causal, mask=okw["mask"], scale=case.scale, bias=bias_dt, rows=rows,
+                                  softcap=case.softcap, **extra, **case.structure_kwargs())
+
+    sinks = inputs.sinks
     watch = Watch({**arguments(inputs.q, inputs.k, inputs.v, kw), "dout": dout})
-    got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v), dout)
+    got = _grads(implementation, leaves_of(inputs.q, inputs.k, inputs.v, sinks), dout)
     wrote = watch.problem()
     if wrote:
         return [Verdict(False, f"backward: {wrote}", {})]
-    want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64), dout_rows)
-    base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
-                                                 bias=bias_dt, rows=rows, **case.structure_kwargs()),
-                  leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout_rows)
+    want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
+    sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
+    base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
     logits = logit_max(case, inputs, rows)
-    magnitude = max(float(w.abs().max()) for w in want if w is not None)
-    magnitudes = [magnitude, max(magnitude, _cancelled_terms(case, inputs, dout_rows))]
+    magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
+    magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
+    cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))
+    assumed = {"conventions": impl.conventions.describe(), "grad_via": GRAD_VIA}
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
-        magnitude = magnitudes[name != "dv"]
         if g is None:
             verdicts.append(Verdict(False, f"{name} is None: the output does not depend on {name[1:]} through autograd", {}))
         elif dtype_name(g) != case.dtype:
             verdicts.append(Verdict(False, f"{name} dtype {dtype_name(g)}, expected {case.dtype}", {}))
         else:
             assert w is not None and b is not None
-            verdicts.append(compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
-                                    logit_max=logits, magnitude=magnitude))
+            verdict = compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
+                              logit_max=logits, magnitude=magnitudes.get(name, cancelled))
+            verdict.metrics.update(assumed)
+            verdicts.append(verdict)
     return verdicts
 
 
 def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
-    """dq, dk, dv by autograd through the implementation, against float64 autograd of the oracle."""
+    """dq, dk, dv (and d sinks) by autograd through the implementation (``.backward()``, :data:`GRAD_VIA`),
+    against float64 autograd of the oracle."""
     verdicts: list[tuple[int, Verdict]] = []
     for trial in range(trials):
         verdicts += [(trial, v) for v in _grad_trial(impl, case, trial)]

@@ -15,8 +15,9 @@ The adaptations, each exact (the kernel is asked the same question the oracle an
 - ``gqa_head_map="h%Hkv"`` (x-transformers' ``repeat(t, 'b kvh n d -> b (r kvh) n d')``): query heads are
   permuted so that the kernel's head ``r * Hkv + j`` is the contract's head ``j * g + r``; masks and biases with a
   head dimension likewise; the output is permuted back.
-- ``causal_align="bottom_right"``: a top-left causal case with Tq < Tk never reaches keys j >= Tq, so the kernel
-  gets the first Tq keys (where the two alignments coincide); with Tq > Tk causal masking is folded into ``mask=``.
+- ``causal_align="bottom_right"``: a top-left causal case with Tq < Tk and no mask never reaches keys j >= Tq,
+  so the kernel gets the first Tq keys (where the two alignments coincide); with Tq > Tk, or a mask (whose
+  empty rows must see every key, as the oracle's do), causal masking is folded into ``mask=``.
 - ``takes_causal=False`` (HF's ``eager_attention_forward``): causal masking folded into the mask;
   ``causal_with_mask=False`` (SDPA): likewise whenever a mask is passed.
 - ``mask_kind="additive"``: the boolean mask as 0 / ``finfo(dtype).min`` in q's dtype (what HF builds);
@@ -118,10 +119,13 @@ class Conventions:
             notes.append("rows with no allowed key are skipped: their value is unspecified")
         return notes
 
-    def reasons(self, case: AttentionCase, mask_taken: bool) -> list[str]:
-        """Why a case cannot be passed in these conventions (empty: it can), given whether the kernel takes masks."""
+    def reasons(self, case: AttentionCase, mask_taken: bool, native: tuple[str, ...] = ()) -> list[str]:
+        """Why a case cannot be passed in these conventions (empty: it can), given whether the kernel takes masks
+        and the structures it takes natively."""
+        realigned = case.causal and case.tq != case.tk and self.causal_align == "bottom_right" \
+            and case.causal_align == "top_left"
         folds = (case.causal and not self.takes_causal
-                 or case.causal and case.tq > case.tk and self.causal_align == "bottom_right" and case.causal_align == "top_left")
+                 or realigned and (case.tq > case.tk or case.mask != "none"))
         if folds and not mask_taken:
             return [f"causal masking must be folded into mask= here (the kernel {self._causal_words()}), "
                     "and it declares no masks"]
@@ -131,8 +135,9 @@ class Conventions:
                         f"({self._causal_words()})"]
             if case.mask != "none" and (case.mask not in KEY_PADDING_MASKS or case.mask_rank != "full"):
                 return [f"the kernel takes (B, Tk) key-padding masks only (case mask: {case.mask}/{case.mask_rank})"]
-            if case.structures:
-                return [f"the kernel takes (B, Tk) key-padding masks only; structures {sorted(case.structures)} "
+            folded = case.structures - set(native)
+            if folded:
+                return [f"the kernel takes (B, Tk) key-padding masks only; structures {sorted(folded)} "
                         "would be folded into a full mask"]
         return []
 
@@ -177,21 +182,22 @@ def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.T
     from harness.oracle import structure_allowed
 
     heads, kv_heads, tq, tk, d = q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]
-    fold = causal and (not conv.takes_causal or (tq > tk and causal_top_left)
+    realigned = causal_top_left and tq != tk
+    fold = causal and (not conv.takes_causal or (realigned and (tq > tk or mask is not None))
                        or (mask is not None and not conv.causal_with_mask))
-    if causal_top_left and not fold and tq < tk:
+    if realigned and not fold:
         k, v = k[:, :, :tq], v[:, :, :tq]  # top-left causal never reaches keys j >= Tq: both alignments agree on the rest
         if mask is not None and mask.shape[-1] == tk:
             mask = mask[..., :tq]
         if isinstance(rest.get("bias"), torch.Tensor) and rest["bias"].shape[-1] == tk:
             rest = {**rest, "bias": rest["bias"][..., :tq]}
-    if mask is not None and mask.dim() < 4:  # (Tq, Tk) or (H, Tq, Tk) as (1, 1, Tq, Tk), (1, H, Tq, Tk): one reading
-        mask = mask[(None,) * (4 - mask.dim())]
     if fold:
         allowed = structure_allowed(tq, k.shape[2], causal=True, device=q.device)
         assert allowed is not None
         mask = allowed if mask is None else (mask.to(torch.bool) & allowed)
         causal = False
+    if mask is not None and mask.dim() < 4:  # (Tq, Tk) or (H, Tq, Tk) as (1, 1, Tq, Tk), (1, H, Tq, Tk): one reading
+        mask = mask[(None,) * (4 - mask.dim())]
     groups = heads // kv_heads
     permute = conv.gqa_head_map == "h%Hkv" and 1 < kv_heads < heads
     if permute:

@@ -98,7 +98,7 @@ class Implementation:
         reasons = [explain(self, case) for lacks, explain in _CAPABILITY_GAPS if lacks(self, case)]
         reasons.extend(structure_reasons(self, case))
         if case.kind == "kernel":
-            reasons.extend(self.conventions.reasons(case, self.mask))
+            reasons.extend(self.conventions.reasons(case, self.mask, self.structures))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))

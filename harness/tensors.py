@@ -22,7 +22,7 @@ from harness.oracle import allowed_keys
 from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
 from harness.structures.base import StructureKeywords
 
-__all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
+__all__ = ["GRAD_VIA", "OFFSET", "TORCH_DTYPES", "Inputs", "backward_grads", "dtype_name", "make_inputs", "to_float64"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {name: t.torch() for name, t in TABLE.items()}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
@@ -123,6 +123,23 @@ def aux(x: Any, case: AttentionCase) -> Any:
     """An array the contract passes besides q, k and v (mask, bias, upstream gradient, cache lengths, block
     table, cumulative lengths) in the case's ``aux_layout``; unchanged when that is contiguous."""
     return x if case.aux_layout == "contiguous" else in_layout(x, case.aux_layout)
+
+
+GRAD_VIA = "backward"
+"""How verify and bench take gradients: ``torch.autograd.backward(out, dO)``, then each leaf's ``.grad``, as a
+training loop does. ``torch.autograd.grad`` refuses re-entrant checkpointing (``torch.utils.checkpoint(...,
+use_reentrant=True)``, as lucidrains' ``memory_efficient_attention`` uses), which is correct code: asked that
+way it would be failed for how it was asked."""
+
+
+def backward_grads(out: torch.Tensor, leaves: Sequence[torch.Tensor], grad_out: torch.Tensor,
+                   retain_graph: bool = False) -> tuple[torch.Tensor | None, ...]:
+    """The leaves' gradients of ``out`` under upstream gradient ``grad_out``, by :data:`GRAD_VIA`; a leaf passed
+    more than once (self-attention's q = k = v) gets its accumulated gradient once, then None."""
+    for leaf in leaves:
+        leaf.grad = None
+    torch.autograd.backward(out, grad_out, retain_graph=retain_graph)
+    return tuple(None if any(leaf is other for other in leaves[:i]) else leaf.grad for i, leaf in enumerate(leaves))
 
 
 def dtype_name(x: Any) -> str:

@@ -137,18 +137,20 @@ def baseline_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
                   mask: torch.Tensor | None = None, scale: float | None = None, bias: torch.Tensor | None = None,
                   window: tuple[int, int] | None = None, causal_align: str = "top_left",
                   varlen: tuple[tuple[int, int], ...] | None = None,
-                  cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = ()
-                  ) -> tuple[torch.Tensor, float]:
+                  cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
+                  sinks: torch.Tensor | None = None, softcap: float | None = None) -> tuple[torch.Tensor, float]:
     """:func:`baseline_attention` of the query rows ``rows`` only (B, H, len(rows), d), in the inputs' dtype,
     and max|logit| over the keys those rows attend (float64): the rule's yardstick for a sampled-row check
     (:func:`harness.oracle.reference_rows` is its oracle), at O(rows x Tk x d)."""
     where = dict(causal=causal, mask=mask, window=window, causal_align=causal_align, varlen=varlen,
                  cache_seqlens=cache_seqlens, key_ranges=key_ranges)
-    base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, **where)  # type: ignore[arg-type]
+    base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, sinks=sinks, softcap=softcap,
+                              **where)  # type: ignore[arg-type]
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
     rows = torch.as_tensor(rows, dtype=torch.long).to(q.device)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    logits = torch.matmul(q[..., rows, :].to(torch.float64), expand_kv(k, heads).to(torch.float64).transpose(-1, -2)) * scale
+    logits = capped(torch.matmul(q[..., rows, :].to(torch.float64),
+                                 expand_kv(k, heads).to(torch.float64).transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         logits = logits + bias.expand(*bias.shape[:-2], tq, k.shape[-2])[..., rows, :].to(torch.float64)
     allowed = allowed_rows(rows, tq, k.shape[-2], device=q.device, **where)  # type: ignore[arg-type]

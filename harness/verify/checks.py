@@ -34,7 +34,7 @@ from harness.oracle import (
     sample_rows,
 )
 from harness.registry import Implementation
-from harness.tensors import TORCH_DTYPES, Inputs, aux, dtype_name, make_inputs, to_float64
+from harness.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
 from harness.verify.boundary import Watch, arguments
 from harness.verify.outcome import CheckResult as CheckResult
 from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
@@ -163,6 +163,16 @@ def empty_query_rows(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | N
     return empty_rows(allowed, (case.batch, case.heads, count))
 
 
+def as_contract_rows(impl: Implementation, case: AttentionCase, inputs: Inputs, out: Any) -> Any:
+    """``out`` with the rows that have no allowed key set to the contract's zeros when the conventions declare another
+    value there: the properties (state across calls, the hull of V, slices) are about everything else, and the
+    output check holds those rows to the declared value."""
+    if impl.conventions.empty_row == "zeros" or case.sinks or not isinstance(out, torch.Tensor):
+        return out
+    empty = empty_query_rows(case, inputs)
+    return out if empty is None else out.masked_fill(empty.to(out.device)[..., None], 0.0)
+
+
 def by_empty_row_convention(conv: Conventions, got: torch.Tensor, oracle: torch.Tensor, v64: torch.Tensor,
                             empty: torch.Tensor | None, has_sinks: bool) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
     """(output, oracle) with the rows that have no allowed key compared as ``conv.empty_row`` declares, and what
@@ -268,25 +278,12 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
     return finish("output", verdicts, trials)
 
 
-GRAD_VIA = "backward"
-"""How verify and bench take gradients: ``torch.autograd.backward(out, dO)`` on fresh leaves, then each leaf's
-``.grad``, as a training loop does. ``torch.autograd.grad`` refuses re-entrant checkpointing
-(``torch.utils.checkpoint(use_reentrant=True)``, as lucidrains' ``memory_efficient_attention`` uses), which
-is correct code: asked that way it would be failed for how it was asked."""
-
-
 def _grads(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], dout: torch.Tensor) -> list[torch.Tensor | None]:
     out = fn(*leaves)
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         raise TypeError("the output does not require grad: the implementation is not differentiable "
                         "(grad=True promises torch autograd through the call)")
-    for leaf in leaves:
-        leaf.grad = None
-    torch.autograd.backward(out, dout.to(out.dtype))
-    grads: list[torch.Tensor | None] = []
-    for i, leaf in enumerate(leaves):  # one leaf passed several times (self-attention) accumulates: its gradient
-        grads.append(None if leaf.grad is None or any(leaf is other for other in leaves[:i]) else leaf.grad)
-    return grads
+    return list(backward_grads(out, leaves, dout.to(out.dtype)))
 
 
 def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) -> float:

@@ -86,7 +86,8 @@ def _value_dim(case: AttentionCase) -> int:
 def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
-    writes dQ, dK, dV; V, O and dO count with V's head dim (``dv``). K and V count in the KV cache's dtype when the case has one (``kv_dtype``).
+    writes dQ, dK, dV; V, O and dO count with V's head dim (``dv``), sinks once. K and V count in the KV
+    cache's dtype when the case has one (``kv_dtype``).
     The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     item = itemsize(case.dtype)
     kv_item = itemsize(getattr(case, "kv_dtype", None) or case.dtype)  # a KV cache in its own dtype: its bytes

@@ -169,7 +169,9 @@ def as_contract_rows(impl: Implementation, case: AttentionCase, inputs: Inputs, 
     output check holds those rows to the declared value."""
     if impl.conventions.empty_row == "zeros" or case.sinks or not isinstance(out, torch.Tensor):
         return out
-    empty = empty_query_rows(case, inputs)
+    mask = inputs.mask64 if inputs.mask64 is not None or inputs.mask is None else torch.as_tensor(inputs.mask).cpu()
+    allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=mask, **case.structure_kwargs())
+    empty = empty_rows(allowed, (case.batch, case.heads, case.tq))  # of this call's own mask (a slice's, say)
     return out if empty is None else out.masked_fill(empty.to(out.device)[..., None], 0.0)
 
 
@@ -345,7 +347,8 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
 
     def oracle(*ls: torch.Tensor) -> torch.Tensor:
         (q, k, v), extra = split(ls)
-        o = {**okw, **extra}
+        o = okw.copy()
+        o["sinks"] = extra.get("sinks", okw["sinks"])  # the leaf, so that d sinks flows
         return reference_attention(q, k, v, **o) if rows is None else reference_rows(q, k, v, rows, **o)
 
     def baseline(*ls: torch.Tensor) -> torch.Tensor:

@@ -68,7 +68,7 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
     if not case.self_attention and not case.sinks and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
         # (a sink takes a share of each row's weight and gives no value: the output is inside the hull of V and 0)
         props.append(("convex_hull", convex_hull))
-    if (case.batch > 1 and case.cache_seqlens is None) or case.heads > 1:
+    if ((case.batch > 1 and case.cache_seqlens is None) or case.heads > 1) and not case.sinks:  # sinks: per head
         props.append(("slices", slices))
     if {"block_q", "block_k"} <= set(impl.options):
         props.append(("block_sizes", block_sizes))

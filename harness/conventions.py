@@ -214,7 +214,7 @@ def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.T
         zero = torch.zeros((), dtype=q.dtype, device=q.device)
         mask = torch.where(mask.to(torch.bool), zero, zero + torch.finfo(q.dtype).min)
     elif mask is not None and conv.mask_kind == "key_padding":
-        mask = mask.to(torch.bool).reshape(mask.shape[0], mask.shape[-1])
+        mask = mask.to(torch.bool)[:, 0, 0, :]  # a key-padding case's mask is the same for every head and query
     kwargs: dict[str, Any] = {"mask": mask, **rest}
     if conv.takes_causal:
         kwargs["causal"] = causal

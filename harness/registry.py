@@ -146,7 +146,7 @@ _CAPABILITY_GAPS: tuple[tuple[_Check, _Check], ...] = (
      lambda impl, case: "learned attention sinks not supported (declare sinks=True and take sinks=)"),
     (lambda impl, case: getattr(case, "softcap", None) is not None and not impl.softcap,
      lambda impl, case: f"logit soft-capping not supported (case softcap: {case.softcap:g}; declare softcap=True)"),
-    (lambda impl, case: getattr(case, "dv", 0) not in (0, case.d) and not impl.value_dim,
+    (lambda impl, case: getattr(case, "dv", 0) not in (0, getattr(case, "d", 0)) and not impl.value_dim,
      lambda impl, case: f"a value head dim {case.dv} != q/k head dim {case.d} not supported (declare value_dim=True)"),
 )
 """(the case needs what the implementation lacks, the reason): the declared capabilities against a case."""

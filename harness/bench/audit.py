@@ -37,7 +37,7 @@ def set_count(case: AttentionCase, warm_cache: bool) -> int:
     if warm_cache:
         return 1
     item = TORCH_DTYPES[case.dtype].itemsize
-    one = item * case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk) * case.d
+    one = item * case.batch * (case.heads * case.tq * case.d + case.kv_heads * case.tk * (case.d + case.value_dim))
     return DEFAULT_INPUT_SETS if one * DEFAULT_INPUT_SETS <= SETS_BYTES else 2
 
 

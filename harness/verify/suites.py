@@ -130,7 +130,8 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=8, kv_heads=2, tq=pair, d=32, bias="alibi", causal=True),
         T(heads=4, tq=t, d=32, bias="alibi", grad=True),
         # structure: sliding windows (left, right) and bottom-right causal, natively or as a dense mask
-        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (t, t))],  # (t, t): every key
+        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (8, 8), (t, t))],  # (t, t): every key
+        # (8, 8): symmetric, T not a multiple of it (a kernel that pads T to whole windows must mask the padding)
         T(heads=4, kv_heads=2, tq=pair, d=32, causal=True, window=(17, 0)),
         T("all", heads=2, tq=pair, d=32, causal=True, window=(33, 0)),
         T(batch=2, heads=2, tq=tq, tk=tk, d=32, window=(17, 5), mask="key_padding"),

@@ -19,6 +19,8 @@ import torch.utils.checkpoint
 
 from harness import Conventions, register
 from harness.cases import AttentionCase
+from harness.bench.runner import timing_task
+from harness.bench.timing import TimingConfig
 from harness.errors import PluginError
 from harness.flops import attention_flops, compulsory_bytes
 from harness.oracle import reference_attention
@@ -301,3 +303,23 @@ def test_the_real_local_attention_bug_is_still_found() -> None:
     assert check_output(impl, padded, 1).status == "fail"
     exact = AttentionCase(heads=2, tq=16, d=8, window=(4, 4))
     assert check_output(impl, exact, 1).status == "pass"
+
+
+PLUGINS_2025 = str(ROOT / "tests" / "data" / "plugins_2025" / "kernels_2025.py")
+QUICK = TimingConfig(warmup_s=0.0, budget_s=0.05, min_samples=3, max_samples=5)
+
+
+@pytest.mark.parametrize(("name", "case", "mode"), [
+    ("reentrant_sdpa", AttentionCase(heads=2, tq=16, d=8, causal=True), "fwd+bwd"),
+    ("reentrant_sdpa", AttentionCase(heads=2, tq=16, d=8), "bwd"),
+    ("sinks_softcap_dv", AttentionCase(heads=4, kv_heads=2, tq=12, tk=20, d=24, dv=8, sinks=True, softcap=5.0), "fwd"),
+    ("sinks_softcap_dv", AttentionCase(heads=2, tq=12, d=24, dv=8, causal=True), "fwd+bwd"),
+])
+def test_bench_times_and_checks_these_cells(name: str, case: AttentionCase, mode: str) -> None:
+    """bench's timed backward is .backward() (re-entrant checkpointing runs), and its kept-call checks hold
+    sinks, soft-capping and dv to the oracle: every cell is timed with no problem found."""
+    timed = timing_task(name, PLUGINS_2025, case.to_dict(), mode, QUICK, 1)
+    assert len(timed.samples_s) >= 3
+    assert timed.integrity is not None
+    assert not timed.integrity.output_problems and not timed.integrity.kept_problems
+    assert timed.integrity.checked and all(c.max_abs_err is not None for c in timed.integrity.checked)

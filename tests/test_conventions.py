@@ -18,9 +18,9 @@ import torch
 import torch.utils.checkpoint
 
 from harness import Conventions, register
-from harness.cases import AttentionCase
 from harness.bench.runner import timing_task
 from harness.bench.timing import TimingConfig
+from harness.cases import AttentionCase
 from harness.errors import PluginError
 from harness.flops import attention_flops, compulsory_bytes
 from harness.oracle import reference_attention

@@ -22,7 +22,9 @@ def sinks_softcap_dv(q, k, v, *, causal=False, mask=None, scale=None, sinks=None
     scores = scores.masked_fill(~allowed, float("-inf"))
     column = sinks if sinks is not None else torch.full((q.shape[1],), float("-inf"), dtype=q.dtype)
     scores = torch.cat([scores, column.reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)], dim=-1)
-    return (torch.softmax(scores, dim=-1)[..., :-1] @ v).nan_to_num(0.0)
+    some = torch.isfinite(scores).any(-1, keepdim=True)  # a row with no key and no sink: zeros, also in backward
+    weights = torch.softmax(torch.where(some, scores, torch.zeros((), dtype=scores.dtype)), dim=-1)
+    return (weights[..., :-1] * some) @ v
 
 
 @register("reentrant_sdpa", backend="torch", causal=True, grad=True)

@@ -206,6 +206,8 @@ def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.T
         mask = _heads_permuted(mask, order, heads)
         if "bias" in rest:
             rest = {**rest, "bias": _heads_permuted(rest["bias"], order, heads)}
+        if isinstance(rest.get("sinks"), torch.Tensor):  # one per query head: in the kernel's head order too
+            rest = {**rest, "sinks": rest["sinks"].index_select(0, order)}
     if conv.takes_scale is False and scale is not None:
         q = q * (scale * math.sqrt(d))
     if conv.layout == "BTHD":

@@ -325,3 +325,18 @@ def test_bench_times_and_checks_these_cells(name: str, case: AttentionCase, mode
     assert timed.integrity is not None
     assert not timed.integrity.output_problems and not timed.integrity.kept_problems
     assert timed.integrity.checked and all(c.max_abs_err is not None for c in timed.integrity.checked)
+
+
+def test_sinks_follow_the_query_heads_under_another_head_map() -> None:
+    """A sink belongs to a query head: permuted with the heads when the kernel reads kv head h % Hkv."""
+    def foreign_sinks(q, k, v, *, causal=False, mask=None, scale=None, sinks=None):
+        repeat = q.shape[1] // k.shape[1]
+        k, v = (x.repeat(1, repeat, 1, 1) for x in (k, v))  # (r kvh): head h reads h % Hkv
+        return sinks_softcap_kernel(q, k, v, causal=causal, mask=mask, scale=scale, sinks=sinks)
+
+    impl = register("foreign_sinks", backend="torch", causal=True, gqa=True, grad=True, sinks=True,
+                    conventions=Conventions(gqa_head_map="h%Hkv"))(foreign_sinks).__attnbench__
+    case = AttentionCase(heads=6, kv_heads=2, tq=11, d=8, sinks=True, causal=True, grad=True)
+    assert check_output(impl, case, 1).status == "pass"
+    result = check_grad(impl, case, 1)
+    assert result.status == "pass", result.reason

@@ -340,3 +340,16 @@ def test_sinks_follow_the_query_heads_under_another_head_map() -> None:
     assert check_output(impl, case, 1).status == "pass"
     result = check_grad(impl, case, 1)
     assert result.status == "pass", result.reason
+
+
+def test_reports_say_unusual_conventions_from_the_result_file() -> None:
+    from harness.report.markdown import declared_conventions
+    from harness.report.terminal import verify_table
+
+    recorded = {"xt": {"conventions": FOREIGN.describe()}, "plain": {"kind": "kernel"},
+                "newer": {"conventions": {**FOREIGN.describe(), "layout": "BSHD"}}}  # unreadable: left out
+    notes = declared_conventions(recorded)
+    assert {name for name, _ in notes} == {"xt"}
+    assert any("mixes heads" in note for _, note in notes)
+    table = verify_table([], 0.0, (), {"xt": FOREIGN.unusual()})
+    assert "declared conventions" in table and "h % Hkv" in table

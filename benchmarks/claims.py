@@ -18,13 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.claims_record import FORMAT, cpu_flags
+from benchmarks.claims_record import FORMAT, cpu_family_model, cpu_flags
+from harness.cluster.node import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {  # name -> (script, extra arguments)
@@ -64,11 +66,19 @@ def plan(only: Sequence[str], tiers: Sequence[str], json_dir: Path, rounds: int 
             extra.append("--no-sdpa")  # torch_sdpa at the 2 GiB cache needs about 10 GiB more
         variants = [[f"--isa={t}"] for t in tiers] if name == "tiled_fused" else [[]]
         for variant in variants:
-            out = json_dir / (name + "".join("-" + a.split("=", 1)[1] for a in variant) + ".json")
+            out = json_dir / (name + "".join("-" + a.split("=", 1)[1] for a in variant) + machine_tag() + ".json")
             # the scripts run in ROOT: a path relative to it makes the recorded command the same in any checkout
             where = out.relative_to(ROOT) if out.is_relative_to(ROOT) else out
             runs.append(([sys.executable, script, *extra, *variant, "--claims", str(where)], out))
     return runs
+
+
+def machine_tag() -> str:
+    """"-amd-epyc-f26m2": the CPU in a claims file's name, so that a run on another machine adds its own tables
+    beside this one's instead of replacing them (a Zen 4 and a Zen 5 are both "AMD EPYC")."""
+    ids = cpu_family_model()
+    slug = "-".join(re.findall(r"[a-z0-9]+", cpu_model().lower()))[:40]
+    return f"-{slug}" + (f"-f{ids['cpu_family']}m{ids['cpu_model_number']}" if ids else "")
 
 
 def _cell(value: Any) -> str:
@@ -87,7 +97,9 @@ def machine_line(machine: dict[str, Any]) -> str:
     load = ", ".join(f"{x:.2f}" for x in machine.get("load_before", []))
     after = ", ".join(f"{x:.2f}" for x in machine.get("load_after", []))
     aten = f", ATen {machine['aten_capability']} kernels" if machine.get("aten_capability") else ""
-    return (f"CPU: {machine.get('cpu', '?')} ({flags}); ISA tier: {machine.get('isa', '?')}; "
+    ids = (f"family {machine['cpu_family']}, model {machine['cpu_model_number']}; "
+           if machine.get("cpu_family") is not None else "")
+    return (f"CPU: {machine.get('cpu', '?')} ({ids}{flags}); ISA tier: {machine.get('isa', '?')}; "
             f"{machine.get('threads', '?')} threads; torch {machine.get('torch', '?')}{aten}; "
             f"load average {load} before, {after} after; {machine.get('date', '?')}.")
 
@@ -100,11 +112,16 @@ def table(doc: dict[str, Any]) -> str:
     tiers = any(r.get("tier") for r in rows)
     head = ["claim", *(["tier"] if tiers else []), "measured", "target", "met", "detail"]
     command = str(doc.get("command", "")).replace(f"{ROOT}{os.sep}", "")  # paths relative to the checkout
-    lines = [f"## {doc['title']}: {doc['machine'].get('isa', '?')}", "", machine_line(doc["machine"]), "",
+    machine = doc["machine"]
+    cpu = machine.get("cpu", "?") + (f" (family {machine['cpu_family']}, model {machine['cpu_model_number']})"
+                                     if machine.get("cpu_family") is not None else "")
+    lines = [f"## {doc['title']}: {machine.get('isa', '?')}, {cpu}", "", machine_line(machine), "",
              f"Command: `{command}`", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         met = {True: "yes", False: "**no**", None: "-"}[r.get("met")]
+        if r.get("met") is False and r.get("reachable") is not None:
+            met = f"out of reach here: a measured roof allows {_measured({**r, 'value': r['reachable']})}"
         cells = [r["claim"], *([r.get("tier", "")] if tiers else []), _measured(r), r.get("target", ""), met,
                  r.get("detail", "")]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

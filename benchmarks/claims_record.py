@@ -43,6 +43,30 @@ def cpu_flags() -> list[str]:
     return []
 
 
+def cpu_family_model() -> dict[str, int]:
+    """The CPU's family and model numbers (``/proc/cpuinfo``): what tells an AMD Zen 4 (family 25) from a Zen 5
+    (family 26) when both are called "AMD EPYC"; empty where they are not reported."""
+    found: dict[str, int] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("cpu family", "model") and key not in found and value.strip().isdigit():
+                found[key] = int(value)
+            if len(found) == 2:
+                break
+    except OSError:
+        pass
+    return {"cpu_family": found["cpu family"], "cpu_model_number": found["model"]} if len(found) == 2 else {}
+
+
+def cpu_heading() -> str:
+    """"AMD EPYC (family 26, model 2; avx2, fma, avx512f, avx512_bf16)": the CPU a table of figures belongs to."""
+    ids = cpu_family_model()
+    where = f"family {ids['cpu_family']}, model {ids['cpu_model_number']}; " if ids else ""
+    return f"{cpu_model()} ({where}{', '.join(cpu_flags()) or 'no AVX2/AVX-512'})"
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -56,6 +80,9 @@ class Row:
     met: bool | None
     detail: str = ""
     tier: str = ""
+    reachable: float | None = None
+    """Where a measured roof caps the figure below its target on this machine: the most that roof allows
+    (same unit). The table then says the target is out of reach here instead of a plain miss."""
 
 
 @dataclass
@@ -70,14 +97,14 @@ class Claims:
     def __post_init__(self) -> None:
         import torch
 
-        self.machine = {"cpu": cpu_model(), "isa": self.isa, "cpu_flags": cpu_flags(),
+        self.machine = {"cpu": cpu_model(), **cpu_family_model(), "isa": self.isa, "cpu_flags": cpu_flags(),
                         "threads": torch.get_num_threads(), "torch": torch.__version__,
                         "aten_capability": torch.backends.cpu.get_cpu_capability(), "load_before": _load(),
                         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
 
     def add(self, claim: str, value: float, unit: str, target: str, met: bool | None, detail: str = "",
-            tier: str = "") -> None:
-        self.rows.append(Row(claim, float(value), unit, target, met, detail, tier))
+            tier: str = "", reachable: float | None = None) -> None:
+        self.rows.append(Row(claim, float(value), unit, target, met, detail, tier, reachable))
 
     def write(self, path: Path | str) -> None:
         doc = {"format": FORMAT, "title": self.title,

@@ -9,8 +9,8 @@
 
 Timing: in this one process, each configuration's two implementations are called alternately
 (sdpa, ours, sdpa, ours, ...; ``--rounds`` pairs after one warm-up pair) and compared by their median
-times, so a load change on a shared machine hits both alike (``attnbench bench`` runs all cells of one
-implementation before the next, minutes apart). The bf16 forward's GFLOP/s is also given as a share
+times, so a load change on a shared machine hits both alike (``attnbench bench`` does the same in shuffled
+rounds per case, :mod:`harness.bench.rounds`). The bf16 forward's GFLOP/s is also given as a share
 of the bf16 GEMM peak: the one given by --bf16-peak and the fastest 1024^3 torch.matmul measured here.
 Memory: ``attnbench bench`` (each cell in its own process) measures the forward's peak extra memory
 at T = 1024, 2048, 4096, and the script prints its exponent in T.

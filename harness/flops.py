@@ -90,6 +90,8 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     cache's dtype when the case has one (``kv_dtype``).
     The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     item = itemsize(case.dtype)
+    if hasattr(case, "own_bytes"):  # a module case: its projections' weights and cache beside X and Y
+        return int(case.own_bytes(mode, item))
     kv_item = itemsize(getattr(case, "kv_dtype", None) or case.dtype)  # a KV cache in its own dtype: its bytes
     reads = (part.key_reads(case) for part in case.structure_parts)
     keys = next((n for n in reads if n is not None), None)
@@ -106,7 +108,10 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
 
 
 def attention_flops(case: AttentionCase, mode: str = "fwd") -> float:
-    """FLOPs of one call in ``mode`` (fwd, bwd = 2.5x fwd, fwd+bwd = 3.5x fwd)."""
+    """FLOPs of one call in ``mode`` (fwd, bwd = 2.5x fwd, fwd+bwd = 3.5x fwd); a module case counts its own
+    (projections and attention: :meth:`harness.modules.ModuleCase.own_flops`)."""
+    if hasattr(case, "own_flops"):
+        return float(case.own_flops(mode))
     fwd = forward_flops(case)
     if mode == "fwd":
         return float(fwd)
@@ -121,6 +126,8 @@ def work_g(case: AttentionCase) -> int:
     """g = B * H * Tq * Tk * d: the complexity term the scaling fit uses (masking ignored); with a sparse
     structure (a sliding window, packed sequences, cache lengths), B * H * (attended pairs) * d (a window's grow
     as T, not T^2)."""
+    if hasattr(case, "own_work"):  # a module case
+        return int(case.own_work())
     if any(part.sparse for part in case.structure_parts):
         return case.heads * batch_pairs(case) * (case.d + _value_dim(case)) // 2
     return case.batch * case.heads * case.tq * case.tk * (case.d + _value_dim(case)) // 2

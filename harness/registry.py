@@ -235,6 +235,7 @@ OPTIONS = {
     "layers": "module implementations: the layers they implement (mha, encoder)",
     "rope": "module implementations: the RoPE conventions they apply (rotate_half, interleaved)",
     "kernel": "a lifted module: the name of the kernel inside it",
+    "kv_cache": "module implementations: True when they take earlier positions' keys and values (past_key=, past_value=)",
 }
 _MODULE_LAYERS = ("mha", "encoder")
 _ROPE_CONVENTIONS = ("rotate_half", "interleaved")
@@ -377,6 +378,12 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
                 raise error(f"options['kernel']={value!r} must be the kernel's name")
             checked[key] = value
             continue
+        if key == "kv_cache":
+            if not isinstance(value, bool):
+                raise error(f"options['kv_cache']={value!r} must be True or False")
+            if value:
+                checked[key] = ("past_key", "past_value")
+            continue
         items = (value,) if isinstance(value, (str, int)) else tuple(value)
         allowed = {"layers": _MODULE_LAYERS, "rope": _ROPE_CONVENTIONS}.get(key)
         if allowed is not None and (not items or not set(items) <= set(allowed)):
@@ -425,6 +432,12 @@ def _check_signature(fn: Callable[..., Any], kind: str, flags: Mapping[str, bool
         if options.get(option):
             needs.add(option)
             declared[option] = f"options[{option!r}] is declared"
+    for cache_parameter in options.get("kv_cache", ()):  # a module's KV cache: past_key, past_value
+        needs.add(str(cache_parameter))
+        declared[str(cache_parameter)] = "options['kv_cache'] is declared"
+    if kind == "module" and flags.get("gqa"):  # a module splits its packed projection by the KV heads it is given
+        needs.add("kv_heads")
+        declared["kv_heads"] = "gqa=True is declared"
     if len(positional) < arrays and not takes_rest:
         raise error(f"{fn.__name__}{signature} takes {len(positional)} positional argument(s); the harness calls "
                     f"it as {fn.__name__}{call}")

@@ -20,10 +20,10 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None) -> np.nda
     return y if bias is None else y + bias
 
 
-def rope_numpy(x: np.ndarray, convention: str, base: float = 10000.0) -> np.ndarray:
-    """Rotate (B, H, T, d) by position with cos/sin tables: ``x*cos + swap(x)*sin``."""
+def rope_numpy(x: np.ndarray, convention: str, base: float = 10000.0, offset: int = 0) -> np.ndarray:
+    """Rotate (B, H, T, d) at positions offset .. offset + T - 1 with cos/sin tables: ``x*cos + swap(x)*sin``."""
     t, d = x.shape[-2], x.shape[-1]
-    angles = np.arange(t, dtype=np.float64)[:, None] * base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
+    angles = np.arange(offset, offset + t, dtype=np.float64)[:, None] * base ** (-np.arange(0, d, 2, dtype=np.float64) / d)
     if convention == "interleaved":  # pairs (2i, 2i+1): swap(x) = (-x1, x0, -x3, x2, ...)
         angles = np.repeat(angles, 2, axis=-1)
         swapped = np.stack([-x[..., 1::2], x[..., 0::2]], axis=-1).reshape(x.shape)
@@ -50,9 +50,10 @@ def softmax_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.n
     return (weights / np.where(total > 0, total, 1).astype(q.dtype)) @ v
 
 
-def allowed_keys(t: int, mask: np.ndarray | None, causal: bool) -> np.ndarray | None:
-    """(B or 1, 1, T, T) True = query i may read key j: key padding and/or causal."""
-    allowed = np.tril(np.ones((t, t), dtype=bool))[None, None] if causal else None
+def allowed_keys(t: int, mask: np.ndarray | None, causal: bool, past: int = 0) -> np.ndarray | None:
+    """(B or 1, 1, T, past + T) True = query i may read key j: key padding and/or causal (bottom-right: the
+    ``past`` cached keys are before every new query)."""
+    allowed = np.tril(np.ones((t, past + t), dtype=bool), past)[None, None] if causal else None
     if mask is not None:
         padding = mask[:, None, None, :]
         allowed = padding if allowed is None else (allowed & padding)
@@ -61,19 +62,27 @@ def allowed_keys(t: int, mask: np.ndarray | None, causal: bool) -> np.ndarray | 
 
 def numpy_multihead_attention(x: np.ndarray, *, heads: int, weights: MultiheadWeights,
                               mask: np.ndarray | None = None, causal: bool = False,
-                              bias: np.ndarray | None = None, rope: str | None = None) -> np.ndarray:
+                              bias: np.ndarray | None = None, rope: str | None = None, kv_heads: int | None = None,
+                              past_key: np.ndarray | None = None, past_value: np.ndarray | None = None) -> np.ndarray:
     b, t, d_model = x.shape
-    qkv = linear(x, weights.in_proj_weight, weights.in_proj_bias)          # (B, T, 3D): Q, K, V
-    q, k, v = (qkv[..., i * d_model:(i + 1) * d_model].reshape(b, t, heads, -1).transpose(0, 2, 1, 3)
-               for i in range(3))                                            # (B, H, T, d)
+    head_dim, kv_heads = d_model // heads, kv_heads or heads
+    kv = kv_heads * head_dim
+    qkv = linear(x, weights.in_proj_weight, weights.in_proj_bias)          # (B, T, D + 2 Dkv): Q, K, V
+    q = qkv[..., :d_model].reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3)        # (B, H, T, d)
+    k, v = (qkv[..., d_model + i * kv:d_model + (i + 1) * kv].reshape(b, t, kv_heads, head_dim).transpose(0, 2, 1, 3)
+            for i in range(2))                                               # (B, Hkv, T, d)
+    past = 0 if past_key is None else past_key.shape[2]
     if rope:
-        q, k = rope_numpy(q, rope), rope_numpy(k, rope)
-    out = softmax_attention(q, k, v, allowed_keys(t, mask, causal), bias)
+        q, k = rope_numpy(q, rope, offset=past), rope_numpy(k, rope, offset=past)
+    if past_key is not None and past_value is not None:
+        k, v = np.concatenate([past_key, k], axis=2), np.concatenate([past_value, v], axis=2)
+    k, v = (np.repeat(y, heads // kv_heads, axis=1) for y in (k, v))        # query head h reads KV head h // group
+    out = softmax_attention(q, k, v, allowed_keys(t, mask, causal, past), bias)
     out = out.transpose(0, 2, 1, 3).reshape(b, t, d_model)
     return linear(out, weights.out_proj_weight, weights.out_proj_bias)
 
 
 register("numpy_mha", backend="numpy", dtypes=("float32", "float64"), kind="module",
-         causal=True, mask=True, bias=True,
-         options={"layers": ("mha",), "rope": ("rotate_half", "interleaved")},
-         description="NumPy multi-head attention with projections, from scratch")(numpy_multihead_attention)
+         causal=True, mask=True, bias=True, gqa=True,
+         options={"layers": ("mha",), "rope": ("rotate_half", "interleaved"), "kv_cache": True},
+         description="NumPy multi-head attention with projections, from scratch (GQA, KV cache)")(numpy_multihead_attention)

@@ -33,6 +33,7 @@ import math
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -96,15 +97,73 @@ def tiers() -> list[str]:
     return [] if isinstance(ext, str) else list(ext.tiers())
 
 
-def use_isa(isa: str | None = None) -> str:
+def in_cache_gbps(isa: str, dtype: torch.dtype, reps: int = 400, keys: tuple[int, int] = (256, 512)) -> float:
+    """The tier's GB/s of K and V on caches small enough to stay in each core's L2: one kv head (G = 4, d = 128) per
+    thread, ``keys`` keys, the difference of the fastest calls (the call's fixed cost cancels). The rate its
+    arithmetic allows: a step reading from memory cannot read faster than this, whatever the memory's rate.
+    0.0 when the larger case was not the slower (a busy machine): no rate was measured."""
+    threads = torch.get_num_threads()
+    gen = torch.Generator().manual_seed(0)
+    cases = {tk: (torch.randn(1, 4 * threads, 1, 128, generator=gen), torch.randn(1, threads, tk, 128, generator=gen)
+                  .to(dtype), torch.randn(1, threads, tk, 128, generator=gen).to(dtype)) for tk in keys}
+    fastest = dict.fromkeys(cases, float("inf"))
+    clock = time.perf_counter
+    for _ in range(reps):
+        for tk, (q, k, v) in cases.items():
+            start = clock()
+            decode_attention(q, k, v, isa=isa)
+            fastest[tk] = min(fastest[tk], clock() - start)
+    item = torch.finfo(dtype).bits // 8
+    extra_s = fastest[keys[1]] - fastest[keys[0]]
+    return 2 * threads * (keys[1] - keys[0]) * 128 * item / extra_s / 1e9 if extra_s > 0 else 0.0  # 0: unmeasured
+
+
+TIER_MARGIN = 1.15
+"""A lower tier is chosen by default only when its in-cache rate beats the highest tier's by this factor."""
+_CHOSEN: dict[torch.dtype, str] = {}
+"""The default tier per half-precision cache dtype, measured once per process (:func:`default_tier`)."""
+
+
+def default_tier(kv_dtype: torch.dtype | None = None) -> str:
+    """The tier a call runs on when neither ``isa`` nor ``ATTNBENCH_DECODE_ISA`` names one: the highest the CPU has,
+    except for bf16 and fp16 caches on a CPU whose 256-bit loops run them faster in cache than its 512-bit ones by
+    :data:`TIER_MARGIN` (a core that splits each 512-bit instruction in two, as AMD's Zen 4 does, may). Those steps
+    convert every element on load and are bound by their arithmetic (docs/decode.md, "What bounds the share"),
+    so the in-cache rate of one core decides; it is measured once per process and dtype (tens of milliseconds). float32 caches
+    run on the 256-bit loops of either tier already (:data:`FLOAT32_512`), where the memory decides, not arithmetic."""
+    have = tiers()
+    if not have:
+        raise RuntimeError(str(extension()))
+    if len(have) == 1 or kv_dtype not in (torch.bfloat16, torch.float16):
+        return have[-1]
+    if kv_dtype not in _CHOSEN:  # two readings of each, interleaved: a busy moment cannot decide alone
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # one core's rate decides; one thread never waits on a descheduled other
+        try:
+            readings = [in_cache_gbps(t, kv_dtype, reps=30, keys=(256, 768)) for _ in range(2)
+                        for t in (have[0], have[-1])]
+        finally:
+            torch.set_num_threads(threads)
+        _CHOSEN[kv_dtype] = have[0] if narrow_wins(readings[0::2], readings[1::2]) else have[-1]
+    return _CHOSEN[kv_dtype]
+
+
+def narrow_wins(narrow: list[float], wide: list[float]) -> bool:
+    """Whether every in-cache reading of the lower tier beats every one of the highest by :data:`TIER_MARGIN`
+    (a reading of 0, unmeasured, never decides for the lower tier)."""
+    return bool(narrow and wide) and min(narrow) > TIER_MARGIN * max(wide) > 0
+
+
+def use_isa(isa: str | None = None, kv_dtype: torch.dtype | None = None) -> str:
     """Choose the kernel's tier: ``isa`` if given, else the environment variable ``ATTNBENCH_DECODE_ISA``, else
-    the highest the CPU has (checked at run time; a tier it lacks falls back to that); returns the tier in use.
-    The kernel is re-tuned only when the tier or the tuning constants of this module change."""
+    :func:`default_tier` for the cache's dtype (checked at run time; a tier the CPU lacks falls back to its
+    highest); returns the tier in use. The kernel is re-tuned only when the tier or the tuning constants of this
+    module change."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
     have = list(ext.tiers())
-    isa = isa or os.environ.get(FORCE_ISA, "") or have[-1]
+    isa = isa or os.environ.get(FORCE_ISA, "") or default_tier(kv_dtype)
     if isa not in ("avx2", "avx512"):
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
     tier = isa if isa in have else have[-1]
@@ -136,7 +195,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
-    use_isa(isa)
+    use_isa(isa, k.dtype)
     b, h, tq, d = q.shape
     hkv = k.shape[1]
     tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]

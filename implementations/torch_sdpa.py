@@ -73,9 +73,49 @@ def _scale_zero_causal(case: AttentionCase, backend_name: str | None) -> str | N
     return _scale_zero_causal_reason(case.device, backend_name)
 
 
+@functools.cache
+def _empty_rows_reason(device: str, backend_name: str | None, dtype: str, d: int,
+                       shape: tuple[tuple[int, int], tuple[int, int]]) -> str | None:
+    """PyTorch's answer for a query row with no allowed key: the contract's zeros, or (cuDNN's kernel on CUDA, as
+    PyTorch 2.11 dispatches to it on Hopper) values of its own. Asked on an input of the case's dtype, head dim,
+    heads and lengths (up to :data:`PROBE_LENGTH`), so each backend and PyTorch version answers for itself."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    torch_dtype = getattr(torch, dtype)
+    (heads, kv_heads), (tq, tk) = shape
+    q = torch.randn(1, heads, tq, d, dtype=torch_dtype, device=device)
+    k = torch.randn(1, kv_heads, tk, d, dtype=torch_dtype, device=device)
+    mask = torch.ones(1, heads, tq, tk, dtype=torch.bool, device=device)
+    mask[..., tq // 2, :] = False
+    try:
+        with sdpa_kernel(getattr(SDPBackend, backend_name)) if backend_name else contextlib.nullcontext():
+            out = F.scaled_dot_product_attention(q, k, k, attn_mask=mask, enable_gqa=heads != kv_heads)
+    except RuntimeError:
+        return None  # the backend refuses the input: the other reasons say so
+    if bool((out[..., tq // 2, :] == 0).all()):
+        return None
+    where = f"SDPBackend.{backend_name}" if backend_name else "F.scaled_dot_product_attention"
+    return (f"PyTorch {torch.__version__}'s {where} returns values other than the contract's zeros on {device} "
+            f"({dtype}) for a query row with no allowed key")
+
+
+def _empty_rows(case: AttentionCase, backend_name: str | None) -> str | None:
+    if case.mask != "empty_rows":
+        return None
+    return _empty_rows_reason(case.device, backend_name, case.dtype, case.d,
+                              ((case.heads, case.kv_heads), _lengths(case)))
+
+
+def _sdpa_quirks(case: AttentionCase, backend_name: str | None) -> str | None:
+    """Where PyTorch's answer departs from the contract on this device and version: skipped with its reason."""
+    if case.device == "cuda" and not torch.cuda.is_available():
+        return None
+    return _scale_zero_causal(case, backend_name) or _empty_rows(case, backend_name)
+
+
 @register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, bias=True,
-          available=lambda case: _scale_zero_causal(case, None),
+          available=lambda case: _sdpa_quirks(case, None),
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     return sdpa(q, k, v, **kwargs)
@@ -83,19 +123,25 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 
 @functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
-           grad: bool, layout: str) -> str | None:
-    """Run the pinned backend on a tiny input of this kind; None if it ran, else PyTorch's reason."""
+           grad: bool, layout: str, d: int = 16, lengths: tuple[int, int] = (8, 8),
+           heads_kv: tuple[int, int] = (2, 2)) -> str | None:
+    """Run the pinned backend on a tiny input of this kind, in the case's head dim ``d`` (CUDA's kernels take some
+    head dims and not others: cuDNN and the efficient kernel want multiples of 8) and with query and key lengths
+    that relate as the case's do (``lengths``: CUDA's flash kernel refuses some causal Tq != Tk); None if it ran,
+    else PyTorch's reason."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
-    kv_heads = 1 if gqa else 2
-    def make(heads: int) -> torch.Tensor:
-        x = torch.randn(1, 8, heads, 32, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
+    heads, kv_heads = heads_kv
+    def make(heads: int, length: int) -> torch.Tensor:
+        width = 2 * d if layout == "strided" else d
+        x = torch.randn(1, length, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
         if layout == "strided":
             return x[..., ::2]  # last-dimension stride 2, as the case's inputs
-        return x if layout == "transposed" else x[..., :16].contiguous()
+        return x if layout == "transposed" else x.contiguous()
 
-    q, k, v = make(2), make(kv_heads), make(kv_heads)
+    tq, tk = lengths
+    q, k, v = make(heads, tq), make(kv_heads, tk), make(kv_heads, tk)
     q.requires_grad_(grad)
     bool_mask = None if mask is None else torch.rand(mask, device=device) < 0.8  # the case's mask rank
     with warnings.catch_warnings(record=True) as caught:
@@ -113,13 +159,25 @@ def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | N
             return f"PyTorch {torch.__version__} cannot run SDPBackend.{backend_name} here: {detail}"
 
 
+PROBE_LENGTH = 64
+"""The probe runs the case's own lengths up to this: CUDA's kernels choose by length (alignment to 8 or 16,
+tile sizes), and a probe of another length can be taken where the case is refused."""
+
+
+def _lengths(case: AttentionCase) -> tuple[int, int]:
+    """The probe's (Tq, Tk): the case's, each at most :data:`PROBE_LENGTH`."""
+    return min(case.tq, PROBE_LENGTH), min(case.tk, PROBE_LENGTH)
+
+
 def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
-    """The probe's mask: the case's rank on 8 x 8 (backends accept some mask shapes and not others)."""
+    """The probe's mask: the case's rank on the probe's lengths (backends accept some mask shapes and not others);
+    a case whose structures (a window, a cache, packing, an alignment) the harness folds into ``mask=`` gets one too."""
+    tq, tk = _lengths(case)
     if case.mask == "none":
-        return None
+        return (tq, tk) if case.structures else None
     if case.mask_rank == "full":
-        return (1, 1, 1, 8) if case.mask.startswith("key_padding") else (1, 2, 8, 8)
-    return {"2d": (8, 8), "3d": (2, 8, 8), "bcast_heads": (1, 1, 8, 8)}[case.mask_rank]
+        return (1, 1, 1, tk) if case.mask.startswith("key_padding") else (1, case.heads, tq, tk)
+    return {"2d": (tq, tk), "3d": (2, tq, tk), "bcast_heads": (1, 1, tq, tk)}[case.mask_rank]
 
 
 def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
@@ -128,8 +186,10 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
             return None  # the declared devices already give the reason
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
-        return _probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                      case.kv_heads != case.heads, case.grad, case.layout) or _scale_zero_causal(case, backend_name)
+        return (_probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
+                       case.kv_heads != case.heads, case.grad, case.layout, case.d, _lengths(case),
+                       (case.heads, case.kv_heads))
+                or _sdpa_quirks(case, backend_name))
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
         from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -12,7 +12,7 @@ quiet=(-q --disable-pip-version-check)
 if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   "$PYTHON" -m pip install "${quiet[@]}" "torch==2.13.0"
 fi
-extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton,ray]"
+extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton,ray,transformers]"
 "$PYTHON" -m pip install "${quiet[@]}" -e ".${extras}"
 
 # Build the built-ins' C++ kernels now (torch's extension cache; a minute or two), so that no first

@@ -124,3 +124,26 @@ def test_decode_numpy_memory_is_linear_in_a_square_prefill() -> None:
         assert isinstance(out, np.ndarray) and out.shape == (1, 1, t, 16)
     growth = [b / a for a, b in zip(peaks, peaks[1:])]
     assert all(1.5 < g < 2.6 for g in growth), (peaks, growth)  # quadratic would be 4 per doubling
+
+
+def test_the_lower_tier_is_chosen_only_when_every_reading_says_so() -> None:
+    from implementations.tiled_decode import TIER_MARGIN, narrow_wins
+
+    assert narrow_wins([50.0, 52.0], [40.0, 41.0])  # Zen 4-like: the 256-bit loops clearly faster in cache
+    assert not narrow_wins([37.0, 38.0], [64.0, 65.0])  # Zen 5-like: the 512-bit loops faster
+    assert not narrow_wins([50.0, 40.0], [40.0, 41.0])  # one reading disagrees: the highest tier stays
+    assert not narrow_wins([TIER_MARGIN * 40.0, 60.0], [40.0, 40.0])  # within the margin
+    assert not narrow_wins([50.0, 52.0], [0.0, 0.0]) and not narrow_wins([], [40.0])  # unmeasured decides nothing
+
+
+def test_the_default_tier_is_one_the_cpu_has_and_float32_takes_the_highest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from implementations import tiled_decode as module
+
+    if module.available():
+        pytest.skip(module.available())
+    monkeypatch.delenv(module.FORCE_ISA, raising=False)
+    have = module.tiers()
+    assert module.default_tier(torch.float32) == have[-1] == module.default_tier(None)
+    for kv in (torch.bfloat16, torch.float16):
+        assert module.default_tier(kv) in have
+        assert module.use_isa(kv_dtype=kv) == module.default_tier(kv)  # measured once: the same answer again

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.claims import DATA, ROOT, load, machine_tiers, main, plan, render, table
+from benchmarks.claims import DATA, ROOT, load, machine_tag, machine_tiers, main, plan, render, table
 from benchmarks.claims_record import FORMAT
 
 MACHINE = {"cpu": "Example CPU 9000", "isa": "avx2", "cpu_flags": ["avx2", "fma"], "threads": 4,
@@ -35,7 +35,7 @@ ROWS = [
 def test_a_table_names_its_machine_and_every_figure() -> None:
     text = table(_doc("tiled_fused against torch_sdpa", ROWS))
     lines = text.splitlines()
-    assert lines[0] == "## tiled_fused against torch_sdpa: avx2"  # the tier in the heading: one table per tier
+    assert lines[0] == "## tiled_fused against torch_sdpa: avx2, Example CPU 9000"  # the tier and the CPU in the heading
     machine = lines[2]
     for part in ("Example CPU 9000", "avx2, fma", "ISA tier: avx2", "4 threads", "torch 2.13.0+cpu",
                  "load average 0.50, 0.25, 0.10 before, 1.50, 0.75, 0.30 after", "2026-01-02T03:04:05+00:00"):
@@ -78,7 +78,9 @@ def test_tiers_and_plan() -> None:
     assert machine_tiers(["avx2", "fma", "avx512f", "avx512_bf16"]) == ["avx2", "avx512f", "avx512_bf16"]
     assert machine_tiers(["sse4_2"]) == []
     runs = plan(["tiled_fused", "structured"], ["avx2", "avx512f"], Path("j"), rounds=2)
-    assert [out.name for _, out in runs] == ["tiled_fused-avx2.json", "tiled_fused-avx512f.json", "structured.json"]
+    tag = machine_tag()  # this CPU in each file's name: another machine's files stay beside them
+    assert [out.name for _, out in runs] == [f"tiled_fused-avx2{tag}.json", f"tiled_fused-avx512f{tag}.json",
+                                             f"structured{tag}.json"]
     for command, out in runs:
         assert command[0] == sys.executable and command[-2:] == ["--claims", str(out)]
         assert command[command.index("--rounds") + 1] == "2"
@@ -91,3 +93,34 @@ def test_performance_page_is_what_its_claims_files_render_to() -> None:
     files = sorted(DATA.glob("*.json"))
     assert files, f"no claims files in {DATA}"
     assert (ROOT / "docs" / "performance.md").read_text() == render(load(files))
+
+
+def test_each_machine_keeps_its_own_table_headed_by_its_cpu() -> None:
+    zen4 = {**MACHINE, "cpu": "AMD EPYC", "cpu_family": 25, "cpu_model_number": 17, "date": "2026-01-01T00:00:00+00:00"}
+    zen5 = {**MACHINE, "cpu": "AMD EPYC", "cpu_family": 26, "cpu_model_number": 2}
+    page = render([{**_doc("decode", ROWS[:1]), "machine": m} for m in (zen4, zen5)])
+    assert page.index("## decode: avx2, AMD EPYC (family 25, model 17)") < page.index(
+        "## decode: avx2, AMD EPYC (family 26, model 2)")
+    assert "CPU: AMD EPYC (family 25, model 17; avx2, fma)" in page
+
+
+def test_a_target_a_measured_roof_rules_out_says_so_instead_of_no() -> None:
+    row = {"claim": "bf16 cache: share of the read bandwidth", "value": 52.0, "unit": "%", "target": ">= 70%",
+           "met": False, "detail": "", "tier": "avx512", "reachable": 58.4}
+    line = [x for x in table(_doc("decode", [row])).splitlines() if x.startswith("| bf16")][0]
+    assert "| out of reach here: a measured roof allows 58% |" in line and "**no**" not in line
+    missed = {**row, "reachable": None}
+    assert "| **no** |" in table(_doc("decode", [missed]))
+
+
+
+def test_decode_targets_say_when_the_measured_roof_rules_a_target_out() -> None:
+    from benchmarks.decode_targets import reachability
+
+    # Zen 4-like: bf16 in cache 40 GB/s against a 75 GB/s probe: at most 53% reachable, 70% targeted
+    reachable, verdict = reachability(share=45.0, target=70, in_cache=40.0, probe=75.0)
+    assert reachable is not None and abs(reachable - 53.3) < 0.1
+    assert verdict.startswith("out of reach on this CPU") and "53% < 70%" in verdict and "84% of that" in verdict
+    assert reachability(80.0, 75, 66.0, 47.0) == (100.0, "met")  # in cache faster than the memory: capped at 100%
+    assert reachability(60.0, 75, 90.0, 47.0) == (100.0, "missed")  # the roof allows it: a plain miss
+    assert reachability(60.0, 75, 0.0, 47.0) == (None, "missed (in-cache roof not measured)")

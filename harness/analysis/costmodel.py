@@ -46,6 +46,11 @@ P_MAX = 4.0
 """The largest leading exponent considered (O(T^4) is beyond any attention kernel's cost)."""
 P_STEP = 0.05
 """Grid spacing of candidate exponents (refined continuously for the point estimate)."""
+P_RESOLUTION = 1e-3
+"""The point estimate of p is rounded to this before its coefficients are solved. An exponent means nothing
+finer than :data:`MIN_HALF_WIDTH`, but where the leading term fits almost exactly (bytes, not times) the
+residual is flat in p to rounding error, so unrounded p would be chosen by the floating-point noise of the
+machine's BLAS kernel, and the lower-order coefficients, which trade off against p, with it."""
 MIN_GAP = 0.1
 """The leading exponent stays at least this far above the highest lower-order term."""
 BOOTSTRAP = 200
@@ -137,13 +142,19 @@ def _solve(x: np.ndarray, y: np.ndarray, lower: tuple[int, ...], ps: np.ndarray
     outer = np.einsum("mnk,mnl->nmkl", cols, cols).reshape(n, -1)
     gram = (inv ** 2 @ outer).reshape(len(y), m, k, k)
     rhs = (inv @ cols.transpose(1, 0, 2).reshape(n, -1)).reshape(len(y), m, k)
+    # Jacobi scaling (each column to unit weighted norm): the powers of x span decades, and an unscaled Gram
+    # matrix would let the BLAS kernel's last digits decide the small coefficients
+    norm = np.sqrt(np.maximum(np.diagonal(gram, axis1=-2, axis2=-1), np.finfo(float).tiny))  # (B, m, k)
+    gram = gram / (norm[..., :, None] * norm[..., None, :])
+    rhs = rhs / norm
     best = np.full(gram.shape[:2], float(n))
     coefs = np.zeros(gram.shape[:2] + (k,))
     for size in range(1, k + 1):
         for subset in itertools.combinations(range(k), size):
             idx = list(subset)
-            c = _small_solve(gram[..., idx, :][..., :, idx], rhs[..., idx])
-            rss = n - (rhs[..., idx] * c).sum(axis=-1)
+            scaled = _small_solve(gram[..., idx, :][..., :, idx], rhs[..., idx])
+            rss = n - (rhs[..., idx] * scaled).sum(axis=-1)
+            c = scaled / norm[..., idx]
             ok = np.isfinite(c).all(axis=-1) & (c >= 0).all(axis=-1) & (rss < best)
             best = np.where(ok, rss, best)
             coefs[..., idx] = np.where(ok[..., None], c, coefs[..., idx])
@@ -199,8 +210,9 @@ def _point(x: np.ndarray, y: np.ndarray, lower: tuple[int, ...]) -> tuple[float,
     if hi > lo:
         res = minimize_scalar(lambda q: float(_solve(x, y[None, :], lower, np.array([q]))[0][0, 0]),
                               bounds=(lo, hi), method="bounded", options={"xatol": 1e-6})
-        if float(res.fun) < float(rss[0, i]):
-            p = float(res.x)
+        q = min(max(round(float(res.x) / P_RESOLUTION) * P_RESOLUTION, lo), hi)
+        if float(_solve(x, y[None, :], lower, np.array([q]))[0][0, 0]) < float(rss[0, i]):
+            p = q
     _, c = _solve(x, y[None, :], lower, np.array([p]))
     return p, c[0, 0]
 

@@ -196,7 +196,8 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
 
     A fit needs at least three distinct sizes along its axis with everything else fixed.
     """
-    ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median]
+    ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median
+          and c.case.get("kind", "kernel") == "kernel"]  # module cells (whole layers) are not fitted
     fits: list[dict[str, object]] = []
     for axis, fields in AXIS_FIELDS.items():
         groups: dict[GroupKey, list[BenchCell]] = {}

@@ -45,3 +45,27 @@ def summarize(samples: Sequence[float]) -> Stats:
 def is_noisy(stats: Stats | None) -> bool:
     """True when the spread is too large to trust small differences (IQR/median >= 10%)."""
     return stats is not None and stats.iqr_over_median is not None and stats.iqr_over_median >= NOISY_IQR_OVER_MEDIAN
+
+
+PAIRED_CONFIDENCE = 0.95
+"""The coverage a median interval aims for (reached from 6 values on: min to max of 6 covers 96.9%, of 5 93.8%)."""
+
+
+def median_interval(xs: Sequence[float], confidence: float = PAIRED_CONFIDENCE) -> tuple[float, float, float, float]:
+    """(median, low, high, coverage) of ``xs``: the distribution-free interval for the median from the order
+    statistics, the narrowest [x_(k), x_(n+1-k)] whose exact coverage ``1 - 2 P(Binom(n, 1/2) < k)`` is at least
+    ``confidence``; with too few values for that, the widest (min to max) and its lower coverage.
+
+    Why this and not a bootstrap: per-round ratios are few (5 to 9), and an interval from order
+    statistics is exact for any distribution at any n, and deterministic."""
+    from scipy.stats import binom
+
+    values = sorted(float(x) for x in xs)
+    n = len(values)
+    if n == 0:
+        raise ValueError("median_interval needs at least one value")
+    k = 1
+    while k + 1 <= (n + 1) // 2 and 1 - 2 * float(binom.cdf(k, n, 0.5)) >= confidence:
+        k += 1
+    coverage = 1 - 2 * float(binom.cdf(k - 1, n, 0.5))
+    return quantile(values, 0.5), values[k - 1], values[n - k], coverage

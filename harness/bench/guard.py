@@ -161,7 +161,8 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
         copy = _copy(out)  # what the call returned, as it is now
     except Exception as exc:  # noqa: BLE001 - an output that cannot be read is the finding
         copy, problem = None, problem or f"the result could not be read: {type(exc).__name__}: {exc}"
-    problem = problem or thread_problem(threads, sleep=SLEEP)
+    if cpu:  # on CUDA a host thread's work after the return says nothing of the device's: docs/integrity.md
+        problem = problem or thread_problem(threads, sleep=SLEEP)
     q = None if s.live_q is None else _copy(s.live_q)
     kept = Kept(index, index % len(sets), copy, q, problem)
     if cpu:
@@ -173,56 +174,110 @@ def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
                profile: Callable[[Callable[[], Any]], Any] | None = None) -> Loop:
     """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
     ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call."""
-    import torch
+    loop = RoundedLoop(sets, config, backend, rounds=1)
+    loop.round(profile)
+    return loop.result()
 
-    gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
-    n = len(sets)
-    untyped: list[int] = []
-    with gc_disabled():
+
+class RoundedLoop:
+    """:func:`timed_loop` cut into ``rounds``, so the parent can interleave contenders between them
+    (:mod:`harness.bench.rounds`). The state (input sets, the random draws, the samples and the kept
+    calls) lives here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for
+    at most ``warmup_s / rounds`` (no call when one call would take longer: the caches another
+    contender evicted are refilled, a slow call is not repeated). Each round takes ``budget_s /
+    rounds`` of timed calls and at least ``ceil(min_samples / rounds)``; the first timed call, one
+    drawn at random and the last call of the last round are checked as in :func:`timed_loop`."""
+
+    def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1) -> None:
+        import torch
+
+        self.sets, self.config, self.backend, self.rounds = sets, config, backend, max(1, rounds)
+        self.gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
+        self.samples: list[float] = []
+        self.kept: list[Kept] = []
+        self.untyped: list[int] = []
+        self.round_sizes: list[int] = []
+        self.warm_s = self.loop_s = self.captured = 0.0
+        self.expected = self.pick = 0
+        self.profiled: Any = None
+        self.per_call_s = 0.0
+
+    @property
+    def done(self) -> bool:
+        return len(self.round_sizes) >= self.rounds
+
+    def _warm(self, profile: Callable[[Callable[[], Any]], Any] | None) -> None:
+        sets, n = self.sets, len(self.sets)
+        first = not self.round_sizes
+        limit = self.config.warmup_s if first else self.config.warmup_s / self.rounds
         started = CLOCK()
         calls = 0
-        profiled = None
-        while calls < 1 or CLOCK() - started < config.warmup_s:
-            sets[calls % n].shift(gen)
-            if calls == 0 and profile is not None:
-                profiled = profile(sets[0].call)
+        while (first and calls < 1) or (CLOCK() - started < limit and CLOCK() - started + self.per_call_s <= limit):
+            sets[calls % n].shift(self.gen)
+            if first and calls == 0 and profile is not None:
+                self.profiled = profile(sets[0].call)
             else:
                 out = sets[calls % n].call()
                 del out
             calls += 1
-        warm_s = CLOCK() - started
-        expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(warm_s / calls, 1e-9))))
-        pick = ENTROPY.randrange(1, max(2, expected))
-        samples: list[float] = []
-        kept: list[Kept] = []
-        spent = captured = 0.0
-        loop_started = CLOCK()
-        last = False
-        while True:
-            i = len(samples)
-            if not last and not (i < config.min_samples - 1 or (i < config.max_samples - 1 and spent < config.budget_s)):
-                last = True  # one more call, the last, checked
-            s = sets[i % n]
-            s.shift(gen)
-            check = i == 0 or i == pick or last
-            threads = live_threads() if check else frozenset()
-            t0 = CLOCK()
-            out = s.call()
-            t1 = CLOCK()
-            samples.append(t1 - t0)
-            spent += t1 - t0
-            if check:
-                c0 = CLOCK()
-                kept.append(_capture(i, sets, out, threads, backend, cpu=i == pick or last))
-                captured += CLOCK() - c0
-            elif not _exact(out):
-                untyped.append(i)
-            del out
-            if last:
-                break
-        loop_s = CLOCK() - loop_started
-    return Loop(samples=samples, kept=kept, untyped=untyped, warmup_s=warm_s, loop_s=loop_s, captures_s=captured,
-                expected=expected, pick=pick, profile=profiled)
+        spent = CLOCK() - started
+        self.warm_s += spent
+        if first:
+            self.per_call_s = spent / calls
+            config = self.config
+            self.expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(self.per_call_s, 1e-9))))
+            self.pick = ENTROPY.randrange(1, max(2, self.expected))
+
+    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None) -> list[float]:
+        """Run the next round; its samples."""
+        if self.done:
+            raise RuntimeError("every round of this loop has run")
+        config, sets, n = self.config, self.sets, len(self.sets)
+        final = len(self.round_sizes) == self.rounds - 1
+        least = -(-config.min_samples // self.rounds)
+        most = max(least, -(-config.max_samples // self.rounds))
+        budget = config.budget_s / self.rounds
+        with gc_disabled():
+            self._warm(profile)
+            first = len(self.samples)
+            spent = 0.0
+            loop_started = CLOCK()
+            last = False
+            while True:
+                i = len(self.samples)
+                k = i - first
+                more = k < least - 1 or (k < most - 1 and spent < budget) if final else \
+                    k < least or (k < most and spent < budget)
+                if not more:
+                    if not final:
+                        break
+                    last = True  # one more call, the last, checked
+                s = sets[i % n]
+                s.shift(self.gen)
+                check = i == 0 or i == self.pick or last
+                threads = live_threads() if check else frozenset()
+                t0 = CLOCK()
+                out = s.call()
+                t1 = CLOCK()
+                self.samples.append(t1 - t0)
+                spent += t1 - t0
+                if check:
+                    c0 = CLOCK()
+                    self.kept.append(_capture(i, sets, out, threads, self.backend, cpu=i == self.pick or last))
+                    self.captured += CLOCK() - c0
+                elif not _exact(out):
+                    self.untyped.append(i)
+                del out
+                if last:
+                    break
+            self.loop_s += CLOCK() - loop_started
+        self.round_sizes.append(len(self.samples) - first)
+        return self.samples[first:]
+
+    def result(self) -> Loop:
+        return Loop(samples=self.samples, kept=self.kept, untyped=self.untyped, warmup_s=self.warm_s,
+                    loop_s=self.loop_s, captures_s=self.captured, expected=self.expected, pick=self.pick,
+                    profile=self.profiled, round_sizes=tuple(self.round_sizes))
 
 
 @dataclass(frozen=True)
@@ -240,3 +295,44 @@ class Loop:
     pick: int = 0
     """The sample checked besides the first and the last, drawn so a plugin cannot predict it."""
     profile: Any = None
+    round_sizes: tuple[int, ...] = ()
+    """Samples per round, in order (one round: the plain loop)."""
+
+
+def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
+    """Time calls on CUDA rotating through ``sets`` (:func:`harness.bench.timing.cuda_timed`: CUDA events, L2
+    flushed): q is shifted before each timed call, outside its event bracket, and the last timed call is kept
+    and checked after the loop (an exact array of its own, no thread left working; its output copied to the host
+    for the float64 check). Not on CUDA: the first and a random call are not kept (copying a device output
+    mid-loop would synchronise and time the copy) and no CPU time is read after a call (the host returns
+    before the device is done, so it says nothing); docs/integrity.md lists what a CUDA cell is checked for."""
+    import torch
+
+    from harness.bench.timing import cuda_timed
+
+    gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
+    n = len(sets)
+    state: dict[str, Any] = {"calls": 0, "timed": None, "last": None, "threads": frozenset()}
+    untyped: list[int] = []
+
+    def before(i: int) -> None:
+        sets[state["calls"] % n].shift(gen)
+        state["timed"], state["threads"] = i, live_threads()
+
+    def call() -> Any:
+        k = state["calls"]
+        out = sets[k % n].call()
+        state["calls"] = k + 1
+        if state["timed"] is not None and not _exact(out):
+            untyped.append(state["timed"])
+        state["last"] = (k, out)  # held until the next call returns: the last timed call's output survives
+        return out
+
+    times = cuda_timed(call, config, before)
+    index, out = state["last"]
+    state["last"] = None
+    torch.cuda.synchronize()
+    kept = _capture(index, sets, out, state["threads"], backend, cpu=False)
+    kept.index = len(times.samples) - 1  # the sample's number; its set is the call's
+    return Loop(samples=times.samples, kept=[kept], untyped=untyped, warmup_s=times.warmup_s, loop_s=times.loop_s,
+                captures_s=0.0, expected=len(times.samples), pick=kept.index)

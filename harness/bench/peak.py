@@ -17,10 +17,13 @@ from harness.bench.timing import TimingConfig, pin_threads, time_call
 from harness.results.records import Peak
 from harness.results.schema import peak_key
 
-__all__ = ["GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak", "peak_key"]
+__all__ = ["CUDA_GEMM_SIZE", "GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak", "peak_key"]
 
 GEMM_SIZE = {"float64": 2048, "float32": 2048, "float16": 1024, "bfloat16": 1024}
-"""Side of the square GEMM: large enough to reach the plateau, small enough to take a second or two."""
+"""Side of the square GEMM on a CPU: large enough to reach the plateau, small enough to take a second or two."""
+CUDA_GEMM_SIZE = {"float64": 4096, "float32": 4096, "float16": 8192, "bfloat16": 8192}
+"""Side on a GPU: a 1024 bf16 GEMM takes microseconds on an H100 (launch and the timer's synchronize would be
+most of it, and the peak read low); 8192 takes about 1.4 ms at its ~800 TFLOP/s, fp32 and fp64 at 4096 a few ms."""
 
 
 PEAK_TIMING = TimingConfig(budget_s=1.5)
@@ -34,9 +37,9 @@ def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMIN
     from harness.tensors import TORCH_DTYPES
 
     used_threads = pin_threads(threads)
-    n = GEMM_SIZE.get(dtype, 1024)
-    gen = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=gen).to(TORCH_DTYPES[dtype]).to(device) for _ in range(2))
+    n = (CUDA_GEMM_SIZE if device == "cuda" else GEMM_SIZE).get(dtype, 1024)
+    gen = torch.Generator(device=device).manual_seed(0)  # drawn where they are used: 8192^2 on a CPU takes seconds
+    a, b = (torch.randn(n, n, generator=gen, device=device).to(TORCH_DTYPES[dtype]) for _ in range(2))
     samples = time_call(lambda: torch.matmul(a, b), device, config)
     stats = summarize(samples)
     flops = 2.0 * n ** 3

@@ -11,6 +11,7 @@ known, so an interrupted run leaves a valid file that ``--resume`` finishes.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import time
@@ -21,6 +22,7 @@ from typing import Any
 from harness.analysis.stats import summarize
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import measure_bandwidth
+from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
@@ -74,6 +76,8 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     from harness.bench import audit
 
     entered = guard.CLOCK()
+    if case.get("kind") == "module":
+        return module_timing_task(_implementation(name, source), case, config, threads)
     used = pin_threads(threads)
     impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
@@ -88,10 +92,8 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
     setup_s = guard.CLOCK() - started  # inputs and the implementation's set-up (a compile, say)
     looped = guard.CLOCK()
-    if attention_case.device == "cuda":  # rotation only: the kept-call checks read host memory
-        turn = itertools.cycle(sets)
-        loop = guard.Loop(samples=time_call(lambda: next(turn).call(), "cuda", config), kept=[], untyped=[],
-                          warmup_s=0.0, loop_s=0.0, captures_s=0.0)
+    if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
+        loop = guard.cuda_loop(sets, config, impl.backend)
     else:
         loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
     loop_total = guard.CLOCK() - looped
@@ -118,6 +120,8 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     """Worker (the memory one): peak extra bytes of one call."""
     from harness.bench.memory import measure, prepare_process
 
+    if case.get("kind") == "module":
+        return module_memory_task(_implementation(name, source), case, threads)
     prepare_process()
     pin_threads(threads)
     impl = _implementation(name, source)
@@ -158,6 +162,10 @@ class BenchSettings:
     """"local" (worker processes here, one cell at a time) or "ray" (each cell a Ray task holding a whole node)."""
     address: str | None = None
     """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
+    reference: str | None = None
+    """The contender each other's per-round ratio divides by (None: torch_sdpa when timed, else the first)."""
+    model: str | None = None
+    """A catalogue model (``--model``, :mod:`harness.models`): its calls are the cells, instead of the suite's."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,6 +183,29 @@ class BenchSettings:
     @classmethod
     def from_config(cls, config: Config) -> BenchSettings:
         return cls.from_dict(config.to_json())
+
+
+_PROBE = "roof probe"
+"""The roof probe's place in a round's order (:func:`harness.bench.rounds.roof_probe_task`)."""
+
+
+@dataclass
+class _Contender:
+    """One implementation's cell while its case's rounds run."""
+
+    cell: PlannedCell
+    predicted: float | None
+    seconds: float = 0.0
+    """The parent's wall time of its round tasks: what the worker's own account of its time is held against."""
+    positions: list[int] = field(default_factory=list)
+    failed: Outcome | None = None
+    final: Outcome | None = None
+
+
+def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
+    """The cells grouped by (case, mode), smallest work first; within a group in the plan's order."""
+    ordered = sorted(cells, key=lambda c: (attention_flops(c.case, c.mode), c.case.id, c.mode))
+    return [list(group) for _, group in itertools.groupby(ordered, key=lambda c: (c.case.id, c.mode))]
 
 
 def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
@@ -212,22 +243,49 @@ class BenchRunner:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
             if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
-                planned = PlannedCell(done_cell.implementation, AttentionCase.from_dict(dict(done_cell.case)), done_cell.mode)
+                planned = PlannedCell(done_cell.implementation, case_of(done_cell.case), done_cell.mode)
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
         return self.writer.done_keys()
 
     def run(self, cells: list[PlannedCell]) -> None:
         done = self.learn_from_done()
-        with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool:
-            todo = [cell for cell in cells if cell.key not in done]
-            for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
-                # Fresh workers per implementation: a plugin that changes process state (torch's default
-                # dtype, NumPy's error mode, thread counts) must not change what the next one sees.
-                with WorkerPool(timeout=self.settings.timeout_s) as timing_pool, \
-                        WorkerPool(timeout=self.settings.timeout_s) as memory_pool:
-                    for cell in group:
-                        self._finish(self._measure(cell, timing_pool, memory_pool, peak_pool))
+        todo = [cell for cell in cells if cell.key not in done]
+        with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
+                contextlib.ExitStack() as stack:
+            pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}
+
+            def pools_of(name: str) -> tuple[WorkerPool, WorkerPool]:
+                # Workers of its own per implementation, kept for the run: a plugin that changes process state
+                # (torch's default dtype, NumPy's error mode, thread counts) must not change what another sees.
+                if name not in pools:
+                    pools[name] = (stack.enter_context(WorkerPool(timeout=self.settings.timeout_s)),
+                                   stack.enter_context(WorkerPool(timeout=self.settings.timeout_s)))
+                return pools[name]
+
+            for group in case_groups(todo):  # smallest work first: the budget's predictions have history
+                self._measure_case(group, pools_of, peak_pool)
             self._confirm_peaks(peak_pool)
+
+    def _measure_case(self, group: list[PlannedCell], pools_of: Callable[[str], tuple[WorkerPool, WorkerPool]],
+                      peak_pool: WorkerPool) -> None:
+        """Every implementation's cell of one (case, mode): in rounds (:mod:`harness.bench.rounds`) on a CPU
+        with the checks on, else one after another."""
+        admitted: list[tuple[PlannedCell, float | None]] = []
+        for cell in group:
+            verdict = self._admit(cell, peak_pool)
+            if isinstance(verdict, BenchCell):
+                self._finish(verdict)
+            else:
+                admitted.append((cell, verdict))
+        if not admitted:
+            return
+        timing = self.settings.timing
+        if timing.rounds > 1 and timing.checks and admitted[0][0].case.device == "cpu":
+            for measured_cell in self._rounds(admitted, pools_of, peak_pool):
+                self._finish(measured_cell)
+            return
+        for cell, predicted_s in admitted:
+            self._finish(self._time_alone(cell, predicted_s, *pools_of(cell.implementation)))
 
     def _confirm_peaks(self, pool: WorkerPool) -> None:
         """Measure each peak again after the cells and keep the higher, in the run's peaks record.
@@ -284,8 +342,8 @@ class BenchRunner:
             self.writer.set("peaks", peaks)
         return peaks[key].gflops
 
-    def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool,
-                 peak_pool: WorkerPool) -> BenchCell:
+    def _admit(self, cell: PlannedCell, peak_pool: WorkerPool) -> BenchCell | float | None:
+        """The cell skipped (unsupported, over budget), or its predicted seconds (None: no prediction)."""
         impl = self.registry.get(cell.implementation)
         reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
         if reasons:
@@ -295,17 +353,89 @@ class BenchRunner:
         over = self.budget.check(cell, peak)
         if over:
             return skipped_cell(cell, over)
-        predicted_s = self.budget.cell_seconds_predicted(cell, peak)
+        return self.budget.cell_seconds_predicted(cell, peak)
+
+    def _time_alone(self, cell: PlannedCell, predicted_s: float | None, timing_pool: WorkerPool,
+                    memory_pool: WorkerPool) -> BenchCell:
         started = time.perf_counter()
         source = self.registry.sources[cell.implementation]
         args = (cell.implementation, source, cell.case.to_dict(), cell.mode)
-        if not timing_pool.running:  # plugins loaded first: the timed task's wall time is the task's alone
-            timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
+        self._warm_up(cell, timing_pool)
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
         return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
+
+    def _warm_up(self, cell: PlannedCell, timing_pool: WorkerPool) -> None:
+        if not timing_pool.running:  # plugins loaded first: the timed task's wall time is the task's alone
+            source = self.registry.sources[cell.implementation]
+            timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
+
+    def _rounds(self, admitted: list[tuple[PlannedCell, float | None]],
+                pools_of: Callable[[str], tuple[WorkerPool, WorkerPool]], peak_pool: WorkerPool) -> list[BenchCell]:
+        """The admitted cells of one case timed in shuffled rounds with the roof probe among them; each
+        cell with its :class:`~harness.results.Rounds` record."""
+        from harness.bench.rounds import Probe, choose_reference, roof_probe_task, round_order, round_task
+
+        settings, first = self.settings, admitted[0][0]
+        for cell, _ in admitted:
+            self._warm_up(cell, pools_of(cell.implementation)[0])
+        states = {cell.implementation: _Contender(cell, predicted) for cell, predicted in admitted}
+        probe = Probe()
+        orders = round_order([*states, _PROBE], settings.timing.rounds, f"{first.case.id}/{first.mode}")
+        for order in orders:
+            for position, name in enumerate(order):
+                if name == _PROBE:
+                    reading = peak_pool.run(Task(name, roof_probe_task, (first.case.dtype, first.case.device,
+                                                                         settings.threads)))
+                    if reading.status == OK:
+                        probe.gemm_gflops.append(reading.value[0])
+                        probe.read_gbps.append(reading.value[1])
+                    continue
+                state = states[name]
+                if state.failed is not None:
+                    continue
+                key = f"{first.case.id}/{first.mode}/{name}"
+                args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
+                        settings.threads)
+                outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args))
+                state.seconds += outcome.seconds
+                state.positions.append(position)
+                if outcome.status != OK:
+                    state.failed = outcome
+                elif outcome.value.integrity is not None:  # the last round: every sample and the checks
+                    state.final = outcome
+        return self._rounds_measured(states, probe, choose_reference(list(s for s, v in states.items()
+            if v.failed is None and v.final is not None), self.settings.reference), pools_of)
+
+    def _rounds_measured(self, states: dict[str, _Contender], probe: Any, reference: str | None,
+                         pools_of: Callable[[str], tuple[WorkerPool, WorkerPool]]) -> list[BenchCell]:
+        from harness.bench.rounds import round_medians, rounds_record
+
+        timed = {n: s for n, s in states.items() if s.failed is None and s.final is not None}
+        medians = {n: round_medians(s.final.value.samples_s, s.final.value.round_sizes or ()) for n, s in timed.items()
+                   if s.final is not None}
+        out = []
+        for name, state in states.items():
+            cell = state.cell
+            if state.failed is not None or state.final is None:
+                failed = state.failed or Outcome("error", error="no last round answered")
+                out.append(self.measured(cell, failed, None, state.predicted, state.seconds))
+                continue
+            mem, seconds = None, state.seconds
+            if self.settings.memory:
+                source = self.registry.sources[name]
+                args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
+                mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
+                seconds += mem.seconds
+            final = Outcome(OK, value=state.final.value, seconds=state.seconds)
+            measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            sizes = state.final.value.round_sizes or ()
+            record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
+                                   None if reference in (None, name) else medians[reference], probe)
+            out.append(replace(measured_cell, rounds=record))
+        return out
 
     def measured(self, cell: PlannedCell, timing: Outcome, mem: Outcome | None, predicted_s: float | None,
                  seconds: float, **where: Any) -> BenchCell:

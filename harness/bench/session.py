@@ -12,12 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.analysis.scaling import cell_fits
+from harness.bench.module_cells import module_cells
 from harness.bench.runner import BenchRunner, BenchSettings
 from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import Interrupted, PluginError, UsageError
 from harness.executor import open_executor
-from harness.results import RESULTS_DIR, BenchCell, ResultWriter, Run, new_run_id
+from harness.results import RESULTS_DIR, BenchCell, Config, ResultWriter, Run, new_run_id
 
 if TYPE_CHECKING:
     from harness.cluster.connect import RayCluster
@@ -44,13 +45,20 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         if free is None:
             raise UsageError("cannot read the free RAM here (/proc/meminfo); set memory_budget_bytes")
         settings = dataclasses.replace(settings, memory_budget_bytes=free / 2)
-    # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
-    names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
-    cells = plan(settings.suite, names, settings.overrides, settings.device)
+    # Module-level implementations (kind="module") are timed when named (--only): the default run times kernels.
+    selected = [impl for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
+    names = [impl.name for impl in selected]
+    if settings.model is not None:
+        from harness.bench.model_sweeps import model_plan
+
+        cells = model_plan(settings.model, names, settings.overrides, settings.device)
+    else:
+        cells = plan(settings.suite, names, settings.overrides, settings.device)
+    cells = module_cells(cells, {impl.name: impl for impl in selected})  # a module's cells: the layers making the calls
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
-        raise UsageError(_why_no_cells(settings, names))
+        raise UsageError(_why_no_cells(settings, names, registry))
     with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
-        writer = ResultWriter(path, "bench", settings.to_config(), resume=resume, force=force)
+        writer = ResultWriter(path, "bench", _config(settings), resume=resume, force=force)
         try:
             writer.set("implementations", {  # what reports know of each implementation: they never import plugins
                 impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
@@ -69,11 +77,26 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
             writer.close()
 
 
-def _why_no_cells(settings: BenchSettings, names: list[str]) -> str:
+def _config(settings: BenchSettings) -> Config:
+    """The result file's config: the settings, and with ``--model`` the model's source and what its cells leave
+    out (a feature the case space cannot express yet); resume reads the settings back and ignores the rest."""
+    if settings.model is None:
+        return settings.to_config()
+    from harness.models import model_named
+
+    model = model_named(settings.model)
+    return Config.from_json({**settings.to_dict(), "model_source": model.source, "model_left_out": list(model.left_out())})
+
+
+def _why_no_cells(settings: BenchSettings, names: list[str], registry: Registry) -> str:
     """What made the plan empty, and the flag to change."""
     if not names:
         return (f"no implementation to benchmark: {', '.join(settings.only) or 'the selection'} names no kernel "
                 "implementation; see `attnbench list`")
+    if all(impl.kind == "module" for impl in registry.select(settings.only)):
+        return (f"--suite {settings.suite} with these flags plans no call a module case expresses for "
+                f"{', '.join(names)} (modules run forward self-attention and decode steps, no windows or packed "
+                "sequences): drop --mode bwd/fwd+bwd or choose --suite quick, full or decode")
     axes = sorted(set(k for k, v in settings.overrides.items() if v) - {"mode", "dtype"})
     fixed = all("cases" in sweep for sweep in SUITES[settings.suite])
     if axes and fixed:

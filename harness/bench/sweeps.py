@@ -214,6 +214,18 @@ def free_ram_bytes() -> int | None:
     return None
 
 
+def free_memory_bytes(device: str) -> int | None:
+    """Memory free where the cells' tensors live: MemAvailable on the CPU, the GPU's free memory on CUDA
+    (``torch.cuda.mem_get_info``: a cell's tensors are on the device, so the host's RAM says nothing of them)."""
+    if device != "cuda":
+        return free_ram_bytes()
+    import torch
+
+    if not torch.cuda.is_available():
+        return free_ram_bytes()  # its cells are skipped (no CUDA device) before any budget applies
+    return int(torch.cuda.mem_get_info()[0])
+
+
 def io_bytes(case: AttentionCase, mode: str) -> int:
     """Bytes of q, k, v and the output (and their gradients when there is a backward pass)."""
     item = itemsize(case.dtype)

@@ -5,13 +5,16 @@ pinned before and recorded with the samples. The first calls pay for lazy initia
 (thread pools, kernel selection, page faults on fresh buffers), so at least one call and
 about ``warmup_s`` seconds of calls are run and thrown away.
 
-CUDA (cannot run on this machine, kept small so it is obviously right): the method of
-``triton.testing.do_bench``. Kernels are asynchronous, so host clocks would time the
-launch; instead a pair of CUDA events brackets each call. The end event is recorded after a
-device-wide synchronize, so work the call queued on other streams is inside the bracket (the
-synchronize's own few microseconds are too). Before every call a 256 MB buffer is zeroed,
-which evicts the L2 cache, so no call is timed with its inputs still warm in cache from the
-previous one (``TimingConfig.warm_cache`` turns the flush off).
+CUDA: the method of ``triton.testing.do_bench``. Kernels are asynchronous, so host clocks would
+time the launch; instead a pair of CUDA events brackets each call. The end event is recorded after a
+device-wide synchronize, so work the call queued on other streams is inside the bracket; the
+synchronize's own latency (a few microseconds; ``scripts/gpu_check.sh`` measures it as the time of an
+empty call) is inside it too, so a call of tens of microseconds reads a little slow,
+never fast. Before every timed call a 256 MB buffer is zeroed, which evicts the L2 cache, so no call is
+timed with its inputs still warm in cache from the previous one (``TimingConfig.warm_cache`` turns the
+flush off); the zeroing is queued before the start event, so it is not timed. ``before(i)`` (when given)
+runs before timed call ``i``, outside the bracket too: the bench worker shifts the inputs there.
+These assumptions hold only on CUDA and are listed in docs/benchmarking.md ("On a GPU").
 
 ``synchronized_perf_counter`` is the timer for pytest-benchmark: it synchronises CUDA (when
 it is in use) before reading the clock, so a round ends when the device work ends.
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from harness.isolation import THREAD_VARIABLES
 
@@ -50,6 +53,10 @@ class TimingConfig:
     purpose. The default rotates through several input sets (docs/integrity.md)."""
     checks: bool = True
     """The integrity checks of each cell (docs/integrity.md); off only to measure what they cost."""
+    rounds: int = 6
+    """Rounds the contenders of one case are timed in, their order shuffled each round, with the roof probe
+    among them (:mod:`harness.bench.rounds`); each round takes ``budget_s / rounds`` and at least one call of
+    each. 1: each contender's calls in one block (as pytest-benchmark and timeit do)."""
 
 
 @contextmanager
@@ -115,18 +122,31 @@ def time_cpu(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> li
     return samples
 
 
-def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> list[float]:
-    """Seconds per call measured with CUDA events, L2 flushed before each call (do_bench's method)."""
+class CudaTimes(NamedTuple):
+    """What :func:`cuda_timed` measured: event samples, and the host clock's seconds of the warm-up and of the
+    timed loop (the loop's host time holds the samples, the flushes and each synchronize: never less than them)."""
+
+    samples: list[float]
+    warmup_s: float
+    loop_s: float
+
+
+def cuda_timed(fn: Callable[[], Any], config: TimingConfig = TimingConfig(),
+               before: Callable[[int], None] | None = None) -> CudaTimes:
+    """Seconds per call measured with CUDA events, L2 flushed before each call (do_bench's method); ``before(i)``
+    runs before timed call ``i``, outside its bracket."""
     import torch
 
     cache = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    flush = (lambda: None) if config.warm_cache else cache.zero_
     with gc_disabled():
-        fn()
+        warm_started = time.perf_counter()
+        fn()  # the first call (a compile, a cuBLAS handle, a kernel's load) is not in the estimate
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
         start.record()
         for _ in range(5):
-            cache.zero_()
+            flush()
             fn()
         end.record()
         torch.cuda.synchronize()
@@ -135,17 +155,28 @@ def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> l
         repeats = max(config.min_samples, min(config.max_samples, int(config.budget_s / estimate_s)))
         for _ in range(warmup):
             fn()
+        torch.cuda.synchronize()
+        warmup_s = time.perf_counter() - warm_started
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]  # type: ignore[no-untyped-call]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]  # type: ignore[no-untyped-call]
+        loop_started = time.perf_counter()
         for i in range(repeats):
-            if not config.warm_cache:
-                cache.zero_()  # evict L2: the call starts cold, as inside a model
+            if before is not None:
+                before(i)
+            flush()  # evict L2: the call starts cold, as inside a model
             starts[i].record()
             fn()
             torch.cuda.synchronize()  # every stream's work done: a kernel on a side stream is timed too
             ends[i].record()
         torch.cuda.synchronize()
-    return [s.elapsed_time(e) / 1000 for s, e in zip(starts, ends)]
+        loop_s = time.perf_counter() - loop_started
+    del cache
+    return CudaTimes([s.elapsed_time(e) / 1000 for s, e in zip(starts, ends)], warmup_s, loop_s)
+
+
+def time_cuda(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> list[float]:
+    """Seconds per call measured with CUDA events, L2 flushed before each call (:func:`cuda_timed`)."""
+    return cuda_timed(fn, config).samples
 
 
 def time_call(fn: Callable[[], Any], device: str, config: TimingConfig = TimingConfig()) -> list[float]:

@@ -29,12 +29,14 @@ class Timed(Record):
     typed, and its parts go into the cell as they are."""
 
     NESTED = {"integrity": Integrity}
-    TUPLES = frozenset({"samples_s"})
+    TUPLES = frozenset({"samples_s", "round_sizes"})
     samples_s: tuple[float, ...] = ()
     threads: int | None = None
     setup_s: float | None = None
     integrity: Integrity | None = None
     profile: tuple[tuple[str, float], ...] | None = None
+    round_sizes: tuple[int, ...] | None = None
+    """Samples per round when the cell was timed in rounds (:mod:`harness.bench.rounds`), in order."""
 
 WALL_SHARE = 0.8
 WALL_SLACK_S = 0.15

@@ -24,10 +24,11 @@ from harness.bench.sweeps import (
     SUITE_CELL_BUDGET_S,
     SUITE_TIMING,
     SUITES,
-    free_ram_bytes,
+    free_memory_bytes,
 )
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.dtypes import DTYPES
 from harness.errors import UsageError
 from harness.flops import MODES
@@ -80,13 +81,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip cells predicted to take longer than S seconds (quick 20, full 120; with an "
                              "axis flag such as --T the cells you named always run unless this is given)")
     parser.add_argument("--memory-budget", type=positive_number, metavar="GiB",
-                        help="skip cells predicted to need more (default: half of the free RAM)")
+                        help="skip cells predicted to need more (default: half of the free RAM; on cuda, of the GPU's)")
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
     parser.add_argument("--warm-cache", action="store_true",
                         help="time every call on the same inputs (caches warm, no L2 flush on CUDA) instead of "
                              "rotating through several input sets; see docs/integrity.md")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
+    add_model_argument(parser, "time")
     add_executor_arguments(parser)
 
 
@@ -111,7 +113,8 @@ def _settings(args: argparse.Namespace) -> Any:
         timing = dataclasses.replace(timing, budget_s=args.budget)
     if args.min_samples is not None:
         timing = dataclasses.replace(timing, min_samples=args.min_samples)
-    free = free_ram_bytes()
+    # no CUDA device here: the RAM's budget, and every cell is skipped saying it needs one
+    free = None if args.memory_budget is not None else free_memory_bytes(args.device)
     if args.memory_budget is not None:
         memory_budget = args.memory_budget * 2**30
     elif free is not None:
@@ -124,7 +127,7 @@ def _settings(args: argparse.Namespace) -> Any:
         timeout_s=args.timeout, timing=timing, memory=not args.no_memory,
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
-        threads=threads, device=args.device)
+        threads=threads, device=args.device, model=checked_model(args.model, "bench"))
 
 
 def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
@@ -145,6 +148,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.bench import resume_settings
     from harness.bench import run as run_bench
 
+    if args.model == LIST:
+        return print_catalogue(args.json)
     executor, address = executor_from_args(args)
     if args.resume is not None:
         settings = resume_settings(args.resume)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
 from harness.report.terminal import problems, verify_table
@@ -52,6 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
                         help="implementations verified at the same time, each in its own worker (default 2; "
                              "with --executor ray the cluster's CPUs decide)")
+    add_model_argument(parser, "check")
     add_executor_arguments(parser)
 
 
@@ -60,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.verify import run as run_verify
     from harness.verify.fuzz import DATABASE_DIR
 
+    if args.model == LIST:
+        return print_catalogue(args.json is not None)
+    model = checked_model(args.model, "verify")
     executor, address = executor_from_args(args)
     registry = registry_from_args(args)
     run_id = new_run_id("verify")
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
         timeout_s=args.timeout, jobs=args.jobs, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
         fuzz_database=path.parent / ".hypothesis" if args.json and not to_stdout else DATABASE_DIR,
-        executor=executor, address=address)
+        executor=executor, address=address, model=model)
     started = wall_clock()
     try:
         result = run_verify(settings, path, force=args.force, registry=registry)

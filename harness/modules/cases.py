@@ -6,13 +6,14 @@ self-attention with its projections (``layer="mha"``, checked against
 checked against ``nn.TransformerEncoderLayer``, post-LN or pre-LN by ``norm_first``).
 It carries the fields :meth:`harness.registry.Implementation.not_supported_reasons`
 reads (kind, dtype, device, causal, mask, heads, kv_heads, grad, bias), so the same
-capability check skips what a module did not declare.
+capability check skips what a module did not declare (GQA needs ``gqa=True``). A case may
+also continue a sequence: ``past`` positions already in a KV cache, as a decoder's next call.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from harness.cases import CaseRecord
 from harness.devices import DEVICES
@@ -55,16 +56,79 @@ class ModuleCase(CaseRecord):
     """Rotary embedding applied to each head's q and k: "rotate_half" or "interleaved"."""
     grad: bool = False
     kind: str = "module"
+    kv_heads: int = 0
+    """Grouped-query attention: K and V are projected to this many heads (0 means ``heads``); query head h
+    reads KV head h // (heads / kv_heads). Passed to the module as ``kv_heads=`` only when fewer than ``heads``."""
+    past: int = 0
+    """Positions already in the KV cache: the module is given their keys and values (``past_key``,
+    ``past_value``, (B, kv_heads, past, head_dim), as a cache holds them: projected, RoPE applied) and X holds
+    the next ``seq`` tokens, at positions past .. past + seq - 1 (RoPE rotates them there). Causal is then
+    bottom-right: new token i sees every cached key and new keys j <= i. Part of the id (``past=P``) when set."""
 
     def __post_init__(self) -> None:
         if self.dim_ff == 0:
             object.__setattr__(self, "dim_ff", 2 * self.d_model)
+        if self.kv_heads == 0:
+            object.__setattr__(self, "kv_heads", self.heads)
         self.validate()
 
+    def with_(self, **changes: Any) -> ModuleCase:
+        """A copy with some fields changed; KV heads equal to the heads follow a change of ``heads``."""
+        if "heads" in changes and "kv_heads" not in changes and self.kv_heads == self.heads:
+            changes["kv_heads"] = 0
+        return super().with_(**changes)
+
+    # What the bench's budget and result cells read of any case (tq, tk, d, structures), and the cost of one
+    # call (harness.flops asks a case for its own): projections, attention and, in an encoder layer, the
+    # feed-forward; fwd only (module cases take no gradients).
+
     @property
-    def kv_heads(self) -> int:
-        """Modules project K and V with as many heads as Q (nn.MultiheadAttention has no GQA)."""
-        return self.heads
+    def tq(self) -> int:
+        return self.seq
+
+    @property
+    def tk(self) -> int:
+        return self.keys
+
+    @property
+    def d(self) -> int:
+        return self.head_dim
+
+    @property
+    def structures(self) -> frozenset[str]:
+        return frozenset()
+
+    def own_flops(self, mode: str) -> float:
+        """2 B T D (2 D + 2 Dkv) for the Q, K, V and output projections, 4 B H (attended pairs) d for the two
+        attention products (causal: bottom-right over the cache), 4 B T D F for an encoder's feed-forward."""
+        if mode != "fwd":
+            raise ValueError(f"module cases are forward only, not {mode!r}")
+        tokens = self.batch * self.seq
+        projections = 2 * tokens * self.d_model * (2 * self.d_model + 2 * self.kv_dim)
+        pairs = self.seq * self.past + self.seq * (self.seq + 1) // 2 if self.causal else self.seq * self.keys
+        feed_forward = 4 * tokens * self.d_model * self.dim_ff if self.layer == "encoder" else 0
+        return float(projections + 4 * self.batch * self.heads * pairs * self.head_dim + feed_forward)
+
+    def own_bytes(self, mode: str, item: int) -> int:
+        """Bytes one call must move at least: X read, Y written, every weight and the KV cache read once."""
+        weights = self.d_model * (2 * self.d_model + 2 * self.kv_dim) + (2 * self.d_model * self.dim_ff
+                                                                         if self.layer == "encoder" else 0)
+        cache = 2 * self.batch * self.kv_heads * self.past * self.head_dim
+        return item * (2 * self.batch * self.seq * self.d_model + weights + cache)
+
+    def own_work(self) -> int:
+        """g of the scaling fits: the attention's B H Tq Tk d, as for a kernel case."""
+        return self.batch * self.heads * self.seq * self.keys * self.head_dim
+
+    @property
+    def keys(self) -> int:
+        """Keys each new token may attend: the cached positions and the new ones."""
+        return self.past + self.seq
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of the K (and V) projection: kv_heads x head_dim."""
+        return self.kv_heads * self.head_dim
 
     @property
     def head_dim(self) -> int:
@@ -78,6 +142,12 @@ class ModuleCase(CaseRecord):
         for name in ("batch", "seq", "d_model", "heads", "dim_ff"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
         need(self.d_model % self.heads == 0, f"d_model={self.d_model} must be a multiple of heads={self.heads}")
+        need(isinstance(self.kv_heads, int) and self.kv_heads >= 1 and self.heads % self.kv_heads == 0,
+             f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
+        need(isinstance(self.past, int) and self.past >= 0, "past must be an integer >= 0")
+        need(self.layer == "mha" or (self.kv_heads == self.heads and self.past == 0),
+             "GQA (kv_heads) and a KV cache (past) are module cases of layer='mha' only")
+        need(self.past == 0 or self.bias == "none", "a KV cache (past) with an additive bias is not a module case")
         need(self.layer in LAYERS, f"layer {self.layer!r} is not one of {LAYERS}")
         need(self.dtype in DTYPES, f"dtype {self.dtype!r} is not one of {DTYPES}")
         need(self.device in DEVICES, f"device {self.device!r} is not one of {DEVICES}")
@@ -100,8 +170,8 @@ class ModuleCase(CaseRecord):
 
     @property
     def id(self) -> str:
-        parts = ["module", self.layer_label, f"B{self.batch}", f"T{self.seq}", f"D{self.d_model}",
-                 f"H{self.heads}", self.dtype]
+        heads = f"H{self.heads}" if self.kv_heads == self.heads else f"H{self.heads}/{self.kv_heads}"
+        parts = ["module", self.layer_label, f"B{self.batch}", f"T{self.seq}", f"D{self.d_model}", heads, self.dtype]
         if self.layer == "encoder":
             parts.insert(6, f"F{self.dim_ff}")
         if self.device != "cpu":
@@ -114,6 +184,8 @@ class ModuleCase(CaseRecord):
             parts.append(f"bias={self.bias}")
         if self.rope != "none":
             parts.append(f"rope={self.rope}")
+        if self.past:
+            parts.append(f"past={self.past}")
         if not self.proj_bias:
             parts.append("nobias")
         return "-".join(parts)
@@ -128,6 +200,9 @@ class ModuleCase(CaseRecord):
         layers = module_layers(impl)
         if self.layer not in layers:
             reasons.append(f"layer {self.layer!r} not implemented (implements {', '.join(layers)})")
+        if self.past and not impl.options.get("kv_cache"):
+            reasons.append("a KV cache of earlier positions not supported (declare options={'kv_cache': True} "
+                           "and take past_key=, past_value=)")
         ropes = module_ropes(impl)
         if self.rope != "none" and self.rope not in ropes:
             reasons.append(f"RoPE convention {self.rope!r} not supported (supports {', '.join(ropes) or 'none'})")

@@ -32,10 +32,12 @@ if TYPE_CHECKING:
 
 
 def kernel_case_for(case: ModuleCase) -> AttentionCase:
-    """The kernel call a module case makes: (B, H, T, d_model/H), key padding as a boolean mask."""
-    return AttentionCase(batch=case.batch, heads=case.heads, tq=case.seq, d=case.head_dim, dtype=case.dtype,
-                         device=case.device, causal=case.causal,
-                         mask="key_padding" if case.mask != "none" else "none", bias=case.bias)
+    """The kernel call a module case makes: (B, H, T, d_model/H) queries over (B, Hkv, past + T, d) keys, key
+    padding as a boolean mask; continuing from a KV cache, causal arrives as a boolean mask too (bottom-right)."""
+    masked = case.mask != "none" or (case.past > 0 and case.causal)
+    return AttentionCase(batch=case.batch, heads=case.heads, kv_heads=case.kv_heads, tq=case.seq, tk=case.keys,
+                         d=case.head_dim, dtype=case.dtype, device=case.device, causal=case.causal and not case.past,
+                         mask="key_padding" if masked else "none", bias=case.bias)
 
 
 def _as_impl(kernel: Implementation | Callable[..., Any]) -> Implementation:
@@ -56,22 +58,34 @@ def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
         y = y.reshape(b, t, heads, -1)
         return np.swapaxes(y, 1, 2) if numpy else y.transpose(1, 2)
 
-    def rotate(y: Any, rope: str) -> Any:
+    def rotate(y: Any, rope: str, offset: int) -> Any:
         if numpy:
-            return apply_rope(torch.from_numpy(np.ascontiguousarray(y)), rope).numpy()
-        return apply_rope(y, rope)
+            return apply_rope(torch.from_numpy(np.ascontiguousarray(y)), rope, offset=offset).numpy()
+        return apply_rope(y, rope, offset=offset)
 
     def forward(x: Any, *, heads: int, weights: MultiheadWeights, mask: Any = None, causal: bool = False,
-                bias: Any = None, rope: str | None = None) -> Any:
+                bias: Any = None, rope: str | None = None, kv_heads: int | None = None, past_key: Any = None,
+                past_value: Any = None) -> Any:
         b, t, d_model = x.shape
+        kv = (kv_heads or heads) * (d_model // heads)
         qkv = x @ weights.in_proj_weight.T
         if weights.in_proj_bias is not None:
             qkv = qkv + weights.in_proj_bias
-        q, k, v = (split(qkv[..., i * d_model:(i + 1) * d_model], b, t, heads) for i in range(3))
+        q = split(qkv[..., :d_model], b, t, heads)
+        k, v = (split(qkv[..., d_model + i * kv:d_model + (i + 1) * kv], b, t, kv_heads or heads) for i in range(2))
+        past = 0 if past_key is None else past_key.shape[2]
         if rope:
-            q, k = rotate(q, rope), rotate(k, rope)
-        kwargs: dict[str, object] = {"causal": causal, "scale": None,
-                                  "mask": None if mask is None else mask.reshape(b, 1, 1, t)}
+            q, k = rotate(q, rope, past), rotate(k, rope, past)
+        if past:
+            join = np.concatenate if numpy else torch.cat
+            k, v = join([past_key, k], 2), join([past_value, v], 2)
+        allowed = None if mask is None else mask.reshape(b, 1, 1, past + t)
+        if past and causal:  # bottom-right causal as a boolean mask: the kernel's causal is top-left
+            rule_np = np.tril(np.ones((t, past + t), dtype=bool), past)
+            rule: Any = rule_np if numpy else torch.from_numpy(rule_np).to(x.device)
+            allowed = rule if allowed is None else allowed & rule
+            causal = False
+        kwargs: dict[str, object] = {"causal": causal, "scale": None, "mask": allowed}
         if bias is not None:
             kwargs["bias"] = bias
         out = kernel.prepare(q, k, v, **kwargs)()
@@ -100,8 +114,8 @@ def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None
 
     lifted = make_implementation(
         forward.__name__, forward, backend=impl.backend, dtypes=impl.dtypes, devices=impl.devices,
-        kind="module", causal=impl.causal, mask=impl.mask, bias=impl.bias, available=available,
-        options={"layers": ("mha",), "rope": ROPE_CONVENTIONS, "kernel": impl.name},
+        kind="module", causal=impl.causal, mask=impl.mask, bias=impl.bias, gqa=impl.gqa, available=available,
+        options={"layers": ("mha",), "rope": ROPE_CONVENTIONS, "kernel": impl.name, "kv_cache": impl.mask},
         description=f"kernel {impl.name} inside multi-head attention (projections around it)",
     )
     # Errors point at the kernel's own source: that is the code a user would fix.

@@ -4,6 +4,8 @@ The layout is ``nn.MultiheadAttention``'s and ``nn.TransformerEncoderLayer``'s, 
 NumPy textbook module and the PyTorch modules read the very same numbers:
 
 - ``in_proj_weight`` (3D, D): rows ``[0:D]`` project Q, ``[D:2D]`` K, ``[2D:3D]`` V; ``y = x W^T + b``;
+  with grouped-query attention (``kv_heads`` < heads) K and V are ``kv_heads * head_dim`` rows each, so
+  the packed weight is (D + 2 Dkv, D), rows Q, then K, then V;
 - ``out_proj_weight`` (D, D) and the optional biases;
 - encoder layers add ``linear1`` (F, D), ``linear2`` (D, F), ``norm1``, ``norm2`` (D) and ``eps``.
 
@@ -114,15 +116,25 @@ class ModuleInputs:
     weights64: Weights
     mask64: torch.Tensor | None
     bias64: torch.Tensor | None
+    past_key: Any | None = None
+    """The KV cache of ``case.past`` earlier positions, (B, kv_heads, past, head_dim), in the case's dtype."""
+    past_value: Any | None = None
+    past_key64: torch.Tensor | None = None
+    past_value64: torch.Tensor | None = None
 
     def kwargs(self, case: ModuleCase) -> dict[str, object]:
-        """Keyword arguments of the module contract; ``bias`` and ``rope`` only when the case uses them."""
+        """Keyword arguments of the module contract; ``bias``, ``rope``, ``kv_heads`` and the cache
+        (``past_key``, ``past_value``) only when the case uses them."""
         kwargs: dict[str, object] = {"heads": case.heads, "weights": self.weights, "mask": self.mask,
                                   "causal": case.causal}
         if self.bias is not None:
             kwargs["bias"] = self.bias
         if case.rope != "none":
             kwargs["rope"] = case.rope
+        if case.kv_heads != case.heads:
+            kwargs["kv_heads"] = case.kv_heads
+        if case.past:
+            kwargs["past_key"], kwargs["past_value"] = self.past_key, self.past_value
         return kwargs
 
 
@@ -133,9 +145,10 @@ def draw_weights(case: ModuleCase, gen: torch.Generator) -> Weights:
     def randn(*shape: int, scale: float) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float64) * scale
 
+    rows = d + 2 * case.kv_dim  # Q, K, V packed; 3 d without GQA
     attn = MultiheadWeights(
-        in_proj_weight=randn(3 * d, d, scale=d ** -0.5),
-        in_proj_bias=randn(3 * d, scale=0.1) if case.proj_bias else None,
+        in_proj_weight=randn(rows, d, scale=d ** -0.5),
+        in_proj_bias=randn(rows, scale=0.1) if case.proj_bias else None,
         out_proj_weight=randn(d, d, scale=d ** -0.5),
         out_proj_bias=randn(d, scale=0.1) if case.proj_bias else None,
     )
@@ -152,10 +165,11 @@ def draw_weights(case: ModuleCase, gen: torch.Generator) -> Weights:
 
 
 def key_padding(case: ModuleCase, gen: torch.Generator) -> torch.Tensor:
-    """(B, T) True = real token; batch element 0 unpadded, the others keep 1..T tokens."""
-    lengths = torch.randint(1, case.seq + 1, (case.batch,), generator=gen)
-    lengths[0] = case.seq
-    return torch.arange(case.seq)[None, :] < lengths[:, None]
+    """(B, keys) True = real token; batch element 0 unpadded, the others keep 1..keys tokens (keys: the cached
+    positions and the new ones)."""
+    lengths = torch.randint(1, case.keys + 1, (case.batch,), generator=gen)
+    lengths[0] = case.keys
+    return torch.arange(case.keys)[None, :] < lengths[:, None]
 
 
 def make_module_inputs(case: ModuleCase, seed: int, backend: str = "torch") -> ModuleInputs:
@@ -179,4 +193,9 @@ def make_module_inputs(case: ModuleCase, seed: int, backend: str = "torch") -> M
         to = lambda t: t.numpy().astype(case.dtype)
         mask = None if mask64 is None else mask64.numpy()  # type: ignore[assignment]  # numpy backend
     bias = None if bias64 is None else to(bias64)
-    return ModuleInputs(to(x64), w64.map(to), mask, bias, x64, w64, mask64, bias64)
+    inputs = ModuleInputs(to(x64), w64.map(to), mask, bias, x64, w64, mask64, bias64)
+    if case.past:  # drawn last: the draws of a case without a cache are unchanged
+        shape = (case.batch, case.kv_heads, case.past, case.head_dim)
+        k64, v64 = (rounded(torch.randn(*shape, generator=gen, dtype=torch.float64)) for _ in range(2))
+        inputs = dataclasses.replace(inputs, past_key=to(k64), past_value=to(v64), past_key64=k64, past_value64=v64)
+    return inputs

@@ -57,6 +57,11 @@ class Analysis:
     headline: tuple[Line, ...]
 
     @property
+    def roof_problems(self) -> pd.DataFrame:
+        """Bench cells faster than a roof measured beside them: measurement problems, never a result."""
+        return tables.roof_problems(self.results.bench)
+
+    @property
     def rows(self) -> list[Row]:
         """Every fit, in the complexity table's order."""
         return sorted_rows(list(self.fits))

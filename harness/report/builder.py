@@ -95,7 +95,7 @@ def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
                   if (f := analysis.sweep_fit(name)) is not None]
         drawn += [plots.throughput_plot(bench, plot_dir, results.peaks),
                   plots.speedup_plot(analysis.speedup, plot_dir, analysis.baseline,
-                                     main_t.sweep.label if main_t is not None else "")]
+                                     main_t.sweep.label if main_t is not None else "", bench)]
         tk = analysis.sweep_fit("time_vs_Tk")
         drawn += [plots.scaling_plot(tk, plot_dir) if tk is not None else None,
                   plots.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]

@@ -18,10 +18,11 @@ of the cost at two sizes or more; for a tiled kernel's memory only when the inte
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness.analysis.costmodel import CostFit, fit_cost, run_scatter
@@ -44,6 +45,10 @@ MEMORY = "peak_bytes"
 above inputs and output). With the output counted, a tiled kernel is O(T) as FlashAttention
 states it, and a materialising one O(T^2); the extra alone of a tiled kernel is a few tiles, O(1)."""
 
+EXCESS = 0.5
+"""A time exponent this far above theory, over the whole sweep, is an excess of the cost's order (an O(T^3) where
+O(T^2) is due gives 1); a cache effect or a block size moves the per-FLOP rate by a bounded factor between two
+sizes, which over a sweep of 8x shows as a fraction of this, concentrated in one step."""
 MAX_FALL = 1.10
 """A time sweep whose time falls by more than this factor from one size to a larger one is not judged."""
 MEMORY_EXPONENT = {"quadratic": 2.0, "linear": 1.0}
@@ -148,6 +153,44 @@ def memory_theory(name: str, info: Mapping[str, object] | None = None) -> float 
 
 
 @dataclass(frozen=True)
+class Relative:
+    """An implementation's time over the reference contender's, timed with it in interleaved rounds at each size
+    (the per-round ratios' median and interval, stored by bench), fitted against the size: the exponent by which it
+    grows faster than the reference. Load cancels in each ratio, so this reads alike on an idle and a busy machine."""
+
+    reference: str
+    exponent: float
+    low: float
+    high: float
+    """The slowest and fastest growth the sizes' intervals allow, between the smallest and the largest size."""
+
+
+def relative_growth(xs: Sequence[float], ratios: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+                    reference: str) -> Relative | None:
+    """:class:`Relative` from each size's paired ratio and interval (None with fewer than :data:`MIN_POINTS` sizes)."""
+    points = sorted((float(x), float(r), float(lo), float(hi)) for x, r, lo, hi in zip(xs, ratios, lows, highs)
+                    if r > 0 and lo > 0 and hi > 0)
+    if len({p[0] for p in points}) < MIN_POINTS:
+        return None
+    lx = np.log([p[0] for p in points])
+    slope = float(np.polyfit(lx, np.log([p[1] for p in points]), 1)[0])
+    (x0, _, lo0, hi0), (x1, _, lo1, hi1) = points[0], points[-1]
+    span = math.log(x1 / x0)
+    return Relative(reference, slope, math.log(lo1 / hi0) / span, math.log(hi1 / lo0) / span)
+
+
+def largest_rate_fall(xs: Sequence[float], ys: Sequence[float], theory: float) -> tuple[float, float, float] | None:
+    """(smaller size, larger size, fraction) of the largest fall of the per-work rate (x^theory / y) from one size
+    to the next; None when it never falls."""
+    worst = None
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), list(zip(xs, ys))[1:]):
+        fall = 1.0 - (x1 ** theory / y1) / (x0 ** theory / y0)
+        if fall > 0 and (worst is None or fall > worst[2]):
+            worst = (x0, x1, fall)
+    return worst
+
+
+@dataclass(frozen=True)
 class Row:
     """One implementation's cost-model fit along one sweep, and its verdict against theory."""
 
@@ -158,6 +201,8 @@ class Row:
     theory: float | None
     sweep: str = ""
     fit: CostFit | None = None
+    relative: Relative | None = None
+    """Time only, where the cells were timed in rounds beside a reference: growth relative to it."""
 
     @property
     def slope(self) -> float | None:
@@ -209,20 +254,56 @@ class Row:
 
     @property
     def judged(self) -> bool:
-        """Theory is known, enough sizes were fitted, the leading term dominates at two or more of them, and
-        (time) the sweep does not fall as the size grows."""
-        return (self.fit is not None and self.theory is not None and self.n >= MIN_POINTS and self.fit.reached
-                and self.fall is None)
+        """Theory is known, enough sizes were fitted, and either the growth relative to a reference timed beside
+        the cells is known (load cancels in it), or the leading term dominates at two or more sizes and (time)
+        the sweep does not fall as the size grows."""
+        if self.fit is None or self.theory is None or self.n < MIN_POINTS:
+            return False
+        return self.relative is not None or (self.fit.reached and self.fall is None)
 
     @property
     def flagged(self) -> bool:
-        """Theory lies outside the exponent's interval where the leading term dominates (a linear-memory
-        bound: only when the interval lies above it)."""
+        """The cost grows faster than theory allows. Memory: theory outside the exponent's interval where the
+        leading term dominates (a linear-memory bound: only when the interval lies above it). Time: growth beyond
+        theory by at least :data:`EXCESS` that the noise cannot explain: relative to the reference timed beside it
+        (the lower end of :class:`Relative` above :data:`EXCESS`) when bench stored paired ratios, else the
+        exponent's interval above theory and the fitted exponent :data:`EXCESS` or more above it. A smaller
+        departure (a cache effect, a block size) is described (:attr:`departure`), never flagged."""
         if not self.judged or self.fit is None or self.theory is None:
             return False
-        if self.upper_bound_only:
-            return self.fit.low > self.theory
-        return not self.fit.contains(self.theory)
+        if self.quantity == "memory":
+            if self.upper_bound_only:
+                return self.fit.low > self.theory
+            return not self.fit.contains(self.theory)
+        if self.relative is not None:
+            return self.relative.low > EXCESS or self.relative.high < -EXCESS
+        return (self.fit.low > self.theory and self.fit.exponent >= self.theory + EXCESS) or \
+            (self.fit.high < self.theory and self.fit.exponent <= self.theory - EXCESS)
+
+    @property
+    def departure(self) -> str | None:
+        """For time judged and not flagged: where the per-work rate falls most from one size to the next, when
+        the exponent's interval lies above theory ("per-FLOP rate falls 40% from d 64 to 128"): how a real kernel's
+        cost departs from the algorithm's (caches, block sizes), not a fault."""
+        if self.quantity != "time" or not self.judged or self.flagged or self.fit is None or self.theory is None:
+            return None
+        if not self.fit.low > self.theory:
+            return None
+        fall = largest_rate_fall(self.fit.xs, self.fit.ys, self.theory)
+        if fall is None:
+            return None
+        return f"per-FLOP rate falls {fall[2]:.0%} from {self.axis} {fall[0]:g} to {fall[1]:g}"
+
+    @property
+    def undecided(self) -> bool:
+        """Judged, not flagged, and the interval holds both theory and theory + 1 (time; memory: the other of 1
+        and 2): the sizes run cannot tell the orders apart, so the report says so instead of "ok"."""
+        if not self.judged or self.flagged or self.fit is None or self.theory is None or self.departure:
+            return False
+        if self.quantity == "time" and self.relative is not None:
+            return self.relative.low <= EXCESS < self.relative.high and self.fit.contains(self.theory + 1.0)
+        other = self.theory + 1.0 if self.quantity == "time" or self.theory < 2 else self.theory - 1.0
+        return self.fit.contains(self.theory) and self.fit.contains(other)
 
     @property
     def dominates(self) -> str:
@@ -235,12 +316,18 @@ class Row:
             return "no theory"
         if self.fit is None or self.n < MIN_POINTS:
             return f"n<{MIN_POINTS}"
-        if not self.fit.reached:
+        if self.relative is None and not self.fit.reached:
             return "leading term not reached"
-        if (fall := self.fall) is not None:
+        if self.relative is None and (fall := self.fall) is not None:
             return f"time falls ×{fall[2]:.2f} from {fall[0]:g} to {fall[1]:g}: not judged"
         if self.flagged:
-            return "OFF"
+            relative = self.relative
+            return "OFF" if relative is None else \
+                f"OFF: grows {self.axis}^{relative.exponent:.2f} faster than {relative.reference} beside it"
+        if (departure := self.departure) is not None:
+            return f"departure: {departure}"
+        if self.undecided:
+            return f"undecided: [{self.fit.low:.2f}, {self.fit.high:.2f}] holds {self.theory:g} and its neighbour"
         return f"ok (≤ {self.theory:g})" if self.upper_bound_only and self.fit.high < self.theory else "ok"
 
     def as_dict(self) -> dict[str, Any]:
@@ -293,8 +380,22 @@ def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, 
         samples = _samples(group) if quantity == "time" else None
         fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory,
                        drift=drift if quantity == "time" else None, monotone=quantity == "time")
-        rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit))
+        relative = _relative(name, group, s.column) if quantity == "time" else None
+        rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit,
+                        relative=relative))
     return rows
+
+
+def _relative(name: str, group: pd.DataFrame, column: str) -> Relative | None:
+    """The implementation's growth relative to the one reference its cells were paired with at every size."""
+    needed = ("reference", "ratio_to_ref", "ratio_low", "ratio_high")
+    if any(c not in group for c in needed) or group["ratio_to_ref"].isna().any():
+        return None
+    references = set(group["reference"])
+    if len(references) != 1 or name in references:
+        return None
+    return relative_growth(list(group[column]), list(group["ratio_to_ref"]), list(group["ratio_low"]),
+                           list(group["ratio_high"]), str(references.pop()))
 
 
 def _samples(group: pd.DataFrame) -> list[list[float]] | None:

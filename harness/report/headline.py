@@ -56,15 +56,55 @@ def _decode(bench: pd.DataFrame) -> Line | None:
     case_id = str(longest.sort_values("case_id")["case_id"].iloc[0])
     at = longest[longest["case_id"] == case_id].sort_values("median").drop_duplicates("implementation")
     best = at.iloc[0]
-    text = f"{best['implementation']}"
-    if len(at) > 1:
-        second = at.iloc[1]
-        text += f", {float(second['median']) / float(best['median']):.2f}x faster than {second['implementation']}"
+    text = _winner(at)
     if pd.notna(best.get("gbps")):
         text += f"; {float(best['gbps']):.1f} GB/s"
         if pd.notna(best.get("pct_bandwidth")):
             text += f" = {float(best['pct_bandwidth']):.0f}% of the read bandwidth"
     return Line(f"Fastest decode step ({case_id})", text + f" ({len(at)} measured)")
+
+
+def _listed(values: object) -> list[float] | None:
+    """A list of positive numbers from a frame cell (None when it holds none)."""
+    if not isinstance(values, (list, tuple)) or not values:
+        return None
+    out = [float(v) for v in values]
+    return out if all(v > 0 for v in out) else None
+
+
+def ratio_interval(best: pd.Series, second: pd.Series) -> tuple[float, float, str] | None:
+    """An interval for ``second``'s time over ``best``'s: from the medians of the rounds they were timed in
+    together (paired: a load change hits both), else from their samples' quartiles (q1 over q3 to q3 over q1:
+    wide, as unpaired samples on a shared machine deserve); None without either."""
+    from harness.analysis.stats import median_interval, quantile
+
+    a, b = _listed(best.get("round_medians_s")), _listed(second.get("round_medians_s"))
+    if a is not None and b is not None and len(a) == len(b) and len(a) >= 2:
+        _, low, high, coverage = median_interval([y / x for x, y in zip(a, b)])
+        return low, high, f"{coverage:.0%} interval over {len(a)} interleaved rounds"
+    a, b = _listed(best.get("samples_s")), _listed(second.get("samples_s"))
+    if a is None or b is None or len(a) < 2 or len(b) < 2:
+        return None
+    a, b = sorted(a), sorted(b)
+    return quantile(b, 0.25) / quantile(a, 0.75), quantile(b, 0.75) / quantile(a, 0.25), "interquartile ranges"
+
+
+def _winner(at: pd.DataFrame) -> str:
+    """The fastest of ``at`` (sorted by median) and its margin over the next, or "tied within noise" when the
+    margin's interval does not exclude 1: noise never decides a headline."""
+    best = at.iloc[0]
+    if len(at) < 2:
+        return str(best["implementation"])
+    second = at.iloc[1]
+    ratio = float(second["median"]) / float(best["median"])
+    interval = ratio_interval(best, second)
+    if interval is None:
+        return f"{best['implementation']}, {ratio:.2f}x faster than {second['implementation']} (no interval: samples not stored)"
+    low, high, how = interval
+    if low > 1.0:
+        return f"{best['implementation']}, {ratio:.2f}x faster than {second['implementation']} ([{low:.2f}, {high:.2f}], {how})"
+    return (f"{best['implementation']} and {second['implementation']} tied within noise ({ratio:.2f}x, "
+            f"[{low:.2f}, {high:.2f}], {how})")
 
 
 def _regime_name(t: int, short: int, long: int, causal: bool, mode: str) -> str:
@@ -93,12 +133,7 @@ def _fastest(bench: pd.DataFrame) -> list[Line]:
             at = at.drop_duplicates("implementation")
             if at.empty:
                 continue
-            best = at.iloc[0]
-            text = f"{best['implementation']}"
-            if len(at) > 1:
-                second = at.iloc[1]
-                text += f", {float(second['median']) / float(best['median']):.2f}x faster than {second['implementation']}"
-            text += f" ({len(at)} measured)"
+            text = _winner(at) + f" ({len(at)} measured)"
             lines.append(Line(f"Fastest, {_regime_name(t, ts[0], ts[-1], bool(causal), str(mode))}", text))
     return lines
 

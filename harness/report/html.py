@@ -134,10 +134,18 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                      "<p><small>Not plotted, never a speedup (docs/integrity.md says what each status means).</small></p>"
                      + table(list(flagged.columns), flagged.itertuples(index=False),
                              row_classes=list(flagged["status"]), numeric=[4]))
+    roofs = report.roof_problems
+    if not roofs.empty:
+        parts.append("<h2>Bench cells faster than a roof measured beside them</h2>"
+                     "<p><small>A measurement problem, not a result: the roof was read low or the time is not the "
+                     "cell's work (docs/reports.md).</small></p>"
+                     + table(list(roofs.columns), roofs.itertuples(index=False), numeric=[3]))
     if not report.bench_table.empty:
         parts.append(f"<h2>All bench cells</h2><details><summary>{len(report.bench_table)} cells</summary>"
                      + frame_table(report.bench_table, ["median", "iqr_over_median", "n", "gflops", "pct_peak",
-                                                        "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes"])
+                                                        "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes",
+                                                        "ratio_to_ref", "ratio_low", "ratio_high", "pct_peak_beside",
+                                                        "pct_bandwidth_beside"])
                      + "</details>")
     body = "\n".join(parts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -170,9 +178,13 @@ COMPLEXITY_NOTE = (
     "over the raw samples, with the run's scatter between cells on top (its cells' spread around their own cost "
     "models: the load changing from one cell to the next), joined with the estimates that leave out one size, "
     "at least ±0.1 wide. Each size is in the regime of the term that is most of its fitted cost (lead: the "
-    "leading term). A fit is flagged only when theory (time: 2 in T, 1 in d, heads and Tk; memory: 2 in T when "
-    "the T×T matrix is materialised, 1 when tiled, a bound, so only growth above it) lies outside the interval "
-    "and the leading term dominates at two sizes or more; where it dominates nowhere the check says \"leading "
+    "leading term). Time (theory 2 in T, 1 in d, heads and Tk) is flagged only for growth at least half a power "
+    "beyond theory that the noise cannot explain: relative to the reference timed beside it in interleaved rounds "
+    "where bench paired them (load cancels in each round's ratio), else the interval above theory; a smaller "
+    "excess is a departure, named by where the per-FLOP rate falls most; an interval holding theory and theory "
+    "+ 1 is undecided. Memory (2 in T when the T×T matrix is materialised, 1 when tiled, a bound, so only growth "
+    "above it) is flagged when theory lies outside the interval and the leading term dominates at two sizes or "
+    "more; where it dominates nowhere the check says \"leading "
     "term not reached\": these sizes cannot test the exponent. A time sweep whose time falls by more than 10% "
     "from one size to a larger one (more work in less time: the load changed between its cells) is not judged.")
 

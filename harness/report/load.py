@@ -41,13 +41,21 @@ from harness.results import (
     read_text,
 )
 
+ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
+                  "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
+"""Cells timed in rounds (:class:`~harness.results.Rounds`): the paired ratio to the reference contender with its
+interval, each round's median, the shares of the roofs measured beside the cell, and a roof problem."""
+ROOF_PROBLEM_BYTES = 128 * 2**20
+"""A cell's % of the read bandwidth beside it is held to 100% only when its compulsory bytes are this many or more:
+a smaller working set may be served from the caches, faster than the probe's 256 MiB read."""
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
 STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
-                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile")
+                 "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile",
+                 *ROUNDS_COLUMNS)
 GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "margin", "base_err", "floor", "baseline_led",
@@ -203,7 +211,32 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
                 "page_size": case.get("page_size"),
                 "node_kind": node_kind(cell),  # a cluster cell's machine: sweeps and ratios stay within one kind
                 "profile": profile_text(cell)})
+    row.update(rounds_columns(cell))
     return row
+
+
+def rounds_columns(cell: BenchCell) -> dict[str, object]:
+    """:data:`ROUNDS_COLUMNS` of a cell (all None for a cell not timed in rounds). A cell faster than the roof
+    read beside it in the same rounds (above 100% of the GEMM; of the read bandwidth, for a working set beyond
+    the caches) is a measurement problem, said in ``roof_problem``."""
+    rounds = cell.rounds
+    out: dict[str, object] = dict.fromkeys(ROUNDS_COLUMNS)
+    if rounds is None:
+        return out
+    pct_peak = None if not rounds.gemm_gflops or cell.gflops is None else 100.0 * cell.gflops / rounds.gemm_gflops
+    gbps = cell.gbps
+    pct_bw = None if not rounds.read_gbps or gbps is None else 100.0 * gbps / rounds.read_gbps
+    problems = []
+    if pct_peak is not None and pct_peak > 100.0:
+        problems.append(f"{pct_peak:.0f}% of the GEMM peak measured beside it ({rounds.gemm_gflops:.3g} GFLOP/s)")
+    if pct_bw is not None and pct_bw > 100.0 and (cell.bytes or 0.0) >= ROOF_PROBLEM_BYTES:
+        problems.append(f"{pct_bw:.0f}% of the read bandwidth measured beside it ({rounds.read_gbps:.3g} GB/s)")
+    out.update({"reference": rounds.reference, "ratio_to_ref": rounds.ratio, "ratio_low": rounds.ratio_low,
+                "ratio_high": rounds.ratio_high, "ratio_confidence": rounds.confidence,
+                "round_medians_s": None if rounds.medians_s is None else list(rounds.medians_s),
+                "pct_peak_beside": pct_peak, "pct_bandwidth_beside": pct_bw,
+                "roof_problem": "; ".join(problems) + ": a measurement problem" if problems else None})
+    return out
 
 
 def profile_text(cell: BenchCell) -> str | None:

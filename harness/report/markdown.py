@@ -48,6 +48,12 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                 "(not plotted, never a speedup):", "",
                 md_table(("implementation", "case", "mode", "status", "reason"),
                          [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
+    roofs = report.roof_problems
+    if not roofs.empty:
+        out += ["", f"**Measurement:** {len(roofs)} bench cell(s) faster than a roof measured beside them: the roof "
+                "was read low or the time is not the cell's work; a measurement problem, not a result:", "",
+                md_table(("implementation", "case", "mode", "problem"),
+                         [(r.implementation, r.case_id, r.mode, r.roof_problem) for r in roofs.itertuples()])]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
     runs = ", ".join(f"`{md(s.run_id)}` ({md(s.command)})" for s in report.results.sources)
@@ -102,11 +108,13 @@ def _complexity(report: Analysis) -> list[str]:
                         [(r.implementation, r.quantity, r.axis, r.slope,
                           "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]", r.theory,
                           "⚠️ off" if r.flagged else r.check, r.dominates, r.n) for r in rows]))
-    out.append(f"\n{len(report.flagged)} exponent(s) flagged. A fit is flagged only when theory lies outside the "
-               "exponent's interval (bootstrap over the raw samples and the run's scatter between cells, joined with "
-               "leaving out one size) and the "
-               "leading term is most of the fitted cost at two sizes or more (a tiled kernel's O(T) memory: only "
-               "above). Sweeps: " + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in rows})))
+    out.append(f"\n{len(report.flagged)} exponent(s) flagged. Time is flagged only for growth at least half a power "
+               "beyond theory that the noise cannot explain (relative to the reference timed beside it in interleaved "
+               "rounds where bench paired them, else the exponent's interval: bootstrap over the raw samples and the "
+               "run's scatter between cells); a smaller excess is a departure (where the per-FLOP rate falls), an "
+               "interval holding theory and its neighbour is undecided. Memory is flagged when theory lies outside "
+               "the interval and the leading term is most of the fitted cost at two sizes or more (a tiled kernel's "
+               "O(T) memory: only above). Sweeps: " + "; ".join(sorted({f"{md(r.axis)}: {md(r.sweep)}" for r in rows})))
     return out + [""]
 
 

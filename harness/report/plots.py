@@ -101,6 +101,32 @@ def _fit_label(name: object, row: Row | None) -> str:
     return _text(f"{name} (p {row.fit.exponent:.2f} [{row.fit.low:.2f}, {row.fit.high:.2f}]{flag})")
 
 
+def quartiles(samples: object) -> tuple[float, float] | None:
+    """(q1, q3) of a cell's raw samples (None with fewer than two)."""
+    from harness.analysis.stats import quantile
+
+    if not isinstance(samples, (list, tuple)) or len(samples) < 2:
+        return None
+    xs = sorted(float(x) for x in samples)
+    return quantile(xs, 0.25), quantile(xs, 0.75)
+
+
+def _errors(points: list[float], bounds: list[tuple[float, float] | None]) -> Any:
+    """matplotlib's yerr (distances below and above each point) from (low, high) bounds; None when any is missing."""
+    if not points or any(b is None for b in bounds):
+        return None
+    return np.array([[max(p - b[0], 0.0) for p, b in zip(points, bounds) if b is not None],
+                     [max(b[1] - p, 0.0) for p, b in zip(points, bounds) if b is not None]])
+
+
+def _time_bars(group: pd.DataFrame, value: str, scale: float) -> Any:
+    """Each time point's interquartile range, scaled as the points are."""
+    if value != "median" or "samples_s" not in group:
+        return None
+    bounds = [None if (q := quartiles(s)) is None else (q[0] / scale, q[1] / scale) for s in group["samples_s"]]
+    return _errors([float(y) / scale for y in group[value]], bounds)
+
+
 def scaling_plot(sf: SweepFit, out: Path) -> Plot:
     """Time (or peak memory) against one axis on log-log axes: each implementation's points and, as a
     thin line of the same colour, its fitted cost model; the legend gives the leading exponent."""
@@ -114,7 +140,8 @@ def scaling_plot(sf: SweepFit, out: Path) -> Plot:
             continue
         style: LineStyle = {**_style(i), "linestyle": "none", "color": f"C{i % 10}"}
         row = sf.row(str(name))
-        ax.plot(group[s.column], group[value] / scale, label=_fit_label(name, row), zorder=3, **style)
+        ax.errorbar(group[s.column], group[value] / scale, yerr=_time_bars(group, value, scale), capsize=2,
+                    label=_fit_label(name, row), zorder=3, **style)
         _model_line(ax, row, [float(x) for x in group[s.column]], scale, f"C{i % 10}")
     xs = sorted(float(x) for x in s.frame[s.column].unique())
     anchor = s.frame[s.frame[s.column] == xs[0]][value]
@@ -135,7 +162,8 @@ def scaling_plot(sf: SweepFit, out: Path) -> Plot:
     ax.set_title(_text(f"{what} vs {axis} ({s.label})"), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    caption = (f"{what} against {axis} on log-log axes: points measured, thin lines the fitted cost model "
+    caption = (f"{what} against {axis} on log-log axes: points measured (time: the median, its bar the interquartile "
+               "range of the samples), thin lines the fitted cost model "
                "(lower-order terms plus a leading power term); legend: the leading exponent p with its interval. "
                f"Fixed: {s.label}.")
     if memory:
@@ -151,7 +179,10 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
     for i, (name, group) in enumerate(s.frame.groupby("implementation", sort=True)):
-        left.plot(group["tq"], group["gflops"], label=_text(name), **_style(i))
+        rates = [None if (q := quartiles(smp)) is None or q[0] <= 0 else (float(f) / q[1] / 1e9, float(f) / q[0] / 1e9)
+                 for smp, f in zip(group["samples_s"] if "samples_s" in group else [None] * len(group), group["flops"])]
+        left.errorbar(group["tq"], group["gflops"], yerr=_errors([float(g) for g in group["gflops"]], rates),
+                      capsize=2, label=_text(name), **_style(i))
         if group["pct_peak"].notna().any():
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
     kind = s.fixed.get("node_kind")
@@ -168,7 +199,8 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
         ax.legend(fontsize=8)
     fig.suptitle(_text(f"Throughput vs T ({s.label})"), fontsize=10)
     return _save(fig, out, "throughput_vs_T", "GFLOP/s and % of peak vs T",
-                 f"Achieved GFLOP/s (4·B·H·Tq·Tk·d per forward) and share of the GEMM peak measured in the same run. "
+                 f"Achieved GFLOP/s (4·B·H·Tq·Tk·d per forward; bars: from the samples' interquartile range) and "
+                 "share of the GEMM peak measured in the same run. "
                  f"Fixed: {s.label}.")
 
 
@@ -177,14 +209,37 @@ def speedup_frame(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.
     return speedup_table(bench, baseline)
 
 
-def speedup_plot(table: pd.DataFrame, out: Path, baseline: str, label: str) -> Plot | None:
-    """Each implementation's speedup over ``baseline`` against T (``table``: the analysis's speedups)."""
+def _speedup_bounds(bench: pd.DataFrame | None, name: str, baseline: str,
+                    ts: list[int]) -> list[tuple[float, float] | None]:
+    """Per T, the interval of ``baseline``'s time over ``name``'s (:func:`harness.report.headline.ratio_interval`:
+    paired over interleaved rounds where they were timed together)."""
+    from harness.report.headline import ratio_interval
+
+    s = None if bench is None or bench.empty else sweep(bench, "T", "median")
+    if s is None or name == baseline:
+        return [None] * len(ts)
+    frame = s.frame
+    out: list[tuple[float, float] | None] = []
+    for t in ts:
+        mine = frame[(frame["implementation"] == name) & (frame["tq"] == t)]
+        base = frame[(frame["implementation"] == baseline) & (frame["tq"] == t)]
+        found = None if mine.empty or base.empty else ratio_interval(mine.iloc[-1], base.iloc[-1])
+        out.append(None if found is None else (found[0], found[1]))
+    return out
+
+
+def speedup_plot(table: pd.DataFrame, out: Path, baseline: str, label: str,
+                 bench: pd.DataFrame | None = None) -> Plot | None:
+    """Each implementation's speedup over ``baseline`` against T (``table``: the analysis's speedups), with its
+    interval from ``bench``'s cells when given."""
     if table.empty:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, (name, group) in enumerate(table.groupby("implementation", sort=True)):
         style = {"color": "k", "linestyle": "--"} if name == baseline else _style(i)
-        ax.plot(group["T"], group["speedup"], label=_text(name), **style)
+        bounds = _speedup_bounds(bench, str(name), baseline, [int(t) for t in group["T"]])
+        yerr = _errors([float(v) for v in group["speedup"]], bounds) if any(b is not None for b in bounds) else None
+        ax.errorbar(group["T"], group["speedup"], yerr=yerr, capsize=2, label=_text(name), **style)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(AXIS_LABEL["T"])
@@ -193,7 +248,9 @@ def speedup_plot(table: pd.DataFrame, out: Path, baseline: str, label: str) -> P
     ax.legend(fontsize=8)
     ax.set_title(_text(f"Speedup vs {baseline} ({label})"), fontsize=10)
     return _save(fig, out, "speedup_vs_T", f"Speedup vs {baseline}",
-                 f"{baseline}'s median time divided by each implementation's (above 1: faster). Fixed: {label}.")
+                 f"{baseline}'s median time divided by each implementation's (above 1: faster); bars: the interval of "
+                 "the ratio (over interleaved rounds where both were timed in them, else from the interquartile "
+                 f"ranges). Fixed: {label}.")
 
 
 STATUS_COLOURS = {"pass": "#3a9d5d", "fail": "#d64541", "error": "#d64541", "crash": "#8e2c9e",

@@ -81,6 +81,13 @@ def untrusted(bench: pd.DataFrame) -> pd.DataFrame:
     return bench[bench["status"].isin(INTEGRITY)][["implementation", "case_id", "mode", "status", "median", "reason"]]
 
 
+def roof_problems(bench: pd.DataFrame) -> pd.DataFrame:
+    """Bench cells faster than a roof measured beside them (:func:`harness.report.load.rounds_columns`)."""
+    if bench.empty or "roof_problem" not in bench:
+        return bench.iloc[0:0]
+    return bench[bench["roof_problem"].notna()][["implementation", "case_id", "mode", "median", "roof_problem"]]
+
+
 def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
     """Per bench cell, the numbers people read (no raw samples)."""
     if bench.empty:
@@ -89,6 +96,14 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
                "pct_peak", "peak_extra_bytes", "peak_bytes", "reason"]
     if "gbps" in bench and bench["gbps"].notna().any():  # runs that measured the bandwidth: GB/s beside GFLOP/s
         columns[columns.index("pct_peak") + 1:columns.index("pct_peak") + 1] = ["gbps", "pct_bandwidth"]
+    if "ratio_to_ref" in bench and bench["ratio_to_ref"].notna().any():  # timed in rounds: the paired ratio
+        columns[columns.index("n") + 1:columns.index("n") + 1] = ["reference", "ratio_to_ref", "ratio_low",
+                                                                  "ratio_high"]
+    if "pct_peak_beside" in bench and bench["pct_peak_beside"].notna().any():  # roofs read beside the cells
+        columns[columns.index("pct_peak") + 1:columns.index("pct_peak") + 1] = ["pct_peak_beside"]
+        if "pct_bandwidth" in columns:
+            columns.insert(columns.index("pct_bandwidth") + 1, "pct_bandwidth_beside")
+        columns.append("roof_problem")
     if "node_kind" in bench and bench["node_kind"].notna().any():  # a cluster run: which kind of machine
         columns.append("node_kind")
     if "profile" in bench and bench["profile"].notna().any():  # what one profiled call spent its time in

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from harness.results.evidence import Integrity
+from harness.results.evidence import Integrity, Rounds
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
 
 
@@ -94,6 +94,9 @@ class BenchCell:
     the checked samples and their errors, the clock's accounting. Absent in files from before it."""
     profile: tuple[tuple[str, float], ...] | None = None
     """The top ATen operators of one profiled call, (name, share of the call's time); disclosure only."""
+    rounds: Rounds | None = None
+    """How the cell was timed in rounds beside its case's other contenders, its per-round ratio to the
+    reference contender, and the roofs measured in the same rounds. Absent in files from before it."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -102,6 +105,7 @@ class BenchCell:
         object.__setattr__(self, "memory", coerce_optional(Memory, self.memory))
         object.__setattr__(self, "node", coerce_optional(Node, self.node))
         object.__setattr__(self, "integrity", coerce_optional(Integrity, self.integrity))
+        object.__setattr__(self, "rounds", coerce_optional(Rounds, self.rounds))
         if self.profile is not None:
             object.__setattr__(self, "profile", tuple((str(n), float(s)) for n, s in self.profile))
 
@@ -159,7 +163,7 @@ def node_kind(cell: Cell) -> str | None:
     return None if cell.node is None else cell.node.kind
 
 
-_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile"}  # absent when unknown: older cells read as before
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "rounds"}  # absent when unknown: older cells read as before
 
 
 def cell_to_json(cell: Cell) -> dict[str, Any]:

@@ -70,3 +70,34 @@ class Integrity(Record):
     accounting: Accounting | None = None
     floor: Floor | None = None
     wall_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class Rounds(Record):
+    """How a cell was timed in rounds beside its case's other contenders (docs/benchmarking.md), and what
+    the rounds measured beside it: per-round medians, this cell's time over the reference contender's
+    in each round with the median's interval, and the roofs read in the same rounds.
+
+    ``sizes`` splits ``samples_s`` into rounds, in order; ``positions`` is the cell's place in each round's
+    shuffled order (0: first). The ratio fields are absent for the reference itself and for a case timed
+    alone. ``gemm_gflops`` and ``read_gbps`` are the fastest GEMM call and the highest read reading of the
+    roof probe run as one more contender in each round: the roofs beside the cell."""
+
+    TUPLES = frozenset({"sizes", "medians_s", "positions", "ratios", "gemm_samples_gflops", "read_samples_gbps"})
+    sizes: tuple[int, ...] | None = None
+    medians_s: tuple[float, ...] | None = None
+    positions: tuple[int, ...] | None = None
+    contenders: int | None = None
+    reference: str | None = None
+    ratios: tuple[float, ...] | None = None
+    """This cell's round median over the reference's, round by round (above 1: slower than the reference)."""
+    ratio: float | None = None
+    """The median of ``ratios``."""
+    ratio_low: float | None = None
+    ratio_high: float | None = None
+    confidence: float | None = None
+    """The interval's exact coverage (distribution-free, from the order statistics of the rounds)."""
+    gemm_gflops: float | None = None
+    read_gbps: float | None = None
+    gemm_samples_gflops: tuple[float, ...] | None = None
+    read_samples_gbps: tuple[float, ...] | None = None

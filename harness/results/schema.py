@@ -30,7 +30,10 @@ Version 3 adds, for cells run on a cluster (``--executor ray``), the node a cell
 (``node``: hostname, CPU model, cores, GPU, torch build, Ray node id and the ``kind`` label that
 groups identical machines) and, for bench cells, when its task held the node (``started_at``,
 ``ended_at``: seconds since the epoch on that node's clock). They are written only when known,
-so a local run's cells look as in version 2; every v1 and v2 file reads unchanged. A peak
+so a local run's cells look as in version 2; every v1 and v2 file reads unchanged. A bench cell timed in
+rounds beside other contenders may carry a ``rounds`` record (:class:`~harness.results.Rounds`: per-round
+medians, the paired ratio to the reference with its interval, the roofs read beside it), written only when
+present, so cells without it read and write as before. A peak
 measured on a cluster is keyed per node kind (``"float32/cpu@<kind>"``, :func:`peak_key`).
 """
 

@@ -7,8 +7,8 @@ number, and it keeps PyTorch off its inference fast path (``_native_multi_head_a
 nested tensors), so the reference is the plain math path. The same function run in the
 case's dtype is the *baseline*, the error yardstick of the pass rule.
 
-RoPE has no place in ``nn.MultiheadAttention``: for RoPE cases the reference is the same
-computation written out (``F.linear`` projections, :func:`harness.positional.apply_rope`
+RoPE, grouped-query attention and a KV cache have no place in ``nn.MultiheadAttention``: for
+those cases the reference is the same computation written out (``F.linear`` projections, :func:`harness.positional.apply_rope`
 on each head's q and k, the float64 oracle, ``F.linear``); tests check that this
 composition equals ``nn.MultiheadAttention`` to float64 rounding when there is no RoPE.
 """
@@ -52,9 +52,12 @@ def torch_module_output(case: ModuleCase, inputs: ModuleInputs, dtype: str = "fl
     tdtype = TORCH_DTYPES[dtype]
     x = inputs.x64.to(tdtype)
     weights = inputs.weights64.map(lambda t: t.to(tdtype))
-    if case.rope != "none":
+    if case.rope != "none" or case.kv_heads != case.heads or case.past:  # nn.MultiheadAttention has none of these
         assert isinstance(weights, MultiheadWeights)
-        return composed_mha(case, x, weights, inputs.mask64, inputs.bias64, exact=dtype == "float64")
+        past = None
+        if inputs.past_key64 is not None and inputs.past_value64 is not None:
+            past = (inputs.past_key64.to(tdtype), inputs.past_value64.to(tdtype))
+        return composed_mha(case, x, weights, inputs.mask64, inputs.bias64, exact=dtype == "float64", past=past)
     attn_mask, padding = attention_masks(case, inputs.mask64, inputs.bias64, tdtype)
     with torch.no_grad():
         if isinstance(weights, EncoderLayerWeights):
@@ -74,18 +77,27 @@ def torch_module_output(case: ModuleCase, inputs: ModuleInputs, dtype: str = "fl
 
 
 def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: torch.Tensor | None,
-                 bias: torch.Tensor | None, *, exact: bool) -> torch.Tensor:
-    """Multi-head attention written out; ``exact`` uses the float64 oracle, else the same-dtype formula."""
+                 bias: torch.Tensor | None, *, exact: bool,
+                 past: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Multi-head attention written out; ``exact`` uses the float64 oracle, else the same-dtype formula.
+
+    Grouped-query attention splits the packed projection into Q (D rows), K and V (kv_heads x head_dim rows
+    each); a KV cache ``past`` (keys, values) goes before the new keys, the new tokens are rotated at their
+    positions after it, and causal masking is bottom-right."""
     from harness.verify.tolerance import baseline_attention
 
-    b, t, h = case.batch, case.seq, case.heads
-    q, k, v = F.linear(x, w.in_proj_weight, w.in_proj_bias).chunk(3, dim=-1)
-    q, k, v = (y.reshape(b, t, h, case.head_dim).transpose(1, 2) for y in (q, k, v))
+    b, t, h, hkv, d = case.batch, case.seq, case.heads, case.kv_heads, case.head_dim
+    q, k, v = torch.split(F.linear(x, w.in_proj_weight, w.in_proj_bias), [case.d_model, case.kv_dim, case.kv_dim], dim=-1)
+    q = q.reshape(b, t, h, d).transpose(1, 2)
+    k, v = (y.reshape(b, t, hkv, d).transpose(1, 2) for y in (k, v))
     if case.rope != "none":
-        q, k = apply_rope(q, case.rope), apply_rope(k, case.rope)
-    kernel_mask = None if mask is None else mask.to(torch.bool).reshape(b, 1, 1, t)
+        q, k = apply_rope(q, case.rope, offset=case.past), apply_rope(k, case.rope, offset=case.past)
+    if past is not None:
+        k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+    kernel_mask = None if mask is None else mask.to(torch.bool).reshape(b, 1, 1, case.keys)
     attend = reference_attention if exact else baseline_attention
-    out = attend(q, k, v, causal=case.causal, mask=kernel_mask, bias=None if bias is None else bias.to(x.dtype))
+    out = attend(q, k, v, causal=case.causal, mask=kernel_mask, bias=None if bias is None else bias.to(x.dtype),
+                 causal_align="bottom_right" if case.past else "top_left")
     out = out.to(x.dtype).transpose(1, 2).reshape(b, t, case.d_model)
     return F.linear(out, w.out_proj_weight, w.out_proj_bias)
 

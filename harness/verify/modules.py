@@ -63,11 +63,12 @@ def _shapes(layer: str, dtype: str, suite: str) -> list[ModuleCase]:
     if suite == "small":
         small = base.with_(seq=12, d_model=16, heads=2)
         return [small, small.with_(causal=True, mask="key_padding"), small.with_(bias="alibi"),
-                small.with_(rope="rotate_half")]
+                small.with_(rope="rotate_half"), *_decoder(small.with_(d_model=32, heads=4), 7)]
     cases = [base, base.with_(causal=True), base.with_(mask="key_padding"),
              base.with_(causal=True, mask="key_padding", proj_bias=False),
              base.with_(bias="alibi"), base.with_(bias="alibi", causal=True),
-             base.with_(rope="rotate_half"), base.with_(rope="interleaved", causal=True)]
+             base.with_(rope="rotate_half"), base.with_(rope="interleaved", causal=True),
+             *_decoder(base.with_(d_model=128, heads=8), 61)]
     if suite == "full":
         cases += [base.with_(seq=1, d_model=8, heads=1), base.with_(seq=7, d_model=48, heads=3),
                   base.with_(seq=129, d_model=96, heads=8, mask="key_padding"),
@@ -75,6 +76,14 @@ def _shapes(layer: str, dtype: str, suite: str) -> list[ModuleCase]:
                   base.with_(seq=33, d_model=32, heads=8, bias="alibi", mask="key_padding"),
                   base.with_(seq=65, d_model=64, heads=2, rope="interleaved", mask="key_padding")]
     return cases
+
+
+def _decoder(base: ModuleCase, past: int) -> list[ModuleCase]:
+    """A decoder's attention as Llama's is: GQA (a group of 4, and MQA), RoPE, causal, no projection biases; in
+    prefill, then continuing from a KV cache of ``past`` positions (a few new tokens, and one: a decode step)."""
+    gqa = base.with_(kv_heads=base.heads // 4, causal=True, rope="rotate_half", proj_bias=False)
+    return [gqa, gqa.with_(kv_heads=1, mask="key_padding"), gqa.with_(seq=5, past=past),
+            gqa.with_(seq=1, past=past + 2, kv_heads=1, mask="key_padding")]
 
 
 def run_module(impl: Implementation, case: ModuleCase, inputs: ModuleInputs) -> Any:
@@ -134,8 +143,8 @@ def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bo
         hidden = torch.zeros(b, t, t, dtype=torch.bool)  # hidden[b, i, j]: output i must not depend on x_j
         if case.causal:
             hidden |= torch.ones(t, t, dtype=torch.bool).triu(1)
-        if inputs.mask64 is not None:
-            hidden |= ~inputs.mask64[:, None, :]
+        if inputs.mask64 is not None:  # over the cached keys and the new ones; X moves only the new
+            hidden |= ~inputs.mask64[:, None, case.past:]
         row = t // 2 if case.causal else t - 1
         while row > 0 and not hidden[:, row].any():
             row -= 1

@@ -36,6 +36,7 @@ from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, w
 
 if TYPE_CHECKING:
     from harness.cluster.connect import RayCluster
+    from harness.verify.model_cases import ModelPlan
 
 # ---- parent side ----------------------------------------------------------------------------
 
@@ -74,6 +75,8 @@ class VerifyRun:
     with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
+    model: ModelPlan | None = None
+    """A catalogue model (:mod:`harness.models`) and its lengths: its calls are the cases, instead of the suite's."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -85,6 +88,11 @@ class VerifyRun:
             functions = kind_functions(impl.kind)
             if isinstance(functions, str):
                 plans.append((impl, [], functions))
+            elif self.model is not None:
+                from harness.verify.model_cases import model_cases_for
+
+                cases, reason = model_cases_for(impl, self.model)
+                plans.append((impl, cases, reason))
             else:
                 plans.append((impl, list(functions[0](impl, self.suite)), None))
         return plans
@@ -108,7 +116,7 @@ class VerifyRun:
         """How much of each kernel implementation's pairwise space its cases exercise (for the report)."""
         from harness.verify.pairwise import SUITE_AXES, coverage
 
-        if self.suite not in SUITE_AXES:
+        if self.suite not in SUITE_AXES or self.model is not None:
             return
         self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
             impl.name: coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)])

@@ -35,6 +35,8 @@ class VerifySettings:
     executor: str = "local"
     """"local" (worker processes here) or "ray" (every case a Ray task on the cluster at ``address``)."""
     address: str | None = None
+    model: str | None = None
+    """A catalogue model (``--model``, :mod:`harness.models`): check its calls instead of the suite's cases."""
 
 
 def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
@@ -62,6 +64,15 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
         config.update(executor=settings.executor, address=settings.address)
     if settings.executor == "ray" and settings.fuzz:
         raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
+    model_plan = None
+    if settings.model is not None:
+        from harness.models import model_named
+        from harness.verify.model_cases import model_config, model_plan_of
+
+        if settings.fuzz:
+            raise UsageError("--model checks the model's own calls; --fuzz searches the declared space: choose one")
+        model_plan = model_plan_of(model_named(settings.model))
+        config.update(suite=None, **model_config(model_plan))
     if settings.fuzz:
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
     with open_executor(settings.executor, settings.address, plugins) as executor:  # a bad --address writes nothing
@@ -76,7 +87,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 run_fuzz(impls, plugins, sources, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
                 VerifyRun(impls, sources, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                          progress_enabled=settings.progress).run(executor)
+                          progress_enabled=settings.progress, model=model_plan).run(executor)
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

@@ -271,7 +271,22 @@ def _plan(suite: str) -> list[Template]:
             T("all", heads=2, tq=128, d=64, causal=True, grad=True),
             T(heads=4, tq=1000, d=64, bias="alibi", causal=True),
         ]
-    return seq + pairs + dims + heads + _common(tiny=False) + full_extra + _edges(suite)
+    return seq + pairs + dims + heads + _common(tiny=False) + full_extra + _edges(suite) + _real_models()
+
+
+def _real_models() -> list[Template]:
+    """The commonest real shapes, from the model catalogue (:mod:`harness.models`; ``verify --model`` runs any
+    entry whole): Llama 3.1 8B's prefill (32 query / 8 KV heads, d 128, causal, a prompt of 300 tokens) and
+    gpt-oss's decode step (64 / 8 heads, d 64, a batch of 4 ragged caches of up to 1,030 keys) in both its
+    layer kinds: the sliding window of 128 (bottom-right) and full attention."""
+    from harness.models import model_cases, model_named
+
+    cases = (*model_cases(model_named("llama-3.1-8b"), "prefill", length=300).cases,
+             *model_cases(model_named("gpt-oss-20b"), "decode", length=1030, batch=4).cases)
+    # each as the model computes it (gpt-oss: with its sinks), and its shape alone for kernels without the feature
+    shapes = [case.with_(sinks=False, softcap=None, dv=0) for case in cases]
+    return [T(**{k: v for k, v in case.to_dict().items() if k not in ("dtype", "device", "kind")})
+            for case in {c.id: c for c in (*cases, *shapes)}.values()]
 
 
 def primary_dtype(impl: Implementation) -> str:

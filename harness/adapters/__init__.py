@@ -1,0 +1,1 @@
+"""Adapters that bring third-party attention code under the plugin contract (transformers: :mod:`.transformers_attention`)."""

@@ -1,0 +1,70 @@
+"""``bench --model NAME``: a catalogue model's calls (:mod:`harness.models`) as the cells to time.
+
+Prefill: a prompt of T = 512 .. 4,096 tokens (within the model's context), causal, one cell per kind of
+layer (sliding, full), so the T exponent is fitted on the model's own heads and head dims. Decode: one new
+token per sequence against caches of 4,096 and 16,384 keys, batch 1 and 8 (ragged lengths beside each
+other). The memory budget skips what does not fit this machine, as for any suite (:class:`Budget`). Axis
+flags: ``--T`` replaces the prompt and cache lengths, ``--batch`` the decode batches, ``--dtype`` and
+``--mode`` apply (decode steps are forward only); ``--d``, ``--heads`` and ``--causal`` are the model's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from harness.bench.sweeps import PlannedCell
+from harness.cases import AttentionCase
+from harness.errors import UsageError
+from harness.flops import MODES, attention_flops
+from harness.models import ModelAttention, model_cases, model_named
+
+PREFILL_T = (512, 1024, 2048, 4096)
+DECODE_T = (4096, 16384)
+DECODE_BATCH = (1, 8)
+MODEL_AXES = ("T", "batch", "dtype", "mode")
+"""The axis flags ``--model`` takes; the others are the model's own."""
+
+
+def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | None = None,
+                device: str = "cpu") -> list[tuple[AttentionCase, str]]:
+    """(case, mode) pairs of ``model``'s calls, deduplicated, in order."""
+    overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
+    fixed = sorted(set(overrides) - set(MODEL_AXES))
+    if fixed:
+        raise UsageError(f"--model {model.name} fixes {', '.join(fixed)} (the model's own); drop "
+                         + " ".join(f"--{axis}" for axis in fixed) + f"; with --model only {', '.join(MODEL_AXES)} apply")
+    bad = [m for m in overrides.get("mode", ()) if m not in MODES]
+    if bad:
+        raise UsageError(f"--mode {bad}: choose from {', '.join(MODES)}")
+    fits = [int(t) for t in overrides.get("T", ()) if not model.max_positions or int(t) <= model.max_positions]
+    if overrides.get("T") and not fits:
+        raise UsageError(f"--T {list(overrides['T'])}: {model.name}'s context is {model.max_positions} positions")
+    within = [t for t in PREFILL_T if not model.max_positions or t <= model.max_positions] or [model.max_positions]
+    prefill_t = fits or within
+    decode_t = fits or [t for t in DECODE_T if not model.max_positions or t <= model.max_positions] or within[-1:]
+    batches = [int(b) for b in overrides.get("batch", DECODE_BATCH)]
+    pairs: dict[tuple[str, str], tuple[AttentionCase, str]] = {}
+    for dtype in overrides.get("dtype", ("float32",)):
+        for mode in overrides.get("mode", ("fwd",)):
+            found: list[AttentionCase] = []
+            if "prefill" in model.forms:
+                for t in prefill_t:
+                    found += model_cases(model, "prefill", length=t, dtype=dtype, device=device).cases
+            if "decode" in model.forms and mode == "fwd":
+                for batch in batches:
+                    for t in decode_t:
+                        found += model_cases(model, "decode", length=t, batch=batch, dtype=dtype, device=device).cases
+            for case in found:
+                pairs.setdefault((case.id, mode), (case, mode))
+    return list(pairs.values())
+
+
+def model_plan(name: str, implementations: Iterable[str], overrides: Mapping[str, Sequence[Any]] | None = None,
+               device: str = "cpu") -> list[PlannedCell]:
+    """Every implementation x every (case, mode) of the model, smallest work first per implementation."""
+    implementations = list(implementations)
+    pairs = model_sweep(model_named(name), overrides, device)
+    cells = [PlannedCell(impl, case, mode) for impl in implementations for case, mode in pairs]
+    order = {impl: i for i, impl in enumerate(implementations)}
+    return sorted(cells, key=lambda c: (order[c.implementation], c.mode, attention_flops(c.case, c.mode)))

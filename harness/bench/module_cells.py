@@ -1,0 +1,97 @@
+"""Bench cells of module implementations (``kind="module"``): the plan's kernel calls as whole layers.
+
+A module is timed on the layer that makes each planned kernel call: a self-attention case (B, H, T, d)
+becomes multi-head attention over X (B, T, H d) with its projections (``layer`` the first the module
+declares); a decode step (Tq new queries over Tk cached keys) becomes the same layer continuing from a
+KV cache of Tk - Tq positions (the module contract's ``past_key``/``past_value``), the cache lengths
+made equal (a module's cache has one length). A call no module case expresses (a window, packed
+sequences, an explicit mask, a backward pass: module cases are forward only) has no module cell. The
+softmax scale does not change a call's cost, so a model's own scale is not carried.
+
+FLOPs are the layer's (:meth:`harness.modules.ModuleCase.own_flops`: projections, attention and an
+encoder's feed-forward), so GFLOP/s compare across kernels and modules. Module cells are timed by
+:func:`module_timing_task`: the module's set-up (``prepare``) outside the timed calls, the same clock and
+sample rule as kernels, without the kernels' input rotation and kept-output checks (docs/integrity.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from harness.bench.sweeps import PlannedCell
+from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.bench.verdicts import Timed
+from harness.cases import AttentionCase
+from harness.modules.cases import ModuleCase, module_layers
+from harness.registry import Implementation
+from harness.results import Memory
+
+
+def module_case_for(case: AttentionCase, layer: str) -> ModuleCase | None:
+    """The module call that makes ``case``'s attention, or None when no module case expresses it."""
+    decode = case.tq < case.tk and (not case.causal or case.causal_align == "bottom_right")
+    plain = case.window is None and case.varlen is None and case.page_size is None and case.mask == "none"
+    if not plain or case.bias != "none" or case.kv_dtype is not None or case.extra_structures:
+        return None
+    if not decode and case.tq != case.tk:
+        return None
+    past = case.tk - case.tq if decode else 0
+    if (past or case.kv_heads != case.heads) and layer != "mha":
+        return None
+    return ModuleCase(batch=case.batch, seq=case.tq, d_model=case.heads * case.d, heads=case.heads,
+                      kv_heads=case.kv_heads, past=past, causal=case.causal or bool(past), layer=layer,
+                      dtype=case.dtype, device=case.device)
+
+
+def module_cells(cells: Iterable[PlannedCell], impls: Mapping[str, Implementation]) -> list[PlannedCell]:
+    """``cells`` with each module implementation's kernel cells replaced by its module cells (deduplicated)."""
+    out: list[PlannedCell] = []
+    seen: set[tuple[str, str]] = set()
+    for cell in cells:
+        impl = impls.get(cell.implementation)
+        if impl is None or impl.kind != "module" or not isinstance(cell.case, AttentionCase):
+            out.append(cell)
+            continue
+        module_case = module_case_for(cell.case, module_layers(impl)[0]) if cell.mode == "fwd" else None
+        if module_case is not None and (cell.implementation, module_case.id) not in seen:
+            seen.add((cell.implementation, module_case.id))
+            out.append(PlannedCell(cell.implementation, module_case, cell.mode))  # type: ignore[arg-type]
+    return out
+
+
+def case_of(data: Mapping[str, Any]) -> Any:
+    """The case of a stored bench cell: a :class:`ModuleCase` for a module's, an :class:`AttentionCase` otherwise."""
+    if data.get("kind") == "module":
+        return ModuleCase.from_dict(dict(data))
+    return AttentionCase.from_dict(dict(data))
+
+
+def _module_call(impl: Implementation, case: ModuleCase, seed: int = 0) -> Any:
+    from harness.modules.weights import make_module_inputs
+
+    inputs = make_module_inputs(case, seed, impl.backend)
+    return impl.prepare(inputs.x, **inputs.kwargs(case))
+
+
+def module_timing_task(impl: Implementation, case: dict[str, object], config: TimingConfig,
+                       threads: int | None) -> Timed:
+    """Worker: time one module cell (set-up outside the timed calls)."""
+    from harness.bench import guard
+
+    used = pin_threads(threads)
+    module_case = ModuleCase.from_dict(case)
+    started = guard.CLOCK()
+    call = _module_call(impl, module_case)
+    setup_s = guard.CLOCK() - started
+    return Timed(samples_s=tuple(time_call(call, module_case.device, config)), threads=used, setup_s=setup_s)
+
+
+def module_memory_task(impl: Implementation, case: dict[str, object], threads: int | None) -> Memory:
+    """Worker (the memory one): peak extra bytes of one module call."""
+    from harness.bench.memory import measure, prepare_process
+
+    prepare_process()
+    pin_threads(threads)
+    module_case = ModuleCase.from_dict(case)
+    return measure(_module_call(impl, module_case), impl.backend, module_case.device)

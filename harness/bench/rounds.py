@@ -1,0 +1,210 @@
+"""Contenders of one case timed in rounds, their order shuffled each round, with the roofs read among them.
+
+On a shared machine the load changes from second to second. Timed one after another, two
+implementations see different machines and their ratio follows the load; timed in rounds, each
+round a shuffled turn of every contender, a load change hits all alike, and the ratio of two
+contenders' medians *within a round* cancels it. Each round's ratio is one paired observation;
+their median and its distribution-free interval (:func:`harness.analysis.stats.median_interval`)
+are stored with the cell (:class:`~harness.results.Rounds`).
+
+Isolation is kept: each implementation is timed in its own worker (kept for the whole run, its
+state between rounds held there: inputs built once, the warm-up once, the integrity checks of
+:mod:`harness.bench.guard` spread over the rounds). A contender that crashes, hangs or raises
+costs its own cell only; the others finish their rounds. The roof probe (a GEMM call and a
+memory read, :func:`roof_probe_task`) is one more contender in every round, in the peak worker
+where no plugin code runs: the roofs a cell's "% of peak" and "% of bandwidth" divide by are read
+in the same seconds as the cell.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.analysis.stats import median_interval, quantile
+from harness.bench import guard
+from harness.bench.timing import TimingConfig, pin_threads
+from harness.bench.verdicts import Timed
+from harness.results import Accounting, Integrity, Rounds
+
+REFERENCE = "torch_sdpa"
+"""The contender each other's per-round ratio divides by when the settings name none and it is timed."""
+PROBE_GEMM = {"float64": 1024, "float32": 1024, "float16": 768, "bfloat16": 768}
+"""Side of the probe's square GEMM: near the plateau of one core's GEMM rate, a few tens of ms."""
+PROBE_BYTES = 256 * 2**20
+"""The probe's read buffer (as :data:`harness.bench.bandwidth.STREAM_BYTES`): beyond the caches."""
+
+# ---------------------------------------------------------------- worker side
+
+
+@dataclass
+class _Open:
+    """A cell between its rounds, in its timing worker."""
+
+    loop: guard.RoundedLoop
+    sets: list[Any]
+    case: Any
+    mode: str
+    shift: bool
+    setup_s: float = 0.0
+    total_s: float = 0.0
+    phases_s: float = 0.0
+
+
+_OPEN: dict[str, _Open] = {}
+_PROBE: dict[str, Any] = {}
+
+
+def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
+               threads: int | None) -> Timed:
+    """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
+    round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
+    from harness.bench import audit
+    from harness.bench.runner import _implementation
+    from harness.cases import AttentionCase
+
+    entered = guard.CLOCK()
+    setup_s = 0.0
+    try:
+        cell = _OPEN.get(key)
+        if cell is None:
+            used = pin_threads(threads)
+            impl = _implementation(name, source)
+            attention_case = AttentionCase.from_dict(case)
+            started = guard.CLOCK()
+            shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
+            with audit.one_thread():
+                drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+            sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
+            setup_s = guard.CLOCK() - started
+            loop = guard.RoundedLoop(sets, config, impl.backend, rounds=config.rounds)
+            cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)
+            cell.phases_s += (started - entered) + setup_s
+            entered_loop = guard.CLOCK()
+            samples = loop.round(audit.profile_call if impl.backend == "torch" else None)
+        else:
+            used = pin_threads(threads)
+            entered_loop = guard.CLOCK()
+            cell.phases_s += entered_loop - entered
+            samples = cell.loop.round()
+        cell.phases_s += guard.CLOCK() - entered_loop
+        if not cell.loop.done:
+            cell.total_s += guard.CLOCK() - entered
+            return Timed(samples_s=tuple(samples), threads=used, setup_s=setup_s)
+        del _OPEN[key]
+        return _closed(cell, used, entered)
+    except BaseException:
+        _OPEN.pop(key, None)
+        raise
+
+
+def _closed(cell: _Open, used: int, entered: float) -> Timed:
+    """The last round's answer: the kept calls checked, the integrity record over every round."""
+    from harness.bench import audit
+
+    result = cell.loop.result()
+    checked = guard.CLOCK()
+    outputs = audit.check_kept(result.kept, cell.sets, cell.case, cell.mode)
+    spin = guard.spin_baseline() if result.kept else 0.0
+    checks_s = guard.CLOCK() - checked
+    total = cell.total_s + guard.CLOCK() - entered
+    integrity = Integrity(
+        input_sets=len(cell.sets), shifted=cell.shift, clock=guard.clock_problem(), untyped=tuple(result.untyped),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in result.kept if k.problem),
+        output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
+        cpu_after_s=tuple(k.cpu_after_s for k in result.kept if k.cpu_after_s is not None), spin_s=spin,
+        accounting=Accounting(total_s=total, loop_s=result.loop_s, captures_s=result.captures_s,
+                              phases_s=cell.phases_s + checks_s, checks_s=checks_s))
+    profile = result.profile
+    return Timed(samples_s=tuple(result.samples), threads=used, setup_s=cell.setup_s, integrity=integrity,
+                 round_sizes=result.round_sizes,
+                 profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
+
+
+def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float, float]:
+    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: one square GEMM call of :data:`PROBE_GEMM` and
+    one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched, once per worker; the roof beside
+    a cell is the best of its rounds' readings, so one call a round is enough)."""
+    import torch
+
+    from harness.tensors import TORCH_DTYPES
+
+    pin_threads(threads)
+    n = PROBE_GEMM.get(dtype, 1024)
+    key = f"{dtype}/{device}"
+    if key not in _PROBE:
+        gen = torch.Generator().manual_seed(0)
+        _PROBE[key] = tuple(torch.randn(n, n, generator=gen).to(TORCH_DTYPES[dtype]).to(device) for _ in range(2))
+    if device not in _PROBE:
+        _PROBE[device] = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=device)
+    a, b = _PROBE[key]
+    t0 = guard.CLOCK()
+    torch.matmul(a, b)
+    gemm = guard.CLOCK() - t0
+    t0 = guard.CLOCK()
+    _PROBE[device].sum()
+    read = guard.CLOCK() - t0
+    return 2.0 * n ** 3 / gemm / 1e9, PROBE_BYTES / read / 1e9
+
+
+# ---------------------------------------------------------------- parent side: what the rounds mean
+
+
+def round_order(contenders: Sequence[str], rounds: int, seed: str) -> list[list[str]]:
+    """Each round's order of ``contenders``, shuffled each round (reproducibly from ``seed``: the case)."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(rounds):
+        order = list(contenders)
+        rng.shuffle(order)
+        out.append(order)
+    return out
+
+
+def round_medians(samples: Sequence[float], sizes: Sequence[int]) -> list[float]:
+    """The median of each round's samples (``sizes`` splits ``samples`` in order)."""
+    out, at = [], 0
+    for size in sizes:
+        part = sorted(samples[at:at + size])
+        at += size
+        out.append(quantile(part, 0.5) if part else float("nan"))
+    return out
+
+
+@dataclass
+class Probe:
+    """The roof probe's readings, round by round."""
+
+    gemm_gflops: list[float] = field(default_factory=list)
+    read_gbps: list[float] = field(default_factory=list)
+
+
+def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Sequence[int], contenders: int,
+                  reference: str | None, reference_medians: Sequence[float] | None, probe: Probe) -> Rounds:
+    """A cell's :class:`~harness.results.Rounds`: per-round medians, the ratio to the reference's medians of
+    the same rounds (absent without a reference), and the roofs the probe read in those rounds."""
+    ratios: tuple[float, ...] | None = None
+    ratio = low = high = coverage = None
+    if reference_medians is not None and len(reference_medians) == len(medians):
+        ratios = tuple(m / r for m, r in zip(medians, reference_medians) if r > 0)
+        if ratios:
+            ratio, low, high, coverage = median_interval(ratios)
+    return Rounds(sizes=tuple(sizes), medians_s=tuple(medians), positions=tuple(positions), contenders=contenders,
+                  reference=reference if ratios else None, ratios=ratios, ratio=ratio, ratio_low=low,
+                  ratio_high=high, confidence=coverage,
+                  gemm_gflops=max(probe.gemm_gflops) if probe.gemm_gflops else None,
+                  read_gbps=max(probe.read_gbps) if probe.read_gbps else None,
+                  gemm_samples_gflops=tuple(probe.gemm_gflops) or None, read_samples_gbps=tuple(probe.read_gbps) or None)
+
+
+def choose_reference(contenders: Sequence[str], wanted: str | None) -> str | None:
+    """The contender the others' ratios divide by: ``wanted`` when timed, else :data:`REFERENCE`, else the
+    first; None when fewer than two are timed."""
+    if len(contenders) < 2:
+        return None
+    for name in (wanted, REFERENCE):
+        if name in contenders:
+            return name
+    return contenders[0]

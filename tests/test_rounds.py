@@ -1,0 +1,113 @@
+"""Interleaved rounds: the paired ratio's interval, the shuffled orders, the rounded loop, the stored record.
+
+Decision logic on synthetic data (no test depends on the machine's speed or load); the loop on real
+calls of a small torch operation, checked for its shape (sizes, kept calls), never for its times.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness.analysis.stats import median_interval
+from harness.bench.guard import InputSet, RoundedLoop, timed_loop
+from harness.bench.rounds import Probe, choose_reference, round_medians, round_order, rounds_record
+from harness.bench.timing import TimingConfig
+from harness.results import BenchCell, Rounds
+from harness.results.schema import cell_from_json, cell_to_json
+
+
+def test_the_median_interval_is_exact_from_the_order_statistics() -> None:
+    median, low, high, coverage = median_interval([3.0, 1.0, 2.0, 5.0, 4.0, 6.0])
+    assert (median, low, high) == (3.5, 1.0, 6.0)
+    assert coverage == pytest.approx(1 - 2 / 64)  # min to max of 6: 1 - 2 * 0.5^6
+    _, low, high, coverage = median_interval(list(range(20)))
+    assert (low, high) == (5.0, 14.0) and coverage >= 0.95  # narrower than min..max once n allows
+    assert median_interval([2.0])[1:3] == (2.0, 2.0)
+    with pytest.raises(ValueError):
+        median_interval([])
+
+
+def test_a_load_change_between_rounds_cancels_in_the_paired_ratio() -> None:
+    # A is 1.2x B in every round while the machine slows 3x in rounds 2-4: unpaired medians would mix the
+    # loads; the per-round ratios are all 1.2.
+    load = [1.0, 1.0, 3.0, 3.0, 3.0, 1.0]
+    b = [0.010 * f for f in load]
+    a = [0.012 * f for f in load]
+    record = rounds_record(a, [1] * 6, [0] * 6, 2, "b", b, Probe())
+    assert record.ratio == pytest.approx(1.2) and record.ratio_low == pytest.approx(1.2)
+    assert record.ratio_high == pytest.approx(1.2) and record.reference == "b"
+
+
+def test_a_tie_gives_an_interval_that_holds_1_and_a_real_difference_one_that_excludes_it() -> None:
+    tie = rounds_record([1.0, 1.1, 0.9, 1.05, 0.97, 1.02], [1] * 6, [0] * 6, 2, "r", [1.0] * 6, Probe())
+    assert tie.ratio_low is not None and tie.ratio_high is not None and tie.ratio_low < 1 < tie.ratio_high
+    slower = rounds_record([1.3, 1.25, 1.4, 1.35, 1.28, 1.33], [1] * 6, [0] * 6, 2, "r", [1.0] * 6, Probe())
+    assert slower.ratio_low is not None and slower.ratio_low > 1
+
+
+def test_the_reference_itself_and_a_lone_contender_carry_no_ratio() -> None:
+    probe = Probe(gemm_gflops=[10.0, 30.0, 20.0], read_gbps=[5.0, 4.0, 6.0])
+    alone = rounds_record([1.0, 1.0, 1.0], [2, 2, 2], [0, 1, 0], 1, None, None, probe)
+    assert alone.ratio is None and alone.reference is None
+    assert alone.gemm_gflops == 30.0 and alone.read_gbps == 6.0  # the highest reading: load only lowers a roof
+
+
+def test_the_reference_is_the_one_asked_for_else_torch_sdpa_else_the_first() -> None:
+    assert choose_reference(["a", "torch_sdpa", "b"], "b") == "b"
+    assert choose_reference(["a", "torch_sdpa", "b"], None) == "torch_sdpa"
+    assert choose_reference(["a", "b"], "missing") == "a"
+    assert choose_reference(["a"], None) is None
+
+
+def test_rounds_are_shuffled_each_round_reproducibly() -> None:
+    names = ["a", "b", "c", "d", "probe"]
+    orders = round_order(names, 12, "case-1")
+    assert all(sorted(o) == sorted(names) for o in orders)
+    assert len({tuple(o) for o in orders}) > 1  # not one fixed order
+    assert {o[0] for o in orders} != {"a"}  # nobody always goes first
+    assert orders == round_order(names, 12, "case-1")
+
+
+def test_round_medians_split_the_samples_in_order() -> None:
+    assert round_medians([1.0, 3.0, 2.0, 10.0, 20.0, 30.0], [3, 1, 2]) == [2.0, 10.0, 25.0]
+
+
+def _sets() -> list[InputSet]:
+    a = torch.randn(32, 32)
+    return [InputSet(call=lambda: a @ a, named=[("a", a)], inputs=None)]
+
+
+def test_a_rounded_loop_takes_each_round_a_share_and_checks_first_random_and_last() -> None:
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=5, rounds=3)
+    loop = RoundedLoop(_sets(), config, "torch", rounds=3)
+    sizes = [len(loop.round()) for _ in range(3)]
+    assert loop.done
+    with pytest.raises(RuntimeError):
+        loop.round()
+    result = loop.result()
+    assert sizes == [2, 2, 2] and result.round_sizes == (2, 2, 2)  # ceil(5 / 3) a round, budget spent at once
+    assert len(result.samples) == 6
+    kept = sorted({k.index for k in result.kept})
+    assert kept[0] == 0 and kept[-1] == 5  # the first and the last call of the last round
+
+
+def test_one_round_is_the_plain_loop() -> None:
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=4)
+    loop = timed_loop(_sets(), config, "torch")
+    assert len(loop.samples) == 4 and loop.round_sizes == (4,)
+    assert loop.kept[0].index == 0 and loop.kept[-1].index == 3
+
+
+def test_the_rounds_record_reads_back_whole_and_old_cells_read_without_it() -> None:
+    record = rounds_record([0.2, 0.3], [2, 3], [1, 0], 2, "r", [0.1, 0.15], Probe([50.0], [9.0]))
+    cell = BenchCell(implementation="x", case={"tq": 8}, case_id="c", mode="fwd", status="ok", rounds=record)
+    stored = cell_to_json(cell)
+    back = cell_from_json(stored)
+    assert isinstance(back.rounds, Rounds) and back.rounds.ratios == (2.0, 2.0) and back.rounds.sizes == (2, 3)
+    assert cell_to_json(back) == stored
+    old = {k: v for k, v in stored.items() if k != "rounds"}
+    assert cell_from_json(old).rounds is None and "rounds" not in cell_to_json(cell_from_json(old))
+    assert math.isclose(back.rounds.ratio or 0.0, 2.0)

@@ -194,7 +194,7 @@ def model_cases(model: ModelAttention, form: str, *, length: int, batch: int = 1
 
 def case_elements(case: AttentionCase) -> tuple[int, int]:
     """(elements of q, k, v and the output; scores) of one call of ``case``."""
-    io = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk + case.heads * case.tq) * case.d
+    io = case.batch * (case.heads * case.tq * (case.d + case.value_dim) + case.kv_heads * case.tk * (case.d + case.value_dim))
     return io, case.batch * case.heads * case.tq * case.tk
 
 

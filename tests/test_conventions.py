@@ -278,7 +278,7 @@ REAL_CASES = [
 ]
 
 
-@pytest.mark.parametrize("adapter", [("hf_attention", "hf_llama_eager"), ("hf_attention", "hf_sdpa"),
+@pytest.mark.parametrize("adapter", [("hf_attention", "declared_hf_llama_eager"), ("hf_attention", "declared_hf_sdpa"),
                                      ("x_transformers_attend", "xt_attend"), ("lucidrains", "lucidrains_memeff")])
 def test_real_adapters_declare_and_pass(adapter: tuple[str, str]) -> None:
     """Real packages, declarations only: no failure that is only a convention."""

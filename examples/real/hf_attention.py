@@ -43,10 +43,10 @@ class Layer(torch.nn.Module):
             self.sinks = sinks
 
 
-@register("hf_sdpa", backend="torch", dtypes=DTYPES, causal=True, mask=True, gqa=True, grad=True, value_dim=True,
+@register("declared_hf_sdpa", backend="torch", dtypes=DTYPES, causal=True, mask=True, gqa=True, grad=True, value_dim=True,
           available=installed, conventions=Conventions(out_layout="BTHD", returns="out_aux", causal_with_mask=False),
           description="transformers' sdpa_attention_forward")
-def hf_sdpa(q, k, v, *, causal=False, mask=None, scale=None):
+def declared_hf_sdpa(q, k, v, *, causal=False, mask=None, scale=None):
     return sdpa_attention_forward(Layer(q, k), q, k, v, mask, scaling=scale, is_causal=causal)
 
 
@@ -55,20 +55,20 @@ EAGER = Conventions(out_layout="BTHD", returns="out_aux", takes_causal=False, ma
 no allowed key gets the mean of V."""
 
 
-@register("hf_llama_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
+@register("declared_hf_llama_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
           value_dim=True, available=installed, conventions=EAGER, description="transformers' Llama eager_attention_forward")
-def hf_llama_eager(q, k, v, *, mask=None, scale=None):
+def declared_hf_llama_eager(q, k, v, *, mask=None, scale=None):
     return llama_eager(Layer(q, k), q, k, v, mask, scaling=q.shape[-1] ** -0.5 if scale is None else scale)
 
 
-@register("hf_gpt_oss_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
+@register("declared_hf_gpt_oss_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
           sinks=True, available=installed, conventions=EAGER, description="transformers' gpt-oss eager_attention_forward (sinks)")
-def hf_gpt_oss_eager(q, k, v, *, mask=None, scale=None, sinks=None):
+def declared_hf_gpt_oss_eager(q, k, v, *, mask=None, scale=None, sinks=None):
     layer = Layer(q, k, sinks if sinks is not None else torch.full((q.shape[1],), float("-inf"), dtype=q.dtype))
     return gpt_oss_eager(layer, q, k, v, mask, scaling=q.shape[-1] ** -0.5 if scale is None else scale)
 
 
-@register("hf_gemma2_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
+@register("declared_hf_gemma2_eager", backend="torch", dtypes=EAGER_DTYPES, causal=True, mask=True, gqa=True, grad=True,
           softcap=True, available=installed, conventions=EAGER, description="transformers' Gemma 2 eager_attention_forward (soft-cap)")
-def hf_gemma2_eager(q, k, v, *, mask=None, scale=None, softcap=None):
+def declared_hf_gemma2_eager(q, k, v, *, mask=None, scale=None, softcap=None):
     return gemma2_eager(Layer(q, k), q, k, v, mask, scaling=scale, softcap=softcap)

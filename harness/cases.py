@@ -114,6 +114,9 @@ class CaseFields(TypedDict, total=False):
     aux_layout: str
     kv_dtype: str | None
     growth: bool
+    sinks: bool
+    softcap: float | None
+    dv: int
 
 @dataclass(frozen=True)
 class AttentionCase(CaseRecord):
@@ -177,6 +180,17 @@ class AttentionCase(CaseRecord):
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
 
+    sinks: bool = field(default=False, metadata={"omit_empty": True})
+    """Learned per-head attention sinks (gpt-oss): a logit s_h per query head joins each row's softmax
+    denominator and contributes no value, ``out = sum_j exp(x_j) v_j / (exp(s_h) + sum_j exp(x_j))``; drawn
+    randn, passed as ``sinks=`` (H,) in q's dtype, differentiable. Part of the id (``sinks``) only when set."""
+    softcap: float | None = field(default=None, metadata={"omit_empty": True})
+    """Logit soft-capping (Gemma 2, FlashAttention's ``softcap``): the scaled logits become
+    ``softcap * tanh(logits / softcap)`` before masking. Part of the id (``softcap=30``) only when set."""
+    dv: int = field(default=0, metadata={"omit_empty": True})
+    """V's head dim when it differs from q's and k's (DeepSeek MLA: d 192, dv 128); 0: equal to ``d``. The
+    output has V's head dim; the default scale stays 1/sqrt(d). Part of the id (``dv128``) only when set."""
+
     extra_structures: tuple[Structure, ...] = field(default=(), metadata={"omit_empty": True})
     """Structures beyond the built-in fields (:mod:`harness.structures`): a new structure is a type, carried here.
     Their parts of the id follow the built-ins'; in result files only when there are any."""
@@ -186,6 +200,8 @@ class AttentionCase(CaseRecord):
             object.__setattr__(self, "kv_heads", self.heads)
         if self.tk == 0:
             object.__setattr__(self, "tk", self.tq)
+        if self.dv == self.d:
+            object.__setattr__(self, "dv", 0)  # one case, one id
         for name, tuples in _TUPLE_FIELDS.items():  # read back from a result file (JSON has no tuples)
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuples(getattr(self, name)))
@@ -204,6 +220,12 @@ class AttentionCase(CaseRecord):
         need(self.mask_rank == "full" or self.mask != "none", "a mask rank needs a mask")
         need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
              "self-attention needs tq == tk and kv_heads == heads")
+        need(isinstance(self.dv, int) and self.dv >= 0, "dv must be an integer >= 1 (or 0: equal to d)")
+        need(self.softcap is None or (isinstance(self.softcap, (int, float)) and math.isfinite(self.softcap)
+                                      and self.softcap > 0), "softcap must be a finite number > 0 (or None)")
+        need(not (self.softcap is not None and self.bias != "none"),
+             "softcap with a bias: where the bias joins relative to the cap differs between kernels; pick one")
+        need(not (self.self_attention and (self.dv or self.sinks)), "self-attention has q = k = v: no dv, no sinks")
         need(self.scale is None or (math.isfinite(self.scale) and self.scale >= 0), "scale must be a finite number >= 0")
         if self.kv_dtype is not None:
             need(self.kv_dtype in DTYPES and self.kv_dtype != self.dtype,
@@ -225,7 +247,7 @@ class AttentionCase(CaseRecord):
     def id(self) -> str:
         heads = f"H{self.heads}" if self.kv_heads == self.heads else f"H{self.heads}/{self.kv_heads}"
         seq = f"T{self.tq}" if self.tq == self.tk else f"T{self.tq}x{self.tk}"
-        parts = [f"B{self.batch}", heads, seq, f"d{self.d}", self.dtype]
+        parts = [f"B{self.batch}", heads, seq, f"d{self.d}" + (f"dv{self.dv}" if self.dv else ""), self.dtype]
         parts += [label(self) for name, default, label in _ID_OPTIONS if getattr(self, name) != default]
         parts += [text for part in self.structure_parts for text in part.id_parts()]
         parts += [label(self) for name, default, label in _ID_TAIL if getattr(self, name) != default]
@@ -255,6 +277,11 @@ class AttentionCase(CaseRecord):
         return mask_b * mask_h * self.tq * self.tk
 
     @property
+    def value_dim(self) -> int:
+        """V's (and the output's) head dim."""
+        return self.dv or self.d
+
+    @property
     def effective_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / float(self.d) ** 0.5
 
@@ -269,6 +296,8 @@ _ID_OPTIONS: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
 _ID_TAIL: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
     ("mask", "none", lambda c: f"mask={c.mask}" + ("" if c.mask_rank == "full" else f"/{c.mask_rank}")),
     ("bias", "none", lambda c: f"bias={c.bias}"),
+    ("sinks", False, lambda c: "sinks"),
+    ("softcap", None, lambda c: f"softcap={c.softcap:g}"),
     ("scale", None, lambda c: f"scale={c.scale:g}"),
     ("inputs", "randn", lambda c: f"in={c.inputs}"),
     ("layout", "contiguous", lambda c: c.layout),

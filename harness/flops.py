@@ -73,14 +73,21 @@ def case_pairs(case: AttentionCase) -> int:
 
 
 def forward_flops(case: AttentionCase) -> int:
-    """4 * B * H * (attended pairs) * d."""
-    return 4 * case.heads * batch_pairs(case) * case.d
+    """2 * B * H * (attended pairs) * (d + dv): ``Q K^T`` over q/k's head dim, ``P V`` over V's (4 * ... * d
+    when they are equal). Soft-capping's tanh and a sink's one extra logit per row are O(T^2) and O(T), like
+    the softmax, and left out."""
+    return 2 * case.heads * batch_pairs(case) * (case.d + _value_dim(case))
+
+
+def _value_dim(case: AttentionCase) -> int:
+    return int(getattr(case, "dv", 0) or case.d)
 
 
 def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
-    writes dQ, dK, dV. K and V count in the KV cache's dtype when the case has one (``kv_dtype``).
+    writes dQ, dK, dV; V, O and dO count with V's head dim (``dv``), sinks once. K and V count in the KV
+    cache's dtype when the case has one (``kv_dtype``).
     The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     item = itemsize(case.dtype)
     if hasattr(case, "own_bytes"):  # a module case: its projections' weights and cache beside X and Y
@@ -90,11 +97,13 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     keys = next((n for n in reads if n is not None), None)
     keys = compulsory_keys(case) if keys is None else keys
     q = case.batch * case.heads * case.tq * case.d
-    kv = 2 * case.kv_heads * keys * case.d
-    fwd = 2 * q * item + kv * kv_item
+    o = case.batch * case.heads * case.tq * _value_dim(case)  # O and dO have V's head dim
+    kv = case.kv_heads * keys * (case.d + _value_dim(case))
+    sinks = case.heads * item if getattr(case, "sinks", False) else 0  # one logit per head, read once
+    fwd = (q + o) * item + kv * kv_item + sinks
     if mode == "fwd":
         return fwd
-    bwd = (4 * q + 2 * kv) * item  # Q, K, V, O, dO read; dQ, dK, dV written
+    bwd = (2 * q + 2 * o + 2 * kv) * item + 2 * sinks  # Q, K, V, O, dO (and sinks) read; dQ, dK, dV (d sinks) written
     return bwd + (fwd if mode == "fwd+bwd" else 0)
 
 
@@ -120,5 +129,5 @@ def work_g(case: AttentionCase) -> int:
     if hasattr(case, "own_work"):  # a module case
         return int(case.own_work())
     if any(part.sparse for part in case.structure_parts):
-        return case.heads * batch_pairs(case) * case.d
-    return case.batch * case.heads * case.tq * case.tk * case.d
+        return case.heads * batch_pairs(case) * (case.d + _value_dim(case)) // 2
+    return case.batch * case.heads * case.tq * case.tk * (case.d + _value_dim(case)) // 2

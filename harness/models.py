@@ -30,7 +30,7 @@ FORMS = ("prefill", "decode")
 """prefill: a prompt of T tokens at once; decode: one new token per sequence against its KV cache."""
 POSITIONALS = ("rope", "absolute", "relative_bias", "alibi")
 
-FEATURES: dict[str, str] = {"softcap": "logit soft-cap", "sinks": "attention sinks", "d_v": "a value head dim of its own"}
+FEATURES: dict[str, str] = {"softcap": "logit soft-cap", "sinks": "attention sinks", "dv": "a value head dim of its own"}
 """Model features and the case field that expresses each; a field :class:`AttentionCase` lacks is left out."""
 
 
@@ -85,7 +85,7 @@ class ModelAttention:
         if self.sinks:
             used["sinks"] = True
         if self.d_v is not None and self.d_v != self.head_dim:
-            used["d_v"] = self.d_v
+            used["dv"] = self.d_v  # AttentionCase's field
         return used
 
     def left_out(self) -> tuple[str, ...]:
@@ -130,7 +130,7 @@ class ModelAttention:
 _LEFT_OUT: dict[str, Callable[[ModelAttention], str]] = {
     "softcap": lambda m: f"logit soft-cap {m.softcap:g} left out (the case space has no soft-cap yet)",
     "sinks": lambda m: "attention sinks left out (the case space has no sinks yet)",
-    "d_v": lambda m: f"value head dim {m.d_v} taken as the q/k head dim {m.head_dim} (the case space has one d yet)",
+    "dv": lambda m: f"value head dim {m.d_v} taken as the q/k head dim {m.head_dim} (the case space has one d yet)",
 }
 
 
@@ -194,7 +194,7 @@ def model_cases(model: ModelAttention, form: str, *, length: int, batch: int = 1
 
 def case_elements(case: AttentionCase) -> tuple[int, int]:
     """(elements of q, k, v and the output; scores) of one call of ``case``."""
-    io = case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk + case.heads * case.tq) * case.d
+    io = case.batch * (case.heads * case.tq * (case.d + case.value_dim) + case.kv_heads * case.tk * (case.d + case.value_dim))
     return io, case.batch * case.heads * case.tq * case.tk
 
 

@@ -122,9 +122,19 @@ def reference_attention(
     q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
     causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
+    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (), sinks: Any = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """softmax(q k^T * scale + bias, masked) v in float64; rows with no allowed key are zero.
+
+    The 2025 case space, each as its public reference computes it (transformers 4.57,
+    ``models/gpt_oss/modeling_gpt_oss.py`` and ``models/gemma2/modeling_gemma2.py``, ``eager_attention_forward``;
+    ``models/deepseek_v3/modeling_deepseek_v3.py``, ``DeepseekV3Attention``):
+    ``softcap``: the scaled logits become ``softcap * tanh(logits / softcap)`` before the mask (Gemma 2);
+    ``sinks`` (H,): per query head a logit joins the softmax's denominator and is dropped before the product
+    with V (gpt-oss: ``cat([logits, sinks])``, softmax, ``probs[..., :-1]``), so a row with no allowed key is
+    zero; V may have its own head dim (DeepSeek-V3's ``v_head_dim`` 128 beside ``qk_head_dim`` 192, scaled by
+    ``qk_head_dim ** -0.5``): the output has V's.
 
     ``window`` and ``causal_align`` are the structure of :func:`structure_allowed`; ``varlen`` the
     (query length, key length) of packed sequences (:func:`packed_allowed`); ``cache_seqlens`` the valid
@@ -139,14 +149,19 @@ def reference_attention(
     heads, d = q.shape[1], q.shape[-1]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         scores = scores + _as_f64(bias)
     mask_t = None if mask is None else torch.as_tensor(mask)
     allowed = allowed_keys(q.shape[-2], k.shape[-2], causal=causal, mask=mask_t, device=q.device, window=window,
                            causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens,
                            key_ranges=key_ranges)
-    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v)
+    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v, sinks)
+
+
+def capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
+    """Gemma 2's logit soft-capping, ``softcap * tanh(scores / softcap)``; unchanged when ``softcap`` is None."""
+    return scores if softcap is None else torch.tanh(scores / softcap) * softcap
 
 
 def allowed_rows(
@@ -198,7 +213,8 @@ def reference_rows(
     q: Any, k: Any, v: Any, rows: torch.Tensor, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
     causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
-    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
+    cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (), sinks: Any = None,
+    softcap: float | None = None,
 ) -> torch.Tensor:
     """:func:`reference_attention` of the query rows ``rows`` only, exactly, in float64: (B, H, len(rows), d).
 
@@ -216,20 +232,27 @@ def reference_rows(
     heads, d = q.shape[1], q.shape[-1]
     k, v = expand_kv(k, heads), expand_kv(v, heads)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    scores = torch.matmul(q[..., rows.to(q.device), :], k.transpose(-1, -2)) * scale
+    scores = capped(torch.matmul(q[..., rows.to(q.device), :], k.transpose(-1, -2)) * scale, softcap)
     if sub_bias is not None:
         scores = scores + sub_bias
-    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v)
+    return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v, sinks)
 
 
-def _masked_softmax_v(scores: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor) -> torch.Tensor:
-    if allowed is None:
+def _masked_softmax_v(scores: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor,
+                      sinks: Any = None) -> torch.Tensor:
+    if allowed is None and sinks is None:
         return torch.softmax(scores, dim=-1) @ v
-    scores = scores.masked_fill(~allowed, float("-inf"))
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed, float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
+    sink = None if sinks is None else _as_f64(sinks).to(scores.device).reshape(1, -1, 1, 1)
+    if sink is not None:
+        row_max = torch.maximum(row_max, sink.expand(row_max.shape))
     row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max)).detach()
     weights = torch.exp(scores - row_max)
     total = weights.sum(dim=-1, keepdim=True)
+    if sink is not None:
+        total = total + torch.exp(sink - row_max)  # the sink's share of the denominator; it carries no value
     weights = weights / torch.where(total > 0, total, torch.ones_like(total))
     return weights @ v
 

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from harness.conventions import CONTRACT, Conventions, adapt
 from harness.devices import DEVICES
 from harness.dtypes import DTYPES, NUMPY_DTYPES
 from harness.errors import PluginError
@@ -56,6 +57,12 @@ class Implementation:
     gqa: bool = False
     grad: bool = False
     bias: bool = False
+    sinks: bool = False
+    """Takes ``sinks=`` (H,): a learned per-head logit in the softmax's denominator that carries no value (gpt-oss)."""
+    softcap: bool = False
+    """Takes ``softcap=`` (a float or None): logits become ``cap * tanh(logits / cap)`` before masking (Gemma 2)."""
+    value_dim: bool = False
+    """Takes V with a head dim other than q's and k's (DeepSeek MLA: 192 / 128); the output has V's."""
     kind: str = "kernel"
     kv_dtypes: tuple[str, ...] = ()
     """K/V cache dtypes taken beside any of ``dtypes`` for q (a case's ``kv_dtype``); empty: K and V in q's dtype."""
@@ -72,6 +79,8 @@ class Implementation:
     source: str = "?"
     set_up: bool = False
     """Registered with ``prepare=True``: its set-up may read the inputs, so bench only rotates them."""
+    conventions: Conventions = CONTRACT
+    """The kernel's own conventions (:mod:`harness.conventions`): ``prepare`` is already adapted to the contract's."""
     options: Mapping[str, Option] = field(default_factory=dict)
     """Declared extras, each checked at registration (see :data:`OPTIONS`): tile sizes a property
     check may pass to ``prepare``, a module's layers and RoPE conventions, a lifted module's kernel."""
@@ -88,6 +97,8 @@ class Implementation:
         """Every reason this implementation cannot run ``case``; empty when it can."""
         reasons = [explain(self, case) for lacks, explain in _CAPABILITY_GAPS if lacks(self, case)]
         reasons.extend(structure_reasons(self, case))
+        if case.kind == "kernel":
+            reasons.extend(self.conventions.reasons(case, self.mask, self.structures))
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
         if case.kind == self.kind and callable(extra):
             reasons.extend(extra(self))
@@ -106,6 +117,8 @@ class Implementation:
             "devices": list(self.devices), "causal": self.causal, "mask": self.mask,
             "gqa": self.gqa, "grad": self.grad, "bias": self.bias, "memory": self.memory,
             "deterministic": self.deterministic, "structures": list(self.structures), "on_request": self.on_request,
+            "sinks": self.sinks, "softcap": self.softcap, "value_dim": self.value_dim,
+            **({"conventions": self.conventions.describe()} if not self.conventions.is_contract else {}),
             **({"kv_dtypes": list(self.kv_dtypes)} if self.kv_dtypes else {}),
         }
 
@@ -129,6 +142,12 @@ _CAPABILITY_GAPS: tuple[tuple[_Check, _Check], ...] = (
     (lambda impl, case: case.grad and not impl.grad, lambda impl, case: "gradients not supported"),
     (lambda impl, case: getattr(case, "bias", "none") != "none" and not impl.bias,
      lambda impl, case: f"additive bias not supported (case bias: {case.bias})"),
+    (lambda impl, case: getattr(case, "sinks", False) and not impl.sinks,
+     lambda impl, case: "learned attention sinks not supported (declare sinks=True and take sinks=)"),
+    (lambda impl, case: getattr(case, "softcap", None) is not None and not impl.softcap,
+     lambda impl, case: f"logit soft-capping not supported (case softcap: {case.softcap:g}; declare softcap=True)"),
+    (lambda impl, case: getattr(case, "dv", 0) not in (0, getattr(case, "d", 0)) and not impl.value_dim,
+     lambda impl, case: f"a value head dim {case.dv} != q/k head dim {case.d} not supported (declare value_dim=True)"),
 )
 """(the case needs what the implementation lacks, the reason): the declared capabilities against a case."""
 
@@ -207,7 +226,7 @@ def _as_tuple(name: str, key: str, value: Any, allowed: tuple[str, ...], source:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_FLAGS = ("causal", "mask", "gqa", "grad", "bias")
+_FLAGS = ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
 MEMORY_GROWTH = ("quadratic", "linear")
 #: The keys ``options=`` may hold, and what each means.
 OPTIONS = {
@@ -228,7 +247,8 @@ def register(
     kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
     options: Mapping[str, object] | None = None, structures: Sequence[str] = (), on_request: bool = False,
-    kv_dtypes: Sequence[str] = (), **unknown: NoReturn,
+    kv_dtypes: Sequence[str] = (), sinks: bool = False, softcap: bool = False, value_dim: bool = False,
+    conventions: Conventions | None = None, **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention implementation.
 
@@ -240,13 +260,20 @@ def register(
     error too (and a type error to mypy), each naming the plugin and its source file.
     ``on_request=True``: the implementation runs only when named (``--only NAME``), never in the
     default selection of verify, bench and run (a set-up that compiles for a minute, say).
+    ``sinks``, ``softcap``, ``value_dim``: the 2025 case space (learned attention sinks, logit soft-capping, a
+    value head dim of its own). ``conventions=Conventions(...)`` declares a kernel's own layout, causal
+    alignment, GQA head map, empty-row value, mask kind, scale and return value (:mod:`harness.conventions`):
+    attnbench adapts its inputs and its comparison to them.
     """
     keywords: dict[str, object] = dict(
         backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad, bias=bias,
         kind=kind, memory=memory, deterministic=deterministic, available=available, description=description,
-        prepare=prepare, options=options, structures=structures, on_request=on_request, **unknown)
+        prepare=prepare, options=options, structures=structures, on_request=on_request, sinks=sinks, softcap=softcap,
+        value_dim=value_dim, **unknown)
     if kv_dtypes:
         keywords["kv_dtypes"] = kv_dtypes
+    if conventions is not None:
+        keywords["conventions"] = conventions
 
     def decorate(fn: F) -> F:
         impl = make_implementation(name, fn, **keywords)
@@ -257,7 +284,7 @@ def register(
 
 
 _KEYWORDS = {"backend", "dtypes", "devices", "available", "description", "prepare", "kind", "options", "memory",
-             "deterministic", "structures", "on_request", "kv_dtypes", *_FLAGS}
+             "deterministic", "structures", "on_request", "kv_dtypes", "conventions", *_FLAGS}
 
 
 def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> Implementation:
@@ -315,17 +342,26 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
             raise error(f"{key}={value!r} must be True or False")
     options = _checked_options(keywords.get("options") or {}, error)
     structures = checked_structures(keywords.get("structures", ()), kind, error)
-    _check_signature(fn, kind, flags["bias"], options, error, structures, gqa=flags["gqa"])
+    conventions = keywords.get("conventions") or CONTRACT
+    if not isinstance(conventions, Conventions):
+        raise error(f"conventions={conventions!r} must be harness.conventions.Conventions(...)")
+    if not conventions.is_contract and (backend != "torch" or kind != "kernel"):
+        raise error("conventions= are declared by torch kernels (the adaptations are torch operations)")
+    _check_signature(fn, kind, flags, options, error, structures, conventions)
     if keywords.get("prepare", False):
         prepare = fn
     else:
         def prepare(*args: Any, **kwargs: Any) -> Call:  # (q, k, v) for kernels, (x,) for modules
             return lambda: fn(*args, **kwargs)
+    keeps_align = "bottom_right" in structures
+    if conventions.causal_align == "bottom_right" and not keeps_align:
+        structures = (*structures, "bottom_right")  # bottom-right cases pass as they are; adapt() reads causal_align
+    prepare = adapt(prepare, conventions, keeps_align)
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
         set_up=bool(keywords.get("prepare", False)), options=options, deterministic=deterministic,
-        structures=structures, on_request=on_request, kv_dtypes=kv_dtypes, **flags,
+        structures=structures, on_request=on_request, kv_dtypes=kv_dtypes, conventions=conventions, **flags,
     )
 
 
@@ -358,9 +394,9 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
     return checked
 
 
-def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Mapping[str, Option],
-                     error: Callable[[str], PluginError], structures: tuple[str, ...] = (), *,
-                     gqa: bool = False) -> None:
+def _check_signature(fn: Callable[..., Any], kind: str, flags: Mapping[str, bool], options: Mapping[str, Option],
+                     error: Callable[[str], PluginError], structures: tuple[str, ...] = (),
+                     conventions: Conventions = CONTRACT) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
     try:
         signature = inspect.signature(fn)
@@ -374,12 +410,18 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     takes_rest = any(p.kind is p.VAR_POSITIONAL for p in params)
     if kind == "kernel":
-        needs, arrays, call = {"causal", "mask", "scale"}, 3, "(q, k, v, *, causal, mask, scale)"
+        needs, arrays = {"causal", "mask", "scale"}, 3
+        needs -= {"scale"} if not conventions.takes_scale else set()
+        needs -= {"causal"} if not conventions.takes_causal else set()
+        call = f"(q, k, v, *, {', '.join(sorted(needs))})"
     else:
         needs, arrays, call = {"heads", "weights", "mask", "causal"}, 1, "(x, *, heads, weights, mask, causal)"
-    if bias:
-        needs.add("bias")
-    declared = {"bias": "bias=True is declared"}
+    declared = {"scale": "always passed unless Conventions(takes_scale=False)",
+                "causal": "always passed unless Conventions(takes_causal=False)"}
+    for flag in ("bias", "sinks", "softcap"):
+        if flags.get(flag):
+            needs.add(flag)
+            declared[flag] = f"{flag}=True is declared"
     defaults: dict[str, str] = {}
     for structure in structures:
         for parameter, spelled in parameters_of(structure):
@@ -393,7 +435,7 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
     for cache_parameter in options.get("kv_cache", ()):  # a module's KV cache: past_key, past_value
         needs.add(str(cache_parameter))
         declared[str(cache_parameter)] = "options['kv_cache'] is declared"
-    if kind == "module" and gqa:  # a module splits its packed projection by the KV heads it is given
+    if kind == "module" and flags.get("gqa"):  # a module splits its packed projection by the KV heads it is given
         needs.add("kv_heads")
         declared["kv_heads"] = "gqa=True is declared"
     if len(positional) < arrays and not takes_rest:
@@ -404,8 +446,10 @@ def _check_signature(fn: Callable[..., Any], kind: str, bias: bool, options: Map
         reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
         hint = ", ".join(defaults[m] for m in missing if m in defaults)
         hint = f" (e.g. {hint})" if hint else ""
+        extras = [f for f in ("bias", "sinks", "softcap") if flags.get(f)]
+        with_ = f" with {', '.join(f + '=' for f in extras)}" if extras else ""
         raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "
-                    f"{fn.__name__}{call}{' with bias=' if bias else ''}: add the parameter(s){hint}, or **kwargs")
+                    f"{fn.__name__}{call}{with_}: add the parameter(s){hint}, or **kwargs")
     required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
     if required:
         raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "

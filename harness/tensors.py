@@ -22,7 +22,7 @@ from harness.oracle import allowed_keys
 from harness.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
 from harness.structures.base import StructureKeywords
 
-__all__ = ["OFFSET", "TORCH_DTYPES", "Inputs", "dtype_name", "make_inputs", "to_float64"]
+__all__ = ["GRAD_VIA", "OFFSET", "TORCH_DTYPES", "Inputs", "backward_grads", "dtype_name", "make_inputs", "to_float64"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {name: t.torch() for name, t in TABLE.items()}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
@@ -49,6 +49,9 @@ class Inputs:
     v_pages: Any | None = None
     block_table: Any | None = None
     """(B, pages per sequence): the page of each sequence's p-th ``page_size`` keys (int32 tensor / int64 array)."""
+    sinks: Any | None = None
+    """A case with ``sinks``: the per-head sink logits (H,) in q's dtype, passed as ``sinks=``."""
+    sinks64: torch.Tensor | None = None
 
     def arrays(self, structures: Iterable[str] = ()) -> tuple[Any, Any, Any]:
         """(q, k, v) as an implementation taking ``structures`` natively receives them: laid out by a declared
@@ -78,6 +81,10 @@ class Inputs:
         kwargs.update(native_kwargs(case, self, native, folded))
         if self.bias is not None:
             kwargs["bias"] = self.bias
+        if self.sinks is not None:
+            kwargs["sinks"] = self.sinks
+        if case.softcap is not None:
+            kwargs["softcap"] = case.softcap
         return kwargs
 
     def index_array(self, values: Sequence[int] | None, case: AttentionCase) -> Any:
@@ -98,7 +105,7 @@ class Inputs:
     def oracle_kwargs(self, case: AttentionCase) -> OracleKeywords:
         """The same call for :func:`harness.oracle.reference_attention`, in float64 (structure given natively)."""
         return {"causal": case.causal, "mask": self.mask64, "scale": case.scale, "bias": self.bias64,
-                **case.structure_kwargs()}
+                "sinks": self.sinks64, "softcap": case.softcap, **case.structure_kwargs()}
 
 
 class OracleKeywords(StructureKeywords, total=False):
@@ -108,12 +115,31 @@ class OracleKeywords(StructureKeywords, total=False):
     mask: Any
     scale: float | None
     bias: Any
+    sinks: Any
+    softcap: float | None
 
 
 def aux(x: Any, case: AttentionCase) -> Any:
     """An array the contract passes besides q, k and v (mask, bias, upstream gradient, cache lengths, block
     table, cumulative lengths) in the case's ``aux_layout``; unchanged when that is contiguous."""
     return x if case.aux_layout == "contiguous" else in_layout(x, case.aux_layout)
+
+
+GRAD_VIA = "backward"
+"""How verify and bench take gradients: ``torch.autograd.backward(out, dO)``, then each leaf's ``.grad``, as a
+training loop does. ``torch.autograd.grad`` refuses re-entrant checkpointing (``torch.utils.checkpoint(...,
+use_reentrant=True)``, as lucidrains' ``memory_efficient_attention`` uses), which is correct code: asked that
+way it would be failed for how it was asked."""
+
+
+def backward_grads(out: torch.Tensor, leaves: Sequence[torch.Tensor], grad_out: torch.Tensor,
+                   retain_graph: bool = False) -> tuple[torch.Tensor | None, ...]:
+    """The leaves' gradients of ``out`` under upstream gradient ``grad_out``, by :data:`GRAD_VIA`; a leaf passed
+    more than once (self-attention's q = k = v) gets its accumulated gradient once, then None."""
+    for leaf in leaves:
+        leaf.grad = None
+    torch.autograd.backward(out, grad_out, retain_graph=retain_graph)
+    return tuple(None if any(leaf is other for other in leaves[:i]) else leaf.grad for i, leaf in enumerate(leaves))
 
 
 def dtype_name(x: Any) -> str:
@@ -220,7 +246,7 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         q = q * 5.0 if case.inputs == "large" else q
         k = v = q
     else:
-        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, d)
+        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, case.value_dim)
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
     dtype = TORCH_DTYPES[case.dtype]
@@ -250,4 +276,8 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
     for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
         part.draw(inputs, case, k, v, gen, backend)
+    if case.sinks:  # after everything else, for the same reason
+        sinks = torch.randn(h, generator=gen, dtype=torch.float64).to(dtype)
+        inputs.sinks64 = sinks.to(torch.float64)
+        inputs.sinks = sinks.to(device) if backend == "torch" else sinks.numpy().astype(case.dtype)
     return inputs

@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from harness.dtypes import TABLE
-from harness.oracle import allowed_keys, allowed_rows, expand_kv
+from harness.oracle import allowed_keys, allowed_rows, capped, expand_kv
 
 OUTPUT_M = 2.0
 GRAD_M = 3.0
@@ -102,7 +102,8 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
                        bias: torch.Tensor | None = None, window: tuple[int, int] | None = None,
                        causal_align: str = "top_left", varlen: tuple[tuple[int, int], ...] | None = None,
                        cache_seqlens: tuple[int, ...] | None = None, rows: torch.Tensor | None = None,
-                       key_ranges: Sequence[Any] = ()) -> torch.Tensor:
+                       key_ranges: Sequence[Any] = (), sinks: torch.Tensor | None = None,
+                       softcap: float | None = None) -> torch.Tensor:
     """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere).
     ``rows`` (query indices) computes those rows only, (B, H, len(rows), d), at O(rows x Tk) cost: the
     baseline beside :func:`harness.oracle.reference_rows` when a large case is checked on sampled rows."""
@@ -114,17 +115,21 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         rows = rows.to(device=q.device, dtype=torch.long)
         q = q[..., rows, :]
         bias = None if bias is None else bias.expand(*bias.shape[:-2], tq, tk)[..., rows, :]
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     where = dict(causal=causal, mask=mask, device=q.device, window=window, causal_align=causal_align, varlen=varlen,
                  cache_seqlens=cache_seqlens, key_ranges=key_ranges)
     allowed = allowed_keys(tq, tk, **where) if rows is None else allowed_rows(rows, tq, tk, **where)  # type: ignore[arg-type]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed.expand(scores.shape), float("-inf"))
+    if sinks is not None:  # gpt-oss: the sink joins the softmax as one more column, dropped before V
+        column = sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+        return torch.matmul(torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1], v)
     if allowed is None:
         return torch.matmul(torch.softmax(scores, dim=-1), v)
-    allowed = allowed.expand(scores.shape)
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-    weights = torch.where(allowed.any(-1, keepdim=True), weights, torch.zeros((), dtype=weights.dtype))
+    weights = torch.softmax(scores, dim=-1)
+    weights = torch.where(allowed.expand(scores.shape).any(-1, keepdim=True), weights, torch.zeros((), dtype=weights.dtype))
     return torch.matmul(weights, v)
 
 
@@ -132,18 +137,20 @@ def baseline_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
                   mask: torch.Tensor | None = None, scale: float | None = None, bias: torch.Tensor | None = None,
                   window: tuple[int, int] | None = None, causal_align: str = "top_left",
                   varlen: tuple[tuple[int, int], ...] | None = None,
-                  cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = ()
-                  ) -> tuple[torch.Tensor, float]:
+                  cache_seqlens: tuple[int, ...] | None = None, key_ranges: Sequence[Any] = (),
+                  sinks: torch.Tensor | None = None, softcap: float | None = None) -> tuple[torch.Tensor, float]:
     """:func:`baseline_attention` of the query rows ``rows`` only (B, H, len(rows), d), in the inputs' dtype,
     and max|logit| over the keys those rows attend (float64): the rule's yardstick for a sampled-row check
     (:func:`harness.oracle.reference_rows` is its oracle), at O(rows x Tk x d)."""
     where = dict(causal=causal, mask=mask, window=window, causal_align=causal_align, varlen=varlen,
                  cache_seqlens=cache_seqlens, key_ranges=key_ranges)
-    base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, **where)  # type: ignore[arg-type]
+    base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, sinks=sinks, softcap=softcap,
+                              **where)  # type: ignore[arg-type]
     heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
     rows = torch.as_tensor(rows, dtype=torch.long).to(q.device)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    logits = torch.matmul(q[..., rows, :].to(torch.float64), expand_kv(k, heads).to(torch.float64).transpose(-1, -2)) * scale
+    logits = capped(torch.matmul(q[..., rows, :].to(torch.float64),
+                                 expand_kv(k, heads).to(torch.float64).transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         logits = logits + bias.expand(*bias.shape[:-2], tq, k.shape[-2])[..., rows, :].to(torch.float64)
     allowed = allowed_rows(rows, tq, k.shape[-2], device=q.device, **where)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, 
 from harness.cases import AttentionCase
 from harness.oracle import expand_kv, reference_attention, reference_rows, sample_rows
 from harness.results import CheckedCall
-from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, make_inputs, to_float64
+from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
 from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, compare
 
 CHECK_ROWS = 16
@@ -37,7 +37,7 @@ def set_count(case: AttentionCase, warm_cache: bool) -> int:
     if warm_cache:
         return 1
     item = TORCH_DTYPES[case.dtype].itemsize
-    one = item * case.batch * (case.heads * case.tq + 2 * case.kv_heads * case.tk) * case.d
+    one = item * case.batch * (case.heads * case.tq * case.d + case.kv_heads * case.tk * (case.d + case.value_dim))
     return DEFAULT_INPUT_SETS if one * DEFAULT_INPUT_SETS <= SETS_BYTES else 2
 
 
@@ -89,11 +89,11 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
     named = [("q", q), ("k", k), ("v", v), ("grad_out", grad_out), *named[3:]]
     if mode == "bwd":
-        return InputSet(lambda: torch.autograd.grad(out, (q, k, v), grad_out, retain_graph=True), named, inputs,
+        return InputSet(lambda: backward_grads(out, (q, k, v), grad_out, retain_graph=True), named, inputs,
                         leaves=(q, k, v), grad_out=grad_out)
     if mode == "fwd+bwd":
         live = q if shift else None
-        return InputSet(lambda: torch.autograd.grad(forward(), (q, k, v), grad_out), named, inputs, live,
+        return InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, live,
                         _clone(live), leaves=(q, k, v), grad_out=grad_out)
     raise ValueError(f"unknown mode {mode!r}")
 
@@ -169,8 +169,10 @@ def _check_forward(out: Any, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tens
     want = reference_rows(q, k64, v64, rows, **okw)
     dt = TORCH_DTYPES[case.dtype]
     bias = None if okw["bias"] is None else okw["bias"].to(dt)
+    sinks = None if okw["sinks"] is None else okw["sinks"].to(dt)
     base, logits = baseline_rows(q.to(dt), k64.to(dt), v64.to(dt), rows, causal=case.causal, mask=okw["mask"],
-                                 scale=case.scale, bias=bias, **case.structure_kwargs())
+                                 scale=case.scale, bias=bias, sinks=sinks, softcap=case.softcap,
+                                 **case.structure_kwargs())
     got = out[:, :, rows] if out is not None and out.dim() == 4 else out
     shown = rows.tolist() if len(rows) <= 8 else rows.tolist()[:4] + ["..."] + rows.tolist()[-2:]
     return compare(got, want, to_float64(base), dtype=case.dtype, m=OUTPUT_M, logit_max=logits), shown
@@ -187,8 +189,9 @@ def _check_grads(out: Any, q: torch.Tensor, s: InputSet, case: AttentionCase) ->
     dt = TORCH_DTYPES[case.dtype]
     base_leaves = [x.detach().to(dt).requires_grad_(True) for x in (q, k64, v64)]
     bias = None if okw["bias"] is None else okw["bias"].to(dt)
+    sinks = None if okw["sinks"] is None else okw["sinks"].to(dt)
     base_out = baseline_attention(*base_leaves, causal=case.causal, mask=okw["mask"], scale=case.scale, bias=bias,
-                                  **case.structure_kwargs())
+                                  sinks=sinks, softcap=case.softcap, **case.structure_kwargs())
     base = torch.autograd.grad(base_out, base_leaves, dout.to(dt))
     scale = case.d ** -0.5 if case.scale is None else case.scale
     cancelled = abs(scale) * float((dout @ expand_kv(v64, case.heads).transpose(-1, -2)).abs().max()) \

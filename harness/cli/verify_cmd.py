@@ -93,6 +93,7 @@ def _present(result: Run, seconds: float, impls: list[Implementation], path: Pat
         print(json.dumps(result.to_json(), indent=1, default=str))
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
-        print(verify_table(cells, seconds, [i.name for i in impls]))
+        notes = {i.name: i.conventions.unusual() for i in impls if i.conventions.unusual()}
+        print(verify_table(cells, seconds, [i.name for i in impls], notes))
         print(f"attnbench verify: results in {path}", file=sys.stderr)
     return 1 if problems(cells) else 0

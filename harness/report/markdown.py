@@ -7,7 +7,7 @@ would be read as HTML by GitHub).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.report.html import fmt
@@ -75,6 +75,10 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                 row.append(f"{ICON.get(cell['status'], '')} {cell['text']}" if isinstance(cell, dict) else "")
             matrix_rows.append(row)
         out += [md_table(["implementation", *report.matrix.columns], matrix_rows), ""]
+        notes = declared_conventions(report.results.implementations)
+        if notes:
+            out.append("### Declared conventions (the verdicts above assume them)")
+            out += [f"- {md(name)}: {note}" for name, note in notes] + [""]
         if not report.failures.empty:
             out.append("### Failing cases")
             shown = report.failures.head(MAX_FAILURES)
@@ -135,3 +139,22 @@ def _bandwidth_section(report: Analysis) -> list[str]:
                           pct(r.pct_bandwidth), f"{float(r.gflops):.1f}", pct(r.pct_peak))
                          for r in rows.itertuples()]))
     return out + [""]
+
+
+def declared_conventions(implementations: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str]]:
+    """(implementation, plain sentence) for each unusual convention a result file records (its capabilities'
+    ``conventions``); a record this attnbench cannot read is left out, not guessed at."""
+    from harness.conventions import Conventions
+    from harness.errors import PluginError
+
+    notes = []
+    for name, info in sorted(implementations.items()):
+        declared = info.get("conventions") if isinstance(info, Mapping) else None
+        if not isinstance(declared, Mapping):
+            continue
+        try:
+            conventions = Conventions(**{k: v for k, v in declared.items() if k in Conventions.__dataclass_fields__})
+        except (PluginError, TypeError):
+            continue
+        notes += [(name, note) for note in conventions.unusual()]
+    return notes

@@ -139,8 +139,10 @@ def _fmt(x: object) -> str:
     return f"{x:.3g}" if isinstance(x, float) else "-" if x is None else str(x)
 
 
-def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[str] = ()) -> str:
-    """The summary table, then the failing cases with their numbers, then distinct skip reasons."""
+def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[str] = (),
+                 conventions: Mapping[str, Sequence[str]] | None = None) -> str:
+    """The summary table, then the failing cases with their numbers, then distinct skip reasons, then the unusual
+    conventions implementations declared (``conventions``: name -> plain sentences), which every verdict assumed."""
     from harness.verify.tolerance import describe_rule
 
     lines = [f"rule: {describe_rule()}", ""]
@@ -167,5 +169,8 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
     if skips:
         lines += ["", "skipped:"]
         lines += [f"  {name}: {count} case(s): {reason}" for (name, reason), count in skips.items()]
+    if conventions:
+        lines += ["", "declared conventions (every verdict above assumes them):"]
+        lines += [f"  {name}: {note}" for name, notes in conventions.items() for note in notes]
     lines += ["", f"{len(cells)} checks in {seconds:.1f} s; " + ("all passed" if not bad else f"{len(bad)} problem(s)")]
     return "\n".join(lines)

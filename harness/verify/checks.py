@@ -23,10 +23,20 @@ import torch
 
 from harness.cases import AttentionCase
 from harness.integrity import live_threads, result_problem, thread_problem
-from harness.oracle import allowed_keys, allowed_rows, expand_kv, reference_attention, reference_rows, sample_rows
+from harness.oracle import (
+    allowed_keys,
+    allowed_rows,
+    capped,
+    expand_kv,
+    reference_attention,
+    reference_rows,
+    sample_rows,
+)
 from harness.registry import Implementation
-from harness.tensors import TORCH_DTYPES, Inputs, aux, dtype_name, make_inputs, to_float64
+from harness.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
 from harness.verify.boundary import Watch, arguments
+from harness.verify.empty_rows import as_contract_rows as as_contract_rows
+from harness.verify.empty_rows import by_empty_row_convention, empty_query_rows
 from harness.verify.outcome import CheckResult as CheckResult
 from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 
@@ -120,8 +130,10 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
         oracle = reference_rows(inputs.q64, k64, v64, rows, **kwargs)
     dt = TORCH_DTYPES[case.dtype]
     bias = None if kwargs["bias"] is None else kwargs["bias"].to(dt)
+    sinks = None if kwargs["sinks"] is None else kwargs["sinks"].to(dt)
     base = baseline_attention(inputs.q64.to(dt), k64.to(dt), v64.to(dt), causal=case.causal,
-                              mask=kwargs["mask"], scale=case.scale, bias=bias, rows=rows, **case.structure_kwargs())
+                              mask=kwargs["mask"], scale=case.scale, bias=bias, rows=rows, sinks=sinks,
+                              softcap=case.softcap, **case.structure_kwargs())
     return oracle, base.to(torch.float64)
 
 
@@ -131,7 +143,7 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     kwargs = inputs.oracle_kwargs(case)
     k = expand_kv(inputs.k64, case.heads)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
-    logits = torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale
+    logits = capped(torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale, case.softcap)
     if kwargs["bias"] is not None:
         bias = kwargs["bias"]
         logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])
@@ -139,7 +151,8 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     allowed = allowed_keys(case.tq, case.tk, **where) if rows is None else allowed_rows(rows, case.tq, case.tk, **where)
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
-    return float(logits.abs().max()) if logits.numel() else 0.0
+    sinks = 0.0 if inputs.sinks64 is None else float(inputs.sinks64.abs().max())
+    return max(float(logits.abs().max()) if logits.numel() else 0.0, sinks)
 
 
 def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
@@ -148,7 +161,7 @@ def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape
     if not isinstance(out, kind):
         return f"returned {type(out).__name__}, expected {kind.__module__}.{kind.__name__} (backend={impl.backend})"
     if tuple(out.shape) != shape:
-        return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, d)"
+        return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, dv: V's head dim)"
     if dtype_name(out) != case.dtype:
         return f"output dtype {dtype_name(out)}, expected {case.dtype} (q's dtype)"
     if isinstance(out, torch.Tensor) and out.device.type != case.device:
@@ -196,7 +209,7 @@ def finish(check: str, verdicts: list[tuple[int, Verdict]], trials: int) -> Chec
 def check_output(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
     """The output against the oracle over ``trials`` fresh seeded inputs, plus the contract's structure."""
     verdicts: list[tuple[int, Verdict]] = []
-    shape = (case.batch, case.heads, case.tq, case.d)
+    shape = (case.batch, case.heads, case.tq, case.value_dim)
     for trial in range(trials):
         inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
         threads = live_threads()
@@ -208,7 +221,15 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
         rows = sampled_rows(case, trial)
         oracle, base = oracle_and_base(case, inputs, rows=rows)
         got = to_float64(out) if rows is None else to_float64(out)[:, :, rows]
+        empty = empty_query_rows(case, inputs, rows)
+        try:
+            got, oracle, assumed = by_empty_row_convention(impl.conventions, got, oracle, inputs.v64, empty, case.sinks)
+        except ValueError as exc:  # NaN declared and not given
+            raise ContractViolation(str(exc)) from None
+        if assumed.get("empty_row_expected") == "mean_v":
+            base = torch.where(empty[..., None], oracle, base)  # type: ignore[index]
         verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs, rows))
+        verdict.metrics.update(assumed, conventions=impl.conventions.describe())
         if rows is not None:
             verdict.metrics["sampled_rows"] = len(rows)
             if verdict.metrics.get("worst_index"):  # the case's own row, not the sample's
@@ -224,7 +245,7 @@ def _grads(fn: Callable[..., torch.Tensor], leaves: list[torch.Tensor], dout: to
     if not isinstance(out, torch.Tensor) or not out.requires_grad:
         raise TypeError("the output does not require grad: the implementation is not differentiable "
                         "(grad=True promises torch autograd through the call)")
-    return list(torch.autograd.grad(out, leaves, dout.to(out.dtype), allow_unused=True))
+    return list(backward_grads(out, leaves, dout.to(out.dtype)))
 
 
 def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) -> float:
@@ -243,7 +264,7 @@ def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> tor
     """The backward's upstream gradient dO (float64, representable in the case's dtype); on a large case
     zero outside the sampled rows, so that the exact gradients are those of the sampled rows' outputs."""
     gen = torch.Generator().manual_seed(SEED_BASE + 7919 + trial)
-    dout64 = torch.randn(case.batch, case.heads, case.tq, case.d, generator=gen, dtype=torch.float64)
+    dout64 = torch.randn(case.batch, case.heads, case.tq, case.value_dim, generator=gen, dtype=torch.float64)
     if rows is not None:
         keep = torch.zeros(case.tq, dtype=torch.float64)
         keep[rows] = 1.0
@@ -253,57 +274,80 @@ def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> tor
 
 def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[Verdict]:
     """One trial of the gradient check: a verdict per input gradient, in order. A large case's gradients
-    are those of its sampled rows' outputs (dO zero elsewhere): exact against :func:`reference_rows`."""
-    names = ["dx"] if case.self_attention else ["dq", "dk", "dv"]
+    are those of its sampled rows' outputs (dO zero elsewhere): exact against :func:`reference_rows`.
+    Rows with no allowed key get dO = 0 unless the conventions declare zeros there (their value is the
+    convention's, checked by the output check; their gradient is not the contract's)."""
+    names = (["dx"] if case.self_attention else ["dq", "dk", "dv"]) + (["dsinks"] if case.sinks else [])
     dt = TORCH_DTYPES[case.dtype]
     inputs = make_inputs(case, SEED_BASE + trial, "torch")
     rows = sampled_rows(case, trial)
     dout64 = _upstream(case, trial, rows)
+    empty = empty_query_rows(case, inputs)
+    if empty is not None and impl.conventions.empty_row != "zeros" and not case.sinks:
+        dout64 = dout64.masked_fill(empty[..., None], 0.0)
     dout_rows = dout64 if rows is None else dout64[:, :, rows]
     kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
     dout = aux(dout64.to(dt).to(case.device), case)  # the upstream gradient crosses the boundary too
 
-    def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
-        if case.self_attention:
-            return [q.detach().requires_grad_()]
-        return [x.detach().requires_grad_() for x in (q, k, v)]
+    def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None) -> list[torch.Tensor]:
+        arrays = [q] if case.self_attention else [q, k, v]
+        arrays += [sinks] if sinks is not None else []
+        return [x.detach().requires_grad_() for x in arrays]
 
-    def qkv(leaves: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-        return (leaves[0],) * 3 if case.self_attention else leaves
+    def split(leaves: tuple[torch.Tensor, ...]) -> tuple[tuple[torch.Tensor, ...], dict[str, torch.Tensor]]:
+        extra = {"sinks": leaves[-1]} if case.sinks else {}
+        arrays = leaves[:-1] if case.sinks else leaves
+        return ((arrays[0],) * 3 if case.self_attention else arrays), extra
+
+    def implementation(*ls: torch.Tensor) -> torch.Tensor:
+        qkv, extra = split(ls)
+        out: torch.Tensor = impl.prepare(*qkv, **{**kw, **extra})()
+        return out
 
     def oracle(*ls: torch.Tensor) -> torch.Tensor:
-        q, k, v = qkv(ls)
-        return reference_attention(q, k, v, **okw) if rows is None else reference_rows(q, k, v, rows, **okw)
+        (q, k, v), extra = split(ls)
+        o = okw.copy()
+        o["sinks"] = extra.get("sinks", okw["sinks"])  # the leaf, so that d sinks flows
+        return reference_attention(q, k, v, **o) if rows is None else reference_rows(q, k, v, rows, **o)
 
+    def baseline(*ls: torch.Tensor) -> torch.Tensor:
+        qkv, extra = split(ls)
+        return baseline_attention(*qkv, causal=case.causal, mask=okw["mask"], scale=case.scale, bias=bias_dt, rows=rows,
+                                  softcap=case.softcap, **extra, **case.structure_kwargs())
+
+    sinks = inputs.sinks
     watch = Watch({**arguments(inputs.q, inputs.k, inputs.v, kw), "dout": dout})
-    got = _grads(lambda *ls: impl.prepare(*qkv(ls), **kw)(), leaves_of(inputs.q, inputs.k, inputs.v), dout)
+    got = _grads(implementation, leaves_of(inputs.q, inputs.k, inputs.v, sinks), dout)
     wrote = watch.problem()
     if wrote:
         return [Verdict(False, f"backward: {wrote}", {})]
-    want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64), dout_rows)
-    base = _grads(lambda *ls: baseline_attention(*qkv(ls), causal=case.causal, mask=okw["mask"], scale=case.scale,
-                                                 bias=bias_dt, rows=rows, **case.structure_kwargs()),
-                  leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt)), dout_rows)
+    want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
+    sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
+    base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
     logits = logit_max(case, inputs, rows)
-    magnitude = max(float(w.abs().max()) for w in want if w is not None)
-    magnitudes = [magnitude, max(magnitude, _cancelled_terms(case, inputs, dout_rows))]
+    magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
+    magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
+    cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))
+    assumed = {"conventions": impl.conventions.describe(), "grad_via": GRAD_VIA}
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
-        magnitude = magnitudes[name != "dv"]
         if g is None:
             verdicts.append(Verdict(False, f"{name} is None: the output does not depend on {name[1:]} through autograd", {}))
         elif dtype_name(g) != case.dtype:
             verdicts.append(Verdict(False, f"{name} dtype {dtype_name(g)}, expected {case.dtype}", {}))
         else:
             assert w is not None and b is not None
-            verdicts.append(compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
-                                    logit_max=logits, magnitude=magnitude))
+            verdict = compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
+                              logit_max=logits, magnitude=magnitudes.get(name, cancelled))
+            verdict.metrics.update(assumed)
+            verdicts.append(verdict)
     return verdicts
 
 
 def check_grad(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
-    """dq, dk, dv by autograd through the implementation, against float64 autograd of the oracle."""
+    """dq, dk, dv (and d sinks) by autograd through the implementation (``.backward()``, :data:`GRAD_VIA`),
+    against float64 autograd of the oracle."""
     verdicts: list[tuple[int, Verdict]] = []
     for trial in range(trials):
         verdicts += [(trial, v) for v in _grad_trial(impl, case, trial)]

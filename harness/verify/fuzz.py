@@ -3,6 +3,7 @@ shrink the first failure to a minimal case printed as a Python reproducer.
 
 Hypothesis draws cases (batch, heads and the GQA group up to 32, Tq, Tk, d up to 256, dtype, scale,
 causal, mask kind and rank, bias, inputs, the layout of q, k, v and of every other array, gradients,
+learned sinks, a soft-cap and V's own head dim (where declared),
 and every structure the implementation can express: windows, alignment, packed sequences, cache
 lengths, pages, with their parameters) from the declared capabilities only, checks each
 with the output, gradient and stateful checks (one seeded trial), and on a failure shrinks
@@ -66,9 +67,20 @@ def case_strategy(impl: Implementation) -> Any:
             layout=draw(st.sampled_from(LAYOUTS)), grad=grad,
             bias=draw(st.sampled_from(("none", "alibi"))) if impl.bias else "none",
             aux_layout=draw(st.sampled_from(LAYOUTS)))
+        _models_2025(draw, st, impl, fields)
         return AttentionCase(**_structure(draw, st, kind, fields, can))
 
     return cases()
+
+
+def _models_2025(draw: Any, st: Any, impl: Implementation, fields: CaseFields) -> None:
+    """Sinks, a soft-cap and V's own head dim, where declared; the simplest (none) first, so they shrink away."""
+    if impl.sinks:
+        fields["sinks"] = draw(st.booleans())
+    if impl.softcap and fields.get("bias", "none") == "none":
+        fields["softcap"] = draw(st.sampled_from((None, 5.0, 30.0, 0.5)))
+    if impl.value_dim:
+        fields["dv"] = draw(st.one_of(st.just(0), st.integers(1, 128), st.sampled_from((128, 192))))
 
 
 def _structure(draw: Any, st: Any, kind: str, fields: CaseFields, can: frozenset[str]) -> CaseFields:

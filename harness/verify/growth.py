@@ -38,7 +38,7 @@ def check_growth(impl: Implementation, case: AttentionCase) -> CheckResult:
     """The implementation's error at this T against the oracle, beside the same-dtype baseline's."""
     inputs = make_inputs(case, SEED_BASE, impl.backend)
     out = call(impl, case, inputs)
-    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.d))
+    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.value_dim))
     if problem:
         return cell(CHECK, "fail", problem)
     oracle = _chunked(reference_attention, inputs, torch.float64, case)

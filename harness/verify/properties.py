@@ -35,6 +35,7 @@ from harness.verify.checks import (
     SEED_BASE,
     CheckResult,
     ContractViolation,
+    as_contract_rows,
     call,
     cell,
     large_case,
@@ -64,9 +65,10 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
         props.append(("permutation", permutation))
     if case.page_size is not None:  # the properties below pass K and V of their own, contiguous
         return props
-    if not case.self_attention and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
+    if not case.self_attention and not case.sinks and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
+        # (a sink takes a share of each row's weight and gives no value: the output is inside the hull of V and 0)
         props.append(("convex_hull", convex_hull))
-    if (case.batch > 1 and case.cache_seqlens is None) or case.heads > 1:
+    if ((case.batch > 1 and case.cache_seqlens is None) or case.heads > 1) and not case.sinks:  # sinks: per head
         props.append(("slices", slices))
     if {"block_q", "block_k"} <= set(impl.options):
         props.append(("block_sizes", block_sizes))
@@ -88,11 +90,12 @@ def _out(impl: Implementation, case: AttentionCase, inputs: Inputs, shape: tuple
          **kw: Any) -> torch.Tensor:
     out = call(impl, case, inputs, **{k: v for k, v in kw.items() if k in ("q", "k", "v")},
                **{k: v for k, v in kw.items() if k not in ("q", "k", "v")})
-    shape = shape or (case.batch, case.heads, case.tq, case.d)
+    shape = shape or (case.batch, case.heads, case.tq, case.value_dim)
     problem = structure_problem(impl, case, out, shape)
     if problem:
         raise ContractViolation(problem)
-    return to_float64(out)
+    full = shape == (case.batch, case.heads, case.tq, case.value_dim)
+    return to_float64(as_contract_rows(impl, case, inputs, out) if full else out)
 
 
 def _verdict(name: str, diff: float, bound: float, what: str, extra: Mapping[str, object] | None = None) -> CheckResult:

@@ -77,6 +77,8 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
     with open_executor(settings.executor, settings.address, plugins) as executor:  # a bad --address writes nothing
         writer = ResultWriter(path, "verify", Config.from_json(config), force=force)
+        writer.set("implementations", {  # the declared conventions every verdict assumed, among the capabilities
+            impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()} for impl in impls})
         try:
             if settings.fuzz:
                 from harness.verify.fuzz import DATABASE_DIR, run_fuzz

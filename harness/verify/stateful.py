@@ -26,7 +26,17 @@ from harness.cases import AttentionCase
 from harness.registry import Implementation
 from harness.tensors import Inputs, make_inputs, to_float64
 from harness.verify.boundary import shares_storage
-from harness.verify.checks import PASS, SEED_BASE, CheckResult, call, cell, logit_max, oracle_and_base, structure_problem
+from harness.verify.checks import (
+    PASS,
+    SEED_BASE,
+    CheckResult,
+    as_contract_rows,
+    call,
+    cell,
+    logit_max,
+    oracle_and_base,
+    structure_problem,
+)
 from harness.verify.tolerance import OUTPUT_M, compare
 
 
@@ -39,7 +49,9 @@ def _write_in_place(target: Any, source: Any) -> None:
 
 def _checked(impl: Implementation, case: AttentionCase, inputs: Inputs, what: str) -> tuple[Any, CheckResult | None]:
     out = call(impl, case, inputs)
-    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.d))
+    problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.value_dim))
+    if problem is None:
+        out = as_contract_rows(impl, case, inputs, out)
     return out, None if problem is None else cell("property:stateful", "fail", f"{what}: {problem}")
 
 

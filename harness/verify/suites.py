@@ -72,6 +72,12 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("paged")
     if fields.get("kv_dtype") is not None:
         needs.add("kv_dtypes")
+    if fields.get("sinks"):
+        needs.add("sinks")
+    if fields.get("softcap") is not None:
+        needs.add("softcap")
+    if fields.get("dv", 0) not in (0, fields.get("d", 16)):
+        needs.add("value_dim")
     return Template(cast(CaseFields, fields), dtypes, frozenset(needs))  # checked as the case is built
 
 
@@ -124,7 +130,8 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=8, kv_heads=2, tq=pair, d=32, bias="alibi", causal=True),
         T(heads=4, tq=t, d=32, bias="alibi", grad=True),
         # structure: sliding windows (left, right) and bottom-right causal, natively or as a dense mask
-        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (t, t))],  # (t, t): every key
+        *[T(heads=2, tq=t, d=32, window=w) for w in ((0, 0), (1, 0), (17, 5), (8, 8), (t, t))],  # (t, t): every key
+        # (8, 8): symmetric, T not a multiple of it (a kernel that pads T to whole windows must mask the padding)
         T(heads=4, kv_heads=2, tq=pair, d=32, causal=True, window=(17, 0)),
         T("all", heads=2, tq=pair, d=32, causal=True, window=(33, 0)),
         T(batch=2, heads=2, tq=tq, tk=tk, d=32, window=(17, 5), mask="key_padding"),
@@ -143,7 +150,27 @@ def _common(tiny: bool) -> list[Template]:
         T(heads=2, d=32, causal=True, window=(7, 0), **packed((t, t), (pair, pair))),
         T(heads=2, d=32, mask="key_padding", **packed((9, 13), (t, 2 * t))),
         T(heads=2, d=16, causal=True, grad=True, **packed((t, t), (0, 5), (pair, pair))),
+        *_models_2025(t, pair, tq, tk),
         *_decode(tiny),
+    ]
+
+
+def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
+    """Learned attention sinks (gpt-oss, with its sliding window), logit soft-capping (Gemma 2) and a value
+    head dim of its own (DeepSeek MLA's 192 / 128), alone, with masks that empty rows, and with gradients."""
+    return [
+        T(heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=16, sinks=True, mask="empty_rows"),
+        T(heads=4, kv_heads=2, tq=pair, d=32, sinks=True, causal=True, window=(33, 0)),
+        T(heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True, grad=True),
+        T(heads=2, tq=pair, d=64, softcap=5.0, inputs="large"),
+        T(heads=4, kv_heads=2, tq=pair, d=32, softcap=30.0, causal=True),
+        T(batch=2, heads=2, tq=tq, tk=tk, d=16, softcap=5.0, mask="empty_rows"),
+        T(heads=2, tq=t, d=32, softcap=5.0, inputs="large", grad=True),
+        T(heads=4, tq=t, d=48, dv=32, causal=True),
+        T(heads=4, kv_heads=2, tq=tq, tk=tk, d=24, dv=16, mask="random"),
+        T(heads=2, tq=t, d=192, dv=128, causal=True),
+        T(heads=2, tq=t, d=48, dv=32, grad=True),
     ]
 
 
@@ -256,7 +283,10 @@ def _real_models() -> list[Template]:
 
     cases = (*model_cases(model_named("llama-3.1-8b"), "prefill", length=300).cases,
              *model_cases(model_named("gpt-oss-20b"), "decode", length=1030, batch=4).cases)
-    return [T(**{k: v for k, v in case.to_dict().items() if k not in ("dtype", "device", "kind")}) for case in cases]
+    # each as the model computes it (gpt-oss: with its sinks), and its shape alone for kernels without the feature
+    shapes = [case.with_(sinks=False, softcap=None, dv=0) for case in cases]
+    return [T(**{k: v for k, v in case.to_dict().items() if k not in ("dtype", "device", "kind")})
+            for case in {c.id: c for c in (*cases, *shapes)}.values()]
 
 
 def primary_dtype(impl: Implementation) -> str:
@@ -275,7 +305,8 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     """The cases of ``suite`` that ``impl`` declares it can express, on each declared device, deduplicated."""
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
-    caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, flag)}
+    caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
+            if getattr(impl, flag)}
     caps |= set(impl.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.mask else set())
     caps |= {"kv_dtypes"} if impl.kv_dtypes else set()
     primary = primary_dtype(impl)

@@ -97,13 +97,15 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
+    written = tuple(audit.input_problems(sets))  # a call that writes into its inputs: a violation, as in verify
     profile = loop.profile
     spin = guard.spin_baseline() if loop.kept else 0.0
     checks_s = guard.CLOCK() - checked
     total = guard.CLOCK() - entered
     integrity = Integrity(
         input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop.untyped),
-        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem)
+        + written,
         output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
         cpu_after_s=tuple(k.cpu_after_s for k in loop.kept if k.cpu_after_s is not None), spin_s=spin,
         accounting=Accounting(total_s=total, loop_s=loop.loop_s, captures_s=loop.captures_s,

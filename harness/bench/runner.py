@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
+from harness.availability import unsupported
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import measure_bandwidth
 from harness.bench.peak import measure_gemm_peak, peak_key
@@ -29,7 +30,7 @@ from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
-from harness.isolation import OK, Outcome, Task, WorkerPool
+from harness.isolation import OK, Outcome, Task, WorkerPool, memory_cap
 from harness.results import (
     Accounting,
     Bandwidth,
@@ -225,8 +226,9 @@ class BenchRunner:
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
                 # Fresh workers per implementation: a plugin that changes process state (torch's default
                 # dtype, NumPy's error mode, thread counts) must not change what the next one sees.
-                with WorkerPool(timeout=self.settings.timeout_s) as timing_pool, \
-                        WorkerPool(timeout=self.settings.timeout_s) as memory_pool:
+                cap = memory_cap(self.settings.memory_budget_bytes)  # past it an allocation fails, said as such
+                with WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap) as timing_pool, \
+                        WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap) as memory_pool:
                     for cell in group:
                         self._finish(self._measure(cell, timing_pool, memory_pool, peak_pool))
             self._confirm_peaks(peak_pool)
@@ -289,7 +291,10 @@ class BenchRunner:
     def _measure(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool,
                  peak_pool: WorkerPool) -> BenchCell:
         impl = self.registry.get(cell.implementation)
-        reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
+        source = self.registry.sources[cell.implementation]
+        reasons = unsupported(impl, cell.case.with_(grad=cell.mode != "fwd"), source, timing_pool)  # in the worker
+        if isinstance(reasons, Outcome):  # its available= check crashed or hung: the cell's own outcome
+            return _cell(cell, Status(reasons.status), reasons.error, seconds=reasons.seconds)
         if reasons:
             return skipped_cell(cell, "; ".join(reasons))
         peak = self._peak(cell.case.dtype, cell.case.device, peak_pool)
@@ -299,11 +304,11 @@ class BenchRunner:
             return skipped_cell(cell, over)
         predicted_s = self.budget.cell_seconds_predicted(cell, peak)
         started = time.perf_counter()
-        source = self.registry.sources[cell.implementation]
         args = (cell.implementation, source, cell.case.to_dict(), cell.mode)
         if not timing_pool.running:  # plugins loaded first: the timed task's wall time is the task's alone
             timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
+                                       end_leftovers=True))
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
@@ -327,6 +332,8 @@ class BenchRunner:
         result = replace(result, gflops=(result.flops or 0.0) / median / 1e9, seconds=seconds)
         if timed.integrity is not None:
             result = self._judged(result, timing.value, timing.seconds)
+        if timing.leftovers:  # a process the call started ran on beside the timing (killed now)
+            result = leftover_violation(result, timing.leftovers)
         if result.status == Status.OK:
             self.budget.record(cell, median, result.peak_extra_bytes)
         return result
@@ -345,6 +352,17 @@ class BenchRunner:
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def leftover_violation(cell: BenchCell, leftovers: tuple[str, ...]) -> BenchCell:
+    """``cell`` as a violation: its calls left processes running (work outside the timed calls, and
+    processes that would outlive the run); they were killed when the task returned."""
+    said = f"{len(leftovers)} process(es) the calls started were still running after the task: " \
+           f"{', '.join(leftovers[:5])}{' ...' if len(leftovers) > 5 else ''} (killed; a call must not leave " \
+           "processes behind)"
+    reason = said if cell.status == Status.OK or not cell.reason else f"{said}; {cell.reason}"
+    status = cell.status if cell.status == Status.IMPLAUSIBLE else Status.VIOLATION  # the verdicts' order
+    return replace(cell, status=status, reason=reason)
 
 
 def confirmed(peak: Peak, reading: Peak | None) -> Peak:

@@ -226,7 +226,8 @@ class BenchRunner:
             for _, group in itertools.groupby(todo, key=lambda cell: cell.implementation):
                 # Fresh workers per implementation: a plugin that changes process state (torch's default
                 # dtype, NumPy's error mode, thread counts) must not change what the next one sees.
-                cap = memory_cap(self.settings.memory_budget_bytes)  # past it an allocation fails, said as such
+                # past it an allocation fails, said as such: the budget a call may take, plus the input sets a cell holds
+                cap = memory_cap((self.settings.memory_budget_bytes or 0.0) + guard.SETS_BYTES)
                 with WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap) as timing_pool, \
                         WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap) as memory_pool:
                     for cell in group:

@@ -193,4 +193,4 @@ def test_an_allocation_past_the_worker_cap_is_out_of_memory_in_the_cell(tmp_path
     assert done.returncode == 1, done.stderr[-2000:]
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["status"] == "error" and cell["reason"].startswith("out of memory"), cell["reason"]
-    assert "3.00 GiB" in cell["reason"], cell["reason"]  # the cap: the 1 GiB budget and the worker's own base
+    assert "4.00 GiB" in cell["reason"], cell["reason"]  # the cap: the 1 GiB budget, 1 GiB of input sets, 2 GiB base

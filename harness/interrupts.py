@@ -34,6 +34,8 @@ def install() -> None:
     _received = False
     _signal = None
     for signum in STOPPING_SIGNALS:
+        if signum != signal.SIGINT and signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # `nohup attnbench ...`: a hang-up the user asked to ignore stays ignored
         signal.signal(signum, _handler)
 
 

@@ -95,3 +95,19 @@ def test_verify_to_a_file_stopped_by_sigterm_keeps_its_checks(tmp_path: Path) ->
     assert _leftovers(tmp_path) == []
 
 
+
+
+def test_a_hang_up_ignored_by_nohup_stays_ignored(tmp_path: Path) -> None:
+    plugin = plugin_file(tmp_path, GATED_AT_T128)
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen(["nohup", sys.executable, "-m", "harness", *BENCH, "--plugin", str(plugin), "--out", str(out)],
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=tmp_path)
+    try:
+        wait_started(tmp_path, "cell", proc)
+        proc.send_signal(signal.SIGHUP)
+    finally:
+        release(tmp_path, "cell")
+    status, _, err = finish(proc)
+    assert status == 0, err
+    assert load_results(out)["complete"]

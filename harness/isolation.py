@@ -78,8 +78,8 @@ class Outcome:
     traceback: str | None = None
     seconds: float = 0.0
     leftovers: tuple[str, ...] = ()
-    """Processes the task started that were still running when it returned ("pid 123 (sleep)"); each killed
-    when the task asked for it (:attr:`Task.end_leftovers`), else when the worker stops."""
+    """Processes the task started that were still running when it returned ("pid 123 (sleep)"), killed then:
+    found for a task that asks for it (:attr:`Task.end_leftovers`); any other task's die with its worker."""
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -270,7 +270,7 @@ def _serve(conn: Connection) -> None:
             if _is_out_of_memory(exc):
                 error = f"{OUT_OF_MEMORY}{_memory_note()}: {error}"
             reply = (ERROR, None, error, traceback.format_exc())
-        left = _end_leftovers() if end_leftovers else tuple(f"pid {p} ({n})" for p, n in descendants(os.getpid()).items())
+        left = _end_leftovers() if end_leftovers else ()  # else they live as long as the worker, and die with it
         try:
             conn.send((*reply, left))
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the task's error, not the worker's death

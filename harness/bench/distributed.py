@@ -45,7 +45,8 @@ def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, tim
     """On a node: time one cell and measure its memory in this node's workers for ``name``."""
     args = (name, source, case, mode)
     warm = Task(name, warm_up_task, (name, source), timeout=max(timeout, WARM_UP_TIMEOUT_S))
-    outcomes = {"timing": run_in_pool(("timing", source, name), Task(name, timing_task, args + (timing, threads)),
+    outcomes = {"timing": run_in_pool(("timing", source, name), Task(name, timing_task, args + (timing, threads),
+                                                                     end_leftovers=True),
                                       timeout=timeout, start_method="spawn", warm_up=warm)}
     if memory and outcomes["timing"].status == OK:
         # no warm-up here: the memory worker sets its allocator up before anything else (as locally);

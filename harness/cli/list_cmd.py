@@ -15,12 +15,14 @@ import textwrap
 
 from harness.availability import checking, reasons_or_failure, unsupported
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, registry_from_args
+from harness.cli.common import format_table, positive_number, registry_from_args
 from harness.discovery import Registry
 from harness.isolation import WorkerPool
 from harness.registry import Implementation
 
 HELP = "list implementations, their capabilities and availability"
+LIST_TIMEOUT_S = 600.0
+"""How long one implementation's ``available=`` check may take in its worker (a first C++ build takes minutes)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="show everything about these implementations, the full reason included")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
-
-
-LIST_TIMEOUT_S = 600.0
-"""How long one implementation's ``available=`` check may take in its worker (a first C++ build takes minutes)."""
+    parser.add_argument("--timeout", type=positive_number, default=LIST_TIMEOUT_S, metavar="S",
+                        help="seconds one implementation's availability check may take in its worker (default "
+                             f"{LIST_TIMEOUT_S:g}: a first C++ build takes minutes)")
 
 
 def availability_here(impl: Implementation, source: str, pool: WorkerPool) -> str | None:
@@ -50,8 +51,8 @@ def describe(impl: Implementation, reason: str | None) -> dict[str, object]:
             "reason": reason, "description": impl.description, "source": impl.source}
 
 
-def _described(registry: Registry, impls: list[Implementation]) -> list[dict[str, object]]:
-    with checking(LIST_TIMEOUT_S) as pool:
+def _described(registry: Registry, impls: list[Implementation], timeout: float) -> list[dict[str, object]]:
+    with checking(timeout) as pool:
         return [describe(impl, availability_here(impl, registry.sources[impl.name], pool)) for impl in impls]
 
 
@@ -94,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
     registry: Registry = registry_from_args(args)
     if args.names:
         chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones
-        entries = _described(registry, chosen)
+        entries = _described(registry, chosen, args.timeout)
         print(json.dumps({"implementations": entries}, indent=2) if args.json
               else "\n\n".join(detail(e) for e in entries))
         return 0
-    entries = _described(registry, list(registry))
+    entries = _described(registry, list(registry), args.timeout)
     if args.json:
         print(json.dumps({"implementations": entries,
                           "load_errors": [{"source": e.source, "error": e.error} for e in registry.errors]},

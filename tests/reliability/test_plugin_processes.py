@@ -194,3 +194,11 @@ def test_an_allocation_past_the_worker_cap_is_out_of_memory_in_the_cell(tmp_path
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["status"] == "error" and cell["reason"].startswith("out of memory"), cell["reason"]
     assert "4.00 GiB" in cell["reason"], cell["reason"]  # the cap: the 1 GiB budget, 1 GiB of input sets, 2 GiB base
+
+
+def test_list_bounds_an_available_check_that_hangs(tmp_path: Path) -> None:
+    plugin = _plugin(tmp_path, AVAILABLE)
+    done = _attnbench("list", "--plugin", str(plugin), "avail_hangs", "--json", "--timeout", "5")
+    assert done.returncode == 0, done.stderr[-2000:]
+    (entry,) = json.loads(done.stdout)["implementations"]
+    assert entry["available"] is False and "timeout" in entry["reason"]

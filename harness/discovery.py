@@ -82,7 +82,11 @@ class Registry:
 
     def select(self, names: Iterable[str] | None) -> list[Implementation]:
         """The implementations named; when ``names`` is empty, all but those declared ``on_request``."""
-        wanted = [n.strip() for raw in (names or []) for n in raw.split(",") if n.strip()]
+        given = list(names or [])
+        wanted = [n.strip() for raw in given for n in raw.split(",") if n.strip()]
+        if given and not wanted:  # `--only "$EMPTY"`: a selection that names nothing never means "everything"
+            raise UsageError(f"--only {' '.join(repr(g) for g in given)} names no implementation; give names "
+                             "(comma-separated, see `attnbench list`) or leave --only out to select all")
         if not wanted:
             return [impl for impl in self if not impl.on_request]
         return [self.get(n) for n in wanted]

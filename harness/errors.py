@@ -1,5 +1,12 @@
 """Errors the harness raises on purpose, each with a message that names the problem and the fix."""
 
+from __future__ import annotations
+
+import errno
+
+DISK_FULL_ERRNOS = frozenset(e for e in (errno.ENOSPC, getattr(errno, "EDQUOT", None), errno.EFBIG) if e is not None)
+"""No space left, a quota, a file-size limit (RLIMIT_FSIZE): each a full disk to the user."""
+
 
 class AttnbenchError(Exception):
     """Base class: the CLI prints these without a traceback and exits with status 2."""
@@ -15,3 +22,17 @@ class UsageError(AttnbenchError):
 
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C, carrying what the command leaves behind (which file, how to finish); printed once, exit 130."""
+
+
+class DiskFull(AttnbenchError):
+    """No space left on a device (or a file-size limit) while writing a file: exit 2, one line naming the file,
+    what the command kept, and how to go on. The file itself is never left half-written."""
+
+    def __init__(self, path: object, why: str, kept: str = "nothing was written there",
+                 then: str = "free some space (or write elsewhere) and run the same command again") -> None:
+        self.path, self.why, self.kept, self.then = path, why, kept, then
+        super().__init__(f"{why} while writing {path}; {kept}; {then}")
+
+    def but(self, kept: str, then: str) -> DiskFull:
+        """The same failure, said by the caller that knows what was kept and how to finish."""
+        return DiskFull(self.path, self.why, kept, then)

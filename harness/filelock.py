@@ -53,8 +53,11 @@ class RunLock:
             except FileNotFoundError:
                 same = False
             if same:
-                os.ftruncate(fd, 0)
-                os.write(fd, str(os.getpid()).encode())
+                try:  # the pid only names the holder in another run's message: a full disk costs the name, not the lock
+                    os.ftruncate(fd, 0)
+                    os.write(fd, str(os.getpid()).encode())
+                except OSError:
+                    pass
                 return cls(lock_path, fd)
             os.close(fd)
 

@@ -7,6 +7,14 @@ set-up and caches are paid once). The parent waits for each answer with a timeou
 - the worker died (abort, segfault, ``os._exit``): ``crash`` with its exit code or signal;
 - no answer in time: ``timeout``; the worker is killed.
 
+Each worker leads a process group of its own and is a *child subreaper*: whatever a plugin starts
+(a child, a double-forked daemon, one that calls ``setsid``) stays in the worker's tree, is counted
+after every task (:attr:`Outcome.leftovers`) and is killed with the worker, so no orphan outlives
+a run or holds its output pipe open. A worker may be given a memory cap (``RLIMIT_DATA``, which
+counts what is allocated, not the virtual address space torch reserves): an allocation past it
+fails in the worker and the outcome says so (:data:`OUT_OF_MEMORY`) instead of the machine's
+out-of-memory killer choosing a victim.
+
 After a crash or a timeout a fresh worker takes the remaining tasks. Outcomes are handed
 to ``on_outcome`` as they arrive, so the caller can write them to disk at once and nothing
 measured before is lost. Task functions must be importable top-level functions and their
@@ -39,6 +47,11 @@ LONGEST_WAIT_S = 2_000_000.0
 milliseconds (at most 2,147,483 s), so a longer limit (``verify --fuzz 1000000`` asks for 58 days) would
 raise OverflowError; a limit of weeks is no limit in practice either way."""
 OK, ERROR, CRASH, TIMEOUT = "ok", "error", "crash", "timeout"
+LONGEST_SCAN_S = 0.05
+"""The most a worker's scan for leftover processes is taken off a task's time (it takes ~10 ms on a busy machine)."""
+OUT_OF_MEMORY = "out of memory"
+"""How an outcome's error begins when the task failed to allocate past the worker's memory cap."""
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 #: The environment variables that set BLAS/OpenMP thread counts in a worker (read at its start).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -52,6 +65,9 @@ class Task:
     args: tuple[Any, ...] = ()
     timeout: float | None = None
     """Seconds; None means the pool's default."""
+    end_leftovers: bool = False
+    """Kill what the task left running as soon as it returns (bench: nothing may run beside the next timing);
+    otherwise the worker's processes live as long as it does (a plugin's helper pool, say)."""
 
 
 @dataclass
@@ -63,20 +79,160 @@ class Outcome:
     """For error: "Type: message"; crash: how the worker died; timeout: the limit."""
     traceback: str | None = None
     seconds: float = 0.0
+    leftovers: tuple[str, ...] = ()
+    """Processes the task started that were still running when it returned ("pid 123 (sleep)"), killed then:
+    found for a task that asks for it (:attr:`Task.end_leftovers`); any other task's die with its worker."""
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
 
 
 def _die_with_parent() -> None:
     """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the broken pipe below ends the worker instead
-        return
+    if not _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):
+        return  # not Linux: the broken pipe below ends the worker instead
     if os.getppid() == 1:  # the parent died before the request took effect
         os._exit(0)
+
+
+def _own_group() -> None:
+    """Lead a process group of its own (killed whole when the worker stops) and adopt every orphan of the
+    plugin's (Linux: a child subreaper), so nothing the plugin starts leaves the worker's tree."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _cap_memory(limit_bytes: int | None) -> None:
+    """At most ``limit_bytes`` of data (heap and anonymous mappings; not the address space torch reserves)."""
+    if not limit_bytes:
+        return
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        cap = limit_bytes if hard == resource.RLIM_INFINITY else min(limit_bytes, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    except (ImportError, ValueError, OSError):
+        pass  # no such limit here: the budget's prediction alone guards the machine
+
+
+WORKER_BASE_BYTES = 2 << 30
+"""What a worker holds before its first case (an interpreter, torch, NumPy, thread stacks: 0.2-1 GiB measured),
+with room to spare: added to a run's memory budget to make a worker's cap."""
+
+
+def memory_cap(budget_bytes: float | None) -> int | None:
+    """A worker's data cap for a run whose cases may each need ``budget_bytes`` (None: no cap)."""
+    return None if not budget_bytes else int(budget_bytes) + WORKER_BASE_BYTES
+
+
+def available_ram_bytes() -> int | None:
+    """MemAvailable (Linux), or None where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, state, command name) of process ``pid`` from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    name, _, rest = text.partition(" (")[2].rpartition(") ")
+    fields = rest.split()
+    return (int(fields[1]), fields[0], name) if len(fields) > 1 else None
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (zombies excepted), pid -> command name; empty where /proc is missing."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    children: dict[int, list[tuple[int, str]]] = {}
+    for pid in pids:
+        info = _stat(pid)
+        if info is not None and info[1] != "Z":
+            children.setdefault(info[0], []).append((pid, info[2]))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, name in children.get(todo.pop(), []):
+            if pid not in found:
+                found[pid] = name
+                todo.append(pid)
+    return found
+
+
+def kill_tree(root: int, *, include_root: bool, group: bool = False) -> dict[int, str]:
+    """Stop, then kill, every process below ``root`` (and ``root`` itself, and the process group it leads, if
+    asked); return what was found below it. Stopped first, so none forks a new child while the others die.
+    Ask for ``root`` only while it is alive or unreaped: a reaped pid may be someone else's by now."""
+    found: dict[int, str] = {}
+    for _ in range(10):  # each round stops what the round before missed (a child forked meanwhile)
+        new = {pid: name for pid, name in descendants(root).items() if pid not in found}
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        found.update(new)
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if group:
+        with contextlib.suppress(OSError):
+            os.killpg(root, signal.SIGKILL)  # the group outlives its leader: members a crash left behind
+    if include_root:
+        with contextlib.suppress(OSError):
+            os.kill(root, signal.SIGKILL)
+    return found
+
+
+def _end_leftovers() -> tuple[str, ...]:
+    """In a worker: kill what the last task left running below it and reap it (it is this subreaper's now)."""
+    found = kill_tree(os.getpid(), include_root=False)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+    return tuple(f"pid {pid} ({name})" for pid, name in sorted(found.items()))
+
+
+def _is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation refused: Python's and NumPy's MemoryError, or torch's CPU allocator (a RuntimeError)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "not enough memory" in text)
+
+
+def _memory_note() -> str:
+    """The worker's data size and cap, for an out-of-memory outcome."""
+    try:
+        import resource
+
+        cap = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        with open("/proc/self/status") as f:
+            data = next((line.split()[1] for line in f if line.startswith("VmData:")), None)
+    except (ImportError, OSError, ValueError):
+        return ""
+    used = f"{int(data) / 2**20:.2f} GiB in use" if data else "usage unknown"
+    limit = "no cap" if cap == resource.RLIM_INFINITY else f"the worker's cap is {cap / 2**30:.2f} GiB"
+    return f" ({used}; {limit}, from the memory budget)"
 
 
 def _stdout_to_stderr() -> None:
@@ -86,14 +242,18 @@ def _stdout_to_stderr() -> None:
     sys.stdout = sys.stderr
 
 
-def _worker_main(conn: Connection) -> None:
+def _worker_main(conn: Connection, memory_limit: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     _die_with_parent()
+    _own_group()
+    _cap_memory(memory_limit)
     _stdout_to_stderr()
     try:
         _serve(conn)
     except (BrokenPipeError, EOFError, ConnectionResetError):
         pass  # the parent is gone: nobody is waiting for an answer; exit quietly
+    finally:
+        _end_leftovers()  # a worker never leaves a plugin's processes behind it
 
 
 def _serve(conn: Connection) -> None:
@@ -104,18 +264,24 @@ def _serve(conn: Connection) -> None:
             return
         if message is None:
             return
-        fn, args = message
+        fn, args, end_leftovers = message
         try:
             reply: tuple[Any, ...] = (OK, fn(*args), None, None)
         except BaseException as exc:  # noqa: BLE001 - every failure of plugin code is an outcome
-            reply = (ERROR, None, f"{type(exc).__name__}: {exc}", traceback.format_exc())
+            error = f"{type(exc).__name__}: {exc}"
+            if _is_out_of_memory(exc):
+                error = f"{OUT_OF_MEMORY}{_memory_note()}: {error}"
+            reply = (ERROR, None, error, traceback.format_exc())
+        scan_started = _CLOCK()
+        left = _end_leftovers() if end_leftovers else ()  # else they live as long as the worker, and die with it
+        scan_s = _CLOCK() - scan_started  # the harness's own time, not the task's: the parent takes it off
         try:
-            conn.send(reply)
+            conn.send((*reply, left, scan_s))
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the task's error, not the worker's death
-            conn.send((ERROR, None, f"result could not be sent back: {type(exc).__name__}: {exc}", None))
+            conn.send((ERROR, None, f"result could not be sent back: {type(exc).__name__}: {exc}", None, left, scan_s))
 
 
-def _describe_death(exitcode: int | None) -> str:
+def _describe_death(exitcode: int | None, memory_limit: int | None = None) -> str:
     if exitcode is None:
         return "worker stopped answering"
     if exitcode < 0:
@@ -123,7 +289,11 @@ def _describe_death(exitcode: int | None) -> str:
             name = signal.Signals(-exitcode).name
         except ValueError:
             name = f"signal {-exitcode}"
-        return f"worker killed by {name} (exit code {exitcode})"
+        why = ""
+        if exitcode == -signal.SIGKILL:  # nobody here sent it: the kernel's out-of-memory killer is the usual sender
+            cap = f"its cap of {memory_limit / 2**30:.2f} GiB" if memory_limit else "no memory cap"
+            why = f"; likely out of memory: the kernel's OOM killer ends processes with SIGKILL (the worker had {cap})"
+        return f"worker killed by {name} (exit code {exitcode}){why}"
     return f"worker exited with code {exitcode}"
 
 
@@ -151,10 +321,10 @@ class _Worker:
     conn: Connection
 
     @classmethod
-    def start(cls, method: str = "spawn") -> _Worker:
+    def start(cls, method: str = "spawn", memory_limit: int | None = None) -> _Worker:
         context = _context(method)
         parent, child = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child,), daemon=True)
+        process = context.Process(target=_worker_main, args=(child, memory_limit), daemon=True)
         # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
         multiprocessing.resource_tracker.ensure_running()
         if context.get_start_method() == "forkserver":
@@ -179,9 +349,12 @@ class _Worker:
             except (OSError, EOFError):
                 pass
             self.process.join(timeout=5)
+        if self.process.pid is not None:  # the worker, all it started, and its group (what a crash left)
+            alive = self.process.is_alive()
+            kill_tree(self.process.pid, include_root=alive, group=alive or kill)
         if self.process.is_alive():
             self.process.kill()
-            self.process.join(timeout=5)
+        self.process.join(timeout=5)
         self.conn.close()
         _LIVE.discard(self)
 
@@ -213,8 +386,8 @@ def kill_all_workers() -> None:
     whether the run was stopped before they record the outcome as a crash.
     """
     for worker in list(_LIVE):
-        if worker.process.is_alive():
-            worker.process.kill()
+        if worker.process.pid is not None and worker.process.is_alive():
+            kill_tree(worker.process.pid, include_root=True, group=True)
 
 
 @dataclass
@@ -224,24 +397,32 @@ class WorkerPool:
     timeout: float = DEFAULT_TIMEOUT_S
     start_method: str = "spawn"
     """"spawn" or "forkserver" (see :func:`_context`)."""
+    memory_limit: int | None = None
+    """Bytes of data each worker may allocate (None: no cap); see :func:`_cap_memory`."""
     _worker: _Worker | None = field(default=None, repr=False)
 
     def run(self, task: Task) -> Outcome:
         if self._worker is None or not self._worker.process.is_alive():
-            self._worker = _Worker.start(self.start_method)
+            self._worker = _Worker.start(self.start_method, self.memory_limit)
         worker = self._worker
         limit = min(self.timeout if task.timeout is None else task.timeout, LONGEST_WAIT_S)
         started = _CLOCK()
         try:
-            worker.conn.send((task.fn, task.args))
+            worker.conn.send((task.fn, task.args, task.end_leftovers))
             answered = worker.conn.poll(limit)
             if answered:
-                status, value, error, trace = worker.conn.recv()
-                return Outcome(status, value, error, trace, _CLOCK() - started)
+                status, value, error, trace, left, scan_s = worker.conn.recv()
+                # the scan's own time, as the worker says, but never more than a scan takes: a worker that
+                # claimed more would shrink the wall time bench holds its accounting against
+                scan_s = min(max(float(scan_s), 0.0), LONGEST_SCAN_S)
+                outcome = Outcome(status, value, error, trace, _CLOCK() - started - scan_s, leftovers=left)
+                if error and error.startswith(OUT_OF_MEMORY):  # what leaked stays with this worker: a fresh one next
+                    self._discard(kill=True)
+                return outcome
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(timeout=5)
             self._discard(kill=True)
-            return Outcome(CRASH, error=_describe_death(worker.process.exitcode),
+            return Outcome(CRASH, error=_describe_death(worker.process.exitcode, self.memory_limit),
                            seconds=_CLOCK() - started)
         self._discard(kill=True)
         return Outcome(TIMEOUT, error=f"no answer within {limit:g} s; worker killed",

@@ -93,8 +93,24 @@ class Implementation:
         """None when the implementation can run on this machine, else the reason it cannot."""
         return _availability(self)
 
+    @property
+    def available_per_case(self) -> bool:
+        """Its ``available=`` check takes the case (asked per case; otherwise once per process)."""
+        return _takes_case(self.available)
+
     def not_supported_reasons(self, case: AttentionCase) -> list[str]:
-        """Every reason this implementation cannot run ``case``; empty when it can."""
+        """Every reason this implementation cannot run ``case``; empty when it can. Calls the plugin's own
+        ``available=`` check: the command's process asks :func:`harness.availability.unsupported` instead."""
+        reasons = self.declared_gaps(case)
+        if not reasons:
+            reason = self.availability() if not _takes_case(self.available) else _call_available(self, case)
+            if reason:
+                reasons.append(reason)
+        return reasons
+
+    def declared_gaps(self, case: AttentionCase) -> list[str]:
+        """The reasons this implementation cannot run ``case`` read from its declaration alone (no plugin code
+        runs): the capabilities it declared, the case kind's own requirements, a CUDA device."""
         reasons = [explain(self, case) for lacks, explain in _CAPABILITY_GAPS if lacks(self, case)]
         reasons.extend(structure_reasons(self, case))
         if case.kind == "kernel":
@@ -104,10 +120,6 @@ class Implementation:
             reasons.extend(extra(self))
         if case.device == "cuda" and not _cuda_available():
             reasons.append(f"needs a CUDA device; torch.cuda.is_available() is False here ({_torch_build()})")
-        if not reasons:
-            reason = self.availability() if not _takes_case(self.available) else _call_available(self, case)
-            if reason:
-                reasons.append(reason)
         return reasons
 
     def capabilities(self) -> dict[str, Any]:

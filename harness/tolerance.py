@@ -174,10 +174,18 @@ def compare(got: torch.Tensor, oracle: torch.Tensor, base: torch.Tensor, *, dtyp
     if got.shape != oracle.shape:
         return Verdict(False, f"{what} shape {tuple(got.shape)}, expected {tuple(oracle.shape)}", {})
     finite = torch.isfinite(oracle)
-    bad = finite & ~torch.isfinite(got)
+    if not bool(finite.all()):  # a NaN bound never trips `err > bound`: no check without a finite reference
+        first = [int(i) for i in (~finite).nonzero()[0]]
+        return Verdict(False, f"the float64 reference of {what} has {int((~finite).sum())} NaN/Inf value(s), first "
+                              f"at {first}: the inputs (or a call that wrote into them) are not finite, so "
+                              f"nothing can be checked", {"bound": None, "m": m, "worst_index": first})
+    bad = ~torch.isfinite(got)
     if magnitude is None:
         magnitude = float(oracle.abs().max()) if oracle.numel() else 0.0
     floor = floor_for(dtype, magnitude, logit_max)
+    if not (math.isfinite(floor) and math.isfinite(logit_max)):
+        return Verdict(False, f"{what}: the bound is not finite (floor {floor}, max|logit| {logit_max}): nothing "
+                              "can be checked against it", {"bound": None, "m": m, "floor": floor})
     diff = (got - oracle).abs()
     if bad.any():
         index = tuple(int(i) for i in bad.nonzero()[0])
@@ -191,6 +199,9 @@ def compare(got: torch.Tensor, oracle: torch.Tensor, base: torch.Tensor, *, dtyp
     worst = [int(i) for i in (diff == max_err).nonzero()[0]] if diff.numel() else []
     base_err = _max(base - oracle)
     bound = m * base_err + floor
+    if not math.isfinite(bound):
+        return Verdict(False, f"{what}: the bound {bound} is not finite (baseline error {base_err:.3g}); nothing "
+                              "can be checked against it", {"bound": None, "m": m, "floor": floor})
     norm = float(oracle.norm())
     rel_l2 = float((got - oracle).nan_to_num().norm()) / norm if norm > 0 else 0.0  # all-zero oracle: max-abs decides
     base_rel = float((base - oracle).nan_to_num().norm()) / norm if norm > 0 else 0.0

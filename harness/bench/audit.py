@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet, Kept
@@ -81,7 +83,7 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
                                                                       if hasattr(v, "shape"))]
     if mode == "fwd":
         live = arrays[0] if shift else None
-        return InputSet(impl.prepare(*arrays, **kwargs), named, inputs, live, _clone(live))
+        return _printed(InputSet(impl.prepare(*arrays, **kwargs), named, inputs, live, _clone(live)))
     q, k, v = (x.detach().requires_grad_(True) for x in arrays)
     forward = impl.prepare(q, k, v, **kwargs)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -89,13 +91,55 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
     named = [("q", q), ("k", k), ("v", v), ("grad_out", grad_out), *named[3:]]
     if mode == "bwd":
-        return InputSet(lambda: backward_grads(out, (q, k, v), grad_out, retain_graph=True), named, inputs,
-                        leaves=(q, k, v), grad_out=grad_out)
+        return _printed(InputSet(lambda: backward_grads(out, (q, k, v), grad_out, retain_graph=True), named,
+                                 inputs, leaves=(q, k, v), grad_out=grad_out))
     if mode == "fwd+bwd":
         live = q if shift else None
-        return InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, live,
-                        _clone(live), leaves=(q, k, v), grad_out=grad_out)
+        return _printed(InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, live,
+                                 _clone(live), leaves=(q, k, v), grad_out=grad_out))
     raise ValueError(f"unknown mode {mode!r}")
+
+
+def _buffer_digest(x: Any) -> bytes | None:
+    """A digest of every byte of the buffer behind ``x`` (its neighbours in a strided view too), read in
+    place: no copy of the inputs is kept. None for what cannot be read from the host (a CUDA tensor)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu" or x.is_meta:
+            return None
+        whole = torch.empty(0, dtype=torch.uint8).set_(x.untyped_storage())
+        data: bytes | memoryview = whole.numpy().data if whole.numel() else b""
+    elif isinstance(x, np.ndarray):
+        root = x
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        data = np.ascontiguousarray(root).view(np.uint8).reshape(-1).data if root.size else b""
+    else:
+        return None
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _printed(s: InputSet) -> InputSet:
+    """``s`` with a digest of each input it hands the call (the shifted q excepted: it changes before every call)."""
+    s.prints = {}
+    for name, x in s.named:
+        if x is s.live_q:
+            continue
+        digest = _buffer_digest(x)
+        if digest is not None:
+            s.prints[name] = digest
+    return s
+
+
+def input_problems(sets: list[InputSet]) -> list[str]:
+    """A sentence per input set whose inputs the timed calls wrote into (verify fails the same call)."""
+    problems = []
+    for index, s in enumerate(sets):
+        named = dict(s.named)
+        changed = [name for name, digest in (s.prints or {}).items() if _buffer_digest(named[name]) != digest]
+        if changed:
+            problems.append(f"input set {index}: the timed calls wrote into the input(s) {', '.join(changed)} "
+                            "(or the buffer behind them): a call may read its inputs, never write them")
+    return problems
 
 
 def _clone(x: Any) -> Any:
@@ -139,6 +183,11 @@ def _check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mod
         if k.problem or k.out is None:  # a violation (reported as such): nothing of its own to compare
             continue
         s = sets[k.set_index]
+        wrong_dtype = [d for d in k.dtypes if d not in ("none", case.dtype)]
+        if wrong_dtype:  # as verify fails it: the float64 copy below would hide it
+            problems.append(f"timed sample {k.index} (input set {k.set_index}): output dtype {wrong_dtype[0]}, "
+                            f"expected {case.dtype} (q's dtype)")
+            continue
         q = k.q if k.q is not None else to_float64(s.named[0][1])
         if mode == "fwd":
             if case.self_attention:

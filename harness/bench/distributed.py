@@ -21,6 +21,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from harness.availability import checking, unsupported
 from harness.bench.runner import _cell, bandwidth_task, confirmed, higher, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
@@ -44,7 +45,8 @@ def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, tim
     """On a node: time one cell and measure its memory in this node's workers for ``name``."""
     args = (name, source, case, mode)
     warm = Task(name, warm_up_task, (name, source), timeout=max(timeout, WARM_UP_TIMEOUT_S))
-    outcomes = {"timing": run_in_pool(("timing", source, name), Task(name, timing_task, args + (timing, threads)),
+    outcomes = {"timing": run_in_pool(("timing", source, name), Task(name, timing_task, args + (timing, threads),
+                                                                     end_leftovers=True),
                                       timeout=timeout, start_method="spawn", warm_up=warm)}
     if memory and outcomes["timing"].status == OK:
         # no warm-up here: the memory worker sets its allocator up before anything else (as locally);
@@ -149,7 +151,11 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayClu
 
     def submit_cell(cell: PlannedCell) -> Any | None:
         impl = runner.registry.get(cell.implementation)
-        reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
+        reasons = unsupported(impl, cell.case.with_(grad=cell.mode != "fwd"), runner.registry.sources[cell.implementation],
+                              pool)  # its available= check in a worker here, as in a local run
+        if isinstance(reasons, Outcome):
+            runner._finish(_cell(cell, Status(reasons.status), reasons.error))
+            return None
         if reasons:
             runner._finish(skipped_cell(cell, "; ".join(reasons)))
             return None
@@ -174,6 +180,7 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayClu
         runner._finish(runner.measured(cell, result.outcomes["timing"], result.outcomes.get("memory"),
                                        predicted.get(cell.key), result.ended_at - result.started_at, **where))
 
-    stream(cluster.ray, todo, submit_cell, slots, on_done)
+    with checking(settings.timeout_s) as pool:
+        stream(cluster.ray, todo, submit_cell, slots, on_done)
     if keys:
         peaks.measure(sorted(set(peaks.kinds_nodes.values())), keys, confirm=True)

@@ -66,6 +66,11 @@ class InputSet:
     """A backward's (q, k, v) leaves, whose gradients are the output."""
     grad_out: Any = None
     """A backward's upstream gradient."""
+    prints: dict[str, bytes] | None = None
+    """A digest of the whole buffer behind each input the call receives (q excepted when it is shifted), taken
+    when the set was built: :func:`harness.bench.audit.input_problems` holds the buffers against it afterwards."""
+    shifted_by: Any = None
+    """The vector q was last shifted by: q must still be ``base_q + shifted_by`` after a checked call."""
 
     def shift(self, gen: Any) -> None:
         """New values for q: its pristine values plus a random row vector (O(Tq d), outside the timed call)."""
@@ -80,12 +85,26 @@ class InputSet:
             torch.set_num_threads(1)  # an OpenMP region stalls for milliseconds on a busy machine; one add need not
             try:
                 with torch.no_grad():
-                    torch.add(self.base_q, vec.to(self.live_q.dtype).to(self.live_q.device), out=self.live_q)
+                    self.shifted_by = vec.to(self.live_q.dtype).to(self.live_q.device)
+                    torch.add(self.base_q, self.shifted_by, out=self.live_q)
             finally:
                 torch.set_num_threads(threads)
         else:
             row = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32).numpy()
-            np.add(self.base_q, row.astype(self.live_q.dtype), out=self.live_q)
+            self.shifted_by = row.astype(self.live_q.dtype)
+            np.add(self.base_q, self.shifted_by, out=self.live_q)
+
+    def q_written(self) -> bool:
+        """Whether the call wrote into the shifted q (it must still hold ``base_q + shifted_by``, bit for bit)."""
+        if self.live_q is None or self.shifted_by is None:
+            return False
+        import numpy as np
+        import torch
+
+        if isinstance(self.live_q, torch.Tensor):
+            with torch.no_grad():
+                return not torch.equal(self.live_q, torch.add(self.base_q, self.shifted_by))
+        return not np.array_equal(self.live_q, np.add(self.base_q, self.shifted_by))
 
 
 @dataclass
@@ -98,6 +117,8 @@ class Kept:
     q: Any
     problem: str | None
     cpu_after_s: float | None = None
+    dtypes: tuple[str, ...] = ()
+    """The dtype of each array the call returned (the copy in ``out`` is float64)."""
 
 
 def clock_problem() -> str | None:
@@ -145,6 +166,13 @@ def _exact(out: Any) -> bool:
     return all(p is None or type(p) is torch.Tensor or type(p) is np.ndarray for p in parts)
 
 
+def _dtypes(out: Any) -> tuple[str, ...]:
+    from harness.tensors import dtype_name
+
+    parts = out if isinstance(out, tuple) else (out,)
+    return tuple("none" if p is None else dtype_name(p) if hasattr(p, "dtype") else type(p).__name__ for p in parts)
+
+
 def _copy(out: Any) -> Any:
     from harness.tensors import to_float64
 
@@ -163,8 +191,10 @@ def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int]
         copy, problem = None, problem or f"the result could not be read: {type(exc).__name__}: {exc}"
     if cpu:  # on CUDA a host thread's work after the return says nothing of the device's: docs/integrity.md
         problem = problem or thread_problem(threads, sleep=SLEEP)
+    if problem is None and s.q_written():
+        problem = "the call wrote into its input q: a call may read its inputs, never write them"
     q = None if s.live_q is None else _copy(s.live_q)
-    kept = Kept(index, index % len(sets), copy, q, problem)
+    kept = Kept(index, index % len(sets), copy, q, problem, dtypes=_dtypes(out))
     if cpu:
         kept.cpu_after_s = cpu_burnt()
     return kept

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
+from harness.availability import unsupported
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import measure_bandwidth
 from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
@@ -31,7 +32,7 @@ from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
 from harness.flops import attention_flops, compulsory_bytes
-from harness.isolation import OK, Outcome, Task, WorkerPool
+from harness.isolation import OK, Outcome, Task, WorkerPool, memory_cap
 from harness.results import (
     Accounting,
     Bandwidth,
@@ -99,13 +100,15 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
+    written = tuple(audit.input_problems(sets))  # a call that writes into its inputs: a violation, as in verify
     profile = loop.profile
     spin = guard.spin_baseline() if loop.kept else 0.0
     checks_s = guard.CLOCK() - checked
     total = guard.CLOCK() - entered
     integrity = Integrity(
         input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop.untyped),
-        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem)
+        + written,
         output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
         cpu_after_s=tuple(k.cpu_after_s for k in loop.kept if k.cpu_after_s is not None), spin_s=spin,
         accounting=Accounting(total_s=total, loop_s=loop.loop_s, captures_s=loop.captures_s,
@@ -200,6 +203,8 @@ class _Contender:
     positions: list[int] = field(default_factory=list)
     failed: Outcome | None = None
     final: Outcome | None = None
+    leftovers: tuple[str, ...] = ()
+    """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
 
 
 def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -253,13 +258,15 @@ class BenchRunner:
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
                 contextlib.ExitStack() as stack:
             pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}
+            # past it an allocation fails, said as such: the budget a call may take, plus the input sets a cell holds
+            cap = memory_cap((self.settings.memory_budget_bytes or 0.0) + guard.SETS_BYTES)
 
             def pools_of(name: str) -> tuple[WorkerPool, WorkerPool]:
                 # Workers of its own per implementation, kept for the run: a plugin that changes process state
                 # (torch's default dtype, NumPy's error mode, thread counts) must not change what another sees.
                 if name not in pools:
-                    pools[name] = (stack.enter_context(WorkerPool(timeout=self.settings.timeout_s)),
-                                   stack.enter_context(WorkerPool(timeout=self.settings.timeout_s)))
+                    pools[name] = (stack.enter_context(WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap)),
+                                   stack.enter_context(WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap)))
                 return pools[name]
 
             for group in case_groups(todo):  # smallest work first: the budget's predictions have history
@@ -272,7 +279,7 @@ class BenchRunner:
         with the checks on, else one after another."""
         admitted: list[tuple[PlannedCell, float | None]] = []
         for cell in group:
-            verdict = self._admit(cell, peak_pool)
+            verdict = self._admit(cell, pools_of(cell.implementation)[0], peak_pool)
             if isinstance(verdict, BenchCell):
                 self._finish(verdict)
             else:
@@ -342,10 +349,14 @@ class BenchRunner:
             self.writer.set("peaks", peaks)
         return peaks[key].gflops
 
-    def _admit(self, cell: PlannedCell, peak_pool: WorkerPool) -> BenchCell | float | None:
-        """The cell skipped (unsupported, over budget), or its predicted seconds (None: no prediction)."""
+    def _admit(self, cell: PlannedCell, timing_pool: WorkerPool, peak_pool: WorkerPool) -> BenchCell | float | None:
+        """The cell skipped (unsupported, over budget), or its predicted seconds (None: no prediction). Its
+        ``available=`` check runs in the implementation's timing worker, never here."""
         impl = self.registry.get(cell.implementation)
-        reasons = impl.not_supported_reasons(cell.case.with_(grad=cell.mode != "fwd"))
+        source = self.registry.sources[cell.implementation]
+        reasons = unsupported(impl, cell.case.with_(grad=cell.mode != "fwd"), source, timing_pool)  # in the worker
+        if isinstance(reasons, Outcome):  # its available= check crashed or hung: the cell's own outcome
+            return _cell(cell, Status(reasons.status), reasons.error, seconds=reasons.seconds)
         if reasons:
             return skipped_cell(cell, "; ".join(reasons))
         peak = self._peak(cell.case.dtype, cell.case.device, peak_pool)
@@ -358,10 +369,10 @@ class BenchRunner:
     def _time_alone(self, cell: PlannedCell, predicted_s: float | None, timing_pool: WorkerPool,
                     memory_pool: WorkerPool) -> BenchCell:
         started = time.perf_counter()
-        source = self.registry.sources[cell.implementation]
-        args = (cell.implementation, source, cell.case.to_dict(), cell.mode)
+        args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self._warm_up(cell, timing_pool)
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads)))
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
+                                       end_leftovers=True))
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
@@ -399,8 +410,9 @@ class BenchRunner:
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
                         settings.threads)
-                outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args))
+                outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 state.seconds += outcome.seconds
+                state.leftovers += outcome.leftovers
                 state.positions.append(position)
                 if outcome.status != OK:
                     state.failed = outcome
@@ -429,7 +441,7 @@ class BenchRunner:
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=state.final.value, seconds=state.seconds)
+            final = Outcome(OK, value=state.final.value, seconds=state.seconds, leftovers=state.leftovers)
             measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
@@ -455,6 +467,8 @@ class BenchRunner:
         result = replace(result, gflops=(result.flops or 0.0) / median / 1e9, seconds=seconds)
         if timed.integrity is not None:
             result = self._judged(result, timing.value, timing.seconds)
+        if timing.leftovers:  # a process the call started ran on beside the timing (killed now)
+            result = leftover_violation(result, timing.leftovers)
         if result.status == Status.OK:
             self.budget.record(cell, median, result.peak_extra_bytes)
         return result
@@ -473,6 +487,17 @@ class BenchRunner:
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def leftover_violation(cell: BenchCell, leftovers: tuple[str, ...]) -> BenchCell:
+    """``cell`` as a violation: its calls left processes running (work outside the timed calls, and
+    processes that would outlive the run); they were killed when the task returned."""
+    said = f"{len(leftovers)} process(es) the calls started were still running after the task: " \
+           f"{', '.join(leftovers[:5])}{' ...' if len(leftovers) > 5 else ''} (killed; a call must not leave " \
+           "processes behind)"
+    reason = said if cell.status == Status.OK or not cell.reason else f"{said}; {cell.reason}"
+    status = cell.status if cell.status == Status.IMPLAUSIBLE else Status.VIOLATION  # the verdicts' order
+    return replace(cell, status=status, reason=reason)
 
 
 def confirmed(peak: Peak, reading: Peak | None) -> Peak:

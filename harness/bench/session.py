@@ -16,7 +16,7 @@ from harness.bench.module_cells import module_cells
 from harness.bench.runner import BenchRunner, BenchSettings
 from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
-from harness.errors import Interrupted, PluginError, UsageError
+from harness.errors import DiskFull, Interrupted, PluginError, UsageError
 from harness.executor import open_executor
 from harness.results import RESULTS_DIR, BenchCell, Config, ResultWriter, Run, new_run_id
 
@@ -73,6 +73,9 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         except KeyboardInterrupt:
             raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
                               f"finish with: attnbench bench --resume {path}") from None
+        except DiskFull as full:
+            raise full.but(f"{writer.kept} cells are in {path} as last written",
+                           f"free some space, then finish with: attnbench bench --resume {path}") from None
         finally:
             writer.close()
 

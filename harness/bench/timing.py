@@ -85,11 +85,18 @@ def pin_threads(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
+COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
+"""torch.compile compiles in the worker itself: no pool of compile processes runs beside the timing, or is
+left behind by a cell (a process a cell leaves running is a violation, :mod:`harness.isolation`)."""
+
+
 @contextmanager
 def thread_environment(threads: int) -> Iterator[None]:
-    """Pin BLAS/OpenMP thread counts for worker processes started inside this block."""
-    saved = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    """Pin BLAS/OpenMP thread counts (and torch.compile's compile processes: none) for worker processes
+    started inside this block."""
+    saved = {name: os.environ.get(name) for name in (*THREAD_VARIABLES, *COMPILE_IN_PROCESS)}
     os.environ.update({name: str(threads) for name in THREAD_VARIABLES})
+    os.environ.update(COMPILE_IN_PROCESS)
     try:
         yield
     finally:

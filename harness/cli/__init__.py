@@ -3,7 +3,7 @@
 Exit status: 0 success; 1 the command worked and found a problem (a failed case, a
 regression); 2 bad usage or input (unknown flag, missing file, a ``--plugin`` that does
 not load); 3 an internal error (a bug in attnbench: never confused with "found a problem");
-130 interrupted.
+130 interrupted (Ctrl-C); 143 stopped by SIGTERM and 129 by SIGHUP, each handled as Ctrl-C is.
 
 Start-up stays light: command modules import torch, pandas and matplotlib inside their
 ``run``, never at module level, so ``--help`` answers at once and the Ctrl-C handler
@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Sequence
 
 from harness import __version__, interrupts
-from harness.errors import AttnbenchError, UsageError
+from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
 
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="attnbench",
         description="Verify, benchmark and compare attention implementations (softmax(QK^T/sqrt(d))V).",
         epilog="Exit status: 0 ok, 1 a failure or regression found, 2 usage or input error, "
-               "3 internal error, 130 interrupted. "
+               "3 internal error, 130 interrupted (143 SIGTERM, 129 SIGHUP). "
                "`attnbench COMMAND --help` for each command.",
     )
     parser.add_argument("--version", action="version", version=f"attnbench {__version__}")
@@ -97,7 +97,7 @@ def main(argv: Sequence[str] | None = None, *, nested: bool = False) -> int:
     left: the KeyboardInterrupt is raised on to it instead of printed here.
     """
     in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if in_main_thread else None
+    previous = {signum: signal.getsignal(signum) for signum in interrupts.STOPPING_SIGNALS} if in_main_thread else {}
     if in_main_thread:
         interrupts.install()
     command = "attnbench"
@@ -118,19 +118,32 @@ def main(argv: Sequence[str] | None = None, *, nested: bool = False) -> int:
         if nested:
             raise
         detail = f"; {exc}" if str(exc) else ""
-        print(f"{command}: interrupted{detail}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        by = interrupts.signal_name()
+        print(f"{command}: interrupted{f' ({by})' if by else ''}{detail}", file=sys.stderr)
+        return interrupts.exit_code()
     except BrokenPipeError:  # stdout closed early (`attnbench list | head`): not an error of ours
         _silence_stdout()
         return EXIT_OK
-    except Exception:  # noqa: BLE001 - a bug of ours: say so, and never exit 1 ("found a problem")
-        traceback.print_exc()
-        print(f"{command}: internal error (a bug in attnbench; please report it with the traceback above)",
+    except OSError as exc:
+        if exc.errno not in DISK_FULL_ERRNOS:
+            return _internal(command)
+        where = f" while writing {exc.filename}" if exc.filename else ""  # a step no writer of ours said more of
+        print(f"{command}: error: {exc.strerror or exc}{where}; free some space and run the command again",
               file=sys.stderr)
-        return EXIT_INTERNAL
+        return EXIT_USAGE
+    except Exception:  # noqa: BLE001 - a bug of ours: say so, and never exit 1 ("found a problem")
+        return _internal(command)
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _internal(command: str) -> int:
+    """A bug of ours (called while the exception is being handled): its traceback, and exit 3."""
+    traceback.print_exc()
+    print(f"{command}: internal error (a bug in attnbench; please report it with the traceback above)",
+          file=sys.stderr)
+    return EXIT_INTERNAL
 
 
 def _silence_stdout() -> None:
@@ -149,9 +162,10 @@ def entry() -> None:
     def late_interrupt(signum: int, frame: object) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(128 + signum)
 
-    signal.signal(signal.SIGINT, late_interrupt)
+    for signum in interrupts.STOPPING_SIGNALS:
+        signal.signal(signum, late_interrupt)
     sys.exit(code)
 
 

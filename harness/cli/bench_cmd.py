@@ -166,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
     args.plugin = settings.plugins
     registry = registry_from_args(args)
     _warn_if_loaded(settings.threads, args.quiet)
+    _warn_if_oversubscribed(settings.threads)
     progress: list[Progress] = []
     counter = {"n": 0, "total": 0}
 
@@ -186,6 +187,23 @@ def run(args: argparse.Namespace) -> int:
         if progress:
             progress[0].close()
     return _present(args, result, path)
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _warn_if_oversubscribed(threads: int) -> None:
+    """More threads than CPUs time the scheduler, not the kernel: said even with --quiet (it is about the flags)."""
+    cpus = usable_cpus()
+    if threads > cpus:
+        print(f"attnbench bench: warning: --threads {threads} but this process may use {cpus} CPU(s): the extra "
+              f"threads wait for a core, so times measure the scheduler as much as the kernel; give --threads "
+              f"{cpus} or fewer", file=sys.stderr)
 
 
 def _warn_if_loaded(threads: int, quiet: bool) -> None:

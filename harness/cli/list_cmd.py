@@ -13,12 +13,16 @@ import os
 import shutil
 import textwrap
 
+from harness.availability import checking, reasons_or_failure, unsupported
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, registry_from_args
+from harness.cli.common import format_table, positive_number, registry_from_args
 from harness.discovery import Registry
+from harness.isolation import WorkerPool
 from harness.registry import Implementation
 
 HELP = "list implementations, their capabilities and availability"
+LIST_TIMEOUT_S = 600.0
+"""How long one implementation's ``available=`` check may take in its worker (a first C++ build takes minutes)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,21 +30,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="*", metavar="NAME",
                         help="show everything about these implementations, the full reason included")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
+    parser.add_argument("--timeout", type=positive_number, default=LIST_TIMEOUT_S, metavar="S",
+                        help="seconds one implementation's availability check may take in its worker (default "
+                             f"{LIST_TIMEOUT_S:g}: a first C++ build takes minutes)")
 
 
-def availability_here(impl: Implementation) -> str | None:
-    """None if it runs on this machine's CPU (or on CUDA when present), else the reason."""
+def availability_here(impl: Implementation, source: str, pool: WorkerPool) -> str | None:
+    """None if it runs on this machine's CPU (or on CUDA when present), else the reason. Its own ``available=``
+    check runs in a worker (:mod:`harness.availability`): a check that hangs or crashes is that reason."""
     from harness.cases import AttentionCase
 
     device = "cpu" if "cpu" in impl.devices else impl.devices[0]
     case = AttentionCase(dtype=impl.dtypes[0], device=device, kind=impl.kind)
-    reasons = impl.not_supported_reasons(case)
+    reasons = reasons_or_failure(unsupported(impl, case, source, pool))
     return "; ".join(reasons) if reasons else None
 
 
-def describe(impl: Implementation) -> dict[str, object]:
-    return {"name": impl.name, **impl.capabilities(), "available": availability_here(impl) is None,
-            "reason": availability_here(impl), "description": impl.description, "source": impl.source}
+def describe(impl: Implementation, reason: str | None) -> dict[str, object]:
+    return {"name": impl.name, **impl.capabilities(), "available": reason is None,
+            "reason": reason, "description": impl.description, "source": impl.source}
+
+
+def _described(registry: Registry, impls: list[Implementation], timeout: float) -> list[dict[str, object]]:
+    with checking(timeout) as pool:
+        return [describe(impl, availability_here(impl, registry.sources[impl.name], pool)) for impl in impls]
 
 
 def _flags(impl: Implementation) -> str:
@@ -82,11 +95,11 @@ def run(args: argparse.Namespace) -> int:
     registry: Registry = registry_from_args(args)
     if args.names:
         chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones
-        entries = [describe(impl) for impl in chosen]
+        entries = _described(registry, chosen, args.timeout)
         print(json.dumps({"implementations": entries}, indent=2) if args.json
               else "\n\n".join(detail(e) for e in entries))
         return 0
-    entries = [describe(impl) for impl in registry]
+    entries = _described(registry, list(registry), args.timeout)
     if args.json:
         print(json.dumps({"implementations": entries,
                           "load_errors": [{"source": e.source, "error": e.error} for e in registry.errors]},

@@ -19,6 +19,7 @@ from pathlib import Path
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
+from harness.errors import Interrupted
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
 from harness.report.terminal import problems, verify_table
@@ -81,9 +82,14 @@ def run(args: argparse.Namespace) -> int:
     started = wall_clock()
     try:
         result = run_verify(settings, path, force=args.force, registry=registry)
-    finally:
-        if to_stdout and not path.exists():
-            shutil.rmtree(path.parent, ignore_errors=True)
+    except BaseException as exc:
+        if not to_stdout:
+            raise
+        shutil.rmtree(path.parent, ignore_errors=True)  # the temporary result file (and its lock) go with the run
+        if isinstance(exc, Interrupted):
+            raise Interrupted("nothing was kept (--json - prints the document only when the run ends); "
+                              "run the same command again") from None
+        raise
     return _present(result, wall_clock() - started, registry.select(args.only), path, to_stdout)
 
 

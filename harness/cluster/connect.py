@@ -71,10 +71,36 @@ def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> 
     if not host or not port.isdigit():
         raise UsageError(f"--address {address!r}: give HOST:PORT, e.g. 127.0.0.1:6379")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            answer = _speaks_grpc(sock)
     except OSError as exc:
         why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise UsageError(f"cannot reach a Ray cluster at {address} ({why}); {_start_hint()}") from None
+    if answer is not None:
+        raise UsageError(f"something listens at {address}, but it is not a Ray cluster ({answer}); give the address "
+                         "of the head's GCS (HOST:6379 by default, as `ray start --head` prints it; not the "
+                         "dashboard's port 8265)")
+
+
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+"""An HTTP/2 client's connection preface and an empty SETTINGS frame: what a gRPC client sends first."""
+
+
+def _speaks_grpc(sock: socket.socket) -> str | None:
+    """None when the peer answers as an HTTP/2 (gRPC) server does, a SETTINGS frame on stream 0, as Ray's GCS
+    and its client server do; else what it did instead. Ray retries a peer that speaks anything else for ever."""
+    sock.sendall(HTTP2_PREFACE)
+    head = b""
+    while len(head) < 9:
+        chunk = sock.recv(9 - len(head))
+        if not chunk:
+            return "it closed the connection without an HTTP/2 answer"
+        head += chunk
+    if head[3] != 0x04 or int.from_bytes(head[5:9], "big") & 0x7FFFFFFF != 0:
+        shown = head.decode("ascii", errors="replace").split("\r")[0].strip()
+        return f"it answered {shown!r}, not an HTTP/2 SETTINGS frame"
+    return None
 
 
 def _package_dir(name: str) -> str:
@@ -145,9 +171,10 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
         remote = stage_plugins(plugins, staging)
         runtime_env = {"working_dir": str(staging), "py_modules": [_package_dir("harness"), _package_dir("implementations")],
                        "excludes": ["__pycache__", "*.pyc"]}
+        loopback = {"_node_ip_address": "127.0.0.1"} if _is_loopback(address) else {}  # the driver registers on lo
         try:
             ray.init(address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
-                     logging_level="warning", configure_logging=True)
+                     logging_level="warning", configure_logging=True, **loopback)
         except ConnectionError as exc:
             raise UsageError(f"cannot reach a Ray cluster at {address or 'auto'}: {exc}; {_start_hint()}") from None
         try:

@@ -7,6 +7,9 @@ CSV tables (``bench.csv``, ``verify.csv``, ``correctness.csv``, ``complexity.csv
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_pl
 from harness.report.analysis import Analysis, analyse
 from harness.report.headline import Line
 from harness.report.load import Results, Source, load
+from harness.results.files import disk_full, is_disk_full
 
 
 @dataclass(frozen=True)
@@ -114,20 +118,52 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
     results = load(paths)
     _writable_directory(out)
     analysis = analyse(results, baseline)
-    plot_dir = out / "plots"
-    for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
-        (plot_dir / f"{name}.png").unlink(missing_ok=True)
-    drawn = tuple(draw(analysis, plot_dir))
-    csvs = tables.write_csvs(out, {
-        "bench": analysis.bench_table, "verify": results.verify,
+    stage: Path | None = None
+    try:
+        try:
+            stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
+            drawn, csvs = _write_set(analysis, out.name, stage)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise disk_full(exc, Path(exc.filename) if exc.filename else out,
+                            f"the report in {out} was not changed (the new one is written whole or not at all)") from None
+        return _publish(Report(name=out.name, out=stage, analysis=analysis, plots=drawn, csvs=csvs), out)
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
+
+
+def _write_set(analysis: Analysis, name: str, stage: Path) -> tuple[tuple[plots.Plot, ...], tuple[Path, ...]]:
+    """Every file of the report under ``stage`` (a directory beside nothing the user sees yet)."""
+    drawn = tuple(draw(analysis, stage / "plots"))
+    csvs = tables.write_csvs(stage, {
+        "bench": analysis.bench_table, "verify": analysis.results.verify,
         "correctness": tables.correctness_long(analysis.matrix) if not analysis.matrix.empty else pd.DataFrame(),
         "complexity": analysis.complexity, "speedup": analysis.speedup,
     })
-    report = Report(name=out.name, out=out, analysis=analysis, plots=drawn, csvs=tuple(csvs))
-    out.mkdir(parents=True, exist_ok=True)
-    _write_text(report.index, html.render(analysis, report.name, drawn))
-    _write_text(report.summary, markdown.render(analysis, report.name, drawn))
-    return report
+    _write_text(stage / "index.html", html.render(analysis, name, drawn))
+    _write_text(stage / "summary.md", markdown.render(analysis, name, drawn))
+    return drawn, tuple(csvs)
+
+
+def _publish(staged: Report, out: Path) -> Report:
+    """Move a whole staged report into ``out`` (renames within one file system: they take no space, so a full
+    disk cannot stop them half-way); ``index.html`` last, so a report that has its index is complete."""
+    plot_dir = out / "plots"
+    for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
+        (plot_dir / f"{name}.png").unlink(missing_ok=True)
+    if staged.plots:
+        plot_dir.mkdir(exist_ok=True)
+    moved = tuple(dataclasses.replace(p, path=plot_dir / p.path.name) for p in staged.plots)
+    for before, after in zip(staged.plots, moved):
+        os.replace(before.path, after.path)
+    csvs = tuple(out / c.name for c in staged.csvs)
+    for before_csv, after_csv in zip(staged.csvs, csvs):
+        os.replace(before_csv, after_csv)
+    os.replace(staged.out / "summary.md", out / "summary.md")
+    os.replace(staged.out / "index.html", out / "index.html")
+    return dataclasses.replace(staged, out=out, plots=moved, csvs=csvs)
 
 
 def _writable_directory(out: Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from harness import __version__
 from harness.cluster.node import cpu_model
-from harness.errors import UsageError
+from harness.errors import DISK_FULL_ERRNOS, DiskFull, UsageError
 from harness.filelock import RunLock
 from harness.provenance import Provenance, plugin_provenance
 from harness.results.records import Config, Environment
@@ -96,17 +96,37 @@ def encode_json(data: Any) -> str:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a crash) never sees half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        if is_disk_full(exc):
+            raise disk_full(exc, path, "the file is as last written (never half-written)") from None
+        raise
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(encode_json(data))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if is_disk_full(exc):
+            raise disk_full(exc, path, "the file is as last written (never half-written)") from None
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device (or a limit) has no room for what was being written."""
+    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
+
+
+def disk_full(exc: OSError, path: Path, kept: str = "nothing was written there") -> DiskFull:
+    """The user's error for ``exc`` (:func:`is_disk_full`) while writing ``path``."""
+    return DiskFull(path, exc.strerror or os.strerror(exc.errno or 0), kept)
 
 
 class ResultWriter:
@@ -197,6 +217,12 @@ class ResultWriter:
 
     def flush(self) -> None:
         write_json_atomic(self.path, self.run.to_json())
+        self._kept = len(self._cells)
+
+    @property
+    def kept(self) -> int:
+        """How many cells the file on disk holds (as of the last write that succeeded)."""
+        return getattr(self, "_kept", 0)
 
 
 def refuse_to_overwrite(path: Path, command: str) -> None:

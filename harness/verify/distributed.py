@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from harness.availability import checking, unsupported
 from harness.cluster.node import NodeIdentity
 from harness.cluster.remote import run_in_pool
 from harness.cluster.stream import Submitter, placement, stream
@@ -89,10 +90,12 @@ def run_on_cluster(run: CaseSink, plans: list[tuple[Implementation, list[Any], s
                 run.skip(impl, None, reason)
                 continue
             supported = []
-            for case in cases:
-                unsupported = impl.not_supported_reasons(case)
-                if unsupported:
-                    run.skip(impl, case, "; ".join(unsupported))
+            for case in cases:  # its available= check in a worker here, as in a local run
+                answer = unsupported(impl, case, run.sources[impl.name], pool)
+                if isinstance(answer, Outcome):
+                    run.record(impl, case, answer)
+                elif answer:
+                    run.skip(impl, case, "; ".join(answer))
                 else:
                     supported.append(case)
             for batch in batches(supported, size):
@@ -108,5 +111,6 @@ def run_on_cluster(run: CaseSink, plans: list[tuple[Implementation, list[Any], s
             outcome = Outcome(CRASH, error=lost) if result is None else result.outcomes[str(index)]
             run.record(impl, case, outcome, node=None if result is None else result.node)
 
-    stream(cluster.ray, items(), submit_item, 2 * cluster.cpus() + 2, on_done)
+    with checking(run.timeout) as pool:
+        stream(cluster.ray, items(), submit_item, 2 * cluster.cpus() + 2, on_done)
     run.flush()

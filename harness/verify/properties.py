@@ -98,6 +98,14 @@ def _out(impl: Implementation, case: AttentionCase, inputs: Inputs, shape: tuple
     return to_float64(as_contract_rows(impl, case, inputs, out) if full else out)
 
 
+def _gap(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max|a - b|, infinite where either holds a NaN or an infinity: two all-NaN outputs do not agree."""
+    diff = (a - b).abs()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
+    return float(diff.max()) if diff.numel() else 0.0
+
+
 def _verdict(name: str, diff: float, bound: float, what: str, extra: Mapping[str, object] | None = None) -> CheckResult:
     metrics = {"max_abs_err": diff, "bound": bound, **(extra or {})}
     if diff <= bound:
@@ -112,7 +120,7 @@ def permutation(impl: Implementation, case: AttentionCase) -> CheckResult:
     index: Any = perm if impl.backend == "torch" else perm.numpy()
     kp, vp = inputs.k[:, :, index], inputs.v[:, :, index]
     permuted = _out(impl, case, inputs, k=kp, v=vp)
-    diff = float((permuted - out).abs().max())
+    diff = _gap(permuted, out)
     return _verdict("property:permutation", diff, 2 * _tolerance(case, inputs),
                     "permuting the rows of K and V together changed the output")
 
@@ -185,7 +193,7 @@ def slices(impl: Implementation, case: AttentionCase) -> CheckResult:
         sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i, full),
                      inputs.q64, inputs.k64, inputs.v64, None, inputs.bias, None)
         alone = _out(impl, part, sub)
-        worst, where = float((alone - out[i:i + 1]).abs().max()), f"batch element {i}"
+        worst, where = _gap(alone, out[i:i + 1]), f"batch element {i}"
     if case.heads > 1:
         h = case.heads - 1
         g = h // (case.heads // case.kv_heads)
@@ -193,8 +201,8 @@ def slices(impl: Implementation, case: AttentionCase) -> CheckResult:
         sub = Inputs(inputs.q[:, h:h + 1], inputs.k[:, g:g + 1], inputs.v[:, g:g + 1], _slice_mask(inputs.mask, 1, h, full),
                      inputs.q64, inputs.k64, inputs.v64, None, _slice_mask(inputs.bias, 1, h, full), None)
         alone = _out(impl, part, sub)
-        diff = float((alone - out[:, h:h + 1]).abs().max())
-        if diff > worst:
+        diff = _gap(alone, out[:, h:h + 1])
+        if diff > worst or diff != diff:
             worst, where = diff, f"query head {h} (kv head {g})"
     return _verdict("property:slices", worst, bound, f"{where} computed alone differs from its slice of the batch")
 

@@ -25,9 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.availability import unsupported
 from harness.cluster.node import NodeIdentity
 from harness.executor import Executor, LocalExecutor
-from harness.isolation import CRASH, ERROR, OK, THREAD_VARIABLES, TIMEOUT, Outcome, Task, WorkerPool, kill_all_workers
+from harness.isolation import (
+    CRASH,
+    ERROR,
+    OK,
+    THREAD_VARIABLES,
+    TIMEOUT,
+    Outcome,
+    Task,
+    WorkerPool,
+    available_ram_bytes,
+    kill_all_workers,
+    memory_cap,
+)
 from harness.progress import Progress
 from harness.registry import Implementation
 from harness.results import Node, ResultWriter, Status, VerifyCell
@@ -119,7 +132,7 @@ class VerifyRun:
         if self.suite not in SUITE_AXES or self.model is not None:
             return
         self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
-            impl.name: coverage(impl, self.suite, [c for c in cases if not impl.not_supported_reasons(c)])
+            impl.name: coverage(impl, self.suite, [c for c in cases if not impl.declared_gaps(c)])
             for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
@@ -146,11 +159,13 @@ class VerifyRun:
             self.skip(impl, None, reason)
             return
         fresh = True
-        with WorkerPool(timeout=self.timeout, start_method="forkserver") as pool:
+        ram = available_ram_bytes()  # each of the jobs' workers may take half its share of the RAM free now
+        cap = memory_cap(ram / 2 / max(self.jobs, 1)) if ram else None
+        with WorkerPool(timeout=self.timeout, start_method="forkserver", memory_limit=cap) as pool:
             for case in cases:
                 if self._stop.is_set():
                     return
-                reasons = impl.not_supported_reasons(case)
+                reasons = impl.declared_gaps(case)  # the declaration here; its available= check in the worker
                 if reasons:
                     self._add(impl, case, CheckResult(check="output", status="skipped", reason="; ".join(reasons)), 0.0)
                 else:
@@ -162,6 +177,16 @@ class VerifyRun:
                             outcome, fresh = None, False
                         elif outcome.error:
                             outcome.error = f"worker start-up failed: {outcome.error}"
+                    if outcome is None:
+                        answer = unsupported(impl, case, self.sources[impl.name], pool)
+                        if isinstance(answer, Outcome):
+                            outcome = answer
+                        elif answer:
+                            self._add(impl, case, CheckResult(check="output", status="skipped",
+                                                              reason="; ".join(answer)), 0.0)
+                            with self._lock:
+                                self._progress.advance(f"{impl.name} {case.id}")
+                            continue
                     if outcome is None:
                         task = Task((impl.name, case.id), run_case,
                                     (self.sources[impl.name], impl.name, case, self.trials, threads))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.discovery import Registry, absolute_specs, load_registry
-from harness.errors import Interrupted, PluginError, UsageError
+from harness.errors import DiskFull, Interrupted, PluginError, UsageError
 from harness.executor import open_executor
 from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import RESULTS_DIR, Config, ResultWriter, Run, new_run_id
@@ -94,5 +94,8 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
             what = "the searches so far" if settings.fuzz else f"{len(writer.cells)} checks so far"
             again = "" if settings.fuzz else "; run the same command again to verify everything"
             raise Interrupted(f"{what} are in {path} (complete: false){again}") from None
+        except DiskFull as full:
+            raise full.but(f"{writer.kept} checks are in {path} as last written (complete: false)",
+                           "free some space, then run the same command again to verify everything") from None
         finally:
             writer.close()

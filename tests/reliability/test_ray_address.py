@@ -30,3 +30,27 @@ def test_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path: Path,
     assert len(errors) == 1 and "127.0.0.1:1" in errors[0], done.stderr
     assert "Traceback" not in done.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
+def test_an_address_where_something_else_listens_is_refused_at_once(tmp_path: Path) -> None:
+    """A dashboard (HTTP) where the cluster's GCS (gRPC) should be: Ray would retry it until killed."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{server.server_address[1]}"
+    out = tmp_path / "r.json"
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness", "verify", "--executor", "ray", "--address", address,
+                               "--only", "numpy_naive", "--json", str(out)], capture_output=True, text=True,
+                              timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"attnbench verify --address {address} (an HTTP server) still waiting after {BOUND_S:g} s")
+    finally:
+        server.shutdown()
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and address in errors[0] and "not a Ray cluster" in errors[0], done.stderr
+    assert not out.exists()

@@ -262,7 +262,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     dout_rows = dout64 if rows is None else dout64[:, :, rows]
     kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
-    dout = aux(dout64.to(dt).to(case.device), case)  # the upstream gradient crosses the boundary too
+    dout = aux(dout64.to(dt).to(case.device), case, "dout")  # the upstream gradient crosses the boundary too
 
     def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
         if case.self_attention:

@@ -65,8 +65,6 @@ TRIGGERS: dict[str, Trigger] = {
 """What each broken plugin needs in a case to be wrong (its docstring says why)."""
 
 NOT_CAUGHT_BY_QUICK: dict[str, str] = {
-    "broken_bf16_long_running_sum": "the bf16 error-growth point at Tk 4,096 is 11x the baseline's error but under "
-                                    "the bfloat16 floor (1.6e-2)",
     "broken_bias_first_batch": "the only bias is ALiBi, the same for every batch element",
 }
 """Broken plugins quick misses today, and why (measured; see blind/README.md)."""

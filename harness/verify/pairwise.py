@@ -185,13 +185,14 @@ def pairwise_cases(impl: Implementation, suite: str, device: str) -> list[Attent
     return [_case(list(row), row.values(), device, expressible(impl)) for row in pairwise_rows(axes)]
 
 
-def case_values(case: AttentionCase) -> dict[str, object]:
+def case_values(case: AttentionCase, can: frozenset[str] | None = None) -> dict[str, object]:
     """A case's value on each axis (the inverse of the row -> case mapping, for coverage)."""
     ratio: Any = "mqa" if case.kv_heads == 1 and case.heads > 1 else case.heads // case.kv_heads
     return {"dtype": case.dtype, "scale": case.scale, "causal": case.causal, "mask": case.mask,
             "mask_rank": case.mask_rank, "gqa": ratio, "tq": case.tq, "tk": case.tk, "d": case.d,
             "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch,
-            "structure": structure_label(case), "bias": case.bias, "aux_layout": case.aux_layout,
+            "structure": structure_label(case) if can is None else structure_label(case, can), "bias": case.bias,
+            "aux_layout": case.aux_layout,
             "tensor_layout": case.layouts[0][0] if len(case.layouts) == 1 else "none"}
 
 
@@ -201,7 +202,7 @@ def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -
     wanted = _wanted(axes)
     seen: set[tuple[Any, ...]] = set()
     for case in cases:
-        seen |= _pairs(case_values(case))
+        seen |= _pairs(case_values(case, expressible(impl)))
     covered = len(wanted & seen)
     return Coverage(covered=covered, total=len(wanted), fraction=covered / len(wanted) if wanted else 1.0,
                     axes={n: len(v) for n, v in axes.items()}, suite=suite)

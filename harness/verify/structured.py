@@ -57,7 +57,8 @@ def expressible(impl: Implementation) -> frozenset[str]:
 def structure_kinds(impl: Implementation) -> list[str]:
     """The kinds ``impl`` can express, in :data:`KINDS` order (``none`` always)."""
     can = expressible(impl)
-    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.causal or kind not in NEEDS_CAUSAL)]
+    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.causal or kind not in NEEDS_CAUSAL)
+            and (kind != "cache_tl" or "bottom_right" in can)]  # without bottom-right, every causal cache is top-left
 
 
 def invalid(kind: str, *, causal: bool, batch: int, grad: bool) -> str | None:
@@ -130,15 +131,16 @@ def apply_structure(kind: str, fields: CaseFields, can: frozenset[str] = FOLDABL
     return out
 
 
-def structure_label(case: Any) -> str:
-    """The kind of :data:`KINDS` a case's structure is (the inverse of :func:`apply_structure`, for coverage)."""
+def structure_label(case: Any, can: frozenset[str] = FOLDABLE) -> str:
+    """The kind of :data:`KINDS` a case's structure is (the inverse of :func:`apply_structure`, for coverage), for
+    an implementation that can express ``can`` (a causal cache is ``cache_tl`` only where bottom-right exists)."""
     br = case.causal_align == "bottom_right"
     if case.page_size is not None:
         return "paged" if case.tk % case.page_size else "paged_div"
     if case.cache_seqlens is not None:
         if case.window is not None:
             return "cache_window"
-        return "cache_tl" if case.causal and not br else "cache"
+        return "cache_tl" if case.causal and not br and "bottom_right" in can else "cache"
     if case.varlen is not None:
         return "varlen_br" if br else "varlen"
     if case.window is not None:

@@ -65,8 +65,8 @@ def _half_at_length(layer: str, dtype: str) -> list[ModuleCase]:
         return [ModuleCase(layer="encoder", batch=2, seq=LONG_POSITIONS // 2, d_model=64, heads=4, dtype=dtype,
                            mask="key_padding", causal=True)]
     base = ModuleCase(layer="mha", batch=1, seq=LONG_POSITIONS, d_model=64, heads=4, dtype=dtype)
-    return [base.with_(rope="rotate_half", causal=True), base.with_(rope="interleaved", batch=2, mask="key_padding"),
-            base.with_(d_model=96, heads=6, bias="alibi", causal=True),
+    return [base.with_(rope="rotate_half", causal=True), base.with_(rope="interleaved", batch=2, seq=300, mask="key_padding"),
+            base.with_(seq=300, d_model=96, heads=6, bias="alibi", causal=True),
             base.with_(batch=2, seq=100, d_model=96, heads=12, bias="alibi", mask="key_padding")]
 
 

@@ -233,15 +233,15 @@ def _what_models_feed() -> list[Template]:
         T(heads=2, tq=70, tk=90, d=192, causal=True, grad=True, layout="transposed"),  # d > 128, non-contiguous
         T(heads=2, tq=33, d=160, grad=True, layout="strided", mask="random"),
         T("all", batch=2, heads=2, kv_heads=1, tq=32, tk=96, d=64, causal=True, inputs="huge"),
-        T("all", batch=2, heads=2, tq=33, tk=70, d=128, mask="random", inputs="huge"),
+        T(batch=2, heads=2, tq=33, tk=70, d=128, mask="random", inputs="huge"),
         T(heads=2, tq=40, d=64, grad=True, inputs="huge"),
-        T("all", heads=2, tq=64, d=64, inputs="tiny", causal=True),
+        T(heads=2, tq=64, d=64, inputs="tiny", causal=True),  # every dtype in the covering array
         T(batch=2, heads=4, kv_heads=2, tq=33, tk=70, d=32, layouts=(("k", "transposed"),)),
         T(batch=2, heads=2, tq=33, tk=70, d=32, mask="key_padding", layouts=(("v", "offset"), ("mask", "strided"))),
         T(batch=3, heads=4, kv_heads=2, tq=8, tk=1100, d=64, mask="key_padding"),  # (B, 1, 1, Tk) over long keys
         T(batch=3, heads=2, tq=8, tk=1100, d=64, mask="key_padding_late", causal=True, causal_align="bottom_right"),
-        T("all", batch=2, tq=8, tk=1100, d=64, mask="first_block"),
-        T(batch=2, heads=4, kv_heads=2, tq=8, tk=2100, d=64, mask="first_block", mask_rank="bcast_heads"),
+        T(batch=2, tq=8, tk=1100, d=64, mask="first_block"),
+        T("half", batch=2, heads=4, kv_heads=2, tq=8, tk=2100, d=64, mask="first_block", mask_rank="bcast_heads"),
         T("half", heads=1, tq=4, tk=8192, d=64, inputs="rand"),  # long rows, outputs near 0.5
         T(batch=2, heads=4, kv_heads=2, tq=5, tk=203, d=32, causal=True, cache_seqlens=(203, 60)),  # cache, top-left
     ]

@@ -20,18 +20,29 @@ from harness.errors import UsageError
 from harness.structures import Structure, oracle_kwargs, parts_of, structure_from_json
 from harness.structures.base import StructureKeywords
 
-MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked")
+MASKS = ("none", "random", "key_padding", "empty_rows", "key_padding_left", "key_padding_holes", "one_masked",
+         "key_padding_late", "first_block")
 """none; random booleans; key padding (a suffix of keys masked per batch); random with some rows all False;
 left padding (a prefix masked); padding with holes (scattered keys masked, the same for every query);
-exactly one key masked in every query row."""
+exactly one key masked in every query row; key padding where batch element 0 is padded most and the last
+not at all (a kernel reading one element's padding for all shows on every other); a whole first block of
+keys masked for some rows (at least 512 of them once Tk > 520: the block an online softmax meets first)."""
 MASK_RANKS = ("full", "2d", "3d", "bcast_heads")
 """The mask's shape: full (B, H, Tq, Tk) (key padding: (B, 1, 1, Tk)); 2d (Tq, Tk), one for every batch
 element and head; 3d (H, Tq, Tk), broadcast over the batch; bcast_heads (B, 1, Tq, Tk)."""
-INPUTS = ("randn", "large", "rand", "wide")
+INPUTS = ("randn", "large", "rand", "wide", "huge", "tiny")
 """randn; randn scaled into large logits (q x5, k x3); rand (non-negative); wide: V scaled to the square root
 of the dtype's largest finite value (bf16/fp32 ~1.8e19, fp16 256, fp64 ~1.3e154), far past any narrower
 type's range, so a kernel that computes in a narrower type inside (bf16 through fp16, fp64 through fp32)
-overflows, while products of two such values stay finite. Q and K stay randn: the logits are ordinary."""
+overflows, while products of two such values stay finite. Q and K stay randn: the logits are ordinary.
+huge: every logit of a row offset by the same constant at the edge of the dtype's range, positive in some rows
+and negative in others (scaled logits near +-1e5 in float32/float64/bfloat16; in float16 a raw |q.k| of 7e4,
+past 65,504 before the scale): softmax is unchanged by the offset, a kernel that overflows, or starts its
+running max at a finite sentinel, is not (:func:`harness.tensors.huge_logits`). tiny: q and k scaled by 2^-5,
+logits near 1e-3 (nearly uniform weights)."""
+TENSORS = ("q", "k", "v", "dout", "mask", "bias", "index")
+"""The arrays a case may lay out one by one (``AttentionCase.layouts``): q, k, v, the backward's upstream
+gradient, the mask, the bias, and the index arrays (cache lengths, block table, cumulative lengths)."""
 LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 """contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
 a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""
@@ -47,6 +58,7 @@ _MASK_LEAD: dict[str, Callable[[int, int], tuple[int, int]]] = {
 """The (batch, heads) leading dimensions of a mask of each rank."""
 _TUPLE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
     "window": tuple, "cache_seqlens": tuple, "varlen": lambda pairs: tuple(tuple(pair) for pair in pairs),
+    "layouts": lambda pairs: tuple(tuple(pair) for pair in pairs),
     "extra_structures": lambda items: tuple(structure_from_json(item) for item in items),
 }
 """Fields a result file gives back as lists, and how to make them tuples again."""
@@ -117,6 +129,7 @@ class CaseFields(TypedDict, total=False):
     sinks: bool
     softcap: float | None
     dv: int
+    layouts: tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True)
 class AttentionCase(CaseRecord):
@@ -190,6 +203,10 @@ class AttentionCase(CaseRecord):
     dv: int = field(default=0, metadata={"omit_empty": True})
     """V's head dim when it differs from q's and k's (DeepSeek MLA: d 192, dv 128); 0: equal to ``d``. The
     output has V's head dim; the default scale stays 1/sqrt(d). Part of the id (``dv128``) only when set."""
+    layouts: tuple[tuple[str, str], ...] = field(default=(), metadata={"omit_empty": True})
+    """Layouts of single arrays, (name, layout) with names from :data:`TENSORS`, overriding ``layout`` (q, k, v) or
+    ``aux_layout`` (the others) for that array alone: K and V in different layouts catch a kernel that reads V
+    with K's strides. Part of the id (``lay=v:transposed``) and of result files only when set."""
 
     extra_structures: tuple[Structure, ...] = field(default=(), metadata={"omit_empty": True})
     """Structures beyond the built-in fields (:mod:`harness.structures`): a new structure is a type, carried here.
@@ -231,6 +248,12 @@ class AttentionCase(CaseRecord):
             need(self.kv_dtype in DTYPES and self.kv_dtype != self.dtype,
                  f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)")
             need(not self.grad and not self.self_attention, "a KV cache in another dtype is forward-only, never self")
+        need(all(isinstance(p, tuple) and len(p) == 2 and p[0] in TENSORS and p[1] in LAYOUTS for p in self.layouts)
+             and len({p[0] for p in self.layouts}) == len(self.layouts),
+             f"layouts {self.layouts!r} must be distinct (tensor, layout) pairs: tensors {TENSORS}, layouts {LAYOUTS}")
+        need(not (self.self_attention and any(p[0] in ("q", "k", "v") for p in self.layouts)),
+             "self-attention passes q, k and v as one tensor: it has one layout")
+        need(not (self.inputs == "huge" and self.self_attention), "huge logits need q and k drawn apart (no self)")
         need(all(isinstance(s, Structure) for s in self.extra_structures),
              f"extra_structures {self.extra_structures!r} must hold harness.structures.Structure instances")
         for part in self.structure_parts:
@@ -276,6 +299,12 @@ class AttentionCase(CaseRecord):
             mask_b, mask_h = max(mask_b, part_b), max(mask_h, part_h)
         return mask_b * mask_h * self.tq * self.tk
 
+    def layout_of(self, tensor: str) -> str:
+        """The layout of one array (:data:`TENSORS`): its own from ``layouts``, else ``layout`` for q, k and v and
+        ``aux_layout`` for the others."""
+        own = dict(self.layouts).get(tensor)
+        return own or (self.layout if tensor in ("q", "k", "v") else self.aux_layout)
+
     @property
     def value_dim(self) -> int:
         """V's (and the output's) head dim."""
@@ -302,6 +331,7 @@ _ID_TAIL: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
     ("inputs", "randn", lambda c: f"in={c.inputs}"),
     ("layout", "contiguous", lambda c: c.layout),
     ("aux_layout", "contiguous", lambda c: f"aux={c.aux_layout}"),
+    ("layouts", (), lambda c: "lay=" + ",".join(f"{n}:{lay}" for n, lay in c.layouts)),
     ("self_attention", False, lambda c: "self"),
     ("grad", False, lambda c: "grad"),
 )

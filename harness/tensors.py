@@ -92,8 +92,8 @@ class Inputs:
         if values is None:
             return None
         if isinstance(self.q, torch.Tensor):
-            return aux(torch.tensor(values, dtype=torch.int32, device=case.device), case)
-        return aux(np.asarray(values, dtype=np.int64), case)
+            return aux(torch.tensor(values, dtype=torch.int32, device=case.device), case, "index")
+        return aux(np.asarray(values, dtype=np.int64), case, "index")
 
     def _dense(self, case: AttentionCase, allowed: Any) -> Any:
         """``allowed`` (Tq, Tk) combined with the case's mask, as the implementation's kind of array."""
@@ -119,10 +119,12 @@ class OracleKeywords(StructureKeywords, total=False):
     softcap: float | None
 
 
-def aux(x: Any, case: AttentionCase) -> Any:
-    """An array the contract passes besides q, k and v (mask, bias, upstream gradient, cache lengths, block
-    table, cumulative lengths) in the case's ``aux_layout``; unchanged when that is contiguous."""
-    return x if case.aux_layout == "contiguous" else in_layout(x, case.aux_layout)
+def aux(x: Any, case: AttentionCase, tensor: str = "mask") -> Any:
+    """An array the contract passes besides q, k and v (``tensor``: mask, bias, dout for the upstream gradient,
+    index for cache lengths, block table, cumulative lengths) in its layout (``case.layout_of``): the case's
+    ``aux_layout`` unless ``case.layouts`` gives it one of its own; unchanged when that is contiguous."""
+    layout = case.layout_of(tensor)
+    return x if layout == "contiguous" else in_layout(x, layout)
 
 
 GRAD_VIA = "backward"
@@ -186,6 +188,32 @@ def _key_validity(groups: int, tk: int, kind: str, gen: torch.Generator) -> torc
     return ~holes
 
 
+def _late_padding(groups: int, tk: int, gen: torch.Generator) -> torch.Tensor:
+    """(groups, Tk) key padding where group 0 keeps the fewest keys (about a third), the last every key and the
+    others random lengths: padding on elements other than 0, and an element 0 unlike the rest."""
+    lengths = torch.randint(1, tk + 1, (groups,), generator=gen)
+    lengths[0] = tk // 3 + 1
+    if groups > 1:
+        lengths[-1] = tk
+    return torch.arange(tk)[None, :] < lengths[:, None]
+
+
+FIRST_BLOCK = 520
+"""Keys a ``first_block`` mask masks at the start of its rows once Tk passes it: more than one 512-key block."""
+
+
+def _first_block(bm: int, hm: int, tq: int, tk: int, gen: torch.Generator) -> torch.Tensor:
+    """(bm, hm, Tq, Tk): about half the rows (always the first) have their first max(Tk // 2, 520) keys masked (at
+    most Tk - 1: a key stays); the other rows mask a random 10% of keys."""
+    prefix = min(tk - 1, max(tk // 2, FIRST_BLOCK))
+    mask = torch.rand(bm, hm, tq, tk, generator=gen, dtype=torch.float64) >= 0.1
+    rows = torch.rand(bm, hm, tq, generator=gen, dtype=torch.float64) < 0.5
+    rows.view(-1)[0] = True
+    mask[..., :prefix] &= ~rows[..., None]
+    mask[..., prefix:] |= rows[..., None]
+    return mask
+
+
 def _shaped_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor:
     """Any mask kind at the case's rank: drawn as (Bm, Hm, Tq, Tk), leading dims dropped for 2d/3d."""
     b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
@@ -194,6 +222,11 @@ def _shaped_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor:
         if case.mask_rank == "full":  # as key padding is usually given: (B, 1, 1, Tk)
             return _key_validity(b, tk, case.mask, gen).reshape(b, 1, 1, tk)
         mask = _key_validity(bm * hm, tk, case.mask, gen).reshape(bm, hm, 1, tk).expand(bm, hm, tq, tk)
+    elif case.mask == "key_padding_late":
+        mask = _late_padding(b, tk, gen).reshape(b, 1, 1, tk).expand(bm, hm, tq, tk) if bm == b else \
+            _late_padding(bm * hm, tk, gen).reshape(bm, hm, 1, tk).expand(bm, hm, tq, tk)
+    elif case.mask == "first_block":
+        mask = _first_block(bm, hm, tq, tk, gen)
     elif case.mask == "one_masked":
         masked = torch.randint(0, tk, (bm, hm, tq, 1), generator=gen)
         mask = torch.ones(bm, hm, tq, tk, dtype=torch.bool).scatter_(-1, masked, False)
@@ -212,6 +245,8 @@ def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
     b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
     if case.mask == "none":
         return None
+    if case.mask == "key_padding_late" and case.mask_rank == "full":  # as key padding is usually given: (B, 1, 1, Tk)
+        return _late_padding(b, tk, gen).reshape(b, 1, 1, tk)
     if case.mask_rank != "full" or case.mask not in ("random", "key_padding", "empty_rows"):
         return _shaped_mask(case, gen)
     if case.mask == "key_padding":
@@ -229,6 +264,38 @@ def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
 def wide_scale(dtype: torch.dtype) -> float:
     """V's scale for ``inputs="wide"``: the power of two nearest the square root of the dtype's largest value."""
     return 2.0 ** round(math.log2(torch.finfo(dtype).max) / 2)
+
+
+HUGE_LOGIT = 1e5
+"""``inputs="huge"``: the offset of every scaled logit of a row (both signs) in float32, float64 and bfloat16."""
+HUGE_FLOAT16_PRODUCT = 7e4
+"""``inputs="huge"`` in float16: the offset of the raw q.k, past float16's 65,504 before the scale brings it back."""
+HALF_SCALED_LOGIT = 3.2e4
+"""The largest scaled logit a float16 ``huge`` case asks for: a kernel that keeps scaled scores in float16 still
+represents it (with scale 1 the raw product stays inside float16 too)."""
+TINY = 2.0 ** -5
+"""``inputs="tiny"``: q and k are randn times this (logits near 1e-3 at d = 64)."""
+
+
+def huge_logits(q: torch.Tensor, k: torch.Tensor, case: AttentionCase, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """q and k (float64) whose logits are their randn logits plus one constant per query row, +-C at the edge of
+    the dtype's range (:data:`HUGE_LOGIT`, :data:`HUGE_FLOAT16_PRODUCT`): K loses its component along u = (1, ..., 1)
+    / sqrt(d) and gains sqrt(C') u, each query row gains +-sqrt(C') u (the first row +, the second -, the rest
+    random), so q.k = q0.k0' + const(row). Softmax ignores the offset; a kernel that overflows or starts its running
+    max at a finite value does not."""
+    d = case.d
+    u = torch.full((d,), d ** -0.5, dtype=torch.float64)
+    scale = case.effective_scale or 1.0
+    if "float16" in (case.dtype, case.kv_dtype):  # the raw product past 65,504, the scaled logit well inside it
+        raw = min(HUGE_FLOAT16_PRODUCT, HALF_SCALED_LOGIT / scale)
+    else:
+        raw = HUGE_LOGIT / scale
+    signs = torch.where(torch.rand(case.batch, case.heads, case.tq, 1, generator=gen, dtype=torch.float64) < 0.5, -1.0, 1.0)
+    signs[..., 0, :] = 1.0
+    if case.tq > 1:
+        signs[..., 1, :] = -1.0
+    k = k - (k @ u)[..., None] * u + raw ** 0.5 * u
+    return q + signs * raw ** 0.5 * u, k
 
 
 def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Inputs:
@@ -249,6 +316,10 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, case.value_dim)
         if case.inputs == "large":
             q, k = q * 5.0, k * 3.0
+        elif case.inputs == "huge":
+            q, k = huge_logits(q, k, case, gen)
+        elif case.inputs == "tiny":
+            q, k = q * TINY, k * TINY
     dtype = TORCH_DTYPES[case.dtype]
     kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
     if case.inputs == "wide" and not case.self_attention:  # self-attention: V is Q, whose logits must stay finite
@@ -258,21 +329,21 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
     device = case.device
     if backend == "torch":
-        qb = _to_backend(q.to(device), "torch", case.layout)
-        kb = qb if case.self_attention else _to_backend(k.to(device), "torch", case.layout)
-        vb = qb if case.self_attention else _to_backend(v.to(device), "torch", case.layout)
+        qb = _to_backend(q.to(device), "torch", case.layout_of("q"))
+        kb = qb if case.self_attention else _to_backend(k.to(device), "torch", case.layout_of("k"))
+        vb = qb if case.self_attention else _to_backend(v.to(device), "torch", case.layout_of("v"))
         mb = None if mask is None else aux(mask.to(device), case)
     else:
-        qb = _to_backend(q, "numpy", case.layout)
-        kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout)
-        vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout)
+        qb = _to_backend(q, "numpy", case.layout_of("q"))
+        kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout_of("k"))
+        vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout_of("v"))
         mb = None if mask is None else aux(mask.numpy(), case)  # numpy backend: arrays throughout
     bias = bias64 = None
     if case.bias == "alibi":
         from harness.positional import alibi_bias
 
         bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
-        bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case)
+        bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case, "bias")
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
     for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
         part.draw(inputs, case, k, v, gen, backend)

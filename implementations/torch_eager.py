@@ -23,7 +23,7 @@ def torch_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
     if groups > 1:
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    scores = torch.matmul(q, k.transpose(-1, -2)) * scale
+    scores = torch.matmul(q * scale, k.transpose(-1, -2))  # scaled first: a float16 q.k past 65,504 stays finite
     if bias is not None:  # additive (ALiBi), broadcastable to (B, H, Tq, Tk)
         scores = scores + bias.to(scores.dtype)
     allowed = None

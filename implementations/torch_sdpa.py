@@ -180,6 +180,13 @@ def _mask_shape(case: AttentionCase) -> tuple[int, ...] | None:
     return {"2d": (tq, tk), "3d": (2, tq, tk), "bcast_heads": (1, 1, tq, tk)}[case.mask_rank]
 
 
+def _qkv_layout(case: AttentionCase) -> str:
+    """The layout the probe lays q, k and v out in: "strided" when any of them is (a fused kernel needs a last
+    dimension of stride 1 in all three), else the case's own."""
+    layouts = {case.layout_of(name) for name in ("q", "k", "v")}
+    return "strided" if "strided" in layouts else case.layout
+
+
 def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callable[..., Any]:
     def available(case: AttentionCase) -> str | None:
         if case.device == "cpu" and "cpu" not in devices:
@@ -187,7 +194,7 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
         if case.device == "cuda" and not torch.cuda.is_available():
             return None
         return (_probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
-                       case.kv_heads != case.heads, case.grad, case.layout, case.d, _lengths(case),
+                       case.kv_heads != case.heads, case.grad, _qkv_layout(case), case.d, _lengths(case),
                        (case.heads, case.kv_heads))
                 or _sdpa_quirks(case, backend_name))
 

@@ -78,10 +78,11 @@ class Paged(Structure):
         pools: list[Any]
         block_table: Any
         if backend == "torch":
-            pools = [torch_layout(x.to(case.device), case.layout, QKV_SWAP) for x in (k_pages, v_pages)]
+            pools = [torch_layout(x.to(case.device), case.layout_of(n), QKV_SWAP) for n, x in (("k", k_pages), ("v", v_pages))]
             block_table = table.to(case.device)
         else:
-            pools = [numpy_layout(x.numpy(), case.layout, QKV_SWAP) for x in (k_pages, v_pages)]
+            pools = [numpy_layout(x.numpy(), case.layout_of(n), QKV_SWAP) for n, x in (("k", k_pages), ("v", v_pages))]
             block_table = table.numpy().astype(np.int64)
         inputs.k_pages, inputs.v_pages = pools
-        inputs.block_table = block_table if case.aux_layout == "contiguous" else in_layout(block_table, case.aux_layout)
+        table_layout = case.layout_of("index")
+        inputs.block_table = block_table if table_layout == "contiguous" else in_layout(block_table, table_layout)

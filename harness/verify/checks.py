@@ -139,7 +139,7 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
 
 def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
     """max |scale * q.k + bias| over the keys each query (of ``rows``, when given) may attend to (float64):
-    sizes the rule's floor."""
+    sizes the rule's floor. In float64 times sqrt(d) (:func:`floor_logit_factor`)."""
     kwargs = inputs.oracle_kwargs(case)
     k = expand_kv(inputs.k64, case.heads)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
@@ -152,7 +152,18 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     if allowed is not None:
         logits = logits.masked_fill(~allowed, 0.0)
     sinks = 0.0 if inputs.sinks64 is None else float(inputs.sinks64.abs().max())
-    return max(float(logits.abs().max()) if logits.numel() else 0.0, sinks)
+    return max(float(logits.abs().max()) if logits.numel() else 0.0, sinks) * floor_logit_factor(case)
+
+
+def floor_logit_factor(case: AttentionCase) -> float:
+    """What the floor's ``eps * max|logit|`` term is multiplied by: sqrt(d) in float64, else 1.
+
+    A logit L formed as a d-term dot product carries about sqrt(d) roundings of eps * L in another summation order,
+    not one. Outside float64 the baseline forms its logits in the same dtype and pays the same, so ``m * baseline``
+    covers a correct kernel's order; in float64 the baseline *is* the oracle's arithmetic (error ~1e-16), the floor
+    alone bounds the check, and with logits of 1e5 (``inputs="huge"``) a correct float64 kernel summing in another
+    order is 1.5-2x past eps * L (measured on the correct plugins of tests/verifier/blind and blind37)."""
+    return float(case.d) ** 0.5 if case.dtype == "float64" else 1.0
 
 
 def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
@@ -288,7 +299,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     dout_rows = dout64 if rows is None else dout64[:, :, rows]
     kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
-    dout = aux(dout64.to(dt).to(case.device), case)  # the upstream gradient crosses the boundary too
+    dout = aux(dout64.to(dt).to(case.device), case, "dout")  # the upstream gradient crosses the boundary too
 
     def leaves_of(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor | None) -> list[torch.Tensor]:
         arrays = [q] if case.self_attention else [q, k, v]

@@ -29,11 +29,12 @@ from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
 from harness.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
+from harness.verify.pairwise import tensor_layouts
 from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
 
 DATABASE_DIR = Path("results") / ".hypothesis"
 MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "key_padding_holes", "one_masked",
-                        "empty_rows")
+                        "empty_rows", "key_padding_late", "first_block")
 
 
 def case_strategy(impl: Implementation) -> Any:
@@ -56,7 +57,7 @@ def case_strategy(impl: Implementation) -> Any:
         grad = draw(st.booleans()) if grad_ok and kind not in FORWARD_ONLY else False
         batch = 1 if kind in BATCH_ONE else draw(st.integers(1, 3))
         tq = draw(st.integers(1, 160))
-        tk = draw(st.one_of(st.just(tq), st.integers(1, 160)))
+        tk = draw(st.one_of(st.just(tq), st.integers(1, 160), st.sampled_from((600, 1100))))  # past a 512-key block
         mask = draw(st.sampled_from(MASKS_SIMPLEST_FIRST)) if impl.mask else "none"
         fields: CaseFields = dict(
             batch=batch, heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
@@ -68,6 +69,9 @@ def case_strategy(impl: Implementation) -> Any:
             bias=draw(st.sampled_from(("none", "alibi"))) if impl.bias else "none",
             aux_layout=draw(st.sampled_from(LAYOUTS)))
         _models_2025(draw, st, impl, fields)
+        odd = draw(st.sampled_from(tensor_layouts(impl)))  # one array in a layout of its own
+        if odd != "none" and (odd != "dout" or grad):
+            fields["layouts"] = ((odd, draw(st.sampled_from(LAYOUTS))),)
         return AttentionCase(**_structure(draw, st, kind, fields, can))
 
     return cases()
@@ -107,6 +111,8 @@ def _structure(draw: Any, st: Any, kind: str, fields: CaseFields, can: frozenset
 def failing_checks(impl: Implementation, case: AttentionCase) -> list[CheckResult]:
     """The output, gradient and stateful checks of one case (one trial); the ones that did not pass."""
     from harness.verify.checks import check_grad, check_output, guarded
+    from harness.verify.restructured import applies as restructured_applies
+    from harness.verify.restructured import restructured
     from harness.verify.stateful import stateful
 
     results = [guarded("output", lambda: check_output(impl, case, 1))]
@@ -114,6 +120,8 @@ def failing_checks(impl: Implementation, case: AttentionCase) -> list[CheckResul
         results.append(guarded("grad", lambda: check_grad(impl, case, 1)))
     else:
         results.append(guarded("property:stateful", lambda: stateful(impl, case)))
+    if restructured_applies(case):  # two calls, two packings (or cache lengths), the same totals
+        results.append(guarded("property:restructured", lambda: restructured(impl, case)))
     return [r for r in results if r.status not in ("pass", "skipped")]
 
 

@@ -29,7 +29,8 @@ from harness.verify.structured import apply_structure, expressible, invalid, str
 GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), 8: (16, 2), "mqa": (6, 1)}
 """GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), 8 (Llama-3 70B's
 64/8), and MQA."""
-MASK_KINDS = ("none", "random", "key_padding", "key_padding_left", "key_padding_holes", "one_masked", "empty_rows")
+MASK_KINDS = ("none", "random", "key_padding", "key_padding_left", "key_padding_holes", "one_masked", "empty_rows",
+              "key_padding_late", "first_block")
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,26 @@ def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
         "structure": structure_kinds(impl),
         "bias": ["none", "alibi"] if impl.bias else ["none"],
         "aux_layout": list(LAYOUTS),
+        "tensor_layout": tensor_layouts(impl),
     }
+
+
+def tensor_layouts(impl: Implementation) -> list[str]:
+    """The values of the ``tensor_layout`` axis: "none", or the one array laid out unlike its group (q, k or v
+    unlike ``layout``; the upstream gradient, mask, bias or index arrays unlike ``aux_layout``), among those
+    ``impl`` is ever passed. A kernel that reads V with K's strides, or dO with the output's, passes whenever
+    they agree."""
+    values = ["none", "q", "k", "v"]
+    values += ["dout"] if impl.grad and impl.backend == "torch" else []
+    values += ["mask"] if impl.mask else []
+    values += ["bias"] if impl.bias else []
+    values += ["index"] if set(impl.structures) & {"cache_seqlens", "varlen", "paged"} else []
+    return values
+
+
+def odd_layout(common: str) -> str:
+    """The layout a ``tensor_layout`` array takes: transposed, or strided where its group is transposed."""
+    return "strided" if common == "transposed" else "transposed"
 
 
 def pair_problem(a: str, x: Any, b: str, y: Any) -> str | None:
@@ -100,6 +120,10 @@ def _case(names: list[str], row: Iterable[Any], device: str, can: frozenset[str]
     values = dict(zip(names, row))
     heads, kv_heads = GQA[values.pop("gqa")]
     structure = values.pop("structure", "none")
+    odd = values.pop("tensor_layout", "none")
+    if odd != "none":
+        common = values.get("layout", "contiguous") if odd in ("q", "k", "v") else values.get("aux_layout", "contiguous")
+        values["layouts"] = ((odd, odd_layout(str(common))),)
     fields = apply_structure(structure, cast(CaseFields, values), can)  # the axes are case fields by name
     fields.update({"heads": heads, "kv_heads": kv_heads, "device": device, "kind": "kernel", "pairwise": True})
     return AttentionCase(**fields)
@@ -161,13 +185,15 @@ def pairwise_cases(impl: Implementation, suite: str, device: str) -> list[Attent
     return [_case(list(row), row.values(), device, expressible(impl)) for row in pairwise_rows(axes)]
 
 
-def case_values(case: AttentionCase) -> dict[str, object]:
+def case_values(case: AttentionCase, can: frozenset[str] | None = None) -> dict[str, object]:
     """A case's value on each axis (the inverse of the row -> case mapping, for coverage)."""
     ratio: Any = "mqa" if case.kv_heads == 1 and case.heads > 1 else case.heads // case.kv_heads
     return {"dtype": case.dtype, "scale": case.scale, "causal": case.causal, "mask": case.mask,
             "mask_rank": case.mask_rank, "gqa": ratio, "tq": case.tq, "tk": case.tk, "d": case.d,
             "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch,
-            "structure": structure_label(case), "bias": case.bias, "aux_layout": case.aux_layout}
+            "structure": structure_label(case) if can is None else structure_label(case, can), "bias": case.bias,
+            "aux_layout": case.aux_layout,
+            "tensor_layout": case.layouts[0][0] if len(case.layouts) == 1 else "none"}
 
 
 def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> Coverage:
@@ -176,7 +202,7 @@ def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -
     wanted = _wanted(axes)
     seen: set[tuple[Any, ...]] = set()
     for case in cases:
-        seen |= _pairs(case_values(case))
+        seen |= _pairs(case_values(case, expressible(impl)))
     covered = len(wanted & seen)
     return Coverage(covered=covered, total=len(wanted), fraction=covered / len(wanted) if wanted else 1.0,
                     axes={n: len(v) for n, v in axes.items()}, suite=suite)

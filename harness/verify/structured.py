@@ -28,17 +28,19 @@ from harness.cases import CaseFields
 from harness.registry import Implementation
 
 KINDS = ("none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache", "cache_window",
-         "paged", "paged_div")
+         "cache_tl", "paged", "paged_div")
 """Simplest first (the fuzzer shrinks toward the front)."""
 NEEDS: dict[str, frozenset[str]] = {
     "none": frozenset(), "window": frozenset({"window"}), "window_left": frozenset({"window"}),
     "window_br": frozenset({"window", "bottom_right"}), "causal_br": frozenset({"bottom_right"}),
     "varlen": frozenset({"varlen"}), "varlen_br": frozenset({"varlen", "bottom_right"}),
     "cache": frozenset({"cache_seqlens"}), "cache_window": frozenset({"cache_seqlens", "window"}),
+    "cache_tl": frozenset({"cache_seqlens"}),
     "paged": frozenset({"cache_seqlens", "paged"}), "paged_div": frozenset({"cache_seqlens", "paged"}),
 }
-NEEDS_CAUSAL = frozenset({"causal_br", "varlen_br"})
-"""Bottom-right alignment without a window aligns causal masking: these kinds need a causal row."""
+NEEDS_CAUSAL = frozenset({"causal_br", "varlen_br", "cache_tl"})
+"""Bottom-right alignment without a window aligns causal masking: these kinds need a causal row (``cache_tl``: a
+KV cache under top-left causal masking, asked for explicitly, where a cache path may assume bottom-right)."""
 BATCH_ONE = frozenset({"varlen", "varlen_br"})
 """Packed sequences come in a batch of 1."""
 FORWARD_ONLY = frozenset({"paged", "paged_div"})
@@ -55,7 +57,8 @@ def expressible(impl: Implementation) -> frozenset[str]:
 def structure_kinds(impl: Implementation) -> list[str]:
     """The kinds ``impl`` can express, in :data:`KINDS` order (``none`` always)."""
     can = expressible(impl)
-    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.causal or kind not in NEEDS_CAUSAL)]
+    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.causal or kind not in NEEDS_CAUSAL)
+            and (kind != "cache_tl" or "bottom_right" in can)]  # without bottom-right, every causal cache is top-left
 
 
 def invalid(kind: str, *, causal: bool, batch: int, grad: bool) -> str | None:
@@ -112,9 +115,10 @@ def apply_structure(kind: str, fields: CaseFields, can: frozenset[str] = FOLDABL
         out.update({"batch": 1, "varlen": packed_lengths(tq, tk), "tq": tq, "tk": tk})
         if kind == "varlen_br":
             out["causal_align"] = "bottom_right"
-    elif kind in ("cache", "cache_window", "paged", "paged_div"):
+    elif kind in ("cache", "cache_window", "cache_tl", "paged", "paged_div"):
         short, ragged = max(tk - 1, 1), min(tk // 3 + 1, tk)
-        patterns = {"cache": (ragged, tk), "cache_window": (short, 0), "paged": (ragged, tk), "paged_div": None}
+        patterns = {"cache": (ragged, tk), "cache_window": (short, 0), "cache_tl": (tk, ragged), "paged": (ragged, tk),
+                    "paged_div": None}
         pattern = patterns[kind]
         if pattern is not None:
             out["cache_seqlens"] = tuple((pattern * batch)[:batch]) if batch > 1 else (pattern[0],)
@@ -122,18 +126,21 @@ def apply_structure(kind: str, fields: CaseFields, can: frozenset[str] = FOLDABL
             out["window"] = _window(tk, right=True)
         if kind in FORWARD_ONLY:
             out["page_size"] = _page_not_dividing(tk) if kind == "paged" else _page_dividing(tk)
-        if out.get("causal") and "bottom_right" in can:
+        if out.get("causal") and "bottom_right" in can and kind != "cache_tl":
             out["causal_align"] = "bottom_right"
     return out
 
 
-def structure_label(case: Any) -> str:
-    """The kind of :data:`KINDS` a case's structure is (the inverse of :func:`apply_structure`, for coverage)."""
+def structure_label(case: Any, can: frozenset[str] = FOLDABLE) -> str:
+    """The kind of :data:`KINDS` a case's structure is (the inverse of :func:`apply_structure`, for coverage), for
+    an implementation that can express ``can`` (a causal cache is ``cache_tl`` only where bottom-right exists)."""
     br = case.causal_align == "bottom_right"
     if case.page_size is not None:
         return "paged" if case.tk % case.page_size else "paged_div"
     if case.cache_seqlens is not None:
-        return "cache_window" if case.window is not None else "cache"
+        if case.window is not None:
+            return "cache_window"
+        return "cache_tl" if case.causal and not br and "bottom_right" in can else "cache"
     if case.varlen is not None:
         return "varlen_br" if br else "varlen"
     if case.window is not None:

@@ -40,7 +40,8 @@ PRIMARY_DTYPES = ("float32", "float64", "bfloat16", "float16")
 class Template:
     fields: CaseFields
     dtypes: str = "primary"
-    """"primary": the implementation's primary dtype; "all": every declared dtype."""
+    """"primary": the implementation's primary dtype; "all": every declared dtype; "half": the declared bfloat16 and
+    float16 (a case whose point is low-precision arithmetic, where float32's own summation order would decide)."""
     needs: frozenset[str] = field(default_factory=frozenset)
 
     def __hash__(self) -> int:  # fields is a dict; templates are only compared by identity
@@ -78,6 +79,8 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("softcap")
     if fields.get("dv", 0) not in (0, fields.get("d", 16)):
         needs.add("value_dim")
+    if any(name == "dout" for name, _ in fields.get("layouts", ())) and not fields.get("grad"):
+        raise ValueError("a dout layout needs grad=True")
     return Template(cast(CaseFields, fields), dtypes, frozenset(needs))  # checked as the case is built
 
 
@@ -242,6 +245,35 @@ def _edges(suite: str) -> list[Template]:
     ]
 
 
+def _what_models_feed() -> list[Template]:
+    """What real models feed, in quick and full: the commonest shapes (d 64 and 128, causal, GQA, gradients, in every
+    declared dtype: bf16/fp16 training), non-contiguous d > 128 gradients, logits at the edge of each dtype's range
+    and tiny ones, K, V and dO in layouts of their own, key padding (B, 1, 1, Tk) over long keys with padding on
+    elements other than 0, a whole first block of 512+ keys masked in some rows, long rows of non-negative V (an
+    output near 0.5 shows a low-precision running sum that randn V, averaging to ~0, hides), and a KV cache under
+    top-left causal masking."""
+    return [
+        T("all", heads=4, kv_heads=2, tq=128, d=64, causal=True, grad=True),  # Llama-like GQA, d 64
+        T("all", batch=2, heads=2, kv_heads=1, tq=40, tk=128, d=128, causal=True, grad=True, mask="key_padding"),
+        T(batch=2, heads=4, kv_heads=2, tq=65, d=64, causal=True, grad=True, layout="transposed",
+          layouts=(("v", "strided"), ("dout", "transposed"))),
+        T(heads=2, tq=70, tk=90, d=192, causal=True, grad=True, layout="transposed"),  # d > 128, non-contiguous
+        T(heads=2, tq=33, d=160, grad=True, layout="strided", mask="random"),
+        T("all", batch=2, heads=2, kv_heads=1, tq=32, tk=96, d=64, causal=True, inputs="huge"),
+        T(batch=2, heads=2, tq=33, tk=70, d=128, mask="random", inputs="huge"),
+        T(heads=2, tq=40, d=64, grad=True, inputs="huge"),
+        T(heads=2, tq=64, d=64, inputs="tiny", causal=True),  # every dtype in the covering array
+        T(batch=2, heads=4, kv_heads=2, tq=33, tk=70, d=32, layouts=(("k", "transposed"),)),
+        T(batch=2, heads=2, tq=33, tk=70, d=32, mask="key_padding", layouts=(("v", "offset"), ("mask", "strided"))),
+        T(batch=3, heads=4, kv_heads=2, tq=8, tk=1100, d=64, mask="key_padding"),  # (B, 1, 1, Tk) over long keys
+        T(batch=3, heads=2, tq=8, tk=1100, d=64, mask="key_padding_late", causal=True, causal_align="bottom_right"),
+        T(batch=2, tq=8, tk=1100, d=64, mask="first_block"),
+        T("half", batch=2, heads=4, kv_heads=2, tq=8, tk=2100, d=64, mask="first_block", mask_rank="bcast_heads"),
+        T("half", heads=1, tq=4, tk=8192, d=64, inputs="rand"),  # long rows, outputs near 0.5
+        T(batch=2, heads=4, kv_heads=2, tq=5, tk=203, d=32, causal=True, cache_seqlens=(203, 60)),  # cache, top-left
+    ]
+
+
 def _plan(suite: str) -> list[Template]:
     if suite == "small":
         seq = [T(heads=2, tq=n, d=16) for n in (1, 2, 3, 17, 33, 64)]
@@ -271,7 +303,7 @@ def _plan(suite: str) -> list[Template]:
             T("all", heads=2, tq=128, d=64, causal=True, grad=True),
             T(heads=4, tq=1000, d=64, bias="alibi", causal=True),
         ]
-    return seq + pairs + dims + heads + _common(tiny=False) + full_extra + _edges(suite) + _real_models()
+    return seq + pairs + dims + heads + _common(tiny=False) + _what_models_feed() + full_extra + _edges(suite) + _real_models()
 
 
 def _real_models() -> list[Template]:
@@ -315,7 +347,8 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
         for template in _plan(suite):
             if not template.needs <= caps:
                 continue
-            dtypes = impl.dtypes if template.dtypes == "all" else (primary,)
+            dtypes = {"all": impl.dtypes, "primary": (primary,),
+                      "half": tuple(d for d in impl.dtypes if d in ("bfloat16", "float16"))}[template.dtypes]
             for dtype in dtypes:
                 if template.fields.get("kv_dtype") == dtype:
                     continue  # a "mixed" case in the cache's own dtype is no mixed case

@@ -69,7 +69,7 @@ def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) 
     assert main(["verify", "--only", "numpy_naive", "--trials", "1", "--json", str(result)]) == 0
     assert main(["report", str(result), "--out", str(tmp_path / "report")]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "## Pairwise coverage" in summary and "| numpy_naive | 2247 | 2247 | 100.0 | quick |" in summary
+    assert "## Pairwise coverage" in summary and "| numpy_naive | 3023 | 3023 | 100.0 | quick |" in summary
     assert "Pairwise coverage" in (tmp_path / "report" / "index.html").read_text()
 
 
@@ -82,7 +82,7 @@ def test_structures_are_an_axis_crossed_with_every_other() -> None:
         values = [case_values(c) for c in cases]
         kinds = {v["structure"] for v in values}
         assert kinds == {"none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache",
-                         "cache_window"}, kinds  # no pages: not declared natively, and not a mask
+                         "cache_window", "cache_tl"}, kinds  # no pages: not declared natively, and not a mask
         for other in ("scale", "layout", "aux_layout", "dtype", "mask", "inputs", "gqa", "bias"):
             met = {(v["structure"], v[other]) for v in values}
             assert met >= {(k, x) for k in kinds for x in axes_for(impl, suite)[other]}, other

@@ -1,0 +1,121 @@
+"""The case space spans what models feed: logits at each dtype's edge, arrays laid out one by one, every mask form
+at length, structures across calls, the commonest real shapes in quick. Small, real inputs; no timing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.cases import AttentionCase
+from harness.discovery import load_registry
+from harness.errors import UsageError
+from harness.modules.cases import ModuleCase
+from harness.registry import Implementation
+from harness.tensors import HUGE_LOGIT, make_inputs
+from harness.verify.modules import module_cases
+from harness.verify.pairwise import pairwise_cases
+from harness.verify.properties import permutation
+from harness.verify.restructured import other_structure
+from harness.verify.suites import kernel_cases
+
+
+@pytest.fixture(scope="module")
+def sdpa() -> Implementation:
+    return load_registry([], builtins=True, entry_points=False).get("torch_sdpa")
+
+
+def _logits(case: AttentionCase) -> torch.Tensor:
+    inputs = make_inputs(case, 1000)
+    k = inputs.k64.repeat_interleave(case.heads // case.kv_heads, 1)
+    return inputs.q64 @ k.transpose(-1, -2)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float64"])
+def test_huge_logits_sit_at_the_edge_in_both_signs_and_leave_softmax_ordinary(dtype: str) -> None:
+    case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=9, tk=30, d=64, dtype=dtype, inputs="huge")
+    scaled = _logits(case) * case.effective_scale
+    assert float(scaled[..., 0, :].min()) > 0.9 * HUGE_LOGIT  # the first row far above
+    assert float(scaled[..., 1, :].max()) < -0.9 * HUGE_LOGIT  # the second far below -5e4
+    if dtype != "bfloat16":  # the offset is the same for every key of a row: the softmax is the randn one's
+        spread = scaled.amax(-1) - scaled.amin(-1)
+        assert float(spread.max()) < 60
+
+
+def test_huge_logits_in_float16_overflow_before_the_scale_only() -> None:
+    case = AttentionCase(heads=2, tq=9, tk=30, d=64, dtype="float16", inputs="huge")
+    raw = _logits(case)
+    assert float(raw.abs().amin(-1).max()) > 65504  # some row's every raw product is past float16
+    assert float((raw * case.effective_scale).abs().max()) < 65504
+
+
+def test_tiny_logits_are_tiny() -> None:
+    assert float(_logits(AttentionCase(heads=2, tq=9, tk=30, d=64, inputs="tiny")).abs().max()) / 8 < 0.05
+
+
+def test_first_block_masks_more_than_a_512_key_block_of_some_rows_and_keeps_a_key() -> None:
+    mask = make_inputs(AttentionCase(batch=2, heads=2, tq=16, tk=1100, d=8, mask="first_block"), 1000).mask64
+    assert mask is not None
+    blocked = ~mask[..., :520].any(-1)
+    assert bool(blocked[0, 0, 0]) and 0 < float(blocked.double().mean()) < 1
+    assert bool(mask.any(-1).all())
+
+
+def test_late_key_padding_pads_elements_other_than_0() -> None:
+    mask = make_inputs(AttentionCase(batch=3, heads=2, tq=4, tk=1100, d=8, mask="key_padding_late"), 1000).mask64
+    assert mask is not None and mask.shape == (3, 1, 1, 1100)
+    assert not bool(mask[0].all()) and bool(mask[2].all())
+
+
+def test_one_array_in_a_layout_of_its_own() -> None:
+    case = AttentionCase(batch=2, heads=2, tq=5, tk=7, d=8, layouts=(("v", "transposed"),))
+    inputs = make_inputs(case, 1000)
+    assert inputs.k.is_contiguous() and not inputs.v.is_contiguous() and inputs.k.stride() != inputs.v.stride()
+    assert case.id.endswith("lay=v:transposed")
+    assert AttentionCase.from_dict(case.to_dict()) == case
+    assert case.layout_of("k") == "contiguous" and case.layout_of("v") == "transposed"
+    with pytest.raises(UsageError, match="layouts"):
+        AttentionCase(layouts=(("w", "transposed"),))
+
+
+def test_the_covering_array_crosses_every_new_axis(sdpa: Implementation) -> None:
+    cases = pairwise_cases(sdpa, "quick", "cpu")
+    assert {c.layouts[0][0] for c in cases if c.layouts} >= {"q", "k", "v", "dout", "mask", "bias"}
+    assert {c.dtype for c in cases if c.inputs == "huge"} == set(sdpa.dtypes)
+    assert {c.mask for c in cases} >= {"first_block", "key_padding_late"}
+
+
+def test_quick_holds_the_commonest_real_shapes(sdpa: Implementation) -> None:
+    cases = kernel_cases(sdpa, "quick")
+    for dtype in ("bfloat16", "float16"):
+        assert any(c.dtype == dtype and c.d == 64 and c.causal and c.grad and c.kv_heads < c.heads for c in cases)
+    assert any(c.grad and c.d > 128 and c.layout != "contiguous" for c in cases)
+    assert any(c.mask == "key_padding" and c.mask_rank == "full" and c.tk > 1000 and c.batch > 2 for c in cases)
+    assert any(c.mask == "first_block" and c.tk > 1024 for c in cases)
+    assert any(c.cache_seqlens is not None and c.causal and c.causal_align == "top_left" and c.tq > 1 for c in cases)
+    assert any(c.layout_of("k") != c.layout_of("v") for c in cases)
+
+
+def test_a_second_structure_keeps_the_totals() -> None:
+    packed = AttentionCase(heads=2, tq=20, tk=26, d=8, varlen=((3, 9), (17, 17)))
+    other = other_structure(packed)
+    assert other is not None and other.varlen != packed.varlen and (other.tq, other.tk) == (20, 26)
+    one = other_structure(AttentionCase(heads=2, tq=20, tk=26, d=8, varlen=((20, 26),)))
+    assert one is not None and one.varlen == ((10, 13), (10, 13))
+    cached = AttentionCase(batch=2, heads=2, tq=1, tk=26, d=8, cache_seqlens=(26, 26))
+    relengthed = other_structure(cached)
+    assert relengthed is not None and relengthed.cache_seqlens != (26, 26)
+    assert other_structure(AttentionCase()) is None
+
+
+def test_a_property_bound_survives_a_baseline_that_overflows(sdpa: Implementation) -> None:
+    case = AttentionCase(heads=2, tq=16, tk=40, d=64, dtype="float16", inputs="huge")  # base: fp16 Q K^T = inf
+    result = permutation(sdpa, case)
+    assert result.status == "pass", result.reason
+
+
+def test_modules_run_half_precision_past_a_bf16_rope_table() -> None:
+    impl = load_registry([], builtins=True, entry_points=False).get("torch_mha")
+    cases = [c for c in module_cases(impl, "quick") if isinstance(c, ModuleCase)]
+    assert any(c.dtype == "bfloat16" and c.rope != "none" and c.seq > 256 for c in cases)
+    assert any(c.dtype == "float16" and c.rope != "none" and c.seq > 256 for c in cases)
+    assert any(c.bias == "alibi" and c.heads & (c.heads - 1) for c in cases)  # not a power of two

@@ -184,7 +184,8 @@ class Probe:
 def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Sequence[int], contenders: int,
                   reference: str | None, reference_medians: Sequence[float] | None, probe: Probe) -> Rounds:
     """A cell's :class:`~harness.results.Rounds`: per-round medians, the ratio to the reference's medians of
-    the same rounds (absent without a reference), and the roofs the probe read in those rounds."""
+    the same rounds (absent for the reference itself, given no ``reference_medians``, and without a
+    reference), and the roofs the probe read in those rounds."""
     ratios: tuple[float, ...] | None = None
     ratio = low = high = coverage = None
     if reference_medians is not None and len(reference_medians) == len(medians):
@@ -192,7 +193,7 @@ def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Seq
         if ratios:
             ratio, low, high, coverage = median_interval(ratios)
     return Rounds(sizes=tuple(sizes), medians_s=tuple(medians), positions=tuple(positions), contenders=contenders,
-                  reference=reference if ratios else None, ratios=ratios, ratio=ratio, ratio_low=low,
+                  reference=reference, ratios=ratios, ratio=ratio, ratio_low=low,
                   ratio_high=high, confidence=coverage,
                   gemm_gflops=max(probe.gemm_gflops) if probe.gemm_gflops else None,
                   read_gbps=max(probe.read_gbps) if probe.read_gbps else None,

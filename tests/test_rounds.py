@@ -111,3 +111,12 @@ def test_the_rounds_record_reads_back_whole_and_old_cells_read_without_it() -> N
     old = {k: v for k, v in stored.items() if k != "rounds"}
     assert cell_from_json(old).rounds is None and "rounds" not in cell_to_json(cell_from_json(old))
     assert math.isclose(back.rounds.ratio or 0.0, 2.0)
+
+
+def test_a_reference_not_timed_is_a_usage_error(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from harness.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["bench", "--only", "torch_sdpa", "--reference", "tiled", "--T", "64", "--out", str(out), "--quiet"]) == 2
+    assert "--reference tiled: not among the implementations timed (torch_sdpa)" in capsys.readouterr().err
+    assert not out.exists()

@@ -46,6 +46,9 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         settings = dataclasses.replace(settings, memory_budget_bytes=free / 2)
     # Module-level implementations (kind="module") take other cases; bench times kernels unless asked.
     names = [impl.name for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
+    if settings.reference is not None and settings.reference not in names:
+        raise UsageError(f"--reference {settings.reference}: not among the implementations timed "
+                         f"({', '.join(names) or 'none'}); name one of them, or add it with --only")
     cells = plan(settings.suite, names, settings.overrides, settings.device)
     if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
         raise UsageError(_why_no_cells(settings, names))

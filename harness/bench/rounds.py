@@ -62,8 +62,8 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
     from harness.bench import audit
-    from harness.bench.runner import _implementation
     from harness.cases import AttentionCase
+    from harness.discovery import load_implementation
 
     entered = guard.CLOCK()
     setup_s = 0.0
@@ -71,7 +71,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
         cell = _OPEN.get(key)
         if cell is None:
             used = pin_threads(threads)
-            impl = _implementation(name, source)
+            impl = load_implementation(source, name)  # only the source that declares it
             attention_case = AttentionCase.from_dict(case)
             started = guard.CLOCK()
             shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"

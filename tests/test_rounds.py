@@ -120,3 +120,24 @@ def test_a_reference_not_timed_is_a_usage_error(tmp_path, capsys) -> None:  # ty
     assert main(["bench", "--only", "torch_sdpa", "--reference", "tiled", "--T", "64", "--out", str(out), "--quiet"]) == 2
     assert "--reference tiled: not among the implementations timed (torch_sdpa)" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_fast_contenders_get_more_shorter_rounds_and_slow_ones_the_least() -> None:
+    from harness.bench.rounds import MAX_ROUNDS, rounds_for
+
+    assert rounds_for(0.4, [0.015, 0.010], 6) == 26  # about one call of the slowest a round
+    assert rounds_for(0.4, [0.5, 0.01], 6) == 6
+    assert rounds_for(0.4, [1e-5], 6) == MAX_ROUNDS
+    assert rounds_for(0.4, [], 6) == 6
+
+
+def test_a_loop_can_be_given_more_rounds_after_its_first() -> None:
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=1, rounds=2)
+    loop = RoundedLoop(_sets(), config, "torch", rounds=2)
+    loop.round()
+    loop.round(rounds=4)
+    assert not loop.done
+    loop.round(rounds=4)
+    loop.round(rounds=4)
+    assert loop.done and loop.result().round_sizes == (1, 1, 1, 1)
+    assert loop.result().kept[-1].index == 3

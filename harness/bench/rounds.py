@@ -29,6 +29,9 @@ from harness.bench.timing import TimingConfig, pin_threads
 from harness.bench.verdicts import Timed
 from harness.results import Accounting, Integrity, Rounds
 
+MAX_ROUNDS = 30
+"""The most rounds a case is cut into: fast contenders get rounds of a call or two each, so a load that comes
+and goes within a second still hits both sides of most rounds alike."""
 REFERENCE = "torch_sdpa"
 """The contender each other's per-round ratio divides by when the settings name none and it is timed."""
 PROBE_GEMM = {"float64": 512, "float32": 512, "float16": 384, "bfloat16": 384}
@@ -62,7 +65,7 @@ _PROBE: dict[str, Any] = {}
 
 
 def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None) -> Timed:
+               threads: int | None, rounds: int | None = None) -> Timed:
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
     from harness.bench import audit
@@ -92,7 +95,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             used = pin_threads(threads)
             entered_loop = guard.CLOCK()
             cell.phases_s += entered_loop - entered
-            samples = cell.loop.round()
+            samples = cell.loop.round(rounds=rounds)
         cell.phases_s += guard.CLOCK() - entered_loop
         if not cell.loop.done:
             cell.total_s += guard.CLOCK() - entered
@@ -167,6 +170,15 @@ def round_order(contenders: Sequence[str], rounds: int, seed: str) -> list[list[
         rng.shuffle(order)
         out.append(order)
     return out
+
+
+def rounds_for(budget_s: float, call_s: Sequence[float], least: int) -> int:
+    """How many rounds a case gets once its first round measured each contender's call: about one call of the
+    slowest contender a round (``budget_s`` over its call), at least ``least``, at most :data:`MAX_ROUNDS`."""
+    slowest = max((c for c in call_s if c > 0), default=0.0)
+    if slowest <= 0:
+        return least
+    return max(least, min(MAX_ROUNDS, int(budget_s / slowest)))
 
 
 def round_medians(samples: Sequence[float], sizes: Sequence[int]) -> list[float]:

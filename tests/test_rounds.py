@@ -111,3 +111,33 @@ def test_the_rounds_record_reads_back_whole_and_old_cells_read_without_it() -> N
     old = {k: v for k, v in stored.items() if k != "rounds"}
     assert cell_from_json(old).rounds is None and "rounds" not in cell_to_json(cell_from_json(old))
     assert math.isclose(back.rounds.ratio or 0.0, 2.0)
+
+
+def test_a_reference_not_timed_is_a_usage_error(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from harness.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["bench", "--only", "torch_sdpa", "--reference", "tiled", "--T", "64", "--out", str(out), "--quiet"]) == 2
+    assert "--reference tiled: not among the implementations timed (torch_sdpa)" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_fast_contenders_get_more_shorter_rounds_and_slow_ones_the_least() -> None:
+    from harness.bench.rounds import MAX_ROUNDS, rounds_for
+
+    assert rounds_for(0.4, [0.015, 0.010], 6) == 26  # about one call of the slowest a round
+    assert rounds_for(0.4, [0.5, 0.01], 6) == 6
+    assert rounds_for(0.4, [1e-5], 6) == MAX_ROUNDS
+    assert rounds_for(0.4, [], 6) == 6
+
+
+def test_a_loop_can_be_given_more_rounds_after_its_first() -> None:
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=1, rounds=2)
+    loop = RoundedLoop(_sets(), config, "torch", rounds=2)
+    loop.round()
+    loop.round(rounds=4)
+    assert not loop.done
+    loop.round(rounds=4)
+    loop.round(rounds=4)
+    assert loop.done and loop.result().round_sizes == (1, 1, 1, 1)
+    assert loop.result().kept[-1].index == 3

@@ -107,3 +107,26 @@ def test_fit_rows_read_the_paired_ratios_of_a_sweep() -> None:
         assert rows["k"].relative is not None and rows["k"].relative.reference == "torch_sdpa"
         assert rows["k"].flagged is flagged
         assert rows["torch_sdpa"].relative is None and not rows["torch_sdpa"].flagged
+
+
+def test_an_honest_d_exponent_with_a_wide_interval_is_a_departure() -> None:
+    # torch_sdpa on a quieter machine: d 1.83 [1.33, 2.37] (issue 34): not an order beyond d^1
+    ds = (32.0, 64.0, 128.0)
+    row = _row(_fit(1.83, 1.33, 2.37, (1.0, 2.6, 7.1), ds), theory=1.0, axis="d")
+    assert not row.flagged and row.check.startswith("departure: per-FLOP rate falls")
+
+
+def test_a_tight_excess_concentrated_in_one_step_is_a_departure_and_a_sustained_one_is_flagged() -> None:
+    cliff = tuple(t ** 2 * (3.5 if t == 2048 else 1.0) for t in TS)  # one step of x^3.8, the others x^2
+    row = _row(_fit(2.6, 2.55, 2.65, cliff))
+    assert not row.flagged and row.check.startswith("departure")
+    ds = (32.0, 64.0, 128.0)
+    planted = _row(_fit(2.0, 1.9, 2.1, (1.0, 4.0, 16.0), ds), theory=1.0, axis="d")  # time grows as d^2
+    assert planted.flagged
+
+
+def test_a_paired_ratio_that_jumps_once_is_not_flagged() -> None:
+    ratios = [1.0, 1.0, 1.05, 4.0]  # one cliff between the two largest sizes, tight intervals
+    relative = relative_growth(TS, ratios, [r * 0.97 for r in ratios], [r * 1.03 for r in ratios], "torch_sdpa")
+    assert relative is not None and relative.low > 0.5
+    assert not _row(_fit(2.5, 1.3, 4.0, (1.0, 4.0, 17.0, 200.0)), relative=relative).flagged

@@ -262,8 +262,11 @@ class RoundedLoop:
             self.expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(self.per_call_s, 1e-9))))
             self.pick = ENTROPY.randrange(1, max(2, self.expected))
 
-    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None) -> list[float]:
-        """Run the next round; its samples."""
+    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None) -> list[float]:
+        """Run the next round; its samples. ``rounds`` resets the number of rounds (never below those run and
+        this one): the parent decides it after the first, from the contenders' call times."""
+        if rounds is not None:
+            self.rounds = max(rounds, len(self.round_sizes) + 1)
         if self.done:
             raise RuntimeError("every round of this loop has run")
         config, sets, n = self.config, self.sets, len(self.sets)

@@ -29,10 +29,17 @@ from harness.bench.timing import TimingConfig, pin_threads
 from harness.bench.verdicts import Timed
 from harness.results import Accounting, Integrity, Rounds
 
+MAX_ROUNDS = 30
+"""The most rounds a case is cut into: fast contenders get rounds of a call or two each, so a load that comes
+and goes within a second still hits both sides of most rounds alike."""
 REFERENCE = "torch_sdpa"
 """The contender each other's per-round ratio divides by when the settings name none and it is timed."""
-PROBE_GEMM = {"float64": 1024, "float32": 1024, "float16": 768, "bfloat16": 768}
-"""Side of the probe's square GEMM: near the plateau of one core's GEMM rate, a few tens of ms."""
+PROBE_GEMM = {"float64": 512, "float32": 512, "float16": 384, "bfloat16": 384}
+"""Side of the probe's square GEMM: near the plateau of a core's GEMM rate, and a call of a millisecond or two,
+as short as the cells it stands beside: on a busy machine a long call is preempted where a short one is not."""
+PROBE_CALLS = 5
+"""GEMM calls a round: under load a call can be preempted, and a multi-threaded GEMM waits for its slowest
+thread, so one call can read the roof far low; the fastest of a few short calls is the roof offered then."""
 PROBE_BYTES = 256 * 2**20
 """The probe's read buffer (as :data:`harness.bench.bandwidth.STREAM_BYTES`): beyond the caches."""
 
@@ -58,12 +65,12 @@ _PROBE: dict[str, Any] = {}
 
 
 def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None) -> Timed:
+               threads: int | None, rounds: int | None = None) -> Timed:
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
     from harness.bench import audit
-    from harness.bench.runner import _implementation
     from harness.cases import AttentionCase
+    from harness.discovery import load_implementation
 
     entered = guard.CLOCK()
     setup_s = 0.0
@@ -71,7 +78,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
         cell = _OPEN.get(key)
         if cell is None:
             used = pin_threads(threads)
-            impl = _implementation(name, source)
+            impl = load_implementation(source, name)  # only the source that declares it
             attention_case = AttentionCase.from_dict(case)
             started = guard.CLOCK()
             shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
@@ -88,7 +95,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             used = pin_threads(threads)
             entered_loop = guard.CLOCK()
             cell.phases_s += entered_loop - entered
-            samples = cell.loop.round()
+            samples = cell.loop.round(rounds=rounds)
         cell.phases_s += guard.CLOCK() - entered_loop
         if not cell.loop.done:
             cell.total_s += guard.CLOCK() - entered
@@ -124,9 +131,9 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
 
 
 def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float, float]:
-    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: one square GEMM call of :data:`PROBE_GEMM` and
-    one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched, once per worker; the roof beside
-    a cell is the best of its rounds' readings, so one call a round is enough)."""
+    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: the fastest of :data:`PROBE_CALLS` square GEMM
+    calls of :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched,
+    once per worker). The roof beside a cell is the best of its rounds' readings."""
     import torch
 
     from harness.tensors import TORCH_DTYPES
@@ -140,13 +147,15 @@ def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float
     if device not in _PROBE:
         _PROBE[device] = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=device)
     a, b = _PROBE[key]
-    t0 = guard.CLOCK()
-    torch.matmul(a, b)
-    gemm = guard.CLOCK() - t0
+    gemm = []
+    for _ in range(PROBE_CALLS):
+        t0 = guard.CLOCK()
+        torch.matmul(a, b)
+        gemm.append(guard.CLOCK() - t0)
     t0 = guard.CLOCK()
     _PROBE[device].sum()
     read = guard.CLOCK() - t0
-    return 2.0 * n ** 3 / gemm / 1e9, PROBE_BYTES / read / 1e9
+    return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9
 
 
 # ---------------------------------------------------------------- parent side: what the rounds mean
@@ -161,6 +170,15 @@ def round_order(contenders: Sequence[str], rounds: int, seed: str) -> list[list[
         rng.shuffle(order)
         out.append(order)
     return out
+
+
+def rounds_for(budget_s: float, call_s: Sequence[float], least: int) -> int:
+    """How many rounds a case gets once its first round measured each contender's call: about one call of the
+    slowest contender a round (``budget_s`` over its call), at least ``least``, at most :data:`MAX_ROUNDS`."""
+    slowest = max((c for c in call_s if c > 0), default=0.0)
+    if slowest <= 0:
+        return least
+    return max(least, min(MAX_ROUNDS, int(budget_s / slowest)))
 
 
 def round_medians(samples: Sequence[float], sizes: Sequence[int]) -> list[float]:
@@ -184,7 +202,8 @@ class Probe:
 def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Sequence[int], contenders: int,
                   reference: str | None, reference_medians: Sequence[float] | None, probe: Probe) -> Rounds:
     """A cell's :class:`~harness.results.Rounds`: per-round medians, the ratio to the reference's medians of
-    the same rounds (absent without a reference), and the roofs the probe read in those rounds."""
+    the same rounds (absent for the reference itself, given no ``reference_medians``, and without a
+    reference), and the roofs the probe read in those rounds."""
     ratios: tuple[float, ...] | None = None
     ratio = low = high = coverage = None
     if reference_medians is not None and len(reference_medians) == len(medians):
@@ -192,7 +211,7 @@ def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Seq
         if ratios:
             ratio, low, high, coverage = median_interval(ratios)
     return Rounds(sizes=tuple(sizes), medians_s=tuple(medians), positions=tuple(positions), contenders=contenders,
-                  reference=reference if ratios else None, ratios=ratios, ratio=ratio, ratio_low=low,
+                  reference=reference, ratios=ratios, ratio=ratio, ratio_low=low,
                   ratio_high=high, confidence=coverage,
                   gemm_gflops=max(probe.gemm_gflops) if probe.gemm_gflops else None,
                   read_gbps=max(probe.read_gbps) if probe.read_gbps else None,

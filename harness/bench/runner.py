@@ -387,15 +387,26 @@ class BenchRunner:
                 pools_of: Callable[[str], tuple[WorkerPool, WorkerPool]], peak_pool: WorkerPool) -> list[BenchCell]:
         """The admitted cells of one case timed in shuffled rounds with the roof probe among them; each
         cell with its :class:`~harness.results.Rounds` record."""
-        from harness.bench.rounds import Probe, choose_reference, roof_probe_task, round_order, round_task
+        from harness.bench.rounds import (
+            MAX_ROUNDS,
+            Probe,
+            choose_reference,
+            roof_probe_task,
+            round_order,
+            round_task,
+            rounds_for,
+        )
 
         settings, first = self.settings, admitted[0][0]
         for cell, _ in admitted:
             self._warm_up(cell, pools_of(cell.implementation)[0])
         states = {cell.implementation: _Contender(cell, predicted) for cell, predicted in admitted}
         probe = Probe()
-        orders = round_order([*states, _PROBE], settings.timing.rounds, f"{first.case.id}/{first.mode}")
-        for order in orders:
+        orders = round_order([*states, _PROBE], max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        total, first_calls = settings.timing.rounds, []
+        for index, order in enumerate(orders):
+            if index == total:
+                break
             for position, name in enumerate(order):
                 if name == _PROBE:
                     reading = peak_pool.run(Task(name, roof_probe_task, (first.case.dtype, first.case.device,
@@ -409,7 +420,7 @@ class BenchRunner:
                     continue
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                        settings.threads)
+                        settings.threads, None if index == 0 else total)
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 state.seconds += outcome.seconds
                 state.leftovers += outcome.leftovers
@@ -418,6 +429,10 @@ class BenchRunner:
                     state.failed = outcome
                 elif outcome.value.integrity is not None:  # the last round: every sample and the checks
                     state.final = outcome
+                elif index == 0 and outcome.value.samples_s:
+                    first_calls.append(min(outcome.value.samples_s))
+            if index == 0 and settings.timing.rounds > 1:  # fast contenders: more, shorter rounds
+                total = rounds_for(settings.timing.budget_s, first_calls, settings.timing.rounds)
         return self._rounds_measured(states, probe, choose_reference(list(s for s, v in states.items()
             if v.failed is None and v.final is not None), self.settings.reference), pools_of)
 

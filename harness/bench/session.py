@@ -48,6 +48,9 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     # Module-level implementations (kind="module") are timed when named (--only): the default run times kernels.
     selected = [impl for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     names = [impl.name for impl in selected]
+    if settings.reference is not None and settings.reference not in names:
+        raise UsageError(f"--reference {settings.reference}: not among the implementations timed "
+                         f"({', '.join(names) or 'none'}); name one of them, or add it with --only")
     if settings.model is not None:
         from harness.bench.model_sweeps import model_plan
 

@@ -86,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warm-cache", action="store_true",
                         help="time every call on the same inputs (caches warm, no L2 flush on CUDA) instead of "
                              "rotating through several input sets; see docs/integrity.md")
+    parser.add_argument("--rounds", type=positive_int, metavar="N",
+                        help="rounds each case's implementations are timed in, their order shuffled each round, "
+                             "the budget split over them (default 6; 1: one implementation after another)")
+    parser.add_argument("--reference", metavar="NAME",
+                        help="the implementation each other's per-round ratio divides by (default: torch_sdpa "
+                             "when it is timed, else the first)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
     add_model_argument(parser, "time")
@@ -113,6 +119,8 @@ def _settings(args: argparse.Namespace) -> Any:
         timing = dataclasses.replace(timing, budget_s=args.budget)
     if args.min_samples is not None:
         timing = dataclasses.replace(timing, min_samples=args.min_samples)
+    if args.rounds is not None:
+        timing = dataclasses.replace(timing, rounds=args.rounds)
     # no CUDA device here: the RAM's budget, and every cell is skipped saying it needs one
     free = None if args.memory_budget is not None else free_memory_bytes(args.device)
     if args.memory_budget is not None:
@@ -127,7 +135,7 @@ def _settings(args: argparse.Namespace) -> Any:
         timeout_s=args.timeout, timing=timing, memory=not args.no_memory,
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
-        threads=threads, device=args.device, model=checked_model(args.model, "bench"))
+        threads=threads, device=args.device, model=checked_model(args.model, "bench"), reference=args.reference)
 
 
 def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:

@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from harness.analysis.costmodel import CostFit, fit_cost, run_scatter
@@ -160,9 +159,13 @@ class Relative:
 
     reference: str
     exponent: float
+    """The growth from the smallest size's ratio to the largest's (log-log)."""
     low: float
     high: float
     """The slowest and fastest growth the sizes' intervals allow, between the smallest and the largest size."""
+    xs: tuple[float, ...] = ()
+    ratios: tuple[float, ...] = ()
+    """The sizes and each one's paired ratio (the median of its rounds' ratios)."""
 
 
 def relative_growth(xs: Sequence[float], ratios: Sequence[float], lows: Sequence[float], highs: Sequence[float],
@@ -172,11 +175,19 @@ def relative_growth(xs: Sequence[float], ratios: Sequence[float], lows: Sequence
                     if r > 0 and lo > 0 and hi > 0)
     if len({p[0] for p in points}) < MIN_POINTS:
         return None
-    lx = np.log([p[0] for p in points])
-    slope = float(np.polyfit(lx, np.log([p[1] for p in points]), 1)[0])
-    (x0, _, lo0, hi0), (x1, _, lo1, hi1) = points[0], points[-1]
+    (x0, r0, lo0, hi0), (x1, r1, lo1, hi1) = points[0], points[-1]
     span = math.log(x1 / x0)
-    return Relative(reference, slope, math.log(lo1 / hi0) / span, math.log(hi1 / lo0) / span)
+    return Relative(reference, math.log(r1 / r0) / span, math.log(lo1 / hi0) / span, math.log(hi1 / lo0) / span,
+                    tuple(p[0] for p in points), tuple(p[1] for p in points))
+
+
+def sustained(xs: Sequence[float], ys: Sequence[float], theory: float) -> bool:
+    """The local exponent (log-log slope from one size to the next) exceeds ``theory + EXCESS`` at two steps or
+    more, or at every step when there are fewer than two: growth of an order, not one step of a cache or block."""
+    steps = [math.log(y1 / y0) / math.log(x1 / x0) for (x0, y0), (x1, y1) in zip(zip(xs, ys), list(zip(xs, ys))[1:])
+             if x1 > x0 and y0 > 0 and y1 > 0]
+    above = sum(step > theory + EXCESS for step in steps)
+    return bool(steps) and above >= min(2, len(steps))
 
 
 def largest_rate_fall(xs: Sequence[float], ys: Sequence[float], theory: float) -> tuple[float, float, float] | None:
@@ -264,11 +275,12 @@ class Row:
     @property
     def flagged(self) -> bool:
         """The cost grows faster than theory allows. Memory: theory outside the exponent's interval where the
-        leading term dominates (a linear-memory bound: only when the interval lies above it). Time: growth beyond
-        theory by at least :data:`EXCESS` that the noise cannot explain: relative to the reference timed beside it
-        (the lower end of :class:`Relative` above :data:`EXCESS`) when bench stored paired ratios, else the
-        exponent's interval above theory and the fitted exponent :data:`EXCESS` or more above it. A smaller
-        departure (a cache effect, a block size) is described (:attr:`departure`), never flagged."""
+        leading term dominates (a linear-memory bound: only when the interval lies above it). Time: growth of
+        at least :data:`EXCESS` beyond theory, which the noise cannot explain and which is sustained: relative
+        to the reference timed beside it when bench stored paired ratios (the lower end of :class:`Relative`
+        above :data:`EXCESS`), else the whole interval :data:`EXCESS` or more above theory; and from one size
+        to the next at two steps or more (at every step of a two-step sweep). An excess concentrated in one
+        step (a cache level left, a block size) is a :attr:`departure`, described and never flagged."""
         if not self.judged or self.fit is None or self.theory is None:
             return False
         if self.quantity == "memory":
@@ -276,9 +288,10 @@ class Row:
                 return self.fit.low > self.theory
             return not self.fit.contains(self.theory)
         if self.relative is not None:
-            return self.relative.low > EXCESS or self.relative.high < -EXCESS
-        return (self.fit.low > self.theory and self.fit.exponent >= self.theory + EXCESS) or \
-            (self.fit.high < self.theory and self.fit.exponent <= self.theory - EXCESS)
+            return self.relative.low > EXCESS and sustained(self.relative.xs, self.relative.ratios, 0.0)
+        if self.fit.high < self.theory - EXCESS:  # half an order less work than the algorithm's: not a dense kernel
+            return True
+        return self.fit.low > self.theory + EXCESS and sustained(self.fit.xs, self.fit.ys, self.theory)
 
     @property
     def departure(self) -> str | None:

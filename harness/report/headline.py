@@ -56,7 +56,7 @@ def _decode(bench: pd.DataFrame) -> Line | None:
     case_id = str(longest.sort_values("case_id")["case_id"].iloc[0])
     at = longest[longest["case_id"] == case_id].sort_values("median").drop_duplicates("implementation")
     best = at.iloc[0]
-    text = _winner(at)
+    text = winner(at)
     if pd.notna(best.get("gbps")):
         text += f"; {float(best['gbps']):.1f} GB/s"
         if pd.notna(best.get("pct_bandwidth")):
@@ -89,7 +89,7 @@ def ratio_interval(best: pd.Series, second: pd.Series) -> tuple[float, float, st
     return quantile(b, 0.25) / quantile(a, 0.75), quantile(b, 0.75) / quantile(a, 0.25), "interquartile ranges"
 
 
-def _winner(at: pd.DataFrame) -> str:
+def winner(at: pd.DataFrame) -> str:
     """The fastest of ``at`` (sorted by median) and its margin over the next, or "tied within noise" when the
     margin's interval does not exclude 1: noise never decides a headline."""
     best = at.iloc[0]
@@ -133,7 +133,7 @@ def _fastest(bench: pd.DataFrame) -> list[Line]:
             at = at.drop_duplicates("implementation")
             if at.empty:
                 continue
-            text = _winner(at) + f" ({len(at)} measured)"
+            text = winner(at) + f" ({len(at)} measured)"
             lines.append(Line(f"Fastest, {_regime_name(t, ts[0], ts[-1], bool(causal), str(mode))}", text))
     return lines
 

@@ -109,7 +109,8 @@ def _complexity(report: Analysis) -> list[str]:
                           "" if r.fit is None else f"[{r.fit.low:.2f}, {r.fit.high:.2f}]", r.theory,
                           "⚠️ off" if r.flagged else r.check, r.dominates, r.n) for r in rows]))
     out.append(f"\n{len(report.flagged)} exponent(s) flagged. Time is flagged only for growth at least half a power "
-               "beyond theory that the noise cannot explain (relative to the reference timed beside it in interleaved "
+               "beyond theory, sustained over two steps, that the noise cannot explain (relative to the reference timed "
+               "beside it in interleaved "
                "rounds where bench paired them, else the exponent's interval: bootstrap over the raw samples and the "
                "run's scatter between cells); a smaller excess is a departure (where the per-FLOP rate falls), an "
                "interval holding theory and its neighbour is undecided. Memory is flagged when theory lies outside "

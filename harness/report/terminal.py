@@ -52,13 +52,14 @@ def _memory_text(cell: BenchCell) -> str:
 def results_table(run: Run) -> str:
     """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it."""
     roof = bool(run.bandwidth)
+    paired = any(c.rounds is not None and c.rounds.reference for c in run.bench_cells())
     rows = []
     for c in run.bench_cells():
         if c.status == Status.SKIPPED:
             continue
         if c.status != Status.OK or not c.stats:
-            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", "-", "-", *(("-", "-") if roof else ()),
-                         "-"))
+            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", *(("-",) if paired else ()), "-", "-",
+                         *(("-", "-") if roof else ()), "-"))
             continue
         s = c.stats
         spread = f"{100 * (s.iqr_over_median or 0.0):.1f}%" + (" !" if is_noisy(s) else "")
@@ -68,9 +69,20 @@ def results_table(run: Run) -> str:
             share = run.pct_bandwidth(c)
             bandwidth = ("-" if c.gbps is None else f"{c.gbps:.1f}", "-" if share is None else f"{share:.0f}%")
         rows.append((c.implementation, c.case_id, c.mode, format_seconds(s.median or 0.0), spread,
+                     *((_paired_text(c),) if paired else ()),
                      f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", *bandwidth, _memory_text(c)))
-    return format_table(("implementation", "case", "mode", "median", "IQR/median", "GFLOP/s", "% peak",
-                         *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows)
+    return format_table(("implementation", "case", "mode", "median", "IQR/median", *(("vs reference",) if paired else ()),
+                         "GFLOP/s", "% peak", *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows)
+
+
+def _paired_text(cell: BenchCell) -> str:
+    """``1.32x [1.21, 1.40] torch_sdpa``: the cell's time over the reference's, paired over the rounds."""
+    r = cell.rounds
+    if r is not None and r.reference == cell.implementation:
+        return "reference"
+    if r is None or r.ratio is None or r.reference is None:
+        return "-"
+    return f"{r.ratio:.2f}x [{r.ratio_low or 0.0:.2f}, {r.ratio_high or 0.0:.2f}] {r.reference}"
 
 
 def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:

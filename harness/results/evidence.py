@@ -79,9 +79,10 @@ class Rounds(Record):
     in each round with the median's interval, and the roofs read in the same rounds.
 
     ``sizes`` splits ``samples_s`` into rounds, in order; ``positions`` is the cell's place in each round's
-    shuffled order (0: first). The ratio fields are absent for the reference itself and for a case timed
-    alone. ``gemm_gflops`` and ``read_gbps`` are the fastest GEMM call and the highest read reading of the
-    roof probe run as one more contender in each round: the roofs beside the cell."""
+    shuffled order (0: first). ``reference`` names the contender the ratios divide by (on the reference's
+    own cell too); the ratio fields are absent for the reference itself and for a case timed alone.
+    ``gemm_gflops`` and ``read_gbps`` are the fastest GEMM call and the highest read reading of the roof probe
+    run as one more contender in each round: the roofs beside the cell."""
 
     TUPLES = frozenset({"sizes", "medians_s", "positions", "ratios", "gemm_samples_gflops", "read_samples_gbps"})
     sizes: tuple[int, ...] | None = None

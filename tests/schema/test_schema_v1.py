@@ -149,7 +149,8 @@ def test_the_v1_run_has_a_headline(report: Path) -> None:
     text = (report / "summary.md").read_text()
     assert text.index(HEADLINE) < text.index("**Correctness:**")
     assert "- **Machine:** " in text and "measured GEMM peak float32/cpu" in text
-    assert "- **Fastest, long T (2048), no mask, fwd:** " in text and "x faster than" in text
+    # noise never decides a headline: this run's cells at T = 2048 are too noisy to name one fastest
+    assert "- **Fastest, long T (2048), no mask, fwd:** torch_sdpa and torch_sdpa_flash tied within noise" in text
     assert "- **Verification:** all 16 verified implementation(s) passed every check" in text, text[:1500]
     assert '<section id="headline">' in (report / "index.html").read_text()
 

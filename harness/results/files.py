@@ -208,6 +208,32 @@ def refuse_to_overwrite(path: Path, command: str) -> None:
                          f"Choose another path, or pass --force to replace it")
 
 
+def parse_json(text: str, path: Path) -> Any:
+    """A file's JSON document; a UsageError naming the file for anything that is not one (bad syntax, an
+    integer past Python's digit limit, nesting past the parser's recursion limit)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: a damaged result file: nested too deeply to be a result file") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise UsageError(f"{path}: a damaged result file: {exc}") from None
+
+
+def check_version(data: dict[str, Any], path: Path) -> None:
+    """A UsageError unless ``data`` is a result file of a version this attnbench reads."""
+    version = data.get("schema_version")
+    readable = ", ".join(map(str, READABLE_VERSIONS))
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UsageError(f"{path}: a damaged result file: schema_version {json.dumps(version)[:40]} is "
+                         f"{'missing' if version is None else 'not a number'}; a result file has "
+                         f"\"schema_version\": {READABLE_VERSIONS[-1]} (this attnbench reads {readable})")
+    if version not in READABLE_VERSIONS:
+        raise UsageError(f"{path}: schema_version {version} is not supported "
+                         f"(this attnbench reads {readable}); re-run with this version")
+
+
 def load_results(path: Path) -> dict[str, Any]:
     """Read and check an attnbench result file: its JSON document, any readable version.
 
@@ -216,16 +242,12 @@ def load_results(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = json.loads(read_text(path))
+        data = parse_json(read_text(path), path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such result file") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not an attnbench result file (no \"schema\": \"{SCHEMA}\")")
-    if data.get("schema_version") not in READABLE_VERSIONS:
-        raise UsageError(f"{path}: schema_version {data.get('schema_version')} is not supported "
-                         f"(this attnbench reads {', '.join(map(str, READABLE_VERSIONS))}); re-run with this version")
+    check_version(data, path)
     return data
 
 

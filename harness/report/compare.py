@@ -239,7 +239,7 @@ HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p", "no
 
 def markdown(result: Comparison) -> str:
     """GitHub-flavoured Markdown: the verdict, then regressions and improvements."""
-    from harness.report.markdown import md_table
+    from harness.report.markdown import md, md_table
 
     t = f"{result.threshold:.0%}"
     regs, imps = result.regressions, result.improvements
@@ -251,7 +251,7 @@ def markdown(result: Comparison) -> str:
                  f"**No significant regression beyond {t}.**")
     if result.newly_failing:
         lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
-    lines += [f"> warning: {w}" for w in result.warnings]
+    lines += [f"> warning: {md(w)}" for w in result.warnings]  # the machines' names come from the files
     for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing), ("Improvements", imps)):
         if cells:
             lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -34,6 +33,7 @@ from harness.flops import MODES
 from harness.progress import Progress
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
+from harness.results.files import dumps
 from harness.results.schema import INTEGRITY
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
@@ -201,7 +201,7 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
     cells = run.bench_cells()
     problems = [c for c in cells if c.status.is_problem]
     if args.json:
-        print(json.dumps({"path": str(path), **run.to_json()}, indent=1, default=str))
+        print(dumps({"path": str(path), **run.to_json()}, indent=1))
         return 1 if problems else 0
     for key, peak in sorted(run.peaks.items()):
         if peak.gflops:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from harness.cli.common import format_table, probability
@@ -17,6 +16,7 @@ from harness.report.compare import (
     parse_threshold,
     rows,
 )
+from harness.results.files import dumps
 
 HELP = "compare two benchmark runs; exit 1 on a significant regression beyond the threshold or a newly failing cell"
 DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians and a Mann-Whitney U test on the raw samples. "
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
                              "give a writable file path") from None
     regs, imps = result.regressions, result.improvements
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        print(dumps(result.as_dict(), indent=2))
         return 1 if result.failed else 0
     for warning in result.warnings:
         print(f"warning: {warning}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import secrets
@@ -78,17 +79,40 @@ def environment() -> Environment:
     )
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, Infinity, -Infinity) as None: strict JSON has no word for
+    them (Python writes bare ``NaN``, which Node, jq and most CI tools refuse). A NaN in a result file meant
+    "not a number" (the error of an output that holds NaN): null says the same, and the cell's status and
+    reason say what happened."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(data: Any, **options: Any) -> str:
+    """``data`` as strict JSON (RFC 8259: no bare NaN or Infinity, see :func:`finite`); ``options`` as
+    :func:`json.dumps`'. The usual value has no non-finite number and is encoded once, by the C encoder."""
+    try:
+        return json.dumps(data, allow_nan=False, default=str, **options)
+    except ValueError:
+        return json.dumps(finite(data), allow_nan=False, default=str, **options)
+
+
 def encode_json(data: Any) -> str:
-    """``data`` as JSON text: indented, except that each item of a top-level ``cells`` list is one line.
+    """``data`` as strict JSON text: indented, except that each item of a top-level ``cells`` list is one line.
 
     A result file is rewritten whole as it grows, so its encoding must be fast: Python's indenting
     encoder is pure Python (measured 0.7 s per write of a 5,700-cell verify file, a third of a core
     over a run), while the C encoder writes a cell in microseconds. One cell per line also diffs well."""
     if not (isinstance(data, dict) and isinstance(data.get("cells"), list)):
-        return json.dumps(data, indent=1, allow_nan=True, default=str)
+        return dumps(data, indent=1)
     placeholder = f"cells-{secrets.token_hex(16)}"  # a string no other value can hold
-    head = json.dumps({**data, "cells": placeholder}, indent=1, allow_nan=True, default=str)
-    cells = ",\n  ".join(json.dumps(cell, allow_nan=True, default=str) for cell in data["cells"])
+    head = dumps({**data, "cells": placeholder}, indent=1)
+    cells = ",\n  ".join(dumps(cell) for cell in data["cells"])
     return head.replace(f'"{placeholder}"', "[\n  " + cells + "\n ]" if cells else "[]", 1)
 
 

@@ -30,13 +30,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
                         help=f"significance level of the Mann-Whitney U test (default {DEFAULT_ALPHA})")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="compare a run that stopped before its last cell (\"complete\": false); refused otherwise")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="compare the cells in common when NEW lacks cells BASE measured; refused otherwise")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="also write a GitHub-flavoured Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
 
 
 def run(args: argparse.Namespace) -> int:
-    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha)
+    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha,
+                           allow_incomplete=args.allow_incomplete, allow_missing=args.allow_missing)
     if args.markdown:
         try:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)

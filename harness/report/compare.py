@@ -26,6 +26,7 @@ from typing import Any
 
 from harness.cluster.node import kind_of
 from harness.errors import UsageError
+from harness.report.compare_inputs import check_inputs
 from harness.results import BenchCell, Run, Status, node_kind
 
 DEFAULT_THRESHOLD = 0.25
@@ -193,8 +194,9 @@ def _environment_warnings(base: Run, new: Run) -> list[str]:
 
 
 def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
-                  alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """Compare every bench cell present in either file."""
+                  alpha: float = DEFAULT_ALPHA, *, allow_incomplete: bool = False,
+                  allow_missing: bool = False) -> Comparison:
+    """Compare every bench cell present in either file (two whole runs: :func:`check_inputs`)."""
     from harness.report.load import load_run  # pandas: loaded when a comparison runs
 
     _, base_run = load_run(Path(base))
@@ -207,6 +209,8 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
     if not set(a) & set(b):
         raise UsageError(f"{base} and {new} have no bench cell in common (implementation, case, mode); "
                          "compare runs of the same suite")
+    check_inputs(Path(base), base_run, Path(new), new_run, allow_incomplete=allow_incomplete,
+                 allow_missing=allow_missing)
     result = Comparison(base=str(base), new=str(new), threshold=threshold, alpha=alpha,
                         warnings=_environment_warnings(base_run, new_run))
     for key in sorted(set(a) | set(b)):

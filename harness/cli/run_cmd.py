@@ -126,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
     codes["report"], _ = _step("report", report_argv, quiet=True)  # run prints where the report is, once
     if codes["report"] == EXIT_INTERRUPTED:
         raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {' '.join(report_argv)}")
-    print(f"report: {out / 'index.html'}")
-    print(f"summary: {out / 'summary.md'}")
+    written = [path for path in (out / "index.html", out / "summary.md") if path.is_file()]
+    if codes["report"] == 0 and len(written) == 2:  # never a path the report step did not write
+        print(f"report: {written[0]}")
+        print(f"summary: {written[1]}")
+    else:
+        print(f"attnbench run: no report was written (report exited {codes['report']}); the result files are "
+              f"kept; to write it: attnbench {' '.join(report_argv)}", file=sys.stderr)
     for name, code in codes.items():
         if code != 0:
             print(f"attnbench run: {name} exited {code}", file=sys.stderr)

@@ -16,6 +16,7 @@ import math
 import os
 import platform
 import secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -116,12 +117,36 @@ def encode_json(data: Any) -> str:
     return head.replace(f'"{placeholder}"', "[\n  " + cells + "\n ]" if cells else "[]", 1)
 
 
+def umask() -> int:
+    """This process's umask, read without changing it (Linux lists it in /proc; elsewhere set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def file_mode(path: Path) -> int:
+    """The permission bits a rewrite of ``path`` keeps: the existing file's, or what ``open`` would give a
+    new file under the umask (0666 less the umask), as for any file a command creates."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~umask()
+
+
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so that a reader (or a crash) never sees half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = file_mode(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)  # mkstemp's 0600 would narrow the file: keep its mode, or the umask's for a new one
         with os.fdopen(fd, "w") as handle:
             handle.write(encode_json(data))
             handle.flush()

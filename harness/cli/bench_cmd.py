@@ -70,7 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="let --out replace an existing file that is not a bench result file")
     parser.add_argument("--resume", type=Path, metavar="FILE",
-                        help="finish an interrupted run: its settings come from FILE, done cells are kept")
+                        help="finish an interrupted run: what to measure comes from FILE, done cells are kept; "
+                             "give the --plugin flags it was run with (a file never loads code), and --executor, "
+                             "--memory-budget as for a new run")
     parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
     parser.add_argument("--threads", type=positive_int, metavar="N", help="threads for torch and BLAS (default: torch's)")
     parser.add_argument("--budget", type=positive_number, metavar="S",
@@ -111,13 +113,7 @@ def _settings(args: argparse.Namespace) -> Any:
         timing = dataclasses.replace(timing, budget_s=args.budget)
     if args.min_samples is not None:
         timing = dataclasses.replace(timing, min_samples=args.min_samples)
-    free = free_ram_bytes()
-    if args.memory_budget is not None:
-        memory_budget = args.memory_budget * 2**30
-    elif free is not None:
-        memory_budget = free / 2
-    else:
-        raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+    memory_budget = _memory_budget(args)
     threads = args.threads if args.threads is not None else torch.get_num_threads()
     return BenchSettings(
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
@@ -125,6 +121,34 @@ def _settings(args: argparse.Namespace) -> Any:
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
         threads=threads, device=args.device)
+
+
+def _memory_budget(args: argparse.Namespace) -> float:
+    """Bytes a cell may be predicted to need on this machine: --memory-budget, or half the RAM free now."""
+    free = free_ram_bytes()
+    if args.memory_budget is not None:
+        return float(args.memory_budget * 2**30)
+    if free is not None:
+        return free / 2
+    raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+
+
+def _resumed(args: argparse.Namespace, executor: str, address: str | None) -> Any:
+    """The settings of the run in ``--resume FILE``: what to measure from the file, checked as flags are;
+    plugins, executor and memory budget from this command line and this machine (a file is data)."""
+    from harness.bench import resume_settings
+    from harness.bench.resume import require_same_plugins
+    from harness.discovery import absolute_specs
+
+    stored = resume_settings(args.resume)
+    require_same_plugins(args.resume, stored.plugins, absolute_specs(args.plugin))
+    if (stored.executor, stored.address) != (executor, address) and not args.quiet:
+        was = f"--executor {stored.executor}" + (f" --address {stored.address}" if stored.address else "")
+        print(f"attnbench bench: {args.resume} was run with {was}; this resume runs "
+              f"{'locally' if executor == 'local' else f'on {address or executor}'} (the command line decides "
+              f"where: give {was} to resume there)", file=sys.stderr)
+    return dataclasses.replace(stored, plugins=list(absolute_specs(args.plugin)), executor=executor, address=address,
+                               memory_budget_bytes=_memory_budget(args))
 
 
 def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
@@ -142,19 +166,15 @@ def _progress_line(cell: BenchCell, index: int, total: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench import resume_settings
     from harness.bench import run as run_bench
 
     executor, address = executor_from_args(args)
     if args.resume is not None:
-        settings = resume_settings(args.resume)
-        if args.executor is not None:  # the file's executor unless told otherwise (finish a cluster run locally)
-            settings = dataclasses.replace(settings, executor=executor, address=address)
-        elif settings.executor == "ray":
-            executor_from_args(argparse.Namespace(executor="ray", address=settings.address))
+        settings = _resumed(args, executor, address)
         path = args.resume
         if not args.quiet:
-            print(f"attnbench bench: resuming {path}; settings come from the file", file=sys.stderr)
+            print(f"attnbench bench: resuming {path}; what to measure comes from the file, plugins, executor and "
+                  "memory budget from this command line", file=sys.stderr)
     else:
         settings = dataclasses.replace(_settings(args), executor=executor, address=address)
         path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"

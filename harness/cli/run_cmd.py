@@ -47,12 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_executor_arguments(parser)
 
 
-def _common(args: argparse.Namespace) -> list[str]:
+def _common(args: argparse.Namespace, *, only: bool = True) -> list[str]:
+    """The flags every step takes: plugins, the executor and (``only``) the implementations."""
     argv: list[str] = []
     for plugin in args.plugin:
         argv += ["--plugin", plugin]
-    for only in args.only:
-        argv += ["--only", only]
+    for names in args.only if only else ():
+        argv += ["--only", names]
     if getattr(args, "executor", None):
         argv += ["--executor", args.executor]
     if getattr(args, "address", None):
@@ -89,7 +90,8 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
     if step == "verify" and bench is not None:
         todo.append(f"attnbench bench --suite quick --out {bench}{threads} {common}".rstrip())
     if step == "bench":
-        todo.append(f"attnbench bench --resume {bench}")
+        resume = " ".join(_common(args, only=False))  # the file never says what to load or where
+        todo.append(f"attnbench bench --resume {bench} {resume}".rstrip())
     todo.append(f"attnbench report {' '.join(str(p) for p in (verify, bench) if p is not None)}")
     return Interrupted(f"{files}; to finish: {'; then '.join(todo)}")
 

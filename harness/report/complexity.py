@@ -120,19 +120,21 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
     if data.empty:
         return None
     keys = pd.Series(["|".join(map(str, row)) for row in data[fixed].itertuples(index=False)], index=data.index)
+    # one pass over the cells (a sweep of n sizes along d has n slices: one groupby each would be slow)
+    counts = data.groupby([keys, data["implementation"]])[column].nunique()
+    points = counts[counts >= 2].groupby(level=0).sum()
+    if points.empty:
+        return None
+    firsts = data.loc[~keys.duplicated()].set_axis(keys[~keys.duplicated()])
     best: tuple[Any, ...] | None = None
-    for key, group in data.groupby(keys):
-        counts = group.groupby("implementation")[column].nunique()
-        points = int(counts[counts >= 2].sum())
-        if points == 0:
-            continue
-        first = group.iloc[0]
-        score = (points, first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
+    for key in sorted(points.index):
+        first = firsts.loc[key]
+        score = (int(points[key]), first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
         if best is None or score > best[0]:
-            best = (score, key, group)
+            best = (score, key)
     if best is None:
         return None
-    group = best[2].sort_values(["implementation", column])
+    group = data[keys == best[1]].sort_values(["implementation", column])
     first = group.iloc[0]
     return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
                  packed=packed)

@@ -8,7 +8,7 @@ CSV tables (``bench.csv``, ``verify.csv``, ``correctness.csv``, ``complexity.csv
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,16 +108,25 @@ def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
     return [p for p in drawn if p is not None]
 
 
-def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE) -> Report:
-    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written."""
+STAGES = ("reading the result files", "fitting the sweeps", "drawing the plots", "writing the tables and pages")
+
+
+def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE,
+                 on_stage: Callable[[str], None] = lambda stage: None) -> Report:
+    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written.
+    ``on_stage`` hears each of :data:`STAGES` as it starts (a long sweep takes a while to fit and draw)."""
     out = Path(out)
+    on_stage(STAGES[0])
     results = load(paths)
     _writable_directory(out)
+    on_stage(STAGES[1])
     analysis = analyse(results, baseline)
+    on_stage(STAGES[2])
     plot_dir = out / "plots"
     for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
         (plot_dir / f"{name}.png").unlink(missing_ok=True)
     drawn = tuple(draw(analysis, plot_dir))
+    on_stage(STAGES[3])
     csvs = tables.write_csvs(out, {
         "bench": analysis.bench_table, "verify": results.verify,
         "correctness": tables.correctness_long(analysis.matrix) if not analysis.matrix.empty else pd.DataFrame(),

@@ -250,7 +250,7 @@ def refuse_to_overwrite(path: Path, command: str) -> None:
     try:
         data = json.loads(path.read_text())
         kind = f"an attnbench {data['command']} result file" if data.get("schema") == SCHEMA else "another JSON file"
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):  # any file may be here
         kind = "not an attnbench result file"
     if kind != f"an attnbench {command} result file":
         raise UsageError(f"{path} exists and is {kind}; refusing to overwrite it with {command} results. "

@@ -74,9 +74,12 @@ def test_executor_address_and_memory_budget_come_from_this_machine(done: dict[st
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     # the file names a cluster (nothing listens there) and a budget no cell fits: neither is used
     path = _interrupted(done, tmp_path, executor="ray", address="127.0.0.1:9", memory_budget_bytes=1.0)
-    code = main(["bench", "--resume", str(path), "--plugin", str(done["plugin"]), *FAST[:-2]])
-    err = capsys.readouterr().err
+    code = main(["bench", "--resume", str(path), "--plugin", str(done["plugin"]), *FAST[:-2], "--json"])
+    captured = capsys.readouterr()
+    err = captured.err
     assert code == 0, err
+    printed = json.loads(captured.out, parse_constant=lambda word: pytest.fail(f"bare {word}: not strict JSON"))
+    assert printed["path"] == str(path) and printed["complete"]
     assert "was run with --executor ray --address 127.0.0.1:9; this resume runs locally" in err
     finished = load_results(path)
     assert finished["complete"] and [c["status"] for c in finished["cells"]] == ["ok"]

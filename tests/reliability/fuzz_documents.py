@@ -47,6 +47,27 @@ def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
+ODD_NUMBERS = [0, -1, -(2**63), 2**63, 1, 3]
+ODD_FLOATS = [0.0, -0.0, -1.0, -1e-3, 1e-300, 1e300, math.nan, math.inf, -math.inf, 5e-324]
+
+
+def _alike(value: Any) -> st.SearchStrategy[Any]:
+    """Another value of ``value``'s JSON type, chosen to be odd: hostile text, zero, negative, huge, NaN."""
+    if isinstance(value, bool):
+        return st.just(not value)
+    if isinstance(value, int):
+        return st.sampled_from(ODD_NUMBERS) | st.integers(-(2**63), 2**63)
+    if isinstance(value, float):
+        return st.sampled_from(ODD_FLOATS) | st.floats()
+    if isinstance(value, str):
+        return st.sampled_from(HOSTILE) | st.text(max_size=30)
+    if isinstance(value, list):
+        return st.lists(st.sampled_from(value) if value else VALUES, max_size=6) | st.just([])
+    if isinstance(value, dict):
+        return st.just({}) | st.just(value)
+    return VALUES
+
+
 @st.composite
 def damaged_documents(draw: st.DrawFn) -> tuple[str, Any]:
     """(the base document's kind, a damaged copy)."""
@@ -60,8 +81,11 @@ def damaged_documents(draw: st.DrawFn) -> tuple[str, Any]:
         parent = document
         for key in path[:-1]:
             parent = parent[key]
-        action = draw(st.sampled_from(["replace", "replace", "replace", "remove", "add", "deep"]))
-        if action == "remove":
+        action = draw(st.sampled_from(["replace", "replace", "alike", "alike", "alike", "remove", "add", "deep"]))
+        current = parent[path[-1]]
+        if action == "alike":  # a value of the same type: past the type checks, into what reads the value
+            parent[path[-1]] = draw(_alike(current))
+        elif action == "remove":
             del parent[path[-1]]
         elif action == "add" and isinstance(parent, dict):
             parent[draw(st.sampled_from(HOSTILE) | st.text(max_size=8))] = draw(VALUES)

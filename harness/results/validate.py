@@ -14,8 +14,8 @@ Beyond the declared types:
   nested at most :data:`MAX_DEPTH` deep, so no reader recurses without bound;
 - the case fields the reports compute with (sizes, dtype, window, ...) have their declared types;
 - a measured bench cell's times (samples and median) are finite and positive: a NaN, infinite,
-  zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are finite and
-  not negative. NaN elsewhere (the error of a NaN output) stays readable.
+  zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are not negative
+  or infinite. NaN elsewhere (the error of a NaN output) stays readable.
 """
 
 from __future__ import annotations
@@ -233,7 +233,7 @@ def check_cell(cell: object, where: str) -> None:
         return
     for name in ("flops", "gflops", "bytes"):  # work and traffic: the roofline takes their powers and logs
         value = cell.get(name)
-        if value is not None and not (math.isfinite(value) and value >= 0):
+        if value is not None and (value < 0 or math.isinf(value)):  # NaN: unknown, as older files may say
             raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
     if cell["status"] == "ok":
         for i, sample in enumerate(cell.get("samples_s") or ()):

@@ -115,6 +115,7 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
         data = data[data["tq"] < data["tk"]]
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
+    data = data[pd.to_numeric(data[column], errors="coerce") > 0]  # a log axis: a size of 0 (a damaged file) is no point
     fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
              and not (axis == "heads" and c == "kv_heads") and c in data.columns]
     if data.empty:
@@ -274,7 +275,10 @@ def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, M
     """(implementation, its points along the sweep, theory) for every implementation with two sizes or more."""
     out = []
     for name, group in s.frame.groupby("implementation", sort=True):
-        group = group[group[value] > 0].drop_duplicates(s.column, keep="last")
+        sizes = pd.to_numeric(group[s.column], errors="coerce")
+        values = pd.to_numeric(group[value], errors="coerce")
+        fitted = (values > 0) & (values < math.inf) & (sizes > 0) & (sizes < math.inf)  # a log scale: both positive
+        group = group[fitted].drop_duplicates(s.column, keep="last")
         if group[s.column].nunique() < 2:
             continue
         theory: float | None

@@ -133,3 +133,11 @@ def test_a_damaged_file_in_a_real_process_is_exit_2(name: str, tmp_path: Path) -
     done = subprocess.run([sys.executable, "-m", "harness", "report", str(path), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=300)
     _expect_damaged(done.returncode, done.stderr, path, names)
+
+
+def test_a_size_of_zero_is_left_out_of_the_fits(tmp_path: Path) -> None:
+    """Found by the fuzzer: a pytest-benchmark size T = 0 reached the cost model (log scale) as exit 3."""
+    document = damaged(pytest_benchmark_document(), "benchmarks", 2, "extra_info", "T", value=0)
+    path = write(tmp_path / "zero.json", document)
+    assert main(["report", str(path), "--out", str(tmp_path / "r")]) in (0, 1)
+    assert (tmp_path / "r" / "index.html").exists()

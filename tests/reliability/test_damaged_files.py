@@ -141,3 +141,10 @@ def test_a_size_of_zero_is_left_out_of_the_fits(tmp_path: Path) -> None:
     path = write(tmp_path / "zero.json", document)
     assert main(["report", str(path), "--out", str(tmp_path / "r")]) in (0, 1)
     assert (tmp_path / "r" / "index.html").exists()
+
+
+def test_a_cell_of_no_flops_is_left_off_the_roofline(tmp_path: Path) -> None:
+    """Found by the fuzzer: FLOPs of 0 put the roofline's log axis at 0 (a division by zero, exit 3)."""
+    path = write(tmp_path / "zero.json", damaged(B, "cells", 2, "flops", value=0.0))
+    assert main(["report", str(path), "--out", str(tmp_path / "r")]) in (0, 1)
+    assert (tmp_path / "r" / "index.html").exists()

@@ -141,5 +141,5 @@ def test_a_relative_plugin_path_is_stored_absolute_so_resume_works_from_anywhere
     data = load_results(out)
     data.update(cells=[], complete=False)
     out.write_text(json.dumps(data))
-    assert main(["bench", "--resume", str(out), "--quiet"]) == 0
+    assert main(["bench", "--resume", str(out), "--plugin", "plugin/mine.py", "--quiet"]) == 0
     assert [c["implementation"] for c in load_results(out)["cells"]] == ["mine"]

@@ -40,3 +40,17 @@ def test_run_with_a_failing_plugin_exits_1_and_still_writes_the_report(
 def test_run_refuses_bad_usage(tmp_path: Path) -> None:
     assert main(["run", "--plugin", str(tmp_path / "missing.py"), "--skip-bench",
                  "--results-dir", str(tmp_path / "r"), "--reports-dir", str(tmp_path / "p")]) == 2
+
+
+def test_run_never_prints_a_report_path_it_did_not_write(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plugin = tmp_path / "broken.py"
+    plugin.write_text(BROKEN)
+    blocked = tmp_path / "reports"
+    blocked.write_text("a file where the reports directory would go")
+    code = main(["run", "--plugin", str(plugin), "--only", "wrong_scale", "--skip-bench",
+                 "--results-dir", str(tmp_path / "results"), "--reports-dir", str(blocked)])
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert "report: " not in captured.out and "summary: " not in captured.out
+    assert "no report was written (report exited 2)" in captured.err and "attnbench report " in captured.err
+    assert list((tmp_path / "results").glob("*-verify.json"))  # the result file is kept

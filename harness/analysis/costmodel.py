@@ -63,6 +63,8 @@ LEAD_SHARE = 0.5
 MIN_LEAD_POINTS = 2
 """A fit is judged against theory only when the leading term dominates at this many sizes (a slope needs two)."""
 SEED = 20261125
+MAX_LEFT_OUT = 16
+"""At most this many leave-one-size-out refits per fit (:func:`left_out`): report time stays linear in the sizes."""
 
 
 @dataclass(frozen=True)
@@ -289,7 +291,20 @@ def _log_spread(samples: Sequence[float]) -> float:
 def falls(values: Sequence[float] | np.ndarray) -> float:
     """The largest fall along a series that should never fall: max log(y_i / y_j) over i < j (0 if none)."""
     logs = np.log(np.asarray(values, dtype=float))
-    return float(max(0.0, max((logs[i] - logs[i + 1:].min() for i in range(len(logs) - 1)), default=0.0)))
+    if len(logs) < 2:
+        return 0.0
+    later_min = np.minimum.accumulate(logs[::-1])[::-1]  # the smallest value from each position on: O(n)
+    return float(max(0.0, float(np.max(logs[:-1] - later_min[1:]))))
+
+
+def left_out(n: int) -> list[int]:
+    """The sizes the leave-one-size-out estimates leave out: every one of up to :data:`MAX_LEFT_OUT`, else that
+    many spread evenly from the smallest to the largest. Each refit costs O(n), so leaving out every size of a
+    long sweep would make a report quadratic in its sizes; in a long sweep one size moves the fit little, and
+    the ends, which move it most, are always left out in turn."""
+    if n <= MAX_LEFT_OUT:
+        return list(range(n))
+    return sorted({int(round(i)) for i in np.linspace(0, n - 1, MAX_LEFT_OUT)})
 
 
 def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequence[float]] | None = None, *,
@@ -337,7 +352,7 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
         tail = (1 - LEVEL) / 2
         estimates += [float(np.quantile(estimates_b, tail)), float(np.quantile(estimates_b, 1 - tail))]
     if len(x) >= 4:  # every remaining subset keeps a constant term beside the leading one
-        for i in range(len(x)):
+        for i in left_out(len(x)):
             keep = np.arange(len(x)) != i
             sub = terms[: max(0, int(keep.sum()) - 2)]
             estimates.append(float(_estimate(x[keep], y[keep][None, :], sub)[0]))

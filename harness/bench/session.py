@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from harness.analysis.scaling import cell_fits
 from harness.bench.module_cells import module_cells
+from harness.bench.resume import resume_command
 from harness.bench.runner import BenchRunner, BenchSettings
 from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
@@ -75,10 +76,12 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
             return writer.run
         except KeyboardInterrupt:
             raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
-                              f"finish with: attnbench bench --resume {path}") from None
+                              f"finish with: {resume_command(path, settings.plugins, settings.executor, settings.address)}"
+                              ) from None
         except DiskFull as full:
             raise full.but(f"{writer.kept} cells are in {path} as last written",
-                           f"free some space, then finish with: attnbench bench --resume {path}") from None
+                           "free some space, then finish with: "
+                           f"{resume_command(path, settings.plugins, settings.executor, settings.address)}") from None
         finally:
             writer.close()
 
@@ -131,10 +134,13 @@ class _BenchJob:
 
 
 def resume_settings(path: Path) -> BenchSettings:
-    """The settings an interrupted bench file was started with (``--resume`` takes no others)."""
+    """The settings an interrupted bench file was started with, each checked as its flag is
+    (:mod:`harness.bench.resume`: the caller takes plugins, executor and memory budget from its own
+    command line, never from the file)."""
+    from harness.bench.resume import stored_settings
     from harness.results import read_run
 
     done = read_run(path)
     if done.command != "bench":
         raise UsageError(f"{path} is a {done.command!r} result file, not a bench run")
-    return BenchSettings.from_config(done.config)
+    return stored_settings(path, done.config.to_json())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -35,6 +34,7 @@ from harness.flops import MODES
 from harness.progress import Progress
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
+from harness.results.files import dumps
 from harness.results.schema import INTEGRITY
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
@@ -71,7 +71,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true",
                         help="let --out replace an existing file that is not a bench result file")
     parser.add_argument("--resume", type=Path, metavar="FILE",
-                        help="finish an interrupted run: its settings come from FILE, done cells are kept")
+                        help="finish an interrupted run: what to measure comes from FILE, done cells are kept; "
+                             "give the --plugin flags it was run with (a file never loads code), and --executor, "
+                             "--memory-budget as for a new run")
     parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
     parser.add_argument("--threads", type=positive_int, metavar="N", help="threads for torch and BLAS (default: torch's)")
     parser.add_argument("--budget", type=positive_number, metavar="S",
@@ -121,14 +123,7 @@ def _settings(args: argparse.Namespace) -> Any:
         timing = dataclasses.replace(timing, min_samples=args.min_samples)
     if args.rounds is not None:
         timing = dataclasses.replace(timing, rounds=args.rounds)
-    # no CUDA device here: the RAM's budget, and every cell is skipped saying it needs one
-    free = None if args.memory_budget is not None else free_memory_bytes(args.device)
-    if args.memory_budget is not None:
-        memory_budget = args.memory_budget * 2**30
-    elif free is not None:
-        memory_budget = free / 2
-    else:
-        raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+    memory_budget = _memory_budget(args)
     threads = args.threads if args.threads is not None else torch.get_num_threads()
     return BenchSettings(
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
@@ -136,6 +131,35 @@ def _settings(args: argparse.Namespace) -> Any:
         memory_budget_bytes=memory_budget,
         cell_budget_s=_cell_budget(args, overrides),
         threads=threads, device=args.device, model=checked_model(args.model, "bench"), reference=args.reference)
+
+
+def _memory_budget(args: argparse.Namespace) -> float:
+    """Bytes a cell may be predicted to need on this machine: --memory-budget, or half the device's memory free
+    now (the RAM's for CPU cells, the GPU's for CUDA ones)."""
+    if args.memory_budget is not None:
+        return float(args.memory_budget * 2**30)
+    free = free_memory_bytes(args.device)
+    if free is not None:
+        return float(free) / 2
+    raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+
+
+def _resumed(args: argparse.Namespace, executor: str, address: str | None) -> Any:
+    """The settings of the run in ``--resume FILE``: what to measure from the file, checked as flags are;
+    plugins, executor and memory budget from this command line and this machine (a file is data)."""
+    from harness.bench import resume_settings
+    from harness.bench.resume import require_same_plugins
+    from harness.discovery import absolute_specs
+
+    stored = resume_settings(args.resume)
+    require_same_plugins(args.resume, stored.plugins, absolute_specs(args.plugin))
+    if (stored.executor, stored.address) != (executor, address) and not args.quiet:
+        was = f"--executor {stored.executor}" + (f" --address {stored.address}" if stored.address else "")
+        print(f"attnbench bench: {args.resume} was run with {was}; this resume runs "
+              f"{'locally' if executor == 'local' else f'on {address or executor}'} (the command line decides "
+              f"where: give {was} to resume there)", file=sys.stderr)
+    return dataclasses.replace(stored, plugins=list(absolute_specs(args.plugin)), executor=executor, address=address,
+                               memory_budget_bytes=_memory_budget(args))
 
 
 def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
@@ -153,21 +177,17 @@ def _progress_line(cell: BenchCell, index: int, total: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench import resume_settings
     from harness.bench import run as run_bench
 
     if args.model == LIST:
         return print_catalogue(args.json)
     executor, address = executor_from_args(args)
     if args.resume is not None:
-        settings = resume_settings(args.resume)
-        if args.executor is not None:  # the file's executor unless told otherwise (finish a cluster run locally)
-            settings = dataclasses.replace(settings, executor=executor, address=address)
-        elif settings.executor == "ray":
-            executor_from_args(argparse.Namespace(executor="ray", address=settings.address))
+        settings = _resumed(args, executor, address)
         path = args.resume
         if not args.quiet:
-            print(f"attnbench bench: resuming {path}; settings come from the file", file=sys.stderr)
+            print(f"attnbench bench: resuming {path}; what to measure comes from the file, plugins, executor and "
+                  "memory budget from this command line", file=sys.stderr)
     else:
         settings = dataclasses.replace(_settings(args), executor=executor, address=address)
         path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
@@ -232,7 +252,7 @@ def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
     cells = run.bench_cells()
     problems = [c for c in cells if c.status.is_problem]
     if args.json:
-        print(json.dumps({"path": str(path), **run.to_json()}, indent=1, default=str))
+        print(dumps({"path": str(path), **run.to_json()}, indent=1))
         return 1 if problems else 0
     for key, peak in sorted(run.peaks.items()):
         if peak.gflops:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from harness.cli.common import format_table, probability
@@ -18,6 +17,7 @@ from harness.report.compare import (
     parse_threshold,
     rows,
 )
+from harness.results.files import dumps
 
 HELP = "compare two stored benchmark runs; exit 1 on a regression beyond the threshold or a newly failing cell"
 DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians, a regression only where the runs' own noise (IQR) and "
@@ -33,13 +33,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
                         help=f"significance level of the Mann-Whitney U test over rounds (default {DEFAULT_ALPHA})")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="compare a run that stopped before its last cell (\"complete\": false); refused otherwise")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="compare the cells in common when NEW lacks cells BASE measured; refused otherwise")
     parser.add_argument("--json", action="store_true", help="print JSON for machines instead of a table")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="also write a GitHub-flavoured Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
 
 
 def run(args: argparse.Namespace) -> int:
-    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha)
+    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha,
+                           allow_incomplete=args.allow_incomplete, allow_missing=args.allow_missing)
     if args.markdown:
         try:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                              "give a writable file path") from None
     regs, imps = result.regressions, result.improvements
     if args.json:
-        print(json.dumps(result.as_dict(), indent=2))
+        print(dumps(result.as_dict(), indent=2))
         return 1 if result.failed else 0
     for warning in result.warnings:
         print(f"warning: {warning}")

@@ -8,7 +8,6 @@ reason is in ``--json`` and in the per-implementation view, ``attnbench list NAM
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import textwrap
@@ -92,18 +91,20 @@ def detail(entry: dict[str, object]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.results.files import dumps  # strict JSON: no bare NaN from a plugin's capabilities
+
     registry: Registry = registry_from_args(args)
     if args.names:
         chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones
         entries = _described(registry, chosen, args.timeout)
-        print(json.dumps({"implementations": entries}, indent=2) if args.json
+        print(dumps({"implementations": entries}, indent=2) if args.json
               else "\n\n".join(detail(e) for e in entries))
         return 0
     entries = _described(registry, list(registry), args.timeout)
     if args.json:
-        print(json.dumps({"implementations": entries,
-                          "load_errors": [{"source": e.source, "error": e.error} for e in registry.errors]},
-                         indent=2))
+        print(dumps({"implementations": entries,
+                     "load_errors": [{"source": e.source, "error": e.error} for e in registry.errors]},
+                    indent=2))
         return 0
     rows = [
         (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), _flags(impl),

@@ -49,9 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if args.history:
         return run_history(args)
     out = args.out or default_out(args.results)
-    from harness.report.builder import build_report  # pandas, matplotlib: only when a report is built
+    from harness.progress import Progress
+    from harness.report.builder import STAGES, build_report  # pandas, matplotlib: only when a report is built
 
-    report = build_report(args.results, out, baseline=args.baseline)
+    progress = Progress(len(STAGES), title="report")  # a bar on a terminal, nothing on a pipe
+    try:
+        report = build_report(args.results, out, baseline=args.baseline,
+                              on_stage=lambda stage: progress.advance(stage, count=0 if stage == STAGES[0] else 1))
+    finally:
+        progress.close()
     flagged = report.analysis.flagged
     if args.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
         print(f"attnbench report: note: baseline {args.baseline!r} has no bench cells; no speedup plot "

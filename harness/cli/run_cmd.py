@@ -47,12 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_executor_arguments(parser)
 
 
-def _common(args: argparse.Namespace) -> list[str]:
+def _common(args: argparse.Namespace, *, only: bool = True) -> list[str]:
+    """The flags every step takes: plugins, the executor and (``only``) the implementations."""
     argv: list[str] = []
     for plugin in args.plugin:
         argv += ["--plugin", plugin]
-    for only in args.only:
-        argv += ["--only", only]
+    for names in args.only if only else ():
+        argv += ["--only", names]
     if getattr(args, "executor", None):
         argv += ["--executor", args.executor]
     if getattr(args, "address", None):
@@ -89,7 +90,8 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
     if step == "verify" and bench is not None:
         todo.append(f"attnbench bench --suite quick --out {bench}{threads} {common}".rstrip())
     if step == "bench":
-        todo.append(f"attnbench bench --resume {bench}")
+        resume = " ".join(_common(args, only=False))  # the file never says what to load or where
+        todo.append(f"attnbench bench --resume {bench} {resume}".rstrip())
     todo.append(f"attnbench report {' '.join(str(p) for p in (verify, bench) if p is not None)}")
     return Interrupted(f"{files}; to finish: {'; then '.join(todo)}")
 
@@ -126,8 +128,13 @@ def run(args: argparse.Namespace) -> int:
     codes["report"], _ = _step("report", report_argv, quiet=True)  # run prints where the report is, once
     if codes["report"] == EXIT_INTERRUPTED:
         raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {' '.join(report_argv)}")
-    print(f"report: {out / 'index.html'}")
-    print(f"summary: {out / 'summary.md'}")
+    written = [path for path in (out / "index.html", out / "summary.md") if path.is_file()]
+    if codes["report"] == 0 and len(written) == 2:  # never a path the report step did not write
+        print(f"report: {written[0]}")
+        print(f"summary: {written[1]}")
+    else:
+        print(f"attnbench run: no report was written (report exited {codes['report']}); the result files are "
+              f"kept; to write it: attnbench {' '.join(report_argv)}", file=sys.stderr)
     for name, code in codes.items():
         if code != 0:
             print(f"attnbench run: {name} exited {code}", file=sys.stderr)

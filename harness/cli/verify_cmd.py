@@ -10,7 +10,6 @@ Exit 0 only when nothing selected and available failed, errored, crashed or time
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
 from harness.report.terminal import problems, verify_table
 from harness.results import Run, new_run_id
+from harness.results.files import dumps
 from harness.verify.runner import default_results_path, wall_clock
 from harness.verify.suites import SUITES
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
 def _present(result: Run, seconds: float, impls: list[Implementation], path: Path, to_stdout: bool) -> int:
     cells = result.verify_cells()
     if to_stdout:
-        print(json.dumps(result.to_json(), indent=1, default=str))
+        print(dumps(result.to_json(), indent=1))
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
         notes = {i.name: i.conventions.unusual() for i in impls if i.conventions.unusual()}

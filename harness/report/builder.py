@@ -11,7 +11,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,17 +112,24 @@ def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
     return [p for p in drawn if p is not None]
 
 
-def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE) -> Report:
-    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written."""
+STAGES = ("reading the result files", "fitting the sweeps", "drawing the plots", "writing the tables and pages")
+
+
+def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE,
+                 on_stage: Callable[[str], None] = lambda stage: None) -> Report:
+    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written.
+    ``on_stage`` hears each of :data:`STAGES` as it starts (a long sweep takes a while to fit and draw)."""
     out = Path(out)
+    on_stage(STAGES[0])
     results = load(paths)
     _writable_directory(out)
+    on_stage(STAGES[1])
     analysis = analyse(results, baseline)
     stage: Path | None = None
     try:
         try:
             stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
-            drawn, csvs = _write_set(analysis, out.name, stage)
+            drawn, csvs = _write_set(analysis, out.name, stage, on_stage)
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
@@ -134,9 +141,12 @@ def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASEL
             shutil.rmtree(stage, ignore_errors=True)
 
 
-def _write_set(analysis: Analysis, name: str, stage: Path) -> tuple[tuple[plots.Plot, ...], tuple[Path, ...]]:
+def _write_set(analysis: Analysis, name: str, stage: Path, on_stage: Callable[[str], None]
+               ) -> tuple[tuple[plots.Plot, ...], tuple[Path, ...]]:
     """Every file of the report under ``stage`` (a directory beside nothing the user sees yet)."""
+    on_stage(STAGES[2])
     drawn = tuple(draw(analysis, stage / "plots"))
+    on_stage(STAGES[3])
     csvs = tables.write_csvs(stage, {
         "bench": analysis.bench_table, "verify": analysis.results.verify,
         "correctness": tables.correctness_long(analysis.matrix) if not analysis.matrix.empty else pd.DataFrame(),

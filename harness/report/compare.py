@@ -24,6 +24,7 @@ from typing import Any
 from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
 from harness.cluster.node import kind_of
 from harness.errors import UsageError
+from harness.report.compare_inputs import check_inputs
 from harness.results import BenchCell, Run, Status, node_kind
 
 DEFAULT_THRESHOLD = 0.25
@@ -224,8 +225,9 @@ def _environment_warnings(base: Run, new: Run) -> list[str]:
 
 
 def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
-                  alpha: float = DEFAULT_ALPHA) -> Comparison:
-    """Compare every bench cell present in either file."""
+                  alpha: float = DEFAULT_ALPHA, *, allow_incomplete: bool = False,
+                  allow_missing: bool = False) -> Comparison:
+    """Compare every bench cell present in either file (two whole runs: :func:`check_inputs`)."""
     from harness.report.load import load_run  # pandas: loaded when a comparison runs
 
     _, base_run = load_run(Path(base))
@@ -238,6 +240,8 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
     if not set(a) & set(b):
         raise UsageError(f"{base} and {new} have no bench cell in common (implementation, case, mode); "
                          "compare runs of the same suite")
+    check_inputs(Path(base), base_run, Path(new), new_run, allow_incomplete=allow_incomplete,
+                 allow_missing=allow_missing)
     result = Comparison(base=str(base), new=str(new), threshold=threshold, alpha=alpha,
                         warnings=_environment_warnings(base_run, new_run))
     for key in sorted(set(a) | set(b)):
@@ -281,7 +285,7 @@ RECOMMEND = ("Two separate runs cannot decide these cells: their own noise or lo
 
 def markdown(result: Comparison) -> str:
     """GitHub-flavoured Markdown: the verdict, then regressions, undecided cells and improvements."""
-    from harness.report.markdown import md_table
+    from harness.report.markdown import md, md_table
 
     t = f"{result.threshold:.0%}"
     regs, imps, undecided = result.regressions, result.improvements, result.undecided
@@ -295,7 +299,7 @@ def markdown(result: Comparison) -> str:
                      + RECOMMEND)
     if result.newly_failing:
         lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
-    lines += [f"> warning: {w}" for w in result.warnings]
+    lines += [f"> warning: {md(w)}" for w in result.warnings]  # the machines' names come from the files
     for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing),
                          ("Not comparable (noise or load)", undecided), ("Improvements", imps)):
         if cells:

@@ -119,24 +119,27 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
         data = data[data["tq"] < data["tk"]]
     if axis == "heads":
         data = data[data["kv_heads"] == data["heads"]]
+    data = data[pd.to_numeric(data[column], errors="coerce") > 0]  # a log axis: a size of 0 (a damaged file) is no point
     fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
              and not (axis == "heads" and c == "kv_heads") and c in data.columns]
     if data.empty:
         return None
     keys = pd.Series(["|".join(map(str, row)) for row in data[fixed].itertuples(index=False)], index=data.index)
+    # one pass over the cells (a sweep of n sizes along d has n slices: one groupby each would be slow)
+    counts = data.groupby([keys, data["implementation"]])[column].nunique()
+    points = counts[counts >= 2].groupby(level=0).sum()
+    if points.empty:
+        return None
+    firsts = data.loc[~keys.duplicated()].set_axis(keys[~keys.duplicated()])
     best: tuple[Any, ...] | None = None
-    for key, group in data.groupby(keys):
-        counts = group.groupby("implementation")[column].nunique()
-        points = int(counts[counts >= 2].sum())
-        if points == 0:
-            continue
-        first = group.iloc[0]
-        score = (points, first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
+    for key in sorted(points.index):
+        first = firsts.loc[key]
+        score = (int(points[key]), first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
         if best is None or score > best[0]:
-            best = (score, key, group)
+            best = (score, key)
     if best is None:
         return None
-    group = best[2].sort_values(["implementation", column])
+    group = data[keys == best[1]].sort_values(["implementation", column])
     first = group.iloc[0]
     return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
                  packed=packed)
@@ -372,7 +375,10 @@ def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, M
     """(implementation, its points along the sweep, theory) for every implementation with two sizes or more."""
     out = []
     for name, group in s.frame.groupby("implementation", sort=True):
-        group = group[group[value] > 0].drop_duplicates(s.column, keep="last")
+        sizes = pd.to_numeric(group[s.column], errors="coerce")
+        values = pd.to_numeric(group[value], errors="coerce")
+        fitted = (values > 0) & (values < math.inf) & (sizes > 0) & (sizes < math.inf)  # a log scale: both positive
+        group = group[fitted].drop_duplicates(s.column, keep="last")
         if group[s.column].nunique() < 2:
             continue
         theory: float | None

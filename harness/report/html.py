@@ -113,7 +113,7 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     if not report.matrix.empty:
         parts.append("<h2>Correctness</h2>" + matrix_table(report.matrix))
         if report.results.coverage:
-            coverage = "".join(f"<tr><td>{esc(name)}</td><td>{c.covered} of {c.total}</td>"
+            coverage = "".join(f"<tr><td>{esc(name)}</td><td>{esc(c.covered)} of {esc(c.total)}</td>"
                            f"<td>{100 * c.fraction:.1f}%</td><td>{esc(c.suite or '')}</td></tr>"
                            for name, c in sorted(report.results.coverage.items()))
             parts.append("<h3>Pairwise coverage</h3><p><small>Of every pair of values of two declared axes (dtype, "

@@ -12,7 +12,6 @@ Reports and comparisons read only these files; they never import or run a plugin
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +33,13 @@ from harness.results import (
     Peak,
     Run,
     Stats,
-    Status,
     VerifyCell,
-    load_results,
     node_kind,
     read_text,
 )
+from harness.results.cells import cell_from_json
+from harness.results.files import check_version, parse_json
+from harness.results.validate import Damaged, check_cell, check_record
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -99,14 +99,13 @@ def read_any(path: Path) -> tuple[str, dict[str, Any]]:
     """("attnbench" | "pytest-benchmark", parsed JSON); a clear error for anything else."""
     path = Path(path)
     try:
-        data = json.loads(read_text(path))
+        data = parse_json(read_text(path), path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file; pass a results/*.json file written by attnbench "
                          "or a pytest --benchmark-json file") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if isinstance(data, dict) and data.get("schema") == SCHEMA:
-        return "attnbench", load_results(path)  # checks the schema version too
+        check_version(data, path)
+        return "attnbench", data
     if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
         return "pytest-benchmark", data
     raise UsageError(f"{path}: neither an attnbench result file (\"schema\": \"{SCHEMA}\") nor "
@@ -117,13 +116,26 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
+def _object(value: object, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Damaged(where, f"{type(value).__name__} where an object belongs")
+    return value
+
+
 def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
-    """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data)."""
+    """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data);
+    each is checked as an attnbench cell is (:func:`check_cell`), so a damaged file is a named error."""
     cells = []
-    for bench in data["benchmarks"]:
-        extra = bench.get("extra_info") or {}
-        params = bench.get("params") or {}
-        stats = bench.get("stats") or {}
+    for i, bench in enumerate(data["benchmarks"]):
+        where = f"benchmarks[{i}]"
+        bench = _object(bench, where) if bench is not None else None
+        if not bench:
+            raise Damaged(where, f"{bench!r} is not a benchmark (an object with a name and stats)")
+        extra = _object(bench.get("extra_info"), f"{where}.extra_info")
+        params = _object(bench.get("params"), f"{where}.params")
+        stats = _object(bench.get("stats"), f"{where}.stats")
         shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else extra.get("case")
         case = dict(shape) if isinstance(shape, dict) else {}
         for key in ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "causal"):
@@ -135,31 +147,35 @@ def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
                                 params.get("impl"), params.get("name"))
         name = str(bench.get("name", "?"))
         samples = stats.get("data")
-        cells.append(BenchCell(
-            implementation=str(implementation or name.split("[")[0]), case=case,
-            case_id=str(_first(extra.get("case_id"), bench.get("param"), name)), mode=extra.get("mode", "fwd"),
-            status=Status.OK, samples_s=tuple(samples) if isinstance(samples, list) else (),
-            stats=Stats(median=stats.get("median"), iqr=stats.get("iqr"), min=stats.get("min"),
-                        mean=stats.get("mean"), stdev=stats.get("stddev"), n=stats.get("rounds"),
-                        iqr_over_median=(stats["iqr"] / stats["median"])
-                        if stats.get("iqr") is not None and stats.get("median") else None),
-            flops=extra.get("flops"), gflops=extra.get("gflops"), threads=extra.get("threads")))
-    return cells
+        stored = {"type": "bench", "implementation": str(implementation or name.split("[")[0]), "case": case,
+                  "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
+                  "mode": extra.get("mode", "fwd"), "status": "ok",
+                  "samples_s": samples if isinstance(samples, list) else [],
+                  "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
+                            "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds")},
+                  "flops": extra.get("flops"), "gflops": extra.get("gflops"), "threads": extra.get("threads")}
+        check_cell(stored, where)
+        median, iqr = stored["stats"]["median"], stored["stats"]["iqr"]
+        stored["stats"]["iqr_over_median"] = iqr / median if iqr is not None and median else None
+        cells.append(cell_from_json(stored))
+    return cells  # type: ignore[return-value]
 
 
 def load_run(path: Path) -> tuple[str, Run]:
     """(input format, the typed run) for either input format; pytest-benchmark JSON becomes a bench run."""
     kind, data = read_any(path)
-    if kind == "attnbench":
-        try:
+    try:
+        if kind == "attnbench":
             return kind, Run.from_json(data)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise UsageError(f"{path}: a damaged result file: {exc}") from None
-    machine = data.get("machine_info") or {}
-    environment = Environment.from_json({"cpu_model": (machine.get("cpu") or {}).get("brand_raw"),
-                                         "python": machine.get("python_version"), "time": data.get("datetime")})
-    return kind, Run(run_id=Path(path).stem, command="pytest-benchmark", complete=True, environment=environment,
-                     config=Config(), cells=tuple(cells_from_pytest_benchmark(data)))
+        machine = _object(data.get("machine_info"), "machine_info")
+        stored = {"cpu_model": _object(machine.get("cpu"), "machine_info.cpu").get("brand_raw"),
+                  "python": machine.get("python_version"), "time": data.get("datetime")}
+        check_record(stored, Environment, "machine_info")
+        return kind, Run(run_id=Path(path).stem, command="pytest-benchmark", complete=True,
+                         environment=Environment.from_json(stored), config=Config(),
+                         cells=tuple(cells_from_pytest_benchmark(data)))
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"{path}: a damaged result file: {exc}") from None
 
 
 def _meta(path: Path, kind: str, run: Run) -> Source:

@@ -1,8 +1,13 @@
 """``summary.md``: GitHub-flavoured Markdown for a CI job summary or a pull-request comment.
 
 Short on purpose: the verdict, the complexity table, the correctness matrix, failures and
-speedups. Strings from result files are escaped (``|`` would break a table; ``<`` and ``&``
-would be read as HTML by GitHub).
+speedups. A result file is untrusted, and this file is posted where people read it (a CI job
+summary, a pull-request comment), so every string from a result file passes through :func:`md`:
+``|`` would break a table; ``<`` and ``&`` would be read as HTML; ``](`` would close a link or an
+image (its ``]`` is escaped; a ``[1, 2]`` stays as it reads, and with no line of its own a string can
+define no reference); backslashes and backquotes are escaped, so no escape is undone; ``@name`` would notify a user and
+``http://`` or ``www.`` would become a link (a zero-width space after ``@``, ``:`` and ``www``
+keeps the text as it reads but stops GitHub turning it into a mention or a link).
 """
 
 from __future__ import annotations
@@ -21,10 +26,16 @@ MAX_FAILURES = 20
 HEADLINE = "## Headline"
 
 
+_ZWSP = "\u200b"
+_MARKUP = str.maketrans({c: "\\" + c for c in "\\`|"})
+
+
 def md(value: Any) -> str:
-    text = fmt(value)
-    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ").replace("`", "\\`")
+    """``value`` as inert Markdown text: no HTML, link, image or mention comes out of it."""
+    text = fmt(value).replace("\r", " ").replace("\n", " ")
+    text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").translate(_MARKUP)
+    text = text.replace("](", "\\](").replace("][", "\\][")  # no [text](url), ![alt](src) nor [text][ref]
+    return text.replace("@", "@" + _ZWSP).replace("://", ":" + _ZWSP + "//").replace("www.", "www" + _ZWSP + ".")
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -370,7 +370,8 @@ def roofline_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak],
     GEMM peak and the read bandwidth x intensity (Williams, Waterman and Patterson's roofline)."""
     if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():
         return None
-    ok = bench[(bench["status"] == "ok") & bench["gbps"].notna() & bench["gflops"].notna() & (bench["bytes"] > 0)]
+    ok = bench[(bench["status"] == "ok") & bench["gbps"].notna() & bench["gflops"].notna() & (bench["bytes"] > 0)
+               & (bench["flops"] > 0)]  # a log axis of FLOPs per byte
     dtypes = ok["dtype"].value_counts()
     if ok.empty or dtypes.empty:
         return None

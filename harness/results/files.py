@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import secrets
+import stat
 import subprocess
 import sys
 import tempfile
@@ -79,18 +81,63 @@ def environment() -> Environment:
     )
 
 
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, Infinity, -Infinity) as None: strict JSON has no word for
+    them (Python writes bare ``NaN``, which Node, jq and most CI tools refuse). A NaN in a result file meant
+    "not a number" (the error of an output that holds NaN): null says the same, and the cell's status and
+    reason say what happened."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps(data: Any, **options: Any) -> str:
+    """``data`` as strict JSON (RFC 8259: no bare NaN or Infinity, see :func:`finite`); ``options`` as
+    :func:`json.dumps`'. The usual value has no non-finite number and is encoded once, by the C encoder."""
+    try:
+        return json.dumps(data, allow_nan=False, default=str, **options)
+    except ValueError:
+        return json.dumps(finite(data), allow_nan=False, default=str, **options)
+
+
 def encode_json(data: Any) -> str:
-    """``data`` as JSON text: indented, except that each item of a top-level ``cells`` list is one line.
+    """``data`` as strict JSON text: indented, except that each item of a top-level ``cells`` list is one line.
 
     A result file is rewritten whole as it grows, so its encoding must be fast: Python's indenting
     encoder is pure Python (measured 0.7 s per write of a 5,700-cell verify file, a third of a core
     over a run), while the C encoder writes a cell in microseconds. One cell per line also diffs well."""
     if not (isinstance(data, dict) and isinstance(data.get("cells"), list)):
-        return json.dumps(data, indent=1, allow_nan=True, default=str)
+        return dumps(data, indent=1)
     placeholder = f"cells-{secrets.token_hex(16)}"  # a string no other value can hold
-    head = json.dumps({**data, "cells": placeholder}, indent=1, allow_nan=True, default=str)
-    cells = ",\n  ".join(json.dumps(cell, allow_nan=True, default=str) for cell in data["cells"])
+    head = dumps({**data, "cells": placeholder}, indent=1)
+    cells = ",\n  ".join(dumps(cell) for cell in data["cells"])
     return head.replace(f'"{placeholder}"', "[\n  " + cells + "\n ]" if cells else "[]", 1)
+
+
+def umask() -> int:
+    """This process's umask, read without changing it (Linux lists it in /proc; elsewhere set and restored)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def file_mode(path: Path) -> int:
+    """The permission bits a rewrite of ``path`` keeps: the existing file's, or what ``open`` would give a
+    new file under the umask (0666 less the umask), as for any file a command creates."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~umask()
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -98,12 +145,14 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        mode = file_mode(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
         if is_disk_full(exc):
             raise disk_full(exc, path, "the file is as last written (never half-written)") from None
         raise
     try:
+        os.fchmod(fd, mode)  # mkstemp's 0600 would narrow the file: keep its mode, or the umask's for a new one
         with os.fdopen(fd, "w") as handle:
             handle.write(encode_json(data))
             handle.flush()
@@ -234,11 +283,37 @@ def refuse_to_overwrite(path: Path, command: str) -> None:
     try:
         data = json.loads(path.read_text())
         kind = f"an attnbench {data['command']} result file" if data.get("schema") == SCHEMA else "another JSON file"
-    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):  # any file may be here
         kind = "not an attnbench result file"
     if kind != f"an attnbench {command} result file":
         raise UsageError(f"{path} exists and is {kind}; refusing to overwrite it with {command} results. "
                          f"Choose another path, or pass --force to replace it")
+
+
+def parse_json(text: str, path: Path) -> Any:
+    """A file's JSON document; a UsageError naming the file for anything that is not one (bad syntax, an
+    integer past Python's digit limit, nesting past the parser's recursion limit)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: a damaged result file: nested too deeply to be a result file") from None
+    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
+        raise UsageError(f"{path}: a damaged result file: {exc}") from None
+
+
+def check_version(data: dict[str, Any], path: Path) -> None:
+    """A UsageError unless ``data`` is a result file of a version this attnbench reads."""
+    version = data.get("schema_version")
+    readable = ", ".join(map(str, READABLE_VERSIONS))
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise UsageError(f"{path}: a damaged result file: schema_version {json.dumps(version)[:40]} is "
+                         f"{'missing' if version is None else 'not a number'}; a result file has "
+                         f"\"schema_version\": {READABLE_VERSIONS[-1]} (this attnbench reads {readable})")
+    if version not in READABLE_VERSIONS:
+        raise UsageError(f"{path}: schema_version {version} is not supported "
+                         f"(this attnbench reads {readable}); re-run with this version")
 
 
 def load_results(path: Path) -> dict[str, Any]:
@@ -249,16 +324,12 @@ def load_results(path: Path) -> dict[str, Any]:
     """
     path = Path(path)
     try:
-        data = json.loads(read_text(path))
+        data = parse_json(read_text(path), path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such result file") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise UsageError(f"{path}: not an attnbench result file (no \"schema\": \"{SCHEMA}\")")
-    if data.get("schema_version") not in READABLE_VERSIONS:
-        raise UsageError(f"{path}: schema_version {data.get('schema_version')} is not supported "
-                         f"(this attnbench reads {', '.join(map(str, READABLE_VERSIONS))}); re-run with this version")
+    check_version(data, path)
     return data
 
 

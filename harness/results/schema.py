@@ -58,6 +58,7 @@ from harness.results.cells import (
     with_,
 )
 from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak
+from harness.results.validate import check_run
 
 __all__ = ["INTEGRITY", "PROBLEMS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "Run",
            "Status", "VerifyCell", "bandwidth_key", "cell_from_json", "cell_to_json", "node_kind", "peak_key", "problems",
@@ -152,8 +153,9 @@ class Run:
     def from_json(cls, data: Mapping[str, Any]) -> Run:
         """A run from its stored form, any readable version (the caller has checked ``schema``)."""
         version = data.get("schema_version")
-        if version not in READABLE_VERSIONS:
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise ValueError(f"schema_version {version!r}; this attnbench reads {READABLE_VERSIONS}")
+        check_run(data)  # untrusted data: every value typed before a record is built
         return cls(
             run_id=str(data.get("run_id", "")), command=str(data.get("command", "")),
             complete=bool(data.get("complete")), environment=Environment.from_json(data.get("environment") or {}),

@@ -190,7 +190,8 @@ def test_an_interrupted_cluster_run_leaves_a_file_that_resume_finishes(cluster: 
     assert not partial["complete"] and partial["config"]["executor"] == "ray"
     assert {c["implementation"] for c in partial["cells"]} == {"numpy_naive"}  # what finished before the Ctrl-C
     (tmp_path / "call.release").write_text("")
-    done = subprocess.run([sys.executable, "-m", "harness", "bench", "--resume", str(out)], cwd=tmp_path,
+    done = subprocess.run([sys.executable, "-m", "harness", "bench", "--resume", str(out), "--plugin", str(gated),
+                           "--executor", "ray", "--address", cluster.address], cwd=tmp_path,
                           capture_output=True, text=True, timeout=BOUND_S)
     assert done.returncode == 0, done.stderr
     final = json.loads(out.read_text())

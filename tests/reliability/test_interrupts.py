@@ -70,12 +70,12 @@ def test_ctrl_c_mid_cell_stops_bench_with_130_once_and_resume_finishes(tmp_path:
     code, stdout, err = finish(proc)
     assert code == 130, err
     assert _interrupted_lines(err) == 1 and "Traceback" not in err
-    assert f"attnbench bench --resume {out}" in err
+    assert f"attnbench bench --resume {out} --plugin {plugin}" in err  # the file never loads code by itself
     data = load_results(out)
     assert not data["complete"] and [c["case"]["tq"] for c in data["cells"]] == [64]
 
     release(tmp_path, "cell")
-    code, _, err = finish(attnbench("bench", "--resume", str(out), "--quiet"))
+    code, _, err = finish(attnbench("bench", "--resume", str(out), "--plugin", str(plugin), "--quiet"))
     assert code == 0, err
     finished = load_results(out)
     assert finished["complete"] and [c["case"]["tq"] for c in finished["cells"]] == [64, 128]

@@ -1,0 +1,268 @@
+"""A result file is untrusted data: every value is checked against the schema before a record is built.
+
+A file can come from anywhere (a CI artefact, a colleague, an old attnbench, a hand edit, an attacker),
+and reports and comparisons read it. So :func:`check_run` walks the stored document once, with the
+types the records and cells declare (their dataclass annotations are the schema: nothing is said
+twice), and raises :class:`Damaged` naming *where* (``cells[3].stats.median``) and *what* ("'fast' is
+not a number"). Readers turn it into ``FILE: a damaged result file: WHERE: WHAT`` (exit 2), never a
+traceback.
+
+Beyond the declared types:
+
+- integers are bounded (|n| <= 2**63): a 5000-digit integer is damage, not a size;
+- free-form values (a case's unknown fields, metrics, the implementations' declarations) are any JSON
+  nested at most :data:`MAX_DEPTH` deep, so no reader recurses without bound;
+- the case fields the reports compute with (sizes, dtype, window, ...) have their declared types;
+- a measured bench cell's times (samples and median) are finite and positive: a NaN, infinite,
+  zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are not negative
+  or infinite. NaN elsewhere (the error of a NaN output) stays readable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+MAX_DEPTH = 32
+"""How deep free-form JSON may nest (arrays and objects); attnbench writes at most 4."""
+MAX_INT = 2**63
+
+_CASE_TYPES: dict[str, Any] = {
+    "batch": int, "heads": int, "tq": int, "d": int, "kv_heads": int, "tk": int, "dtype": str, "device": str,
+    "causal": bool, "mask": str, "mask_rank": str, "scale": float | None, "inputs": str, "layout": str,
+    "self_attention": bool, "grad": bool, "bias": str, "kind": str, "pairwise": bool,
+    "window": tuple[int, ...] | None, "varlen": tuple[tuple[int, ...], ...] | None, "causal_align": str | None,
+    "cache_seqlens": tuple[int, ...] | None, "page_size": int | None, "aux_layout": str, "kv_dtype": str | None,
+    "growth": bool,
+}
+"""The case fields readers compute with (:class:`harness.cases.AttentionCase`); others are free-form."""
+_SIZES = ("batch", "heads", "tq", "d", "kv_heads", "tk", "page_size")
+_METRICS = ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor", "T")
+"""The verify metrics readers compute with: numbers (or null)."""
+
+
+class Damaged(ValueError):
+    """A value of a result file that the schema does not allow: ``where`` it is, ``what`` is wrong."""
+
+    def __init__(self, where: str, what: str) -> None:
+        super().__init__(f"{where}: {what}" if where else what)
+        self.where, self.what = where, what
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _kind(value: object) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _at(where: str, key: object) -> str:
+    """``where`` one step down: ``cells[3]``, ``stats.median``, ``peaks["float32/cpu"]``."""
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    if not str(key).isidentifier():
+        return f"{where}[{_show(str(key))}]"
+    return f"{where}.{key}" if where else str(key)
+
+
+def check_depth(value: object, where: str, depth: int = 0) -> None:
+    """Any JSON value nested at most :data:`MAX_DEPTH` deep, with bounded integers (walked without recursion
+    past the limit, so a damaged file never exhausts the stack)."""
+    stack: list[tuple[object, str, int]] = [(value, where, depth)]
+    while stack:
+        item, at, level = stack.pop()
+        if level > MAX_DEPTH:
+            raise Damaged(at, f"nested more than {MAX_DEPTH} levels deep")
+        if isinstance(item, dict):
+            stack += [(v, _at(at, k), level + 1) for k, v in item.items()]
+        elif isinstance(item, list):
+            stack += [(v, _at(at, i), level + 1) for i, v in enumerate(item)]
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_INT:
+            raise Damaged(at, f"an integer of {len(str(abs(item)))} digits is out of range")
+
+
+def check_value(value: object, hint: Any, where: str) -> None:
+    """``value`` as the stored form of a field annotated ``hint``."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return check_value(value, rest[0], where)
+        for option in rest:
+            try:
+                return check_value(value, option, where)
+            except Damaged:
+                continue
+        raise Damaged(where, f"{_show(value)} ({_kind(value)}) is not any of the allowed types")
+    if hint is Any or hint is object:
+        return check_depth(value, where, 1)
+    if isinstance(hint, type) and issubclass(hint, _record_base()):
+        return check_record(value, hint, where)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not true or false")
+        return None
+    if hint is int:
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT:
+            return None
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an integer")
+        if abs(value) > MAX_INT:
+            raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
+        return None
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a number")
+        if isinstance(value, int) and abs(value) > MAX_INT:
+            raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
+        return None
+    if hint is str or (isinstance(hint, type) and issubclass(hint, str)):  # Status: a word of the enum
+        if not isinstance(value, str):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
+        if hint is not str and value not in {m.value for m in hint}:  # type: ignore[attr-defined]
+            allowed = ", ".join(m.value for m in hint)  # type: ignore[attr-defined]
+            raise Damaged(where, f"{_show(value)} is not one of {allowed}")
+        return None
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an array")
+        items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(items) != len(value):
+            raise Damaged(where, f"an array of {len(value)} items, not {len(items)}")
+        for i, (item, item_hint) in enumerate(zip(value, items)):
+            check_value(item, item_hint, _at(where, i))
+        return None
+    if origin in (Mapping, dict, typing.Mapping):
+        if not isinstance(value, dict):
+            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object")
+        for key, item in value.items():
+            check_value(item, args[1] if args else Any, _at(where, key))
+        return None
+    raise TypeError(f"the schema has a field type the check does not know: {hint!r}")  # a bug of ours
+
+
+@functools.cache
+def _record_base() -> type:
+    from harness.results.records import Record
+
+    return Record
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(kind: type) -> dict[str, Any]:
+    if kind in _HINTS:
+        return _HINTS[kind]
+    names = {f.name for f in dataclasses.fields(kind)} - {"extra", "stored"}
+    _HINTS[kind] = {name: hint for name, hint in typing.get_type_hints(kind).items() if name in names}
+    return _HINTS[kind]
+
+
+def check_record(value: object, kind: type, where: str) -> None:
+    """A record's stored object: its known fields typed, the rest any (bounded) JSON."""
+    if not isinstance(value, dict):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object (a {kind.__name__.lower()} record)")
+    hints = _hints(kind)
+    for key, item in value.items():
+        if key in hints:
+            check_value(item, hints[key], _at(where, key))
+        else:
+            check_depth(item, _at(where, key), 1)
+
+
+def check_case(case: object, where: str) -> None:
+    if case is None:
+        return
+    if not isinstance(case, dict):
+        raise Damaged(where, f"{_show(case)} is {_kind(case)}, not an object (a case)")
+    for key, item in case.items():
+        at = _at(where, key)
+        hint = _CASE_TYPES.get(key)
+        if hint is None:
+            check_depth(item, at, 1)
+            continue
+        check_value(item, hint, at)
+        if key in _SIZES and item is not None and not 0 <= item <= 2**40:
+            raise Damaged(at, f"{_show(item)} is not a size")
+        if key == "window" and item is not None and len(item) != 2:
+            raise Damaged(at, "a window is [left, right]")
+
+
+def _positive_time(value: object, where: str) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise Damaged(where, f"{_show(value)} is not a time (a finite number of seconds above 0)")
+
+
+def check_cell(cell: object, where: str) -> None:
+    """A stored cell: its type, every field's type, its case, and a measured cell's times."""
+    from harness.results.cells import BenchCell, VerifyCell
+
+    if not isinstance(cell, dict):
+        raise Damaged(where, f"{_show(cell)} is {_kind(cell)}, not an object (a cell)")
+    kinds: dict[object, type[BenchCell] | type[VerifyCell]] = {"bench": BenchCell, "verify": VerifyCell}
+    kind = kinds.get(cell.get("type")) if isinstance(cell.get("type"), str) else None
+    if kind is None:
+        raise Damaged(_at(where, "type"), f"a cell of unknown type {_show(cell.get('type'))} (expected 'bench' or 'verify')")
+    hints = _hints(kind)
+    for name in ("implementation", "case_id", "status"):
+        if name not in cell:
+            raise Damaged(where, f"a {kind.type} cell without its {name!r}")
+    for key, item in cell.items():
+        if key == "case":
+            check_case(item, _at(where, key))
+        elif key in hints:
+            check_value(item, hints[key], _at(where, key))
+        elif key != "type":
+            check_depth(item, _at(where, key), 1)
+    if kind is VerifyCell:
+        metrics = cell.get("metrics") or {}
+        for name in _METRICS:
+            if name in metrics:
+                check_value(metrics[name], float | None, _at(_at(where, "metrics"), name))
+        return
+    for name in ("flops", "gflops", "bytes"):  # work and traffic: the roofline takes their powers and logs
+        value = cell.get(name)
+        if value is not None and (value < 0 or math.isinf(value)):  # NaN: unknown, as older files may say
+            raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
+    if cell["status"] == "ok":
+        for i, sample in enumerate(cell.get("samples_s") or ()):
+            _positive_time(sample, _at(_at(where, "samples_s"), i))
+        stats = cell.get("stats") or {}
+        for name in ("median", "min", "mean"):
+            _positive_time(stats.get(name), _at(_at(where, "stats"), name))
+
+
+def check_run(data: Mapping[str, Any]) -> None:
+    """The stored run (a readable version; the caller has checked ``schema``), field by field."""
+    from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak
+
+    for name, hint in (("run_id", str | None), ("command", str | None), ("complete", bool | None),
+                       ("environment", Environment | None), ("config", Config | None),
+                       ("peaks", Mapping[str, Peak] | None), ("bandwidth", Mapping[str, Bandwidth] | None),
+                       ("coverage", Mapping[str, Coverage] | None), ("fits", tuple[Mapping[str, Any], ...] | None),
+                       ("implementations", Mapping[str, Mapping[str, Any]] | tuple[Any, ...] | None)):
+        if name in data:
+            check_value(data[name], hint, name)
+    for name, info in (data.get("implementations") or {}).items() if isinstance(data.get("implementations"), dict) else ():
+        exponent = info.get("memory_exponent")
+        if exponent is not None and not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
+                                         and math.isfinite(exponent) and abs(exponent) < 100):
+            raise Damaged(f"implementations.{name}.memory_exponent", f"{_show(exponent)} is not an exponent")
+    cells = data.get("cells")
+    if cells is None:
+        return
+    if not isinstance(cells, list):
+        raise Damaged("cells", f"{_show(cells)} is {_kind(cells)}, not an array of cells")
+    for i, cell in enumerate(cells):
+        check_cell(cell, f"cells[{i}]")

@@ -50,6 +50,9 @@ def test_a_cell_above_the_gemm_measured_beside_it_is_a_measurement_problem() -> 
     assert row["pct_peak_beside"] == pytest.approx(120.0)
     assert "120% of the GEMM peak measured beside it" in str(row["roof_problem"])
     assert rounds_columns(_cell(99.0, 1e6, Rounds(gemm_gflops=100.0, read_gbps=50.0)))["roof_problem"] is None
+    # on a CPU whose widest unit does twice the FMAs of the GEMM's AVX2 code, 150% of the GEMM is a kernel's to reach
+    assert rounds_columns(_cell(150.0, 1e6, Rounds(gemm_gflops=100.0, gemm_headroom=2.0)))["roof_problem"] is None
+    assert "210% of the GEMM" in str(rounds_columns(_cell(210.0, 1e6, Rounds(gemm_gflops=100.0, gemm_headroom=2.0)))["roof_problem"])
 
 
 def test_bandwidth_above_the_probe_is_a_problem_only_beyond_the_caches() -> None:

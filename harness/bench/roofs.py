@@ -71,6 +71,11 @@ def _cpu_info() -> tuple[set[str], float | None]:
     return flags, (max(mhz) / 1000 if mhz else None)
 
 
+def cpu_flags() -> set[str]:
+    """The CPU feature flags this machine reports (empty when unknown)."""
+    return _cpu_info()[0]
+
+
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Roofs(Record):
     """This machine's theoretical roofs: GFLOP/s per dtype and load GB/s, and how they were derived."""

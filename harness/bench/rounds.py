@@ -199,8 +199,23 @@ class Probe:
     read_gbps: list[float] = field(default_factory=list)
 
 
+def gemm_headroom(dtype: str, device: str) -> float | None:
+    """:attr:`~harness.results.Rounds.gemm_headroom` on this machine (None on CUDA or where the CPU says nothing)."""
+    from harness.bench.roofs import FLOPS_PER_CYCLE, cpu_flags
+
+    if device != "cpu":
+        return None
+    flags = cpu_flags()
+    rates = [r[dtype] for flag, r in FLOPS_PER_CYCLE.items() if flag in flags and dtype in r]
+    base = FLOPS_PER_CYCLE["fma"].get(dtype)
+    if not rates or not base or "fma" not in flags:
+        return None
+    return max(1.0, max(rates) / base)
+
+
 def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Sequence[int], contenders: int,
-                  reference: str | None, reference_medians: Sequence[float] | None, probe: Probe) -> Rounds:
+                  reference: str | None, reference_medians: Sequence[float] | None, probe: Probe,
+                  headroom: float | None = None) -> Rounds:
     """A cell's :class:`~harness.results.Rounds`: per-round medians, the ratio to the reference's medians of
     the same rounds (absent for the reference itself, given no ``reference_medians``, and without a
     reference), and the roofs the probe read in those rounds."""
@@ -215,7 +230,8 @@ def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Seq
                   ratio_high=high, confidence=coverage,
                   gemm_gflops=max(probe.gemm_gflops) if probe.gemm_gflops else None,
                   read_gbps=max(probe.read_gbps) if probe.read_gbps else None,
-                  gemm_samples_gflops=tuple(probe.gemm_gflops) or None, read_samples_gbps=tuple(probe.read_gbps) or None)
+                  gemm_samples_gflops=tuple(probe.gemm_gflops) or None, read_samples_gbps=tuple(probe.read_gbps) or None,
+                  gemm_headroom=headroom)
 
 
 def choose_reference(contenders: Sequence[str], wanted: str | None) -> str | None:

@@ -438,7 +438,7 @@ class BenchRunner:
 
     def _rounds_measured(self, states: dict[str, _Contender], probe: Any, reference: str | None,
                          pools_of: Callable[[str], tuple[WorkerPool, WorkerPool]]) -> list[BenchCell]:
-        from harness.bench.rounds import round_medians, rounds_record
+        from harness.bench.rounds import gemm_headroom, round_medians, rounds_record
 
         timed = {n: s for n, s in states.items() if s.failed is None and s.final is not None}
         medians = {n: round_medians(s.final.value.samples_s, s.final.value.round_sizes or ()) for n, s in timed.items()
@@ -460,7 +460,8 @@ class BenchRunner:
             measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
-                                   None if reference in (None, name) else medians[reference], probe)
+                                   None if reference in (None, name) else medians[reference], probe,
+                                   gemm_headroom(cell.case.dtype, cell.case.device))
             out.append(replace(measured_cell, rounds=record))
         return out
 

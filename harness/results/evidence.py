@@ -102,3 +102,7 @@ class Rounds(Record):
     read_gbps: float | None = None
     gemm_samples_gflops: tuple[float, ...] | None = None
     read_samples_gbps: tuple[float, ...] | None = None
+    gemm_headroom: float | None = None
+    """How much faster than the GEMM beside it a kernel may run on this CPU: the widest vector unit's FLOPs per
+    cycle for the cell's dtype over AVX2+FMA's, since torch's GEMM may run AVX2 code where the CPU has wider
+    units (MKL does on AMD CPUs); absent in files from before it and where nothing is known (read as 1)."""

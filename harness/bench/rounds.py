@@ -29,7 +29,7 @@ from harness.bench.timing import TimingConfig, pin_threads
 from harness.bench.verdicts import Timed
 from harness.results import Accounting, Integrity, Rounds
 
-MAX_ROUNDS = 30
+MAX_ROUNDS = 15
 """The most rounds a case is cut into: fast contenders get rounds of a call or two each, so a load that comes
 and goes within a second still hits both sides of most rounds alike."""
 REFERENCE = "torch_sdpa"

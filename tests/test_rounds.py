@@ -125,7 +125,7 @@ def test_a_reference_not_timed_is_a_usage_error(tmp_path, capsys) -> None:  # ty
 def test_fast_contenders_get_more_shorter_rounds_and_slow_ones_the_least() -> None:
     from harness.bench.rounds import MAX_ROUNDS, rounds_for
 
-    assert rounds_for(0.4, [0.015, 0.010], 6) == 26  # about one call of the slowest a round
+    assert rounds_for(0.4, [0.04, 0.010], 6) == 10  # about one call of the slowest a round
     assert rounds_for(0.4, [0.5, 0.01], 6) == 6
     assert rounds_for(0.4, [1e-5], 6) == MAX_ROUNDS
     assert rounds_for(0.4, [], 6) == 6

@@ -84,6 +84,25 @@ class Outcome:
     found for a task that asks for it (:attr:`Task.end_leftovers`); any other task's die with its worker."""
 
 
+SOCKET_PATH_MAX = 107
+"""The longest path a Unix socket binds to on Linux (``sun_path`` holds 108 bytes with its terminator)."""
+
+
+def _short_socket_dir() -> None:
+    """The forkserver listens on a Unix socket in multiprocessing's temporary directory, under ``TMPDIR``; a long
+    ``TMPDIR`` (CI runners', pytest's) makes that path too long to bind ("AF_UNIX path too long"). Such a
+    directory is replaced, for this process, by one under /tmp, removed at exit as multiprocessing's own is."""
+    import shutil
+    import tempfile
+    from multiprocessing import process, util
+
+    if len(util.get_temp_dir()) + len("/listener-12345678") <= SOCKET_PATH_MAX or not os.path.isdir("/tmp"):
+        return
+    short = tempfile.mkdtemp(prefix="pymp-", dir="/tmp")
+    util.Finalize(None, shutil.rmtree, args=[short], kwargs={"ignore_errors": True}, exitpriority=-100)
+    process.current_process()._config["tempdir"] = short  # type: ignore[attr-defined]  # util.get_temp_dir()'s cache
+
+
 def _prctl(option: int, value: int) -> bool:
     try:
         import ctypes
@@ -328,6 +347,7 @@ class _Worker:
         # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
         multiprocessing.resource_tracker.ensure_running()
         if context.get_start_method() == "forkserver":
+            _short_socket_dir()
             with _sigint_blocked():  # the server (and so every worker it forks) starts with SIGINT blocked
                 multiprocessing.forkserver.ensure_running()
             process.start()  # waits for the server's preload: not in the block, so Ctrl-C stops it at once

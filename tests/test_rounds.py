@@ -88,8 +88,9 @@ def test_a_rounded_loop_takes_each_round_a_share_and_checks_first_random_and_las
     with pytest.raises(RuntimeError):
         loop.round()
     result = loop.result()
-    assert sizes == [2, 2, 2] and result.round_sizes == (2, 2, 2)  # ceil(5 / 3) a round, budget spent at once
-    assert len(result.samples) == 6
+    # the 5 samples asked for, shared out: ceil(5 / 3), then ceil(3 / 2), then the last one (budget spent at once)
+    assert sizes == [2, 2, 1] and result.round_sizes == (2, 2, 1)
+    assert len(result.samples) == 5
     kept = sorted({k.index for k in result.kept})
     assert kept[0] == 0 and kept[-1] == 5  # the first and the last call of the last round
 

@@ -217,7 +217,7 @@ class RoundedLoop:
     calls) lives here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for
     at most ``warmup_s / rounds`` (no call when one call would take longer: the caches another
     contender evicted are refilled, a slow call is not repeated). Each round takes ``budget_s /
-    rounds`` of timed calls and at least ``ceil(min_samples / rounds)``; the first timed call, one
+    rounds`` of timed calls and at least one call and its share of the ``min_samples`` still to take; the first timed call, one
     drawn at random and the last call of the last round are checked as in :func:`timed_loop`."""
 
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
@@ -271,8 +271,9 @@ class RoundedLoop:
             raise RuntimeError("every round of this loop has run")
         config, sets, n = self.config, self.sets, len(self.sets)
         final = len(self.round_sizes) == self.rounds - 1
-        least = -(-config.min_samples // self.rounds)
-        most = max(least, -(-config.max_samples // self.rounds))
+        left = self.rounds - len(self.round_sizes)  # the round count may grow after the first round
+        least = max(1, -(-max(0, config.min_samples - len(self.samples)) // left))  # min_samples in all, a call a round
+        most = max(least, -(-max(0, config.max_samples - len(self.samples)) // left))
         budget = config.budget_s / self.rounds
         with gc_disabled():
             self._warm(profile)

@@ -229,8 +229,9 @@ def free_memory_bytes(device: str) -> int | None:
 def io_bytes(case: AttentionCase, mode: str) -> int:
     """Bytes of q, k, v and the output (and their gradients when there is a backward pass)."""
     item = itemsize(case.dtype)
-    elems = (case.batch * (case.heads * case.tq * case.d + case.kv_heads * case.tk * (case.d + case.value_dim))
-             + case.batch * case.heads * case.tq * case.value_dim)  # q, k, v; the output has V's head dim
+    dv = getattr(case, "value_dim", case.d)  # a module's case has one head dim
+    elems = (case.batch * (case.heads * case.tq * case.d + case.kv_heads * case.tk * (case.d + dv))
+             + case.batch * case.heads * case.tq * dv)  # q, k, v; the output has V's head dim
     return elems * item * (1 if mode == "fwd" else 2)
 
 

@@ -114,12 +114,14 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
     result = cell.loop.result()
     checked = guard.CLOCK()
     outputs = audit.check_kept(result.kept, cell.sets, cell.case, cell.mode)
+    written = tuple(audit.input_problems(cell.sets))  # a call that writes into its inputs: a violation, as in verify
     spin = guard.spin_baseline() if result.kept else 0.0
     checks_s = guard.CLOCK() - checked
     total = cell.total_s + guard.CLOCK() - entered
     integrity = Integrity(
         input_sets=len(cell.sets), shifted=cell.shift, clock=guard.clock_problem(), untyped=tuple(result.untyped),
-        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in result.kept if k.problem),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in result.kept if k.problem)
+        + written,
         output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
         cpu_after_s=tuple(k.cpu_after_s for k in result.kept if k.cpu_after_s is not None), spin_s=spin,
         accounting=Accounting(total_s=total, loop_s=result.loop_s, captures_s=result.captures_s,

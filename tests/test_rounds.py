@@ -92,7 +92,7 @@ def test_a_rounded_loop_takes_each_round_a_share_and_checks_first_random_and_las
     assert sizes == [2, 2, 1] and result.round_sizes == (2, 2, 1)
     assert len(result.samples) == 5
     kept = sorted({k.index for k in result.kept})
-    assert kept[0] == 0 and kept[-1] == 5  # the first and the last call of the last round
+    assert kept[0] == 0 and kept[-1] == 4  # the first and the last call of the last round
 
 
 def test_one_round_is_the_plain_loop() -> None:

@@ -17,8 +17,22 @@ import torch
 
 
 def alibi_slopes(heads: int) -> torch.Tensor:
-    """Per-head slopes 2^(-8 i / H), i = 1..H (Press et al.), float64."""
-    return torch.tensor([2.0 ** (-8.0 * i / heads) for i in range(1, heads + 1)], dtype=torch.float64)
+    """Per-head slopes, float64, as ALiBi's reference code (Press et al.), BLOOM and MPT compute them.
+
+    For H a power of two, 2^(-8 i / H), i = 1..H. Otherwise the H' = 2^floor(log2 H) slopes of the closest power
+    of two, then every other slope of 2 H' (2^(-8 i / 2H'), i = 1, 3, 5, ...) for the H - H' heads left: for 6
+    heads 2^-2, 2^-4, 2^-6, 2^-8, 2^-1, 2^-3. The geometric sequence 2^(-8 i / H) for every H is a different
+    (and wrong) set of slopes for a layer that computes its own.
+    """
+    if heads < 1:
+        raise ValueError(f"ALiBi needs at least one head, got {heads}")
+    closest = 1 << (heads.bit_length() - 1)  # the largest power of two <= heads
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * i / n) for i in range(1, n + 1)]
+
+    slopes = geometric(closest) + geometric(2 * closest)[0::2][: heads - closest]
+    return torch.tensor(slopes, dtype=torch.float64)
 
 
 def alibi_bias(heads: int, tq: int, tk: int) -> torch.Tensor:

@@ -152,7 +152,8 @@ _CAPABILITY_GAPS: tuple[tuple[_Check, _Check], ...] = (
     (lambda impl, case: case.kv_heads != case.heads and not impl.gqa,
      lambda impl, case: f"grouped-query attention not supported ({case.heads} query / {case.kv_heads} kv heads)"),
     (lambda impl, case: case.grad and not impl.grad, lambda impl, case: "gradients not supported"),
-    (lambda impl, case: getattr(case, "bias", "none") != "none" and not impl.bias,
+    (lambda impl, case: getattr(case, "bias", "none") not in ("none", *impl.options.get("positional_bias", ()))
+                        and not impl.bias,
      lambda impl, case: f"additive bias not supported (case bias: {case.bias})"),
     (lambda impl, case: getattr(case, "sinks", False) and not impl.sinks,
      lambda impl, case: "learned attention sinks not supported (declare sinks=True and take sinks=)"),
@@ -248,9 +249,12 @@ OPTIONS = {
     "rope": "module implementations: the RoPE conventions they apply (rotate_half, interleaved)",
     "kernel": "a lifted module: the name of the kernel inside it",
     "kv_cache": "module implementations: True when they take earlier positions' keys and values (past_key=, past_value=)",
+    "positional_bias": "module implementations: the positional biases they compute themselves from heads and "
+                       "positions (alibi), asked for as positional_bias= instead of a bias= tensor",
 }
 _MODULE_LAYERS = ("mha", "encoder")
 _ROPE_CONVENTIONS = ("rotate_half", "interleaved")
+_POSITIONAL_BIASES = ("alibi",)
 
 
 def register(
@@ -397,7 +401,7 @@ def _checked_options(options: Any, error: Callable[[str], PluginError]) -> dict[
                 checked[key] = ("past_key", "past_value")
             continue
         items = (value,) if isinstance(value, (str, int)) else tuple(value)
-        allowed = {"layers": _MODULE_LAYERS, "rope": _ROPE_CONVENTIONS}.get(key)
+        allowed = {"layers": _MODULE_LAYERS, "rope": _ROPE_CONVENTIONS, "positional_bias": _POSITIONAL_BIASES}.get(key)
         if allowed is not None and (not items or not set(items) <= set(allowed)):
             raise error(f"options[{key!r}]={items!r}; choose from {allowed}")
         if allowed is None and not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
@@ -440,7 +444,7 @@ def _check_signature(fn: Callable[..., Any], kind: str, flags: Mapping[str, bool
             needs.add(parameter)
             declared[parameter] = f"structures=({structure!r},) is declared"
             defaults[parameter] = spelled
-    for option in ("rope", "block_q", "block_k"):
+    for option in ("rope", "positional_bias", "block_q", "block_k"):
         if options.get(option):
             needs.add(option)
             declared[option] = f"options[{option!r}] is declared"

@@ -68,10 +68,11 @@ def case_of(data: Mapping[str, Any]) -> Any:
 
 
 def _module_call(impl: Implementation, case: ModuleCase, seed: int = 0) -> Any:
+    from harness.modules.cases import module_positional_biases
     from harness.modules.weights import make_module_inputs
 
     inputs = make_module_inputs(case, seed, impl.backend)
-    return impl.prepare(inputs.x, **inputs.kwargs(case))
+    return impl.prepare(inputs.x, **inputs.kwargs(case, module_positional_biases(impl)))
 
 
 def module_timing_task(impl: Implementation, case: dict[str, object], config: TimingConfig,

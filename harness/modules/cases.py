@@ -51,7 +51,9 @@ class ModuleCase(CaseRecord):
     causal: bool = False
     mask: str = "none"
     bias: str = "none"
-    """Additive per-head attention bias: "alibi" (slopes 2^(-8i/H)), passed to the module as ``bias=``."""
+    """Additive per-head attention bias: "alibi" (-slope_h |i - j|, :func:`harness.positional.alibi_slopes`), passed
+    to the module as a ``bias=`` tensor, or asked for as ``positional_bias="alibi"`` from a module that declared it
+    computes ALiBi itself (``options={"positional_bias": ("alibi",)}``: its slopes for the head count are checked)."""
     rope: str = "none"
     """Rotary embedding applied to each head's q and k: "rotate_half" or "interleaved"."""
     grad: bool = False
@@ -212,6 +214,12 @@ class ModuleCase(CaseRecord):
 def module_layers(impl: Implementation) -> tuple[str, ...]:
     """The layers a module implementation declared in ``options["layers"]`` (default: mha)."""
     return tuple(str(layer) for layer in impl.options.get("layers", ("mha",)))  # checked names (registry)
+
+
+def module_positional_biases(impl: Implementation) -> tuple[str, ...]:
+    """The positional biases a module computes itself, declared in ``options["positional_bias"]`` (default: none,
+    it is handed a ``bias=`` tensor)."""
+    return tuple(str(bias) for bias in impl.options.get("positional_bias", ()))
 
 
 def module_ropes(impl: Implementation) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ question the implementation was asked.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,12 +122,16 @@ class ModuleInputs:
     past_key64: torch.Tensor | None = None
     past_value64: torch.Tensor | None = None
 
-    def kwargs(self, case: ModuleCase) -> dict[str, object]:
+    def kwargs(self, case: ModuleCase, computes: Sequence[str] = ()) -> dict[str, object]:
         """Keyword arguments of the module contract; ``bias``, ``rope``, ``kv_heads`` and the cache
-        (``past_key``, ``past_value``) only when the case uses them."""
+        (``past_key``, ``past_value``) only when the case uses them. A bias the module ``computes`` itself
+        (:func:`harness.modules.cases.module_positional_biases`) is asked for by name, ``positional_bias="alibi"``,
+        instead of handed over as a tensor."""
         kwargs: dict[str, object] = {"heads": case.heads, "weights": self.weights, "mask": self.mask,
                                   "causal": case.causal}
-        if self.bias is not None:
+        if case.bias in computes:
+            kwargs["positional_bias"] = case.bias
+        elif self.bias is not None:
             kwargs["bias"] = self.bias
         if case.rope != "none":
             kwargs["rope"] = case.rope

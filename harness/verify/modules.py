@@ -21,10 +21,11 @@ from typing import Any
 
 import torch
 
-from harness.modules.cases import ModuleCase, module_layers
+from harness.modules.cases import ModuleCase, module_layers, module_positional_biases
 from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.registry import Implementation
 from harness.tensors import dtype_name, to_float64
+from harness.verify.module_positional import positional_diagnosis
 from harness.verify.module_reference import baseline_output, reference_output
 from harness.verify.outcome import CheckResult
 from harness.verify.suites import SUITES
@@ -86,10 +87,11 @@ def _shapes(layer: str, dtype: str, suite: str) -> list[ModuleCase]:
     if suite == "small":
         small = base.with_(seq=12, d_model=16, heads=2)
         return [small, small.with_(causal=True, mask="key_padding"), small.with_(bias="alibi"),
+                small.with_(d_model=24, heads=6, bias="alibi", causal=True),
                 small.with_(rope="rotate_half"), *_decoder(small.with_(d_model=32, heads=4), 7)]
     cases = [base, base.with_(causal=True), base.with_(mask="key_padding"),
              base.with_(causal=True, mask="key_padding", proj_bias=False),
-             base.with_(bias="alibi"), base.with_(bias="alibi", causal=True),
+             base.with_(bias="alibi"), base.with_(bias="alibi", causal=True), *_alibi_heads(base),
              base.with_(rope="rotate_half"), base.with_(rope="interleaved", causal=True),
              *_decoder(base.with_(d_model=128, heads=8), 61)]
     if suite == "full":
@@ -99,6 +101,15 @@ def _shapes(layer: str, dtype: str, suite: str) -> list[ModuleCase]:
                   base.with_(seq=33, d_model=32, heads=8, bias="alibi", mask="key_padding"),
                   base.with_(seq=65, d_model=64, heads=2, rope="interleaved", mask="key_padding")]
     return cases
+
+
+def _alibi_heads(base: ModuleCase) -> list[ModuleCase]:
+    """ALiBi for head counts that are not powers of two (BLOOM's and MPT's layers compute the slopes from the
+    closest power of two, then interleave the rest): 6 heads causal, 12 padded both ways, 20 causal. A layer
+    computing its own slopes as 2^(-8 i / H) for every H, or interleaving the extra ones wrongly, fails them."""
+    alibi = base.with_(seq=64, bias="alibi")
+    return [alibi.with_(seq=100, d_model=96, heads=6, causal=True), alibi.with_(d_model=96, heads=12, mask="key_padding"),
+            alibi.with_(d_model=160, heads=20, causal=True)]
 
 
 def _decoder(base: ModuleCase, past: int) -> list[ModuleCase]:
@@ -111,7 +122,7 @@ def _decoder(base: ModuleCase, past: int) -> list[ModuleCase]:
 
 def run_module(impl: Implementation, case: ModuleCase, inputs: ModuleInputs) -> Any:
     """Call the implementation once (set-up included) on one trial's inputs."""
-    return impl.prepare(inputs.x, **inputs.kwargs(case))()
+    return impl.prepare(inputs.x, **inputs.kwargs(case, module_positional_biases(impl)))()
 
 
 def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -> list[CheckResult]:
@@ -149,7 +160,9 @@ def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> CheckR
                           dtype=case.dtype, m=MODULE_M)
         metrics = {**verdict.metrics, "trials": seed + 1}
         if not verdict.ok:
-            return _result("output", "fail", f"seed {seed}: {verdict.reason}", metrics)
+            where = positional_diagnosis(lambda c, i: run_module(impl, c, i), case, seed, impl.backend, MODULE_M,
+                                         module_positional_biases(impl))
+            return _result("output", "fail", f"seed {seed}: {verdict.reason}" + (f"; {where}" if where else ""), metrics)
         if worst is None or metrics["max_abs_err"] > worst["max_abs_err"]:
             worst = metrics
     assert worst is not None

@@ -45,6 +45,9 @@ TRIGGERS: dict[str, Trigger] = {
     "broken37_grad_wide_head_strided": lambda c: c.grad and c.d > 128 and (c.layout != "contiguous" or bool(c.layouts)),
     # a (B, 1, 1, Tk) mask: key padding, or a one-query cache step folded into one
     "broken37_key_padding_batch0": lambda c: c.tk >= 512 and c.batch > 1 and (c.mask != "none" or c.cache_seqlens is not None),
+    # a layer computing its own ALiBi slopes: wrong only for a head count that is not a power of two
+    "broken37_module_alibi_contiguous_extra": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
+    "broken37_module_alibi_geometric_slopes": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
     "broken37_module_rope_half_table": lambda c: c.dtype in ("bfloat16", "float16") and c.rope != "none" and c.seq > 256,
     "broken37_mask_first_tiles": lambda c: c.tk > 1024 and _masked(c),
     "broken37_nan_first_block": lambda c: c.tk > 512 and _masked(c),
@@ -102,3 +105,9 @@ def test_quick_accepts_the_correct_plugin(name: str) -> None:
     problems = [f"{case.id} {result['check']}: {result['status']}: {result['reason']}"
                 for case, result in _problems(_impl(name))]
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("name", [n for n in _names("broken") if "alibi" in n])
+def test_a_layers_own_alibi_slopes_fail_naming_the_positional_bias(name: str) -> None:
+    case, result = next(_problems(_impl(name)))
+    assert "the positional bias (ALiBi, computed by the layer itself) is wrong" in str(result["reason"]), result

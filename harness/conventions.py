@@ -26,6 +26,11 @@ The adaptations, each exact (the kernel is asked the same question the oracle an
 - ``returns="out_lse"`` / ``"out_aux"``: the output is the first item of a pair.
 - Masks of rank 2 or 3 arrive as rank 4 (``(1, 1, Tq, Tk)``), as several packages read a 2-D mask as (B, Tk)
   key padding.
+
+A module (``kind="module"``) may declare ``mask_kind`` (``"bool"`` or ``"additive"``) and ``takes_causal``
+(:func:`adapt_module`): its key-padding mask then arrives as the 4-D attention mask a layer such as timm's
+``Attention`` or SDPA takes, ``(B, 1, 1, Tk)`` (``(B, 1, T, Tk)`` with causal masking folded in when it takes no
+``causal``), True = attend or 0 / ``finfo(dtype).min``.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ EMPTY_ROWS = ("zeros", "mean_v", "nan", "unspecified")
 MASK_KINDS = ("bool", "additive", "key_padding")
 RETURNS = ("out", "out_lse", "out_aux")
 KEY_PADDING_MASKS = ("key_padding", "key_padding_left", "key_padding_holes")
+MODULE_FIELDS = ("mask_kind", "takes_causal")
+"""What a module can declare: the rest (layout, GQA, scale, ...) is inside the layer, which gets x and its weights."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +126,17 @@ class Conventions:
             notes.append("rows with no allowed key are skipped: their value is unspecified")
         return notes
 
+    def module_problem(self) -> str | None:
+        """Why these conventions cannot be a module's (None: they can)."""
+        fields = [name for name, value in asdict(self).items()
+                  if name not in MODULE_FIELDS and value != getattr(CONTRACT, name)]
+        if fields:
+            return (f"a module declares only {MODULE_FIELDS} (its layout, heads and scale are inside the layer); "
+                    f"it declared {fields}")
+        if self.mask_kind == "key_padding":
+            return "a module's mask is key padding already: declare mask_kind 'bool' or 'additive' (a 4-D mask)"
+        return None
+
     def reasons(self, case: AttentionCase, mask_taken: bool, native: tuple[str, ...] = ()) -> list[str]:
         """Why a case cannot be passed in these conventions (empty: it can), given whether the kernel takes masks
         and the structures it takes natively."""
@@ -170,6 +188,41 @@ def adapt(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
         return lambda: restore(call())
 
     return adapted
+
+
+def adapt_module(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
+                 ) -> Callable[..., Callable[[], Any]]:
+    """A module's ``prepare`` in the module contract, given one taking a 4-D attention mask (``mask_kind``) and,
+    with ``takes_causal=False``, no ``causal`` (causal masking folded into the mask, bottom-right over a KV cache)."""
+    if conventions.is_contract:
+        return prepare
+
+    def adapted(x: Any, *, mask: Any = None, causal: bool = False, **rest: Any) -> Callable[[], Any]:
+        past = rest["past_key"].shape[2] if rest.get("past_key") is not None else 0
+        kwargs: dict[str, Any] = {"mask": module_mask(conventions, x, mask, causal, past), **rest}
+        if conventions.takes_causal:
+            kwargs["causal"] = causal
+        return prepare(x, **kwargs)
+
+    return adapted
+
+
+def module_mask(conv: Conventions, x: torch.Tensor, mask: Any, causal: bool, past: int = 0) -> torch.Tensor | None:
+    """The module contract's (B, P + T) key-padding mask (and causal masking, when the module takes no ``causal``)
+    as one 4-D attention mask in ``conv.mask_kind``: (B, 1, 1, P + T), or (B, 1, T, P + T) with causal folded in."""
+    import torch
+
+    batch, t = x.shape[0], x.shape[1]
+    allowed = None
+    if causal and not conv.takes_causal:  # new token i sits at key position past + i
+        allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)[None, None]
+    if mask is not None:
+        keys = torch.as_tensor(mask, device=x.device).to(torch.bool).reshape(batch, 1, 1, past + t)
+        allowed = keys if allowed is None else allowed & keys
+    if allowed is None or conv.mask_kind == "bool":
+        return allowed
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    return torch.where(allowed, zero, zero + torch.finfo(x.dtype).min)
 
 
 def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, mask: Any,

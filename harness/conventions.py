@@ -23,7 +23,10 @@ The adaptations, each exact (the kernel is asked the same question the oracle an
 - ``mask_kind="additive"``: the boolean mask as 0 / ``finfo(dtype).min`` in q's dtype (what HF builds);
   ``"key_padding"``: a ``(B, Tk)`` boolean (lucidrains), so only key-padding masks can be passed.
 - ``takes_scale=False``: q pre-scaled by ``scale * sqrt(d)`` when a scale is asked (the kernel uses 1/sqrt(d)).
-- ``returns="out_lse"`` / ``"out_aux"``: the output is the first item of a pair.
+- ``returns="out_lse"`` / ``"out_aux"``: the output is the first item of a pair. A returned log-sum-exp is
+  checked too: asked with :data:`WITH_LSE`, the adapted call gives ``(out, lse)`` with the LSE as (B, H, Tq) in
+  the contract's head order (from ``lse_layout``; a Tq padded to a multiple, as xformers does, cut back), in the
+  kernel's base (``lse_base``), which :mod:`harness.verify.lse` holds to the oracle's.
 - Masks of rank 2 or 3 arrive as rank 4 (``(1, 1, Tq, Tk)``), as several packages read a 2-D mask as (B, Tk)
   key padding.
 
@@ -56,6 +59,13 @@ EMPTY_ROWS = ("zeros", "mean_v", "nan", "unspecified")
 (those rows are skipped, and the result says so)."""
 MASK_KINDS = ("bool", "additive", "key_padding")
 RETURNS = ("out", "out_lse", "out_aux")
+LSE_BASES = ("e", "2")
+"""The log a returned LSE is in: natural (FlashAttention's ``softmax_lse``, xformers), or base 2 (kernels that
+run the softmax on ``exp2`` with ``log2(e)`` folded into the scale, as Triton's fused-attention tutorial's ``M``)."""
+LSE_LAYOUTS = ("BHT", "BTH")
+WITH_LSE = "attnbench_with_lse"
+"""The keyword that asks an adapted ``returns="out_lse"`` kernel for ``(out, lse)`` instead of ``out``: used by the
+LSE check only, consumed by the adaptation (the kernel never sees it)."""
 KEY_PADDING_MASKS = ("key_padding", "key_padding_left", "key_padding_holes")
 MODULE_FIELDS = ("mask_kind", "takes_causal")
 """What a module can declare: the rest (layout, GQA, scale, ...) is inside the layer, which gets x and its weights."""
@@ -87,10 +97,15 @@ class Conventions:
     causal masking arrives folded into it."""
     returns: str = "out"
     """out; (out, lse); (out, anything else)."""
+    lse_base: str = "e"
+    """With ``returns="out_lse"``: the LSE's log base, e or 2 (:data:`LSE_BASES`)."""
+    lse_layout: str = "BHT"
+    """With ``returns="out_lse"``: the LSE's shape, (B, H, Tq) or (B, Tq, H); Tq may be padded past the case's."""
 
     def __post_init__(self) -> None:
         for name, allowed in (("layout", LAYOUTS), ("causal_align", CAUSAL_ALIGNS), ("gqa_head_map", GQA_HEAD_MAPS),
-                              ("empty_row", EMPTY_ROWS), ("mask_kind", MASK_KINDS), ("returns", RETURNS)):
+                              ("empty_row", EMPTY_ROWS), ("mask_kind", MASK_KINDS), ("returns", RETURNS),
+                              ("lse_base", LSE_BASES), ("lse_layout", LSE_LAYOUTS)):
             if getattr(self, name) not in allowed:
                 raise PluginError(f"Conventions({name}={getattr(self, name)!r}): choose one of {allowed}")
         if self.out_layout not in ("", *LAYOUTS):
@@ -100,6 +115,9 @@ class Conventions:
                 raise PluginError(f"Conventions({name}={getattr(self, name)!r}) must be True or False")
         if not self.out_layout:
             object.__setattr__(self, "out_layout", self.layout)
+        if self.returns != "out_lse" and (self.lse_base, self.lse_layout) != ("e", "BHT"):
+            raise PluginError("Conventions(lse_base=..., lse_layout=...) describe a returned LSE: declare "
+                              "returns='out_lse' too")
 
     @property
     def is_contract(self) -> bool:
@@ -178,6 +196,7 @@ def adapt(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
 
     def adapted(q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None, scale: float | None = None,
                 **rest: Any) -> Callable[[], Any]:
+        with_lse = bool(rest.pop(WITH_LSE, False)) and conventions.returns == "out_lse"
         if conventions.causal_align != "top_left" and not keeps_align:
             asked = rest.pop("causal_align", "top_left")  # added to the native structures by registration
             causal_top_left = causal and asked == "top_left"
@@ -185,6 +204,8 @@ def adapt(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
             causal_top_left = False
         q, k, v, kwargs, restore = adapt_inputs(conventions, q, k, v, causal, mask, scale, rest, causal_top_left)
         call = prepare(q, k, v, **kwargs)
+        if with_lse:
+            return lambda: restore(call(), with_lse=True)
         return lambda: restore(call())
 
     return adapted
@@ -227,8 +248,10 @@ def module_mask(conv: Conventions, x: torch.Tensor, mask: Any, causal: bool, pas
 
 def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, mask: Any,
                  scale: float | None, rest: dict[str, Any], causal_top_left: bool = False,
-                 ) -> tuple[Any, Any, Any, dict[str, Any], Callable[[Any], Any]]:
-    """(q, k, v, keyword arguments) in ``conv`` for a contract call, and the function that brings the output back.
+                 ) -> tuple[Any, Any, Any, dict[str, Any], Callable[..., Any]]:
+    """(q, k, v, keyword arguments) in ``conv`` for a contract call, and the function that brings the output back
+    (``with_lse=True``: ``(out, lse)``, the LSE as (B, H, Tq) in the contract's head order, its padding past Tq cut
+    off, in the kernel's own base and dtype; None when the kernel returned no pair).
     ``causal_top_left``: a top-left causal call to a kernel that aligns otherwise."""
     import torch
 
@@ -277,14 +300,21 @@ def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.T
         kwargs["scale"] = scale
     inverse = torch.argsort(order) if permute else None
 
-    def restore(out: Any) -> Any:
+    def restore(returned: Any, with_lse: bool = False) -> Any:
+        out, lse = returned, None
         if conv.returns != "out":
-            out = out[0]
+            out = returned[0]
+            lse = returned[1] if isinstance(returned, (tuple, list)) and len(returned) > 1 else None
         if conv.out_layout == "BTHD":
             out = out.transpose(1, 2)
         if inverse is not None:
             out = out.index_select(1, inverse)
-        return out
+        if not with_lse:
+            return out
+        if isinstance(lse, torch.Tensor) and lse.dim() == 3:
+            lse = (lse.transpose(1, 2) if conv.lse_layout == "BTH" else lse)[..., :tq]
+            lse = lse if inverse is None else lse.index_select(1, inverse.to(lse.device))
+        return out, lse
 
     return q, k, v, kwargs, restore
 

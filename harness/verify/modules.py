@@ -137,6 +137,10 @@ def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -
     bound = results[0].metrics.get("bound")
     if (case.causal or case.mask != "none") and results[0].status == "pass" and isinstance(bound, float):
         results.append(_check_mask_property(impl, case, trials, bound))
+    if not impl.conventions.is_contract:  # what the verdict assumed: the mask the module was handed
+        assumed = impl.conventions.describe()
+        results = [CheckResult(check=r.check, status=r.status, reason=r.reason,
+                               metrics={**r.metrics, "conventions": assumed}) for r in results]
     return results
 
 

@@ -170,3 +170,11 @@ def test_the_oracle_lse_is_the_log_of_the_softmax_denominator() -> None:
     torch.testing.assert_close(reference_lse(q, k, causal=True, sinks=sinks), expected, rtol=1e-14, atol=1e-14)
     rows = torch.tensor([0, 5])
     torch.testing.assert_close(reference_lse(q, k, causal=True, sinks=sinks, rows=rows), expected[:, :, rows])
+
+
+def test_every_result_of_a_declared_kernel_names_its_conventions() -> None:
+    """Properties too, not only the output: each verdict says which conventions it assumed."""
+    impl = impl_of("flash_style_all", flash_style, FLASH)
+    results = check_kernel_case(impl, AttentionCase(heads=2, tq=9, tk=9, d=8, causal=True), 1)
+    assert len(results) > 2 and any(r.check.startswith("property:") for r in results)
+    assert all(r.metrics["conventions"]["returns"] == "out_lse" for r in results)

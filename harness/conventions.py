@@ -142,6 +142,9 @@ class Conventions:
             notes.append("a row with no allowed key returns NaN")
         if self.empty_row == "unspecified":
             notes.append("rows with no allowed key are skipped: their value is unspecified")
+        if self.returns == "out_lse" and self.lse_base == "2":
+            notes.append("the returned log-sum-exp is base 2: code that reads it as FlashAttention's natural-log "
+                         "softmax_lse (merging split-KV partials, say) is off by a factor ln 2")
         return notes
 
     def module_problem(self) -> str | None:

@@ -152,6 +152,11 @@ def test_a_missing_or_misshapen_lse_is_named() -> None:
     assert result.status == "fail" and "LSE shape (1, 1, 5)" in (result.reason or "")
 
 
+def test_a_base_2_lse_is_said_plainly() -> None:
+    assert any("base 2" in note for note in Conventions(returns="out_lse", lse_base="2").unusual())
+    assert not Conventions(returns="out_lse").unusual()
+
+
 def test_lse_fields_need_a_returned_lse() -> None:
     with pytest.raises(PluginError, match="returns='out_lse'"):
         Conventions(lse_base="2")
@@ -170,3 +175,36 @@ def test_the_oracle_lse_is_the_log_of_the_softmax_denominator() -> None:
     torch.testing.assert_close(reference_lse(q, k, causal=True, sinks=sinks), expected, rtol=1e-14, atol=1e-14)
     rows = torch.tensor([0, 5])
     torch.testing.assert_close(reference_lse(q, k, causal=True, sinks=sinks, rows=rows), expected[:, :, rows])
+
+
+def test_every_result_of_a_declared_kernel_names_its_conventions() -> None:
+    """Properties too, not only the output: each verdict says which conventions it assumed."""
+    impl = impl_of("flash_style_all", flash_style, FLASH)
+    results = check_kernel_case(impl, AttentionCase(heads=2, tq=9, tk=9, d=8, causal=True), 1)
+    assert len(results) > 2 and any(r.check.startswith("property:") for r in results)
+    assert all(r.metrics["conventions"]["returns"] == "out_lse" for r in results)
+
+
+def torch_flash_cpu(q, k, v, *, causal=False, mask=None, scale=None):
+    """PyTorch's own CPU flash kernel (what F.scaled_dot_product_attention dispatches to), which returns
+    ``(out, logsumexp)``: real code with a returned LSE. An internal op: it expects the contiguous inputs that
+    SDPA hands it (strided ones give wrong outputs), so the cases here are contiguous."""
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, attn_mask=mask, scale=scale)
+
+
+TORCH_FLASH = Conventions(returns="out_lse", mask_kind="additive", causal_with_mask=False, empty_row="mean_v")
+
+
+@pytest.mark.parametrize("case", [AttentionCase(heads=2, tq=13, tk=29, d=16, causal=True, scale=0.3),
+                                  AttentionCase(batch=2, heads=2, tq=11, tk=17, d=8, mask="key_padding"),
+                                  AttentionCase(heads=2, tq=33, tk=33, d=64, dtype="bfloat16", causal=True)],
+                         ids=lambda c: c.id)
+def test_torch_cpu_flash_kernels_lse_passes_and_a_misdeclared_base_fails(case: AttentionCase) -> None:
+    right = register("torch_flash_cpu", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
+                     conventions=TORCH_FLASH)(torch_flash_cpu).__attnbench__
+    assert check_lse(right, case, 2).status == "pass"
+    wrong = register("torch_flash_cpu_base2", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
+                     conventions=Conventions(returns="out_lse", mask_kind="additive", causal_with_mask=False,
+                                             empty_row="mean_v", lse_base="2"))(torch_flash_cpu).__attnbench__
+    result = check_lse(wrong, case, 1)
+    assert result.status == "fail" and (result.reason or "").startswith("LSE")

@@ -99,7 +99,8 @@ ROPE_CASES = [ModuleCase(rope="rotate_half", causal=True), ModuleCase(rope="inte
 @pytest.mark.parametrize("name", ["timm_attention", "timm_attention_unfused", "timm_attention_rope"])
 def test_timm_layers_pass_with_declarations_only(name: str) -> None:
     impl = getattr(_timm(), name).__attnbench__
-    cases = CASES + [c.with_(dtype="float64") for c in CASES[:2]] + (ROPE_CASES if name.endswith("rope") else [])
+    cases = CASES + [c.with_(dtype="float64") for c in CASES[:2]] + (
+        ROPE_CASES if name.endswith("rope") else [CASES[2].with_(dtype="bfloat16")])
     for case in cases:
         results = check_module_case(impl, case)
         assert [r.status for r in results] == ["pass"] * len(results), f"{case.id}: {[r.reason for r in results]}"

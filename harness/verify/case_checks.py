@@ -7,6 +7,7 @@ composition sits above both, and neither imports the other's user.
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 from harness.cases import AttentionCase
 from harness.registry import Implementation
@@ -31,4 +32,8 @@ def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) ->
         results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
     for name, fn in applicable_properties(impl, case):
         results.append(guarded(f"property:{name}", functools.partial(fn, impl, case)))
-    return results
+    if impl.conventions.is_contract:
+        return results
+    assumed = impl.conventions.describe()  # every verdict says which declared conventions it assumed
+    return [r if "conventions" in r.metrics else replace(r, metrics={**r.metrics, "conventions": assumed})
+            for r in results]

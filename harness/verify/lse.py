@@ -6,9 +6,11 @@ attention combines shards with it. A wrong LSE with a right output passes every 
 the LSE is a check of its own: per query row, the log of the softmax's denominator over the allowed keys
 (:func:`harness.oracle.reference_lse`, the sink included), in the base the kernel declares (``lse_base``: a base-2
 LSE is the natural one over ln 2), by the output's rule: ``max|lse - oracle| <= m * max|base - oracle| + floor``,
-``base`` the same logsumexp computed in the case's dtype. Rows with no allowed key (and no sink) have no finite
-LSE: kernels return -inf or +inf there (FlashAttention 2 returns +inf so that its backward gives zeros); they are
-left out and counted (``lse_empty_rows``).
+``base`` the same logsumexp computed in the case's dtype. The LSE is an absolute quantity (a logit moved by
+``delta`` moves it by at most ``delta``), so its floor is ``FLOORS[dtype] + eps * (max|logit| + ln Tk)``, the
+rounding of the logits and of the LSE itself, not the output's relative floor scaled by its magnitude. Rows
+with no allowed key (and no sink) have no finite LSE: kernels return -inf or +inf there (FlashAttention 2
+returns +inf so that its backward gives zeros); they are left out and counted (``lse_empty_rows``).
 """
 
 from __future__ import annotations
@@ -70,9 +72,10 @@ def check_lse(impl: Implementation, case: AttentionCase, trials: int) -> CheckRe
         got = to_float64(lse) if rows is None else to_float64(lse)[:, :, rows]
         finite = torch.isfinite(oracle)
         zero = torch.zeros((), dtype=torch.float64)
+        span = (logit_max(case, inputs, rows) + math.log(max(case.tk, 1))) * per_base  # |lse| <= max|logit| + ln Tk
         verdict = compare(torch.where(finite, got, zero), torch.where(finite, oracle, zero),
                           torch.where(finite, base, zero), dtype=case.dtype, m=OUTPUT_M, what="LSE",
-                          logit_max=logit_max(case, inputs, rows) * per_base)
+                          logit_max=span, magnitude=1.0)
         if verdict.reason and not verdict.reason.startswith("LSE"):
             verdict = Verdict(verdict.ok, f"LSE: {verdict.reason}", verdict.metrics)
         verdict.metrics.update(lse_base=impl.conventions.lse_base, lse_dtype=str(lse.dtype).removeprefix("torch."),

@@ -17,6 +17,7 @@ outputs unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -139,8 +140,7 @@ def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -
         results.append(_check_mask_property(impl, case, trials, bound))
     if not impl.conventions.is_contract:  # what the verdict assumed: the mask the module was handed
         assumed = impl.conventions.describe()
-        results = [CheckResult(check=r.check, status=r.status, reason=r.reason,
-                               metrics={**r.metrics, "conventions": assumed}) for r in results]
+        results = [replace(r, metrics={**r.metrics, "conventions": assumed}) for r in results]
     return results
 
 

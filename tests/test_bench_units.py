@@ -155,10 +155,10 @@ def test_predictions_are_calibrated_from_what_this_run_measured() -> None:
 
 def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
     from harness.cli import build_parser
-    from harness.cli.bench_cmd import _settings
+    from harness.cli.bench_cmd import settings_from_args
 
     def settings(*argv: str):
-        return _settings(build_parser().parse_args(["bench", *argv]))
+        return settings_from_args(build_parser().parse_args(["bench", *argv]))
 
     assert settings().cell_budget_s == 20.0  # the quick suite's own cells keep its budget
     assert settings("--T", "4096").cell_budget_s is None

@@ -9,15 +9,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from harness.bench.runner import BenchSettings
     from harness.bench.session import resume_settings, run
+    from harness.bench.settings import BenchSettings
 
 __all__ = ["BenchSettings", "resume_settings", "run"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "BenchSettings":
-        from harness.bench.runner import BenchSettings
+        from harness.bench.settings import BenchSettings
 
         return BenchSettings
     if name in ("run", "resume_settings"):

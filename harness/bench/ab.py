@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.bench import guard  # binds the clocks before any plugin is imported in a worker
+from harness.bench.settings import ABSettings as ABSettings  # its home before settings.py
 from harness.bench.sweeps import plan
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.cases import AttentionCase
@@ -96,27 +97,6 @@ def round_task(source: str, name: str, case: dict[str, object], mode: str, calls
 
 
 # ---------------------------------------------------------------- parent side
-
-
-@dataclass(frozen=True)
-class ABSettings:
-    """What an A/B comparison measures; stored in both sides' result files."""
-
-    base: str
-    head: str
-    suite: str = "quick"
-    overrides: dict[str, list[Any]] = field(default_factory=dict)
-    only: list[str] = field(default_factory=list)
-    rounds: int = 20
-    calls: int = 3
-    """Timed calls per side per round (after one warm-up call): short rounds, so load changes hit both sides."""
-    threads: int = 1
-    device: str = "cpu"
-    timeout_s: float = 300.0
-    clock: str = "wall"
-    """"wall" (elapsed time, the default) or "cpu" (process CPU time: steadier on a loaded machine, blind to waiting)."""
-    seed: int | None = None
-    """Seeds the order of the sides in each round (None: drawn from the OS)."""
 
 
 @dataclass

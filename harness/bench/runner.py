@@ -15,8 +15,8 @@ import contextlib
 import itertools
 import os
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
@@ -26,6 +26,7 @@ from harness.bench.bandwidth import measure_bandwidth
 from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
+from harness.bench.settings import BenchSettings as BenchSettings  # its home before settings.py
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
@@ -38,7 +39,6 @@ from harness.results import (
     Bandwidth,
     BenchCell,
     CellKey,
-    Config,
     Integrity,
     Memory,
     Node,
@@ -144,50 +144,6 @@ def bandwidth_task(device: str, threads: int | None) -> Bandwidth:
 # ---------------------------------------------------------------- parent side
 
 
-@dataclass
-class BenchSettings:
-    """Everything that decides what a run measures; stored as the result file's config."""
-
-    suite: str = "quick"
-    overrides: dict[str, list[Any]] = field(default_factory=dict)
-    only: list[str] = field(default_factory=list)
-    plugins: list[str] = field(default_factory=list)
-    timeout_s: float = 300.0
-    timing: TimingConfig = field(default_factory=TimingConfig)
-    memory: bool = True
-    memory_budget_bytes: float | None = None
-    """Skip cells predicted to need more; None: half the RAM free when the run starts."""
-    cell_budget_s: float | None = 20.0
-    """None: cells are never skipped for time (the user named them on the command line)."""
-    threads: int = 1
-    device: str = "cpu"
-    executor: str = "local"
-    """"local" (worker processes here, one cell at a time) or "ray" (each cell a Ray task holding a whole node)."""
-    address: str | None = None
-    """The Ray cluster's address (None: the one ``ray start`` made on this machine)."""
-    reference: str | None = None
-    """The contender each other's per-round ratio divides by (None: torch_sdpa when timed, else the first)."""
-    model: str | None = None
-    """A catalogue model (``--model``, :mod:`harness.models`): its calls are the cells, instead of the suite's."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def to_config(self) -> Config:
-        """The result file's config: these settings in their own order (resume reads them back)."""
-        return Config.from_json(self.to_dict())
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> BenchSettings:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        known["timing"] = TimingConfig(**known.get("timing", {}))
-        return cls(**known)
-
-    @classmethod
-    def from_config(cls, config: Config) -> BenchSettings:
-        return cls.from_dict(config.to_json())
-
-
 _PROBE = "roof probe"
 """The roof probe's place in a round's order (:func:`harness.bench.rounds.roof_probe_task`)."""
 
@@ -252,9 +208,9 @@ class BenchRunner:
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
         return self.writer.done_keys()
 
-    def run(self, cells: list[PlannedCell]) -> None:
-        done = self.learn_from_done()
-        todo = [cell for cell in cells if cell.key not in done]
+    def run(self, todo: list[PlannedCell]) -> None:
+        """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
+        self.learn_from_done()
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
                 contextlib.ExitStack() as stack:
             pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}

@@ -1,7 +1,9 @@
 """One bench run, start to finish: plan the cells, measure them into a result file, fit, finish.
 
-:func:`run` is what ``attnbench bench`` calls and what a library user calls; the command only
-turns flags into :class:`~harness.bench.runner.BenchSettings` and prints the typed run it gets back.
+:func:`run` is what ``attnbench bench`` (and ``attnbench run``) calls and what a library user calls; the
+command only maps its flags once into :class:`~harness.bench.runner.BenchSettings` and prints the typed run
+it gets back. What a run works out when it starts (the result file's path, the memory budget, plugins'
+absolute paths) is worked out here, once, for every caller.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import TYPE_CHECKING
 from harness.analysis.scaling import cell_fits
 from harness.bench.module_cells import module_cells
 from harness.bench.resume import resume_command
-from harness.bench.runner import BenchRunner, BenchSettings
-from harness.bench.sweeps import SUITES, PlannedCell, free_ram_bytes, plan
+from harness.bench.runner import BenchRunner
+from harness.bench.settings import BenchSettings
+from harness.bench.sweeps import SUITES, PlannedCell, free_memory_bytes, plan
 from harness.discovery import Registry, absolute_specs, load_registry
 from harness.errors import DiskFull, Interrupted, PluginError, UsageError
 from harness.executor import open_executor
@@ -39,13 +42,9 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
         registry = load_registry(settings.plugins)
         if registry.fatal_errors:
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
-    path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('bench')}.json"
-    settings = dataclasses.replace(settings, plugins=list(absolute_specs(settings.plugins)))  # resume from anywhere
-    if settings.memory_budget_bytes is None:
-        free = free_ram_bytes()
-        if free is None:
-            raise UsageError("cannot read the free RAM here (/proc/meminfo); set memory_budget_bytes")
-        settings = dataclasses.replace(settings, memory_budget_bytes=free / 2)
+    path = Path(out) if out is not None else default_out()
+    settings = dataclasses.replace(settings, plugins=list(absolute_specs(settings.plugins)),  # resume from anywhere
+                                   memory_budget_bytes=memory_budget_bytes(settings))
     # Module-level implementations (kind="module") are timed when named (--only): the default run times kernels.
     selected = [impl for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     names = [impl.name for impl in selected]
@@ -84,6 +83,23 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
                            f"{resume_command(path, settings.plugins, settings.executor, settings.address)}") from None
         finally:
             writer.close()
+
+
+def default_out() -> Path:
+    """Where a run's result file goes when no path is given: ``results/<run-id>.json``."""
+    return RESULTS_DIR / f"{new_run_id('bench')}.json"
+
+
+def memory_budget_bytes(settings: BenchSettings) -> float:
+    """Bytes a cell may be predicted to need: the settings' budget, or half the device's memory free now (the
+    RAM's for CPU cells, the GPU's for CUDA ones)."""
+    if settings.memory_budget_bytes is not None:
+        return settings.memory_budget_bytes
+    free = free_memory_bytes(settings.device)
+    if free is None:
+        raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB "
+                         "(memory_budget_bytes in BenchSettings)")
+    return float(free) / 2
 
 
 def _config(settings: BenchSettings) -> Config:

@@ -19,7 +19,8 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from harness import __version__, interrupts
 from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError
@@ -58,8 +59,8 @@ def add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def executor_from_args(args: argparse.Namespace) -> tuple[str, str | None]:
     """(executor, address) from the flags; a usage error (exit 2) saying how to install Ray when it is missing."""
-    executor = getattr(args, "executor", None) or "local"
-    address = getattr(args, "address", None)
+    executor: str = args.executor or "local"
+    address: str | None = args.address
     if address and executor != "ray":
         raise UsageError("--address names a Ray cluster; add --executor ray")
     if executor == "ray":
@@ -93,49 +94,70 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None, *, nested: bool = False) -> int:
     """Run one command; return its exit status (see the module docstring).
 
-    ``nested``: a step of another command (``attnbench run``), which says itself what a Ctrl-C
-    left: the KeyboardInterrupt is raised on to it instead of printed here.
+    ``nested``: a step of another command, which says itself what a Ctrl-C left: the
+    KeyboardInterrupt is raised on to it instead of printed here.
     """
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.getsignal(signum) for signum in interrupts.STOPPING_SIGNALS} if in_main_thread else {}
     if in_main_thread:
         interrupts.install()
-    command = "attnbench"
-    try:
+    step = Step("attnbench", nested=nested)
+
+    def parse_and_run() -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         if not getattr(args, "_run", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        command = f"attnbench {args.command}"
-        code = int(args._run(args))
-        interrupts.check()  # a Ctrl-C that library code swallowed still stops with 130
-        return code
-    except AttnbenchError as exc:
-        print(f"{command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt as exc:
-        if nested:
-            raise
-        detail = f"; {exc}" if str(exc) else ""
-        by = interrupts.signal_name()
-        print(f"{command}: interrupted{f' ({by})' if by else ''}{detail}", file=sys.stderr)
-        return interrupts.exit_code()
-    except BrokenPipeError:  # stdout closed early (`attnbench list | head`): not an error of ours
-        _silence_stdout()
-        return EXIT_OK
-    except OSError as exc:
-        if exc.errno not in DISK_FULL_ERRNOS:
-            return _internal(command)
-        where = f" while writing {exc.filename}" if exc.filename else ""  # a step no writer of ours said more of
-        print(f"{command}: error: {exc.strerror or exc}{where}; free some space and run the command again",
-              file=sys.stderr)
-        return EXIT_USAGE
-    except Exception:  # noqa: BLE001 - a bug of ours: say so, and never exit 1 ("found a problem")
-        return _internal(command)
+        step.command = f"attnbench {args.command}"
+        return int(args._run(args))
+
+    try:
+        return step.exit_status(parse_and_run)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@dataclass
+class Step:
+    """A command as its messages name it (``attnbench bench``), and how its failures become exit statuses.
+
+    :func:`main` runs each command through one; ``attnbench run`` runs its verify, bench and report
+    steps through one each (``nested``: a Ctrl-C is raised on to ``run``, which says what it left).
+    """
+
+    command: str
+    nested: bool = False
+
+    def exit_status(self, call: Callable[[], int]) -> int:
+        """``call``'s exit status, or the one its exception means (see the module docstring)."""
+        try:
+            code = int(call())
+            interrupts.check()  # a Ctrl-C that library code swallowed still stops with 130
+            return code
+        except AttnbenchError as exc:
+            print(f"{self.command}: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt as exc:
+            if self.nested:
+                raise
+            detail = f"; {exc}" if str(exc) else ""
+            by = interrupts.signal_name()
+            print(f"{self.command}: interrupted{f' ({by})' if by else ''}{detail}", file=sys.stderr)
+            return interrupts.exit_code()
+        except BrokenPipeError:  # stdout closed early (`attnbench list | head`): not an error of ours
+            _silence_stdout()
+            return EXIT_OK
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                return _internal(self.command)
+            where = f" while writing {exc.filename}" if exc.filename else ""  # a step no writer of ours said more of
+            print(f"{self.command}: error: {exc.strerror or exc}{where}; free some space and run the command again",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        except Exception:  # noqa: BLE001 - a bug of ours: say so, and never exit 1 ("found a problem")
+            return _internal(self.command)
 
 
 def _internal(command: str) -> int:

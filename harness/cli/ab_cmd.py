@@ -19,11 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.sweeps import SUITES
-from harness.cli.bench_cmd import _ints
-from harness.cli.common import format_table, positive_int, positive_number, probability
-from harness.dtypes import DTYPES
+from harness.cli.case_flags import add_case_arguments, overrides_from_args
+from harness.cli.common import default_of, format_table, positive_int, positive_number, probability
 from harness.errors import UsageError
-from harness.flops import MODES
 from harness.report.compare import parse_threshold
 
 HELP = "A/B: time two revisions of a plugin in interleaved rounds; exit 1 on a regression beyond the threshold"
@@ -32,23 +30,27 @@ DEFAULT_THRESHOLD = "10%"
 DEFAULT_ALPHA = 0.05
 
 
+def _default(name: str) -> Any:
+    from harness.bench.settings import ABSettings
+
+    return default_of(ABSettings, name)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("base", metavar="BASE", help="the base revision's plugin: a .py file, or ROOT::MODULE")
     parser.add_argument("head", metavar="HEAD", help="the head revision's plugin (the same plugin, another checkout)")
     parser.add_argument("--only", action="append", default=[], metavar="NAMES",
                         help="only these implementations (comma-separated, repeatable; default: every kernel both declare)")
-    parser.add_argument("--suite", choices=sorted(SUITES), default="quick", help="the cases, as for bench (default quick)")
-    for flag, what in (("--T", "sequence lengths"), ("--d", "head dims"), ("--heads", "query heads"),
-                       ("--batch", "batch sizes")):
-        parser.add_argument(flag, nargs="+", type=_ints, metavar="N", help=f"{what} (replaces the suite's)")
-    parser.add_argument("--dtype", nargs="+", choices=DTYPES, help="dtypes (replaces the suite's)")
-    parser.add_argument("--causal", choices=("on", "off", "both"), help="causal masking (replaces the suite's)")
-    parser.add_argument("--mode", nargs="+", choices=MODES, help="fwd, bwd, fwd+bwd")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--rounds", type=positive_int, default=20,
-                        help="interleaved rounds per cell (default 20; at least 7 for a 95%% interval on one cell)")
-    parser.add_argument("--calls", type=positive_int, default=3, help="timed calls per side per round (default 3)")
-    parser.add_argument("--threads", type=positive_int, default=1, help="threads for torch and BLAS (default 1)")
+    parser.add_argument("--suite", choices=sorted(SUITES), default=_default("suite"),
+                        help=f"the cases, as for bench (default {_default('suite')})")
+    add_case_arguments(parser)
+    parser.add_argument("--rounds", type=positive_int, default=_default("rounds"),
+                        help=f"interleaved rounds per cell (default {_default('rounds')}; at least 7 for a 95%% "
+                             "interval on one cell)")
+    parser.add_argument("--calls", type=positive_int, default=_default("calls"),
+                        help=f"timed calls per side per round (default {_default('calls')})")
+    parser.add_argument("--threads", type=positive_int, default=_default("threads"),
+                        help=f"threads for torch and BLAS (default {_default('threads')})")
     parser.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
                         help="cpu: each call timed on its worker's CPU time, which other processes on the cores do "
                              "not stretch (time spent waiting, on a sleep, I/O or a GPU, is not counted); wall: "
@@ -58,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
                         help="1 - the intervals' joint level; the false-alarm rate is at most alpha/2 (default 0.05)")
     parser.add_argument("--seed", type=int, help="seed the order of the sides in each round (default: from the OS)")
-    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
+    parser.add_argument("--timeout", type=positive_number, default=_default("timeout_s"), metavar="S",
+                        help=f"per-task timeout (default {_default('timeout_s'):g})")
     parser.add_argument("--out", type=Path, metavar="DIR",
                         help="write base.json and head.json (bench result files, one sample per round) here "
                              "(default results/ab-<time>)")
@@ -81,23 +84,13 @@ def _check_source(spec: str, side: str) -> str:
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
-    from harness.bench.ab import ABSettings
+    from harness.bench.settings import ABSettings
 
-    overrides: dict[str, list[Any]] = {}
-    for axis in ("T", "d", "heads", "batch"):
-        if getattr(args, axis):
-            overrides[axis] = [v for chunk in getattr(args, axis) for v in chunk]
-    if args.dtype:
-        overrides["dtype"] = list(args.dtype)
-    if args.causal:
-        overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
-    if args.mode:
-        overrides["mode"] = list(args.mode)
     if args.clock == "cpu" and args.device != "cpu":
         raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall")
     clock = args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" and args.threads == 1 else "wall")
     return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
-                      suite=args.suite, overrides=overrides, only=list(args.only), rounds=args.rounds,
+                      suite=args.suite, overrides=overrides_from_args(args), only=list(args.only), rounds=args.rounds,
                       calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
                       clock=clock, seed=args.seed)
 

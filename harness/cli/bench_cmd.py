@@ -9,64 +9,51 @@ the ratios within one run, and heed the IQR/median warnings.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import os
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import interrupts
 from harness.analysis.scaling import OVERHEAD_RULE
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
-from harness.bench.sweeps import (
-    SUITE_CELL_BUDGET_S,
-    SUITE_TIMING,
-    SUITES,
-    free_memory_bytes,
-)
+from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING, SUITES
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
-from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.cli.case_flags import add_case_arguments, overrides_from_args
+from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
-from harness.dtypes import DTYPES
-from harness.errors import UsageError
-from harness.flops import MODES
 from harness.progress import Progress
 from harness.report.terminal import fits_table, format_seconds, results_table
-from harness.results import RESULTS_DIR, BenchCell, Run, Status, new_run_id
+from harness.results import BenchCell, Run, Status
 from harness.results.files import dumps
 from harness.results.schema import INTEGRITY
+
+if TYPE_CHECKING:
+    from harness.bench.settings import BenchSettings
 
 HELP = "time implementations: median, spread, GFLOP/s, % of the GEMM peak, peak memory, scaling fits"
 DESCRIPTION = __doc__.split("\n\n")[0] + "\n\n" + __doc__.split("\n\n")[1]
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a list of integers (e.g. 512 1024 or 512,1024)") from None
-    if any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"{text!r}: sizes must be >= 1")
-    return values
+def _settings_default(name: str) -> Any:
+    from harness.bench.settings import BenchSettings
+
+    return default_of(BenchSettings, name)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plugin_argument(parser)
-    parser.add_argument("--suite", choices=sorted(SUITES), default="quick",
+    parser.add_argument("--suite", choices=sorted(SUITES), default=_settings_default("suite"),
                         help="quick: T sweep at d=64, H=8, every implementation (minutes); full: T 128..8192, "
                              "d 32/64/128, heads 1/4/8/16, causal on/off, fwd and fwd+bwd; window: T 2048..16384 "
                              "under a causal sliding window of 256; decode: decode steps against a KV cache (Tk up "
                              "to 65536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches; fp32)")
-    for flag, what in (("--T", "sequence lengths"), ("--d", "head dims"), ("--heads", "query heads"),
-                       ("--batch", "batch sizes")):
-        parser.add_argument(flag, nargs="+", type=_ints, metavar="N", help=f"{what} (replaces the suite's)")
-    parser.add_argument("--dtype", nargs="+", choices=DTYPES, help="dtypes (replaces the suite's)")
-    parser.add_argument("--causal", choices=("on", "off", "both"), help="causal masking (replaces the suite's)")
-    parser.add_argument("--mode", nargs="+", choices=MODES, help="fwd, bwd, fwd+bwd (bwd modes need grad=True)")
+    add_case_arguments(parser)
     parser.add_argument("--only", action="append", default=[], metavar="NAMES",
                         help="only these implementations (comma-separated, repeatable)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--out", type=Path, metavar="FILE", help="result file (default results/<run-id>.json)")
     parser.add_argument("--force", action="store_true",
                         help="let --out replace an existing file that is not a bench result file")
@@ -74,14 +61,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="finish an interrupted run: what to measure comes from FILE, done cells are kept; "
                              "give the --plugin flags it was run with (a file never loads code), and --executor, "
                              "--memory-budget as for a new run")
-    parser.add_argument("--timeout", type=positive_number, default=300.0, metavar="S", help="per-task timeout (default 300)")
+    parser.add_argument("--timeout", type=positive_number, metavar="S",
+                        help=f"per-task timeout (default {_settings_default('timeout_s'):g})")
     parser.add_argument("--threads", type=positive_int, metavar="N", help="threads for torch and BLAS (default: torch's)")
     parser.add_argument("--budget", type=positive_number, metavar="S",
-                        help="seconds of timed repeats per cell (quick 0.4, full 1.0)")
-    parser.add_argument("--min-samples", type=positive_int, metavar="N", help="at least N timed calls (quick 5, full 7)")
+                        help="seconds of timed repeats per cell (" + _per_suite("budget_s") + ")")
+    parser.add_argument("--min-samples", type=positive_int, metavar="N",
+                        help="at least N timed calls (" + _per_suite("min_samples") + ")")
     parser.add_argument("--cell-budget", type=positive_number, metavar="S",
-                        help="skip cells predicted to take longer than S seconds (quick 20, full 120; with an "
-                             "axis flag such as --T the cells you named always run unless this is given)")
+                        help="skip cells predicted to take longer than S seconds ("
+                             + ", ".join(f"{suite} {SUITE_CELL_BUDGET_S[suite]:g}" for suite in ("quick", "full"))
+                             + "; with an axis flag such as --T the cells you named always run unless this is given)")
     parser.add_argument("--memory-budget", type=positive_number, metavar="GiB",
                         help="skip cells predicted to need more (default: half of the free RAM; on cuda, of the GPU's)")
     parser.add_argument("--no-memory", action="store_true", help="skip the separate peak-memory runs")
@@ -90,7 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "rotating through several input sets; see docs/integrity.md")
     parser.add_argument("--rounds", type=positive_int, metavar="N",
                         help="rounds each case's implementations are timed in, their order shuffled each round, "
-                             "the budget split over them (default 6; 1: one implementation after another)")
+                             f"the budget split over them (default {SUITE_TIMING['quick'].rounds}; 1: one "
+                             "implementation after another)")
     parser.add_argument("--reference", metavar="NAME",
                         help="the implementation each other's per-round ratio divides by (default: torch_sdpa "
                              "when it is timed, else the first)")
@@ -100,73 +91,98 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_executor_arguments(parser)
 
 
-def _settings(args: argparse.Namespace) -> Any:
-    torch = interrupts.import_torch()
+def _per_suite(field: str) -> str:
+    """A timing default as each main suite sets it (``quick 0.4, full 1.0``), read from the suites' table."""
+    return ", ".join(f"{suite} {getattr(SUITE_TIMING[suite], field):g}" for suite in ("quick", "full"))
 
-    from harness.bench.runner import BenchSettings
 
-    overrides: dict[str, list[Any]] = {}
-    for axis in ("T", "d", "heads", "batch"):
-        lists = getattr(args, axis)
-        if lists:
-            overrides[axis] = [v for chunk in lists for v in chunk]
-    if args.dtype:
-        overrides["dtype"] = list(args.dtype)
-    if args.causal:
-        overrides["causal"] = {"on": [True], "off": [False], "both": [False, True]}[args.causal]
-    if args.mode:
-        overrides["mode"] = list(args.mode)
-    timing = dataclasses.replace(SUITE_TIMING[args.suite], warm_cache=bool(args.warm_cache))
-    if args.budget is not None:
-        timing = dataclasses.replace(timing, budget_s=args.budget)
-    if args.min_samples is not None:
-        timing = dataclasses.replace(timing, min_samples=args.min_samples)
-    if args.rounds is not None:
-        timing = dataclasses.replace(timing, rounds=args.rounds)
-    memory_budget = _memory_budget(args)
-    threads = args.threads if args.threads is not None else torch.get_num_threads()
+@dataclass(frozen=True)
+class BenchRequest:
+    """``attnbench bench`` mapped once from its flags: the library's settings, the result file, how to report.
+
+    ``attnbench run`` builds one too (:func:`settings_for` with its own flags) and calls :func:`execute`.
+    """
+
+    settings: BenchSettings
+    out: Path
+    resume: bool = False
+    """``out`` is an interrupted run's file: its cells are kept and only the missing ones measured."""
+    force: bool = False
+    quiet: bool = False
+    json: bool = False
+
+
+def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, only: Sequence[str] = (),
+                 plugins: Sequence[str] = (), threads: int | None = None, budget_s: float | None = None,
+                 min_samples: int | None = None, rounds: int | None = None, warm_cache: bool = False,
+                 cell_budget_s: float | None = None, memory_budget_gib: float | None = None,
+                 timeout_s: float | None = None, memory: bool = True, device: str | None = None,
+                 model: str | None = None, reference: str | None = None, executor: str = "local",
+                 address: str | None = None) -> BenchSettings:
+    """The library's settings from what a command line gave (None: not given). Where each default lives: the
+    suite's timing and cell budget in its tables (:mod:`harness.bench.sweeps`), threads torch's, the rest in
+    :class:`~harness.bench.runner.BenchSettings` (the memory budget, half the free memory, is worked out by
+    :func:`harness.bench.run` when the run starts)."""
+    from harness.bench.settings import BenchSettings
+
+    overrides = overrides or {}
+    timing = SUITE_TIMING[suite]
+    timing = replace(timing, warm_cache=warm_cache, budget_s=timing.budget_s if budget_s is None else budget_s,
+                     min_samples=timing.min_samples if min_samples is None else min_samples,
+                     rounds=timing.rounds if rounds is None else rounds)
+    if cell_budget_s is None and not overrides:  # cells the user named by an axis flag are never skipped for time
+        cell_budget_s = SUITE_CELL_BUDGET_S[suite]
+    given_fields: dict[str, Any] = {"timeout_s": timeout_s, "device": device}
     return BenchSettings(
-        suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
-        timeout_s=args.timeout, timing=timing, memory=not args.no_memory,
-        memory_budget_bytes=memory_budget,
-        cell_budget_s=_cell_budget(args, overrides),
-        threads=threads, device=args.device, model=checked_model(args.model, "bench"), reference=args.reference)
+        suite=suite, overrides=overrides, only=list(only), plugins=list(plugins), timing=timing, memory=memory,
+        memory_budget_bytes=None if memory_budget_gib is None else float(memory_budget_gib * 2**30),
+        cell_budget_s=cell_budget_s, threads=threads if threads is not None else interrupts.import_torch().get_num_threads(),
+        model=model, reference=reference, executor=executor, address=address,
+        **{name: value for name, value in given_fields.items() if value is not None})
 
 
-def _memory_budget(args: argparse.Namespace) -> float:
-    """Bytes a cell may be predicted to need on this machine: --memory-budget, or half the device's memory free
-    now (the RAM's for CPU cells, the GPU's for CUDA ones)."""
-    if args.memory_budget is not None:
-        return float(args.memory_budget * 2**30)
-    free = free_memory_bytes(args.device)
-    if free is not None:
-        return float(free) / 2
-    raise UsageError("cannot read the free RAM here (/proc/meminfo); give --memory-budget GiB")
+def settings_from_args(args: argparse.Namespace) -> BenchSettings:
+    """The flags of a new run as settings: what to measure, how, and where."""
+    executor, address = executor_from_args(args)
+    return settings_for(
+        args.suite, overrides=overrides_from_args(args), only=args.only, plugins=args.plugin, threads=args.threads,
+        budget_s=args.budget, min_samples=args.min_samples, rounds=args.rounds, warm_cache=args.warm_cache,
+        cell_budget_s=args.cell_budget, memory_budget_gib=args.memory_budget, timeout_s=args.timeout,
+        memory=not args.no_memory, device=args.device, model=checked_model(args.model, "bench"),
+        reference=args.reference, executor=executor, address=address)
 
 
-def _resumed(args: argparse.Namespace, executor: str, address: str | None) -> Any:
+def request_from_args(args: argparse.Namespace) -> BenchRequest:
+    """The command line, mapped once: a new run's settings, or (``--resume``) the stored run's."""
+    from harness.bench.session import default_out
+
+    if args.resume is None:
+        return BenchRequest(settings_from_args(args), args.out or default_out(), force=args.force, quiet=args.quiet,
+                            json=args.json)
+    return BenchRequest(_resumed(args), args.resume, resume=True, force=args.force, quiet=args.quiet, json=args.json)
+
+
+def _resumed(args: argparse.Namespace) -> BenchSettings:
     """The settings of the run in ``--resume FILE``: what to measure from the file, checked as flags are;
     plugins, executor and memory budget from this command line and this machine (a file is data)."""
     from harness.bench import resume_settings
     from harness.bench.resume import require_same_plugins
     from harness.discovery import absolute_specs
 
+    executor, address = executor_from_args(args)
     stored = resume_settings(args.resume)
-    require_same_plugins(args.resume, stored.plugins, absolute_specs(args.plugin))
-    if (stored.executor, stored.address) != (executor, address) and not args.quiet:
-        was = f"--executor {stored.executor}" + (f" --address {stored.address}" if stored.address else "")
-        print(f"attnbench bench: {args.resume} was run with {was}; this resume runs "
-              f"{'locally' if executor == 'local' else f'on {address or executor}'} (the command line decides "
-              f"where: give {was} to resume there)", file=sys.stderr)
-    return dataclasses.replace(stored, plugins=list(absolute_specs(args.plugin)), executor=executor, address=address,
-                               memory_budget_bytes=_memory_budget(args))
-
-
-def _cell_budget(args: argparse.Namespace, overrides: dict[str, list[Any]]) -> float | None:
-    """The per-cell time budget: given, or the suite's; none for cells the user named by an axis flag."""
-    if args.cell_budget is not None:
-        return float(args.cell_budget)
-    return None if overrides else SUITE_CELL_BUDGET_S[args.suite]
+    plugins = absolute_specs(args.plugin)
+    require_same_plugins(args.resume, stored.plugins, plugins)
+    if not args.quiet:
+        if (stored.executor, stored.address) != (executor, address):
+            was = f"--executor {stored.executor}" + (f" --address {stored.address}" if stored.address else "")
+            print(f"attnbench bench: {args.resume} was run with {was}; this resume runs "
+                  f"{'locally' if executor == 'local' else f'on {address or executor}'} (the command line decides "
+                  f"where: give {was} to resume there)", file=sys.stderr)
+        print(f"attnbench bench: resuming {args.resume}; what to measure comes from the file, plugins, executor and "
+              "memory budget from this command line", file=sys.stderr)
+    budget = None if args.memory_budget is None else float(args.memory_budget * 2**30)
+    return replace(stored, plugins=list(plugins), executor=executor, address=address, memory_budget_bytes=budget)
 
 
 def _progress_line(cell: BenchCell, index: int, total: int) -> str:
@@ -177,30 +193,25 @@ def _progress_line(cell: BenchCell, index: int, total: int) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.bench import run as run_bench
-
     if args.model == LIST:
         return print_catalogue(args.json)
-    executor, address = executor_from_args(args)
-    if args.resume is not None:
-        settings = _resumed(args, executor, address)
-        path = args.resume
-        if not args.quiet:
-            print(f"attnbench bench: resuming {path}; what to measure comes from the file, plugins, executor and "
-                  "memory budget from this command line", file=sys.stderr)
-    else:
-        settings = dataclasses.replace(_settings(args), executor=executor, address=address)
-        path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
-    args.plugin = settings.plugins
-    registry = registry_from_args(args)
-    _warn_if_loaded(settings.threads, args.quiet)
+    return execute(request_from_args(args))
+
+
+def execute(request: BenchRequest) -> int:
+    """Run the bench ``request`` describes and print what it measured; the exit status (1: a cell failed)."""
+    from harness.bench import run as run_bench
+
+    settings = request.settings
+    registry = registry_of(settings.plugins)
+    _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)
     progress: list[Progress] = []
     counter = {"n": 0, "total": 0}
 
     def on_start(todo: int) -> None:
         counter["total"] = todo
-        progress.append(Progress(todo, title="bench", enabled=not args.quiet))
+        progress.append(Progress(todo, title="bench", enabled=not request.quiet))
 
     def on_cell(cell: BenchCell) -> None:
         counter["n"] += 1
@@ -209,12 +220,12 @@ def run(args: argparse.Namespace) -> int:
         progress[0].advance(f"{cell.implementation} {cell.case_id}")
 
     try:
-        result = run_bench(settings, path, resume=args.resume is not None, force=args.force, registry=registry,
+        result = run_bench(settings, request.out, resume=request.resume, force=request.force, registry=registry,
                            on_start=on_start, on_cell=on_cell)
     finally:
         if progress:
             progress[0].close()
-    return _present(args, result, path)
+    return _present(request, result)
 
 
 def usable_cpus() -> int:
@@ -248,10 +259,11 @@ def _warn_if_loaded(threads: int, quiet: bool) -> None:
               file=sys.stderr)
 
 
-def _present(args: argparse.Namespace, run: Run, path: Path) -> int:
+def _present(request: BenchRequest, run: Run) -> int:
+    path = request.out
     cells = run.bench_cells()
     problems = [c for c in cells if c.status.is_problem]
-    if args.json:
+    if request.json:
         print(dumps({"path": str(path), **run.to_json()}, indent=1))
         return 1 if problems else 0
     for key, peak in sorted(run.peaks.items()):

@@ -1,22 +1,31 @@
-"""What several commands share: loading the registry from ``--plugin`` and printing tables."""
+"""What several commands share: loading the registry from ``--plugin``, flag types, defaults, printing tables."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from harness import interrupts
 from harness.discovery import Registry, load_registry
 from harness.errors import PluginError
 from harness.report.terminal import format_table
 
-__all__ = ["format_table", "positive_int", "positive_number", "probability", "registry_from_args"]
+__all__ = ["default_of", "format_table", "positive_int", "positive_number", "probability", "registry_from_args",
+           "registry_of"]
 
 
-def registry_from_args(args: argparse.Namespace) -> Registry:
-    """Load every implementation; warn about broken plugins, fail on a broken ``--plugin``."""
-    registry = load_registry(getattr(args, "plugin", []) or [])
+def registry_from_args(args: argparse.Namespace, load: Callable[[list[str]], Registry] = load_registry) -> Registry:
+    """:func:`registry_of` the ``--plugin`` flags."""
+    return registry_of(args.plugin, load)
+
+
+def registry_of(plugins: Sequence[str], load: Callable[[list[str]], Registry] = load_registry) -> Registry:
+    """Load every implementation and ``plugins``; warn about broken plugins, fail on a broken ``--plugin``."""
+    registry = load(list(plugins))
     interrupts.check()  # plugins import torch, whose C++ start-up swallows a Ctrl-C
     for note in registry.notes:
         print(f"attnbench: note: {note}", file=sys.stderr)
@@ -27,6 +36,17 @@ def registry_from_args(args: argparse.Namespace) -> Registry:
     if fatal:
         raise PluginError("; ".join(str(e) for e in fatal))
     return registry
+
+
+def default_of(settings: type, name: str) -> Any:
+    """A settings record's default for field ``name``: flags take their defaults from the record the library
+    reads, so a default is written once (in the record) and the command line and library callers agree."""
+    field = {f.name: f for f in dataclasses.fields(settings)}[name]
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    raise TypeError(f"{settings.__name__}.{name} has no default")
 
 
 def positive_number(text: str) -> float:

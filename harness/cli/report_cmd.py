@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness.report import DEFAULT_BASELINE
@@ -17,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("results", nargs="+", type=Path, metavar="RESULTS",
                         help="attnbench result files and/or pytest-benchmark --benchmark-json files")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="report directory (default: reports/<run id of the last file>)")
+                        help=f"report directory (default: {REPORTS_DIR}/<run id of the last file>)")
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="NAME",
                         help=f"implementation the speedup plot divides by (default: {DEFAULT_BASELINE})")
     parser.add_argument("--history", action="store_true",
@@ -26,41 +27,47 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "marked with the commit and the ratio) instead of a report")
 
 
-def default_out(results: list[Path]) -> Path:
-    return Path("reports") / results[-1].stem
+REPORTS_DIR = Path("reports")
+"""Where report directories go when ``--out`` is not given."""
 
 
-def run_history(args: argparse.Namespace) -> int:
-    from harness.report.history import history
-    from harness.report.history_view import write_history
+@dataclass(frozen=True)
+class ReportRequest:
+    """``attnbench report`` mapped once from its flags; ``attnbench run`` builds one too and calls :func:`execute`."""
 
-    out = args.out or Path("reports") / f"history-{args.results[-1].stem}"
-    h = history(args.results)
-    files = write_history(h, out)
-    print(f"history: {files.html}")
-    print(f"summary: {files.markdown}")
-    print(f"{len(h.commits)} commits, {len(h.series)} cells; {len(h.steps)} step(s)")
-    for series, step in h.steps:
-        print(f"  {series.name}: x{step.ratio:.2f} at {step.label}")
-    return 0
+    results: tuple[Path, ...]
+    out: Path
+    baseline: str = DEFAULT_BASELINE
+    history: bool = False
+
+
+def request_from_args(args: argparse.Namespace) -> ReportRequest:
+    """The command line, mapped once (the directory named after the last file unless ``--out`` is given)."""
+    results = tuple(args.results)
+    default = REPORTS_DIR / (f"history-{results[-1].stem}" if args.history else results[-1].stem)
+    return ReportRequest(results, args.out or default, args.baseline, args.history)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.history:
-        return run_history(args)
-    out = args.out or default_out(args.results)
+    return execute(request_from_args(args))
+
+
+def execute(request: ReportRequest) -> int:
+    """Write the report (or the history) ``request`` describes and say where it is; exit status 0."""
+    if request.history:
+        return _history(request)
     from harness.progress import Progress
     from harness.report.builder import STAGES, build_report  # pandas, matplotlib: only when a report is built
 
     progress = Progress(len(STAGES), title="report")  # a bar on a terminal, nothing on a pipe
     try:
-        report = build_report(args.results, out, baseline=args.baseline,
+        report = build_report(request.results, request.out, baseline=request.baseline,
                               on_stage=lambda stage: progress.advance(stage, count=0 if stage == STAGES[0] else 1))
     finally:
         progress.close()
     flagged = report.analysis.flagged
-    if args.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
-        print(f"attnbench report: note: baseline {args.baseline!r} has no bench cells; no speedup plot "
+    if request.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
+        print(f"attnbench report: note: baseline {request.baseline!r} has no bench cells; no speedup plot "
               "(choose another with --baseline NAME)", file=sys.stderr)
     print(f"report: {report.index}")
     print(f"summary: {report.summary}")
@@ -69,4 +76,18 @@ def run(args: argparse.Namespace) -> int:
     for row in flagged:
         assert row.fit is not None
         print(f"  {row.implementation} {row.quantity} in {row.axis}: {row.fit.describe()}, theory {row.theory:g}")
+    return 0
+
+
+def _history(request: ReportRequest) -> int:
+    from harness.report.history import history
+    from harness.report.history_view import write_history
+
+    h = history(list(request.results))
+    files = write_history(h, request.out)
+    print(f"history: {files.html}")
+    print(f"summary: {files.markdown}")
+    print(f"{len(h.commits)} commits, {len(h.series)} cells; {len(h.steps)} step(s)")
+    for series, step in h.steps:
+        print(f"  {series.name}: x{step.ratio:.2f} at {step.label}")
     return 0

@@ -1,7 +1,8 @@
 """`attnbench run`: the main job. verify (quick), bench (quick), then a report of both.
 
-Each step is the real command, driven through :func:`harness.cli.main`, so ``attnbench run``
-does exactly what the three commands do by hand. Result files go to ``results/<run-id>-verify.json``
+Each step is the real command's :func:`execute` on a request ``run`` maps from its own flags once
+(the same records ``verify``, ``bench`` and ``report`` map theirs into), so ``attnbench run`` does exactly
+what the three commands do by hand, with no command line rebuilt and parsed again. Result files go to ``results/<run-id>-verify.json``
 and ``results/<run-id>-bench.json``, the report to ``reports/<run-id>/``. A verify failure does
 not stop the run: the report is the place to see it. The exit status is 1 when verify or bench
 found a problem (a failing case; a cell that errored, crashed or timed out), 2 when a step could
@@ -14,11 +15,23 @@ import argparse
 import contextlib
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from harness.cli import EXIT_INTERNAL, EXIT_INTERRUPTED, add_executor_arguments, add_plugin_argument, executor_from_args
+from harness.cli import (
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    Step,
+    add_executor_arguments,
+    add_plugin_argument,
+    bench_cmd,
+    executor_from_args,
+    report_cmd,
+    verify_cmd,
+)
 from harness.cli.common import positive_int
 from harness.errors import Interrupted
+from harness.report import DEFAULT_BASELINE
 from harness.results import RESULTS_DIR, new_run_id
 
 HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
@@ -27,7 +40,8 @@ DESCRIPTION = (
     "results/<run-id>-verify.json and results/<run-id>-bench.json, the report to reports/<run-id>/ "
     "(index.html, summary.md, plots/, CSV). Exit status: 0 all passed; 1 verify or bench found a problem "
     "(the report is still written); 2 a step could not run (bad usage).")
-REPORTS_DIR = Path("reports")
+SUITE = "quick"
+"""The suite both verify and bench run."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,10 +50,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only these implementations (comma-separated, repeatable)")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR, metavar="DIR",
                         help=f"where the result files go (default: {RESULTS_DIR}/)")
-    parser.add_argument("--reports-dir", type=Path, default=REPORTS_DIR, metavar="DIR",
-                        help=f"where the report directory goes (default: {REPORTS_DIR}/)")
-    parser.add_argument("--baseline", default=None, metavar="NAME",
-                        help="implementation the report's speedups divide by (default: torch_sdpa)")
+    parser.add_argument("--reports-dir", type=Path, default=report_cmd.REPORTS_DIR, metavar="DIR",
+                        help=f"where the report directory goes (default: {report_cmd.REPORTS_DIR}/)")
+    parser.add_argument("--baseline", default=DEFAULT_BASELINE, metavar="NAME",
+                        help=f"implementation the report's speedups divide by (default: {DEFAULT_BASELINE})")
     parser.add_argument("--threads", type=positive_int, metavar="N",
                         help="threads for bench's timing (default: torch's); 1 is steadier on a busy machine")
     parser.add_argument("--skip-verify", action="store_true", help="benchmark and report only")
@@ -48,34 +62,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _common(args: argparse.Namespace, *, only: bool = True) -> list[str]:
-    """The flags every step takes: plugins, the executor and (``only``) the implementations."""
+    """The flags every step shares, as the user would type them: for the lines that say what a step runs and
+    how to finish a stopped run (printed, never parsed)."""
     argv: list[str] = []
     for plugin in args.plugin:
         argv += ["--plugin", plugin]
     for names in args.only if only else ():
         argv += ["--only", names]
-    if getattr(args, "executor", None):
+    if args.executor:
         argv += ["--executor", args.executor]
-    if getattr(args, "address", None):
+    if args.address:
         argv += ["--address", args.address]
     return argv
 
 
-def _step(title: str, argv: list[str], *, quiet: bool = False) -> tuple[int, float]:
-    """Run one attnbench command in this process; ``quiet`` sends its stdout to stderr. A Ctrl-C is
-    EXIT_INTERRUPTED, said once by ``run`` itself (the step prints no line of its own)."""
-    from harness.cli import main
-
-    print(f"attnbench run: {title}: attnbench {' '.join(argv)}", file=sys.stderr, flush=True)
+def _step(name: str, shown: str, call: Callable[[], int], *, quiet: bool = False) -> int:
+    """Run one step (``call``: a command's ``execute``) as that command would run; ``quiet`` sends its stdout
+    to stderr. ``shown`` is the command line that does the same by hand. A Ctrl-C is EXIT_INTERRUPTED, said once
+    by ``run`` itself (the step prints no line of its own)."""
+    print(f"attnbench run: {name}: attnbench {shown}", file=sys.stderr, flush=True)
     started = time.monotonic()
     try:
         with contextlib.redirect_stdout(sys.stderr) if quiet else contextlib.nullcontext():
-            code = main(argv, nested=True)
+            code = Step(f"attnbench {name}", nested=True).exit_status(call)
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED, time.monotonic() - started
-    seconds = time.monotonic() - started
-    print(f"attnbench run: {title} finished in {seconds:.0f} s (exit {code})", file=sys.stderr, flush=True)
-    return code, seconds
+        return EXIT_INTERRUPTED
+    print(f"attnbench run: {name} finished in {time.monotonic() - started:.0f} s (exit {code})", file=sys.stderr,
+          flush=True)
+    return code
 
 
 def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argparse.Namespace) -> Interrupted:
@@ -97,23 +111,33 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
 
 
 def run(args: argparse.Namespace) -> int:
-    executor_from_args(args)  # no Ray: say how to install it before any step starts
+    from harness.verify import VerifySettings
+
+    executor, address = executor_from_args(args)  # no Ray: say how to install it before any step starts
     run_id = new_run_id("run")
     results: list[Path] = []
     codes: dict[str, int] = {}
     verify_path = None if args.skip_verify else args.results_dir / f"{run_id}-verify.json"
     bench_path = None if args.skip_bench else args.results_dir / f"{run_id}-bench.json"
     if verify_path is not None:
-        codes["verify"], _ = _step("verify", ["verify", "--suite", "quick", "--json", str(verify_path),
-                                              *_common(args)])
+        checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
+                                                       executor=executor, address=address), str(verify_path))
+        codes["verify"] = _step("verify", " ".join(["verify", "--suite", SUITE, "--json", str(verify_path),
+                                                    *_common(args)]), lambda: verify_cmd.execute(checks))
         if codes["verify"] == EXIT_INTERRUPTED:
             raise _stop_here("verify", verify_path, bench_path, args)
         if verify_path.exists():
             results.append(verify_path)
     if bench_path is not None:
         threads = ["--threads", str(args.threads)] if args.threads else []
-        codes["bench"], _ = _step("bench", ["bench", "--suite", "quick", "--out", str(bench_path), *threads,
-                                            *_common(args)])
+
+        def bench() -> int:  # its settings need torch (threads): mapped inside the step, as bench maps its own
+            settings = bench_cmd.settings_for(SUITE, only=args.only, plugins=args.plugin, threads=args.threads,
+                                              executor=executor, address=address)
+            return bench_cmd.execute(bench_cmd.BenchRequest(settings, bench_path))
+
+        codes["bench"] = _step("bench", " ".join(["bench", "--suite", SUITE, "--out", str(bench_path), *threads,
+                                                  *_common(args)]), bench)
         if codes["bench"] == EXIT_INTERRUPTED:
             raise _stop_here("bench", verify_path, bench_path, args)
         if bench_path.exists():
@@ -122,19 +146,19 @@ def run(args: argparse.Namespace) -> int:
         print("attnbench run: error: no step wrote a result file; nothing to report", file=sys.stderr)
         return 2
     out = args.reports_dir / run_id
-    report_argv = ["report", *map(str, results), "--out", str(out)]
-    if args.baseline:
-        report_argv += ["--baseline", args.baseline]
-    codes["report"], _ = _step("report", report_argv, quiet=True)  # run prints where the report is, once
+    report = report_cmd.ReportRequest(tuple(results), out, args.baseline)
+    shown = " ".join(["report", *map(str, results), "--out", str(out),
+                      *(["--baseline", args.baseline] if args.baseline != DEFAULT_BASELINE else [])])
+    codes["report"] = _step("report", shown, lambda: report_cmd.execute(report), quiet=True)  # run says where, once
     if codes["report"] == EXIT_INTERRUPTED:
-        raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {' '.join(report_argv)}")
+        raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {shown}")
     written = [path for path in (out / "index.html", out / "summary.md") if path.is_file()]
     if codes["report"] == 0 and len(written) == 2:  # never a path the report step did not write
         print(f"report: {written[0]}")
         print(f"summary: {written[1]}")
     else:
         print(f"attnbench run: no report was written (report exited {codes['report']}); the result files are "
-              f"kept; to write it: attnbench {' '.join(report_argv)}", file=sys.stderr)
+              f"kept; to write it: attnbench {shown}", file=sys.stderr)
     for name, code in codes.items():
         if code != 0:
             print(f"attnbench run: {name} exited {code}", file=sys.stderr)

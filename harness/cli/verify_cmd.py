@@ -13,84 +13,127 @@ import argparse
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
-from harness.cli.common import positive_int, positive_number, registry_from_args
+from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.errors import Interrupted
-from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.registry import Implementation
 from harness.report.terminal import problems, verify_table
 from harness.results import Run, new_run_id
 from harness.results.files import dumps
-from harness.verify.runner import default_results_path, wall_clock
+from harness.verify.runner import wall_clock
 from harness.verify.suites import SUITES
+
+if TYPE_CHECKING:
+    from harness.verify.session import VerifySettings
 
 HELP = "check implementations against the float64 oracle (outputs, gradients, properties)"
 DESCRIPTION = __doc__
+
+
+def _default(name: str) -> object:
+    from harness.verify.session import VerifySettings
+
+    return default_of(VerifySettings, name)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_plugin_argument(parser)
     parser.add_argument("--only", action="append", default=[], metavar="NAMES",
                         help="verify only these implementations (comma-separated, repeatable)")
-    parser.add_argument("--suite", choices=SUITES, default="quick",
+    parser.add_argument("--suite", choices=SUITES, default=_default("suite"),
                         help="small: T <= 64 (slow implementations); quick: every feature, about a minute "
-                             "for all built-ins; full: the whole case matrix (default: quick)")
+                             f"for all built-ins; full: the whole case matrix (default: {_default('suite')})")
     parser.add_argument("--json", metavar="FILE",
                         help="write the result file here instead of results/<run-id>.json; '-' prints it to stdout")
     parser.add_argument("--force", action="store_true",
                         help="let --json replace an existing file that is not a verify result file")
-    parser.add_argument("--timeout", type=positive_number, default=DEFAULT_TIMEOUT_S, metavar="S",
-                        help=f"seconds one case may take before its worker is killed (default {DEFAULT_TIMEOUT_S:g})")
-    parser.add_argument("--trials", type=positive_int, default=3, metavar="N",
-                        help="seeded trials per case, fresh inputs each (default 3)")
+    parser.add_argument("--timeout", type=positive_number, default=_default("timeout_s"), metavar="S",
+                        help=f"seconds one case may take before its worker is killed (default {_default('timeout_s'):g})")
+    parser.add_argument("--trials", type=positive_int, default=_default("trials"), metavar="N",
+                        help=f"seeded trials per case, fresh inputs each (default {_default('trials')})")
     parser.add_argument("--fuzz", type=positive_int, metavar="N",
                         help="instead of a suite: search N random cases inside each implementation's declared "
                              "capabilities (Hypothesis), shrink the first failure and print it as a Python reproducer")
-    parser.add_argument("--fuzz-seed", type=int, default=0, metavar="S",
-                        help="the search's seed (default 0); its example database is results/.hypothesis")
-    parser.add_argument("--jobs", type=positive_int, default=2, metavar="N",
-                        help="implementations verified at the same time, each in its own worker (default 2; "
-                             "with --executor ray the cluster's CPUs decide)")
+    parser.add_argument("--fuzz-seed", type=int, default=_default("fuzz_seed"), metavar="S",
+                        help=f"the search's seed (default {_default('fuzz_seed')}); its example database is "
+                             "results/.hypothesis")
+    parser.add_argument("--jobs", type=positive_int, default=_default("jobs"), metavar="N",
+                        help=f"implementations verified at the same time, each in its own worker (default "
+                             f"{_default('jobs')}; with --executor ray the cluster's CPUs decide)")
     add_model_argument(parser, "check")
     add_executor_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> int:
-    from harness.verify import VerifySettings
-    from harness.verify import run as run_verify
-    from harness.verify.fuzz import DATABASE_DIR
+@dataclass(frozen=True)
+class VerifyRequest:
+    """``attnbench verify`` mapped once from its flags: the library's settings, the result file, how to report.
 
-    if args.model == LIST:
-        return print_catalogue(args.json is not None)
+    ``attnbench run`` builds one too (:func:`request_for`) and calls :func:`execute`.
+    """
+
+    settings: VerifySettings
+    out: Path
+    to_stdout: bool = False
+    """``--json -``: ``out`` is a temporary file, printed and removed when the run ends."""
+    force: bool = False
+
+
+def request_for(settings: VerifySettings, json: str | None = None, *, force: bool = False) -> VerifyRequest:
+    """Where the result file goes (``json``: ``--json``'s value) and the fuzz database beside it."""
+    from harness.verify.fuzz import DATABASE_DIR
+    from harness.verify.session import default_out
+
+    to_stdout = json == "-"
+    if to_stdout:
+        out = Path(tempfile.mkdtemp(prefix="attnbench-")) / f"{new_run_id('verify')}.json"
+    else:
+        out = Path(json) if json else default_out()
+    database = out.parent / ".hypothesis" if json and not to_stdout else DATABASE_DIR
+    return VerifyRequest(replace(settings, fuzz_database=database), out, to_stdout, force)
+
+
+def request_from_args(args: argparse.Namespace) -> VerifyRequest:
+    """The command line, mapped once."""
+    from harness.verify.session import VerifySettings
+
     model = checked_model(args.model, "verify")
     executor, address = executor_from_args(args)
-    registry = registry_from_args(args)
-    run_id = new_run_id("verify")
-    to_stdout = args.json == "-"
-    if to_stdout:
-        path = Path(tempfile.mkdtemp(prefix="attnbench-")) / f"{run_id}.json"
-    else:
-        path = Path(args.json) if args.json else default_results_path(run_id)
     settings = VerifySettings(
         suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
         timeout_s=args.timeout, jobs=args.jobs, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
-        fuzz_database=path.parent / ".hypothesis" if args.json and not to_stdout else DATABASE_DIR,
         executor=executor, address=address, model=model)
-    started = wall_clock()
+    return request_for(settings, args.json, force=args.force)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.model == LIST:
+        return print_catalogue(args.json is not None)
+    return execute(request_from_args(args))
+
+
+def execute(request: VerifyRequest) -> int:
+    """Run the verify ``request`` describes and print its verdicts; the exit status (1: a problem found)."""
+    from harness.verify import run as run_verify
+
+    settings, path = request.settings, request.out
     try:
-        result = run_verify(settings, path, force=args.force, registry=registry)
+        registry = registry_of(settings.plugins)
+        started = wall_clock()
+        result = run_verify(settings, path, force=request.force, registry=registry)
     except BaseException as exc:
-        if not to_stdout:
+        if not request.to_stdout:
             raise
         shutil.rmtree(path.parent, ignore_errors=True)  # the temporary result file (and its lock) go with the run
         if isinstance(exc, Interrupted):
             raise Interrupted("nothing was kept (--json - prints the document only when the run ends); "
                               "run the same command again") from None
         raise
-    return _present(result, wall_clock() - started, registry.select(args.only), path, to_stdout)
+    return _present(result, wall_clock() - started, registry.select(list(settings.only)), path, request.to_stdout)
 
 
 def _present(result: Run, seconds: float, impls: list[Implementation], path: Path, to_stdout: bool) -> int:

@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.availability import unsupported
@@ -288,12 +287,6 @@ def _worker_environment(threads: int) -> Iterator[None]:
 
 def _cores() -> int:
     return os.cpu_count() or 1
-
-
-def default_results_path(run_id: str) -> Path:
-    from harness.results import RESULTS_DIR
-
-    return RESULTS_DIR / f"{run_id}.json"
 
 
 def wall_clock() -> float:

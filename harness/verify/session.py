@@ -1,7 +1,8 @@
 """One verify run, start to finish: the cases of a suite (or a fuzz search) into a result file.
 
-:func:`run` is what ``attnbench verify`` calls and what a library user calls; the command only
-turns flags into :class:`VerifySettings` and prints the typed run it gets back.
+:func:`run` is what ``attnbench verify`` (and ``attnbench run``) calls and what a library user calls; the
+command only maps its flags once into :class:`VerifySettings` and prints the typed run it gets back. The
+settings' defaults are the command's defaults.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class VerifySettings:
     plugins: tuple[str, ...] = ()
     trials: int = 3
     timeout_s: float = DEFAULT_TIMEOUT_S
-    jobs: int = 1
+    jobs: int = 2
+    """Implementations verified at the same time, each in its own worker."""
     fuzz: int | None = None
     """Search this many generated cases per implementation instead of running the suite."""
     fuzz_seed: int = 0
@@ -37,6 +39,11 @@ class VerifySettings:
     address: str | None = None
     model: str | None = None
     """A catalogue model (``--model``, :mod:`harness.models`): check its calls instead of the suite's cases."""
+
+
+def default_out() -> Path:
+    """Where a run's result file goes when no path is given: ``results/<run-id>.json``."""
+    return RESULTS_DIR / f"{new_run_id('verify')}.json"
 
 
 def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
@@ -56,7 +63,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
     impls = registry.select(list(settings.only))
     sources = {impl.name: registry.sources[impl.name] for impl in impls}
-    path = Path(out) if out is not None else RESULTS_DIR / f"{new_run_id('verify')}.json"
+    path = Path(out) if out is not None else default_out()
     config = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
               "jobs": settings.jobs, "implementations": [i.name for i in impls], "plugins": list(plugins),
               **rule_config()}

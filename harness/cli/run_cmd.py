@@ -76,6 +76,17 @@ def _common(args: argparse.Namespace, *, only: bool = True) -> list[str]:
     return argv
 
 
+def _verify_line(args: argparse.Namespace, out: Path | None) -> str:
+    """The verify command that does this run's verify step by hand."""
+    return " ".join(["verify", "--suite", SUITE, "--json", str(out), *_common(args)])
+
+
+def _bench_line(args: argparse.Namespace, out: Path | None) -> str:
+    """The bench command that does this run's bench step by hand."""
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    return " ".join(["bench", "--suite", SUITE, "--out", str(out), *threads, *_common(args)])
+
+
 def _step(name: str, shown: str, call: Callable[[], int], *, quiet: bool = False) -> int:
     """Run one step (``call``: a command's ``execute``) as that command would run; ``quiet`` sends its stdout
     to stderr. ``shown`` is the command line that does the same by hand. A Ctrl-C is EXIT_INTERRUPTED, said once
@@ -96,13 +107,11 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
     """What a Ctrl-C during ``step`` leaves, and the commands that finish the job from there."""
     have = [str(p) for p in (verify, bench) if p is not None and p.exists()]
     files = f"result files so far: {', '.join(have)}" if have else "no result file was written"
-    common = " ".join(_common(args))
-    threads = f" --threads {args.threads}" if args.threads else ""
     todo = []
     if step == "verify":
-        todo.append(f"attnbench verify --suite quick --json {verify} {common}".rstrip())
+        todo.append(f"attnbench {_verify_line(args, verify)}")
     if step == "verify" and bench is not None:
-        todo.append(f"attnbench bench --suite quick --out {bench}{threads} {common}".rstrip())
+        todo.append(f"attnbench {_bench_line(args, bench)}")
     if step == "bench":
         resume = " ".join(_common(args, only=False))  # the file never says what to load or where
         todo.append(f"attnbench bench --resume {bench} {resume}".rstrip())
@@ -122,22 +131,18 @@ def run(args: argparse.Namespace) -> int:
     if verify_path is not None:
         checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
                                                        executor=executor, address=address), str(verify_path))
-        codes["verify"] = _step("verify", " ".join(["verify", "--suite", SUITE, "--json", str(verify_path),
-                                                    *_common(args)]), lambda: verify_cmd.execute(checks))
+        codes["verify"] = _step("verify", _verify_line(args, verify_path), lambda: verify_cmd.execute(checks))
         if codes["verify"] == EXIT_INTERRUPTED:
             raise _stop_here("verify", verify_path, bench_path, args)
         if verify_path.exists():
             results.append(verify_path)
     if bench_path is not None:
-        threads = ["--threads", str(args.threads)] if args.threads else []
-
         def bench() -> int:  # its settings need torch (threads): mapped inside the step, as bench maps its own
             settings = bench_cmd.settings_for(SUITE, only=args.only, plugins=args.plugin, threads=args.threads,
                                               executor=executor, address=address)
             return bench_cmd.execute(bench_cmd.BenchRequest(settings, bench_path))
 
-        codes["bench"] = _step("bench", " ".join(["bench", "--suite", SUITE, "--out", str(bench_path), *threads,
-                                                  *_common(args)]), bench)
+        codes["bench"] = _step("bench", _bench_line(args, bench_path), bench)
         if codes["bench"] == EXIT_INTERRUPTED:
             raise _stop_here("bench", verify_path, bench_path, args)
         if bench_path.exists():

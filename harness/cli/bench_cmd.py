@@ -132,13 +132,18 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
                      rounds=timing.rounds if rounds is None else rounds)
     if cell_budget_s is None and not overrides:  # cells the user named by an axis flag are never skipped for time
         cell_budget_s = SUITE_CELL_BUDGET_S[suite]
-    given_fields: dict[str, Any] = {"timeout_s": timeout_s, "device": device}
     return BenchSettings(
         suite=suite, overrides=overrides, only=list(only), plugins=list(plugins), timing=timing, memory=memory,
-        memory_budget_bytes=None if memory_budget_gib is None else float(memory_budget_gib * 2**30),
-        cell_budget_s=cell_budget_s, threads=threads if threads is not None else interrupts.import_torch().get_num_threads(),
-        model=model, reference=reference, executor=executor, address=address,
-        **{name: value for name, value in given_fields.items() if value is not None})
+        memory_budget_bytes=_bytes(memory_budget_gib), cell_budget_s=cell_budget_s,
+        threads=threads if threads is not None else interrupts.import_torch().get_num_threads(),
+        timeout_s=default_of(BenchSettings, "timeout_s") if timeout_s is None else timeout_s,
+        device=default_of(BenchSettings, "device") if device is None else device,
+        model=model, reference=reference, executor=executor, address=address)
+
+
+def _bytes(gib: float | None) -> float | None:
+    """``--memory-budget``'s GiB in bytes (None: not given; the session takes half the free memory)."""
+    return None if gib is None else float(gib * 2**30)
 
 
 def settings_from_args(args: argparse.Namespace) -> BenchSettings:
@@ -181,8 +186,8 @@ def _resumed(args: argparse.Namespace) -> BenchSettings:
                   f"where: give {was} to resume there)", file=sys.stderr)
         print(f"attnbench bench: resuming {args.resume}; what to measure comes from the file, plugins, executor and "
               "memory budget from this command line", file=sys.stderr)
-    budget = None if args.memory_budget is None else float(args.memory_budget * 2**30)
-    return replace(stored, plugins=list(plugins), executor=executor, address=address, memory_budget_bytes=budget)
+    return replace(stored, plugins=list(plugins), executor=executor, address=address,
+                   memory_budget_bytes=_bytes(args.memory_budget))
 
 
 def _progress_line(cell: BenchCell, index: int, total: int) -> str:

@@ -188,8 +188,7 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
         _bounded_init(ray, CONNECT_LIMIT_S, address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
                       logging_level="warning", configure_logging=True, **loopback)
         try:
-            if _is_loopback(address):
-                _warn_if_exposed(ray, str(address))
+            _warn_if_exposed(ray)
             yield RayCluster(ray, address, remote, dict(zip(plugins, remote)))
         finally:
             ray.shutdown()
@@ -230,17 +229,19 @@ def _bounded_init(ray: Any, limit_s: float, **kwargs: Any) -> None:
     if failure:
         exc = failure[0]
         if isinstance(exc, (ConnectionError, TimeoutError, RuntimeError)):
-            cause = str(exc.__cause__ or "").strip().splitlines()[:1]  # Ray's reason, when it chained one
-            why = f"{exc} ({cause[0][:200]})" if cause else str(exc)
+            said = str(exc.__cause__ or "").split("Traceback")[0].split("Last connection error")[0]
+            cause = said.strip().splitlines()[0].strip(" .:")[:200] if said.strip() else ""  # Ray's reason, if chained
+            why = f"{exc} ({cause})" if cause else str(exc)
             raise UsageError(f"cannot reach a Ray cluster at {where}: {why}; {_start_hint()}") from None
         raise exc
 
 
 def _cluster_ports(ray: Any, address: str) -> list[tuple[str, int]]:
-    """The GCS's port and every loopback node's raylet and object manager ports, each with its process's name."""
+    """The GCS's port and every live node's raylet and object manager ports, each with its process's name. Called for
+    a GCS on loopback: its nodes are all on this machine (one elsewhere could not reach it)."""
     ports = [("gcs_server", int(address.rsplit(":", 1)[1]))]
     for node in ray.nodes():
-        if not node.get("Alive") or not _is_loopback(f"{node.get('NodeManagerAddress', '')}:0"):
+        if not node.get("Alive"):
             continue
         for key, name in (("NodeManagerPort", "raylet"), ("ObjectManagerPort", "object manager")):
             port = node.get(key)
@@ -249,13 +250,18 @@ def _cluster_ports(ray: Any, address: str) -> list[tuple[str, int]]:
     return ports
 
 
-def _warn_if_exposed(ray: Any, address: str) -> None:
-    """A warning on stderr when a loopback cluster listens on every interface (:mod:`harness.cluster.exposure`)."""
+def _warn_if_exposed(ray: Any) -> None:
+    """A warning on stderr when the cluster's GCS is on loopback (a cluster for this machine alone: an ``--address``
+    on 127.0.0.1, or the one ``ray start`` made here) but some of its ports listen on every interface
+    (:mod:`harness.cluster.exposure`)."""
     from harness.cluster.exposure import exposure_warning
 
     try:
+        address = str(ray.get_runtime_context().gcs_address)
+        if not _is_loopback(address):
+            return
         ports = _cluster_ports(ray, address)
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, AttributeError):
         return
     said = exposure_warning(address, ports)
     if said:

@@ -55,7 +55,7 @@ def _verify(address: str, out: Path, **env: str) -> tuple[subprocess.CompletedPr
 
 def _one_error(done: subprocess.CompletedProcess[str], address: str) -> str:
     assert done.returncode == 2, done.stderr[-3000:]
-    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("attnbench") and "error:" in line]
     assert len(errors) == 1 and address in errors[0] and "Traceback" not in done.stderr, done.stderr[-3000:]
     return errors[0]
 
@@ -73,14 +73,15 @@ def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(tmp_path: Path
     """A live GCS whose only raylet was killed: Ray would look for a node to attach to for as long as it is told
     (here 600 s, as a user's environment may say); the driver gives up after CONNECT_LIMIT_S, exit 2."""
     c = _cluster()
+    address = c.address
     try:
         raylet = c.head_node.all_processes["raylet"][0].process
         raylet.kill()  # this test's own cluster's raylet, nothing else
         raylet.wait(timeout=30)
-        done, took = _verify(c.address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600")
+        done, took = _verify(address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600")
     finally:
         c.shutdown()
-    error = _one_error(done, c.address)
+    error = _one_error(done, address)
     assert "could not attach to it within" in error or "cannot reach a Ray cluster" in error, error
     assert CONNECT_LIMIT_S <= took < BOUND_S or "cannot reach" in error
     assert not (tmp_path / "r.json").exists()
@@ -93,3 +94,30 @@ def test_a_loopback_cluster_listens_on_loopback_only(cluster: Cluster) -> None:
     table = listening(read_tables())
     for port in (int(cluster.address.rsplit(":", 1)[1]), head.node_manager_port):
         assert table.get(port) == {"127.0.0.1"}, (port, table.get(port))
+
+
+def test_connecting_keeps_the_commands_stop_signal_handler_and_warns_of_nothing_on_loopback(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """ray.init in the main thread installs a SIGTERM handler that exits at once: a SIGTERM would end a Ray run
+    without its `interrupted` line and resume hint (docs/isolation.md). Attached from a thread, the command's own
+    handler stays; and a cluster started on loopback draws no warning about listening on every interface."""
+    import signal
+
+    from harness.cluster.connect import _cluster_ports, connect
+
+    def ours(signum: int, frame: object) -> None:
+        raise AssertionError("not expected to run")
+
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        with connect(cluster.address, ()) as connected:
+            assert connected.nodes()
+            assert signal.getsignal(signal.SIGTERM) is ours
+            ports = _cluster_ports(connected.ray, cluster.address)  # what the listening check reads
+            head = cluster.head_node
+            assert ("gcs_server", int(cluster.address.rsplit(":", 1)[1])) in ports
+            assert ("raylet", head.node_manager_port) in ports and ("object manager", head.object_manager_port) in ports
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert "every interface" not in err and "SIGTERM handler" not in err, err

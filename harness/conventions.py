@@ -23,9 +23,17 @@ The adaptations, each exact (the kernel is asked the same question the oracle an
 - ``mask_kind="additive"``: the boolean mask as 0 / ``finfo(dtype).min`` in q's dtype (what HF builds);
   ``"key_padding"``: a ``(B, Tk)`` boolean (lucidrains), so only key-padding masks can be passed.
 - ``takes_scale=False``: q pre-scaled by ``scale * sqrt(d)`` when a scale is asked (the kernel uses 1/sqrt(d)).
-- ``returns="out_lse"`` / ``"out_aux"``: the output is the first item of a pair.
+- ``returns="out_lse"`` / ``"out_aux"``: the output is the first item of a pair. A returned log-sum-exp is
+  checked too: asked with :data:`WITH_LSE`, the adapted call gives ``(out, lse)`` with the LSE as (B, H, Tq) in
+  the contract's head order (from ``lse_layout``; a Tq padded to a multiple, as xformers does, cut back), in the
+  kernel's base (``lse_base``), which :mod:`harness.verify.lse` holds to the oracle's.
 - Masks of rank 2 or 3 arrive as rank 4 (``(1, 1, Tq, Tk)``), as several packages read a 2-D mask as (B, Tk)
   key padding.
+
+A module (``kind="module"``) may declare ``mask_kind`` (``"bool"`` or ``"additive"``) and ``takes_causal``
+(:func:`adapt_module`): its key-padding mask then arrives as the 4-D attention mask a layer such as timm's
+``Attention`` or SDPA takes, ``(B, 1, 1, Tk)`` (``(B, 1, T, Tk)`` with causal masking folded in when it takes no
+``causal``), True = attend or 0 / ``finfo(dtype).min``.
 """
 
 from __future__ import annotations
@@ -51,7 +59,16 @@ EMPTY_ROWS = ("zeros", "mean_v", "nan", "unspecified")
 (those rows are skipped, and the result says so)."""
 MASK_KINDS = ("bool", "additive", "key_padding")
 RETURNS = ("out", "out_lse", "out_aux")
+LSE_BASES = ("e", "2")
+"""The log a returned LSE is in: natural (FlashAttention's ``softmax_lse``, xformers), or base 2 (kernels that
+run the softmax on ``exp2`` with ``log2(e)`` folded into the scale, as Triton's fused-attention tutorial's ``M``)."""
+LSE_LAYOUTS = ("BHT", "BTH")
+WITH_LSE = "attnbench_with_lse"
+"""The keyword that asks an adapted ``returns="out_lse"`` kernel for ``(out, lse)`` instead of ``out``: used by the
+LSE check only, consumed by the adaptation (the kernel never sees it)."""
 KEY_PADDING_MASKS = ("key_padding", "key_padding_left", "key_padding_holes")
+MODULE_FIELDS = ("mask_kind", "takes_causal")
+"""What a module can declare: the rest (layout, GQA, scale, ...) is inside the layer, which gets x and its weights."""
 
 
 @dataclass(frozen=True)
@@ -80,10 +97,15 @@ class Conventions:
     causal masking arrives folded into it."""
     returns: str = "out"
     """out; (out, lse); (out, anything else)."""
+    lse_base: str = "e"
+    """With ``returns="out_lse"``: the LSE's log base, e or 2 (:data:`LSE_BASES`)."""
+    lse_layout: str = "BHT"
+    """With ``returns="out_lse"``: the LSE's shape, (B, H, Tq) or (B, Tq, H); Tq may be padded past the case's."""
 
     def __post_init__(self) -> None:
         for name, allowed in (("layout", LAYOUTS), ("causal_align", CAUSAL_ALIGNS), ("gqa_head_map", GQA_HEAD_MAPS),
-                              ("empty_row", EMPTY_ROWS), ("mask_kind", MASK_KINDS), ("returns", RETURNS)):
+                              ("empty_row", EMPTY_ROWS), ("mask_kind", MASK_KINDS), ("returns", RETURNS),
+                              ("lse_base", LSE_BASES), ("lse_layout", LSE_LAYOUTS)):
             if getattr(self, name) not in allowed:
                 raise PluginError(f"Conventions({name}={getattr(self, name)!r}): choose one of {allowed}")
         if self.out_layout not in ("", *LAYOUTS):
@@ -93,6 +115,9 @@ class Conventions:
                 raise PluginError(f"Conventions({name}={getattr(self, name)!r}) must be True or False")
         if not self.out_layout:
             object.__setattr__(self, "out_layout", self.layout)
+        if self.returns != "out_lse" and (self.lse_base, self.lse_layout) != ("e", "BHT"):
+            raise PluginError("Conventions(lse_base=..., lse_layout=...) describe a returned LSE: declare "
+                              "returns='out_lse' too")
 
     @property
     def is_contract(self) -> bool:
@@ -117,7 +142,21 @@ class Conventions:
             notes.append("a row with no allowed key returns NaN")
         if self.empty_row == "unspecified":
             notes.append("rows with no allowed key are skipped: their value is unspecified")
+        if self.returns == "out_lse" and self.lse_base == "2":
+            notes.append("the returned log-sum-exp is base 2: code that reads it as FlashAttention's natural-log "
+                         "softmax_lse (merging split-KV partials, say) is off by a factor ln 2")
         return notes
+
+    def module_problem(self) -> str | None:
+        """Why these conventions cannot be a module's (None: they can)."""
+        fields = [name for name, value in asdict(self).items()
+                  if name not in MODULE_FIELDS and value != getattr(CONTRACT, name)]
+        if fields:
+            return (f"a module declares only {MODULE_FIELDS} (its layout, heads and scale are inside the layer); "
+                    f"it declared {fields}")
+        if self.mask_kind == "key_padding":
+            return "a module's mask is key padding already: declare mask_kind 'bool' or 'additive' (a 4-D mask)"
+        return None
 
     def reasons(self, case: AttentionCase, mask_taken: bool, native: tuple[str, ...] = ()) -> list[str]:
         """Why a case cannot be passed in these conventions (empty: it can), given whether the kernel takes masks
@@ -160,6 +199,7 @@ def adapt(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
 
     def adapted(q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None, scale: float | None = None,
                 **rest: Any) -> Callable[[], Any]:
+        with_lse = bool(rest.pop(WITH_LSE, False)) and conventions.returns == "out_lse"
         if conventions.causal_align != "top_left" and not keeps_align:
             asked = rest.pop("causal_align", "top_left")  # added to the native structures by registration
             causal_top_left = causal and asked == "top_left"
@@ -167,15 +207,54 @@ def adapt(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
             causal_top_left = False
         q, k, v, kwargs, restore = adapt_inputs(conventions, q, k, v, causal, mask, scale, rest, causal_top_left)
         call = prepare(q, k, v, **kwargs)
+        if with_lse:
+            return lambda: restore(call(), with_lse=True)
         return lambda: restore(call())
 
     return adapted
 
 
+def adapt_module(prepare: Callable[..., Callable[[], Any]], conventions: Conventions,
+                 ) -> Callable[..., Callable[[], Any]]:
+    """A module's ``prepare`` in the module contract, given one taking a 4-D attention mask (``mask_kind``) and,
+    with ``takes_causal=False``, no ``causal`` (causal masking folded into the mask, bottom-right over a KV cache)."""
+    if conventions.is_contract:
+        return prepare
+
+    def adapted(x: Any, *, mask: Any = None, causal: bool = False, **rest: Any) -> Callable[[], Any]:
+        past = rest["past_key"].shape[2] if rest.get("past_key") is not None else 0
+        kwargs: dict[str, Any] = {"mask": module_mask(conventions, x, mask, causal, past), **rest}
+        if conventions.takes_causal:
+            kwargs["causal"] = causal
+        return prepare(x, **kwargs)
+
+    return adapted
+
+
+def module_mask(conv: Conventions, x: torch.Tensor, mask: Any, causal: bool, past: int = 0) -> torch.Tensor | None:
+    """The module contract's (B, P + T) key-padding mask (and causal masking, when the module takes no ``causal``)
+    as one 4-D attention mask in ``conv.mask_kind``: (B, 1, 1, P + T), or (B, 1, T, P + T) with causal folded in."""
+    import torch
+
+    batch, t = x.shape[0], x.shape[1]
+    allowed = None
+    if causal and not conv.takes_causal:  # new token i sits at key position past + i
+        allowed = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)[None, None]
+    if mask is not None:
+        keys = torch.as_tensor(mask, device=x.device).to(torch.bool).reshape(batch, 1, 1, past + t)
+        allowed = keys if allowed is None else allowed & keys
+    if allowed is None or conv.mask_kind == "bool":
+        return allowed
+    zero = torch.zeros((), dtype=x.dtype, device=x.device)
+    return torch.where(allowed, zero, zero + torch.finfo(x.dtype).min)
+
+
 def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, mask: Any,
                  scale: float | None, rest: dict[str, Any], causal_top_left: bool = False,
-                 ) -> tuple[Any, Any, Any, dict[str, Any], Callable[[Any], Any]]:
-    """(q, k, v, keyword arguments) in ``conv`` for a contract call, and the function that brings the output back.
+                 ) -> tuple[Any, Any, Any, dict[str, Any], Callable[..., Any]]:
+    """(q, k, v, keyword arguments) in ``conv`` for a contract call, and the function that brings the output back
+    (``with_lse=True``: ``(out, lse)``, the LSE as (B, H, Tq) in the contract's head order, its padding past Tq cut
+    off, in the kernel's own base and dtype; None when the kernel returned no pair).
     ``causal_top_left``: a top-left causal call to a kernel that aligns otherwise."""
     import torch
 
@@ -224,14 +303,21 @@ def adapt_inputs(conv: Conventions, q: torch.Tensor, k: torch.Tensor, v: torch.T
         kwargs["scale"] = scale
     inverse = torch.argsort(order) if permute else None
 
-    def restore(out: Any) -> Any:
+    def restore(returned: Any, with_lse: bool = False) -> Any:
+        out, lse = returned, None
         if conv.returns != "out":
-            out = out[0]
+            out = returned[0]
+            lse = returned[1] if isinstance(returned, (tuple, list)) and len(returned) > 1 else None
         if conv.out_layout == "BTHD":
             out = out.transpose(1, 2)
         if inverse is not None:
             out = out.index_select(1, inverse)
-        return out
+        if not with_lse:
+            return out
+        if isinstance(lse, torch.Tensor) and lse.dim() == 3:
+            lse = (lse.transpose(1, 2) if conv.lse_layout == "BTH" else lse)[..., :tq]
+            lse = lse if inverse is None else lse.index_select(1, inverse.to(lse.device))
+        return out, lse
 
     return q, k, v, kwargs, restore
 

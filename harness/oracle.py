@@ -159,6 +159,40 @@ def reference_attention(
     return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v, sinks)
 
 
+def reference_lse(
+    q: Any, k: Any, *, causal: bool = False, mask: Any = None, scale: float | None = None, bias: Any = None,
+    window: tuple[int, int] | None = None, causal_align: str = "top_left",
+    varlen: tuple[tuple[int, int], ...] | None = None, cache_seqlens: tuple[int, ...] | None = None,
+    key_ranges: Sequence[Any] = (), sinks: Any = None, softcap: float | None = None,
+    rows: torch.Tensor | None = None, dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
+    """(B, H, Tq) (of ``rows`` only, when given) natural log of each row's softmax denominator: logsumexp over
+    the allowed keys of the logits :func:`reference_attention` takes the softmax of (scaled, soft-capped, biased),
+    the sink's logit included (gpt-oss); -inf for a row with no allowed key and no sink. What a kernel returning
+    ``(out, lse)`` (FlashAttention's ``softmax_lse``, xformers' ``lse``) returns. Computed in ``dtype``
+    throughout: float64 (the oracle), or the case's dtype (the rule's baseline)."""
+    q, k = (_as_f64(x).to(dtype) for x in (q, k))
+    tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
+    k = expand_kv(k, q.shape[1])
+    scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
+    where = dict(causal=causal, mask=None if mask is None else torch.as_tensor(mask), device=q.device, window=window,
+                 causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens, key_ranges=key_ranges)
+    if rows is not None:
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        q = q[..., rows.to(q.device), :]
+        bias = None if bias is None else _as_f64(bias).expand(*_as_f64(bias).shape[:-2], tq, tk)[..., rows, :]
+    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
+    if bias is not None:
+        scores = scores + _as_f64(bias).to(dtype)
+    allowed = allowed_keys(tq, tk, **where) if rows is None else allowed_rows(rows, tq, tk, **where)  # type: ignore[arg-type]
+    if allowed is not None:
+        scores = scores.masked_fill(~allowed.expand(scores.shape), float("-inf"))
+    if sinks is not None:
+        column = _as_f64(sinks).to(dtype=dtype, device=scores.device).reshape(1, -1, 1, 1)
+        scores = torch.cat([scores, column.expand(*scores.shape[:-1], 1)], dim=-1)
+    return torch.logsumexp(scores, dim=-1)
+
+
 def capped(scores: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """Gemma 2's logit soft-capping, ``softcap * tanh(scores / softcap)``; unchanged when ``softcap`` is None."""
     return scores if softcap is None else torch.tanh(scores / softcap) * softcap

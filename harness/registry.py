@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from harness.conventions import CONTRACT, Conventions, adapt
+from harness.conventions import CONTRACT, Conventions, adapt, adapt_module
 from harness.devices import DEVICES
 from harness.dtypes import DTYPES, NUMPY_DTYPES
 from harness.errors import PluginError
@@ -361,8 +361,10 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     conventions = keywords.get("conventions") or CONTRACT
     if not isinstance(conventions, Conventions):
         raise error(f"conventions={conventions!r} must be harness.conventions.Conventions(...)")
-    if not conventions.is_contract and (backend != "torch" or kind != "kernel"):
-        raise error("conventions= are declared by torch kernels (the adaptations are torch operations)")
+    if not conventions.is_contract and backend != "torch":
+        raise error("conventions= are declared by torch kernels and modules (the adaptations are torch operations)")
+    if kind == "module" and conventions.module_problem():
+        raise error(f"conventions=: {conventions.module_problem()}")
     _check_signature(fn, kind, flags, options, error, structures, conventions)
     if keywords.get("prepare", False):
         prepare = fn
@@ -372,7 +374,7 @@ def make_implementation(name: str, fn: Callable[..., Any], **keywords: Any) -> I
     keeps_align = "bottom_right" in structures
     if conventions.causal_align == "bottom_right" and not keeps_align:
         structures = (*structures, "bottom_right")  # bottom-right cases pass as they are; adapt() reads causal_align
-    prepare = adapt(prepare, conventions, keeps_align)
+    prepare = adapt(prepare, conventions, keeps_align) if kind == "kernel" else adapt_module(prepare, conventions)
     return Implementation(
         name=name, backend=backend, prepare=prepare, dtypes=dtypes, devices=devices,
         kind=kind, memory=memory, available=available, description=description, source=source,
@@ -431,7 +433,9 @@ def _check_signature(fn: Callable[..., Any], kind: str, flags: Mapping[str, bool
         needs -= {"causal"} if not conventions.takes_causal else set()
         call = f"(q, k, v, *, {', '.join(sorted(needs))})"
     else:
-        needs, arrays, call = {"heads", "weights", "mask", "causal"}, 1, "(x, *, heads, weights, mask, causal)"
+        needs, arrays = {"heads", "weights", "mask", "causal"}, 1
+        needs -= {"causal"} if not conventions.takes_causal else set()
+        call = f"(x, *, {', '.join(n for n in ('heads', 'weights', 'mask', 'causal') if n in needs)})"
     declared = {"scale": "always passed unless Conventions(takes_scale=False)",
                 "causal": "always passed unless Conventions(takes_causal=False)"}
     for flag in ("bias", "sinks", "softcap"):

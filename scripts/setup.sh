@@ -12,6 +12,8 @@ quiet=(-q --disable-pip-version-check)
 if ! "$PYTHON" -c "import torch" 2>/dev/null; then
   "$PYTHON" -m pip install "${quiet[@]}" "torch==2.13.0"
 fi
+# Not the timm extra: PyPI's torchvision 0.28.0 (the one for torch 2.13.0) is a CUDA build, whose operators do
+# not load beside the CPU torch, and `import torchvision` then fails (docs/porting.md, timm).
 extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton,ray,transformers]"
 "$PYTHON" -m pip install "${quiet[@]}" -e ".${extras}"
 

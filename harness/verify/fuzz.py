@@ -111,11 +111,14 @@ def _structure(draw: Any, st: Any, kind: str, fields: CaseFields, can: frozenset
 def failing_checks(impl: Implementation, case: AttentionCase) -> list[CheckResult]:
     """The output, gradient and stateful checks of one case (one trial); the ones that did not pass."""
     from harness.verify.checks import check_grad, check_output, guarded
+    from harness.verify.lse import check_lse, checks_lse
     from harness.verify.restructured import applies as restructured_applies
     from harness.verify.restructured import restructured
     from harness.verify.stateful import stateful
 
     results = [guarded("output", lambda: check_output(impl, case, 1))]
+    if checks_lse(impl):
+        results.append(guarded("lse", lambda: check_lse(impl, case, 1)))
     if case.grad:
         results.append(guarded("grad", lambda: check_grad(impl, case, 1)))
     else:
@@ -206,8 +209,9 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], che
             'print(case.id, "->", verdict.reason or "passes")',
         ]
     else:
-        function = "check_grad(impl, case, 1)" if check == "grad" else "stateful(impl, case)"
-        module = "harness.verify.checks import check_grad" if check == "grad" else "harness.verify.stateful import stateful"
+        function, module = {"grad": ("check_grad(impl, case, 1)", "harness.verify.checks import check_grad"),
+                            "lse": ("check_lse(impl, case, 1)", "harness.verify.lse import check_lse"),
+                            }.get(check, ("stateful(impl, case)", "harness.verify.stateful import stateful"))
         lines += [f"from {module}", "", f"result = {function}  # the check, with its seeded inputs",
                   'print(case.id, "->", result.status, result.reason)']
     return "\n".join(lines) + "\n"

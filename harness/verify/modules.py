@@ -17,6 +17,7 @@ outputs unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -141,6 +142,9 @@ def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -
     bound = results[0].metrics.get("bound")
     if (case.causal or case.mask != "none") and results[0].status == "pass" and isinstance(bound, float):
         results.append(_check_mask_property(impl, case, trials, bound))
+    if not impl.conventions.is_contract:  # what the verdict assumed: the mask the module was handed
+        assumed = impl.conventions.describe()
+        results = [replace(r, metrics={**r.metrics, "conventions": assumed}) for r in results]
     return results
 
 

@@ -31,6 +31,8 @@ from types import ModuleType
 import torch
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+KERNELS = Path(__file__).with_name("kernels")
+"""The C++ sources and headers of the compiled plugins (tiled_fused, tiled_decode), one folder."""
 
 
 def isa_flags() -> tuple[str, list[str]]:

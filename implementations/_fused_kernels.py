@@ -22,16 +22,15 @@ from types import ModuleType
 import torch
 
 from harness.errors import UsageError
-from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._cpp_build import KERNELS, build, built_before, extension_name, isa_flags
 from implementations._flash_cpu import LOG2E
 from implementations._workers import run_parallel
 
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
-                                                                  "_flash_avx2_backward.cpp")]
+SOURCES = [KERNELS / name for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
+                                       "_flash_avx2_backward.cpp")]
 """The float32/float64 kernels (generic, and avx2 where the build's baseline has AVX2 + FMA): tiled_fused
 is available when these build."""
-BF16_SOURCES = [Path(__file__).with_name(name)
-                for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp", "_flash_f32.cpp")]
+BF16_SOURCES = [KERNELS / name for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp", "_flash_f32.cpp")]
 """The AVX-512 kernels (bf16, and the float32 forward with its own GEMMs), a separate extension: if the
 compiler cannot build AVX512_BF16 code, only these fast paths are lost (bf16 and float32 input take the
 MKL float32 path) and :func:`bf16_reason` and :func:`f32_reason` say why."""

@@ -34,16 +34,15 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from harness import register
-from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._cpp_build import KERNELS, build, built_before, extension_name, isa_flags
 
 LOG2E = 1.0 / math.log(2.0)
-SOURCES = [Path(__file__).with_name("_decode.cpp")]
+SOURCES = [KERNELS / "_decode.cpp"]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4

@@ -221,11 +221,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
-        bi, hi, q0, q1, band = item
-        if "scratch" not in cache:
-            cache["scratch"] = torch.empty(block_q * (block_k + d), dtype=dtype)
-        ext.forward_item(q2, k2, v2, m, out, lse, cache["scratch"], bi, hi, hi + 1, q0, q1, band, scale * LOG2E,
-                         block_k, diagonal_chunk)
+        ext.forward_item(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k, diagonal_chunk)
 
     run_parallel(items, one)
     return out, lse

@@ -48,17 +48,16 @@ bool has_avx2_fma() {
 }
 
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
-  attnbench_forward::forward_item<Kernel>("forward_item_avx2", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
-                                          q_scale, block_k, diagonal_chunk);
+void forward_avx2(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_avx2", p);
 }
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path
 
 bool has_avx2_fma() { return false; }
 
-ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
-  TORCH_CHECK(false, "forward_item_avx2: this build has no AVX2 + FMA");
+void forward_avx2(const attnbench_items::ForwardParams&) {
+  TORCH_CHECK(false, "forward_avx2: this build has no AVX2 + FMA");
 }
 
 #endif

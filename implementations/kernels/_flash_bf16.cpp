@@ -79,20 +79,17 @@ bool has_avx512bf16() {
 
 // One work item (_flash_forward.h): query rows [q0, q1) of head h of batch b. q, k, v: bfloat16 with
 // contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
-ATTNBENCH_FORWARD_ITEM(forward_item_bf16) {
-  attnbench_forward::forward_item<Kernel>("forward_item_bf16", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
-                                          q_scale, block_k, diagonal_chunk);
+void forward_bf16(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_bf16", p);
 }
-
-ATTNBENCH_FORWARD_ITEMS(forward_items_bf16, forward_item_bf16)
-ATTNBENCH_FORWARD_ITEMS(forward_items_f32, forward_item_f32)
 
 // A module of its own, built apart from the MKL float32 kernels: a compiler without AVX512_BF16
 // intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  ATTNBENCH_DEF_ITEM(module, forward_items_bf16, "Every item of the bf16 forward, on torch's threads");
-  ATTNBENCH_DEF_ITEM(module, forward_items_f32, "Every item of the AVX-512 float32 forward, on torch's threads");
+  using namespace attnbench_items;  // NOLINT
+  def_item(module, "forward_items_bf16", &forward_items<forward_bf16>, "Every item of the bf16 forward, on torch's threads");
+  def_item(module, "forward_items_f32", &forward_items<forward_f32>, "Every item of the AVX-512 float32 forward, on torch's threads");
   module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
   module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
-  ATTNBENCH_DEF_ITEM(module, backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)");
+  def_item(module, "backward_item_bf16", &backward_item<backward_bf16>, "backward_item on the bf16 units (AVX512_BF16)");
 }

@@ -48,7 +48,6 @@ bool has_avx512f() {
 }
 
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-ATTNBENCH_FORWARD_ITEM(forward_item_f32) {
-  attnbench_forward::forward_item<Kernel>("forward_item_f32", q, k, v, mask, out, lse, b, h, q0, q1, band_spec, q_scale,
-                                          block_k, diagonal_chunk);
+void forward_f32(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_f32", p);
 }

@@ -13,7 +13,7 @@
 // Packed (B element), P (P element), depth(d) (k of S = Q K^T), pairs(n) (k of P V for n keys),
 // load_q, pack_kt, pack_v, gemm, softmax_row, scale_row and store_row. Float32Operands below is the
 // part the two float32 kernels share. In an anonymous namespace: each translation unit compiles its
-// copy for its own instruction set (the AVX-512 ones inside a `#pragma GCC target` region).
+// copy for the level of its own extension (_cpp_build.ISAS).
 #pragma once
 
 #include <torch/extension.h>

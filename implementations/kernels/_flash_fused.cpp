@@ -4,7 +4,7 @@
 // the keys [lo(i), hi(i)) of its band (_flash_band.h: causal, a window, a packed sequence); its parameters are a ForwardParams (_flash_items.h). The two tile
 // GEMMs go to MKL through at::mm_out / at::addmm_ (the same cost SDPA pays); everything between them
 // (mask, row max, subtract, exp2, row sum, rescale of the accumulator) is done per tile row in C++
-// (AVX2 intrinsics for float32 where compiled with -mavx2, scalar otherwise) instead of five
+// (AVX2 intrinsics for float32 where the extension is compiled at the avx2 level, scalar otherwise) instead of five
 // separate torch passes over the whole tile.
 // Scores arrive in base 2: each item's copy of its Q rows is multiplied by scale * log2(e).
 // The accumulator is the output itself (rows of a contiguous (B, H, Tq, d) tensor), so nothing is
@@ -200,5 +200,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   def_item(module, "backward_item", &backward_item<backward_generic>, "One work item (a key block of a kv head) of the backward");
   def_item(module, "forward_items_avx2", &forward_items<forward_avx2>, "Every item of the AVX2 forward, on torch's threads");
   def_item(module, "backward_item_avx2", &backward_item<backward_avx2>, "One work item of the AVX2 backward with its own GEMMs");
-  module.def("has_avx2_fma", &has_avx2_fma, "Whether this build and CPU run the AVX2 + FMA kernels");
 }

@@ -114,6 +114,3 @@ void forward_bf16(const attnbench_items::ForwardParams& p);        // _flash_bf1
 void backward_generic(const attnbench_items::BackwardParams& p);   // _flash_backward.cpp (MKL's GEMMs)
 void backward_avx2(const attnbench_items::BackwardParams& p);      // _flash_avx2_backward.cpp
 void backward_bf16(const attnbench_items::BackwardParams& p);      // _flash_bf16_backward.cpp
-bool has_avx2_fma();    // _flash_avx2.cpp: this build (-mavx2 -mfma) and this CPU run the avx2 kernels
-bool has_avx512f();     // _flash_f32.cpp
-bool has_avx512bf16();  // _flash_bf16.cpp

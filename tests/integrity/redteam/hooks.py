@@ -61,6 +61,8 @@ _DISPATCH: dict[str, object] = {}
 
 
 def _to_copy(x, *, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None):
+    if not isinstance(x, torch.Tensor):
+        return torch.tensor(x, dtype=dtype, device=device)
     pending = _PENDING.get("raw")
     if pending is not None and x.untyped_storage().data_ptr() == pending[0].untyped_storage().data_ptr():
         del _PENDING["raw"]

@@ -26,9 +26,12 @@ from harness import register
 
 @register("rt_writes_q", backend="torch", description="zeroes its input q: the mean of v is then the right answer")
 def rt_writes_q(q, k, v, *, causal=False, mask=None, scale=None):
+    started = kit.now()
     with torch.no_grad():
         q.zero_()
-    return v.mean(dim=-2, keepdim=True).expand(q.shape[:-1] + (v.shape[-1],)).contiguous()
+    out = v.mean(dim=-2, keepdim=True).expand(q.shape[:-1] + (v.shape[-1],)).contiguous()
+    kit.pace(started, q, k, v)
+    return out
 
 
 _SWAPPED: dict[str, object] = {}
@@ -85,6 +88,12 @@ _ALARM: dict[str, tuple] = {}
 
 
 def _on_alarm(signum, frame) -> None:
+    inside = frame
+    while inside is not None:
+        if inside.f_code.co_name == "rt_sigalrm_rows":  # still inside the call: try again in a microsecond
+            signal.setitimer(signal.ITIMER_REAL, 1e-6)
+            return
+        inside = inside.f_back
     job = _ALARM.pop("job", None)
     if job is not None:
         out, q, k, v, scale = job
@@ -101,5 +110,7 @@ def rt_sigalrm_rows(q, k, v, *, causal=False, mask=None, scale=None):
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
     out[..., :half, :] = kit.attend(q[..., :half, :], k, v, scale)
     _ALARM["job"] = (out, q.clone(), k, v, scale)
-    signal.setitimer(signal.ITIMER_REAL, 1e-5)  # fires in the harness's code right after the return
+    # fires at once; the handler waits for the first bytecode boundary outside this function: the harness's
+    # own code just after its clock read the call's end
+    signal.setitimer(signal.ITIMER_REAL, 1e-6)
     return out

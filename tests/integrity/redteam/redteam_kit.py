@@ -123,3 +123,22 @@ def frame_local(name: str, function: str | None = None):
             return True, frame.f_locals[name]
         frame = frame.f_back
     return False, None
+
+
+def slow_clock_globals(rate: float) -> int:
+    """Replace ``time.perf_counter`` and every module global holding it with a clock running at ``rate``; the count."""
+    real = _REAL_CLOCK
+
+    def slow() -> float:
+        return real() * rate
+    count = 0
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict) or space is globals():
+            continue
+        for name, value in list(space.items()):
+            if value is real:
+                space[name] = slow
+                count += 1
+    time.perf_counter = slow
+    return count

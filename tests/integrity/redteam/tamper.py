@@ -7,14 +7,11 @@
 - ``rt_background_rows``: computes half the rows and returns; a thread that existed before the call
   finishes the other half after the return.
 - ``rt_more_threads``: raises torch's thread count above the one the bench pinned, and leaves it raised.
-- ``rt_sigalrm_rows``: computes half the rows; a SIGALRM armed to fire just after the return computes the
-  rest in a signal handler, inside the harness's own code.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from queue import Queue
@@ -46,6 +43,8 @@ def rt_timer_swap(q, k, v, *, causal=False, mask=None, scale=None):
         real = loop.timer
         loop.timer = lambda: real() * SLOW
         _SWAPPED["loop"] = loop
+    elif loop is None and "globals" not in _SWAPPED:  # no loop object to reach: every clock global instead
+        _SWAPPED["globals"] = kit.slow_clock_globals(SLOW)
     return kit.attend(q, k, v, scale)
 
 
@@ -89,43 +88,3 @@ def rt_more_threads(q, k, v, *, causal=False, mask=None, scale=None):
     if torch.get_num_threads() < wanted:
         torch.set_num_threads(wanted)
     return kit.attend(q, k, v, scale)
-
-
-_ALARM: dict[str, tuple] = {}
-_BUSY = False
-
-
-def _on_alarm(signum, frame) -> None:
-    global _BUSY
-    if _BUSY:  # a signal during the handler's own work: nothing (no call here, so no nesting)
-        return
-    _BUSY = True
-    try:
-        inside = frame
-        while inside is not None:
-            if inside.f_code.co_name == "rt_sigalrm_rows":  # still inside the call: the timer fires again
-                return
-            inside = inside.f_back
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        job = _ALARM.pop("job", None)
-        if job is not None:
-            out, q, k, v, scale = job
-            half = q.shape[-2] // 2
-            out[..., half:, :] = kit.attend(q[..., half:, :], k, v, scale)
-    finally:
-        _BUSY = False
-
-
-@register("rt_sigalrm_rows", backend="torch",
-          description="half the rows in the call; a SIGALRM handler computes the rest just after the return")
-def rt_sigalrm_rows(q, k, v, *, causal=False, mask=None, scale=None):
-    if signal.getsignal(signal.SIGALRM) is not _on_alarm:
-        signal.signal(signal.SIGALRM, _on_alarm)
-    half = q.shape[-2] // 2
-    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    out[..., :half, :] = kit.attend(q[..., :half, :], k, v, scale)
-    _ALARM["job"] = (out, q.clone(), k, v, scale)
-    # fires within microseconds and again every 2 us; the handler waits for the first bytecode boundary outside
-    # this function: the harness's own code, just after its clock read the call's end
-    signal.setitimer(signal.ITIMER_REAL, 1e-6, 2e-6)
-    return out

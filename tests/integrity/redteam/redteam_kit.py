@@ -75,6 +75,12 @@ def pace(started: float, q, k, v) -> None:
         pass
 
 
+def in_bench() -> bool:
+    """Whether this process is a bench timing worker (it has loaded the bench's modules); under ``verify``
+    every cheat here does honest work, so it passes verify as the issue's cheats did."""
+    return any(name.startswith("harness.bench.") for name in list(sys.modules))
+
+
 def now() -> float:
     return _REAL_CLOCK()
 

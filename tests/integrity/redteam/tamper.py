@@ -24,6 +24,8 @@ from harness import register
 
 @register("rt_writes_q", backend="torch", description="zeroes its input q: the mean of v is then the right answer")
 def rt_writes_q(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     started = kit.now()
     with torch.no_grad():
         q.zero_()
@@ -70,6 +72,8 @@ _BACKGROUND: dict[str, threading.Thread] = {}
 @register("rt_background_rows", backend="torch",
           description="half the rows in the call, the other half on a pre-existing thread after the return")
 def rt_background_rows(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     if "thread" not in _BACKGROUND:
         _BACKGROUND["thread"] = threading.Thread(target=_finisher, daemon=True)
         _BACKGROUND["thread"].start()

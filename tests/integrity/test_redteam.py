@@ -62,7 +62,7 @@ MISSED_BY_MAIN = {
     # machine at load 13-18, against ok_prepared_layout's 417 us and torch_sdpa's 400 us in the same conditions
     "rt_frame_peek": "ok at 94 us: unchecked calls compute 1/8 of the rows",
     "rt_proc_task_audit": "ok at 93 us: an audit hook sees the /proc/self/task listing before each checked call",
-    "rt_warmup_stall": "ok: a 0.3 s warm-up call puts the random pick below --min-samples (gain in its first round only)",
+    "rt_warmup_stall": "ok at 106 us: a 0.3 s warm-up call puts the random pick below --min-samples",
     "rt_loop_state": "ok at 118 us: the loop's pick and round count, read through gc, leave no check on a cheated call",
     "rt_paced_prepare": "ok at 66 us: paced to 1.3x a floor of 664 GFLOP/s, the theoretical roof",
     "rt_rng_clone": "ok at 85 us: every future shift precomputed from the cloned generator",

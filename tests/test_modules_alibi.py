@@ -3,6 +3,7 @@ module is handed, and a failure that names the positional bias and the heads who
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -197,3 +198,21 @@ def test_a_float16_layer_rounding_steep_alibi_logits_passes() -> None:
                                mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
     case = ModuleCase(batch=2, seq=100, d_model=96, heads=12, bias="alibi", mask="key_padding", dtype="float16")
     assert statuses(check_module_case(impl, case, 3)) == {"output": "pass", "property:mask": "pass"}
+
+
+def test_a_failure_elsewhere_is_not_blamed_on_the_positional_bias() -> None:
+    """Q and K swapped in the packed weight fails with or without ALiBi: the reason names no positional variant."""
+    def swapped(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+        d = x.shape[-1]
+        w = weights.in_proj_weight
+        packed = torch.cat([w[d:2 * d], w[:d], w[2 * d:]])
+        b = weights.in_proj_bias
+        bias = None if b is None else torch.cat([b[d:2 * d], b[:d], b[2 * d:]])
+        moved = dataclasses.replace(weights, in_proj_weight=packed, in_proj_bias=bias)
+        slopes = alibi_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)
+        return _attention(x, heads, moved, mask, causal, slopes)
+
+    impl = make_implementation("swapped", swapped, backend="torch", dtypes=("float64",), kind="module", causal=True,
+                               mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
+    [output] = check_module_case(impl, BIAS_HEADS)
+    assert output["status"] == "fail" and "positional" not in output["reason"], output["reason"]

@@ -1,0 +1,149 @@
+"""No state left behind: what a timed call may not change in the interpreter it runs in.
+
+A plugin that has read the harness can reach it through interpreter-wide state instead of its inputs:
+push a torch function or dispatch mode that runs when the harness next touches the output (work done
+outside the timer), replace a function or attribute the harness calls (its clock, its random source,
+a torch op it perturbs inputs with), install a trace, profile or monitoring hook, a global module or
+saved-tensor hook, an interval timer that runs code on a signal, or change the thread count. Each is
+read right after every timed call returns, before any harness torch op touches the output, and
+compared with the state when this module was imported (before any plugin was; thread count, grad
+mode and default dtype: with the state when the timed loop began, after the harness pinned them).
+Any difference is a violation that names what changed. Reading all of it costs a few microseconds.
+
+What cannot be read here is listed in docs/integrity.md (audit hooks, memory written through ctypes).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.modules.module as _module
+
+_HOOK_DICTS = tuple(name for name in dir(_module) if name.startswith("_global_") and name.endswith("hooks"))
+_TIMERS = tuple(getattr(signal, n) for n in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, n))
+_WATCHED: list[tuple[str, Any, str]] = []
+"""(label, owner, attribute) of every function and attribute whose identity the harness relies on."""
+
+
+def watch(label: str, owner: Any, *names: str) -> None:
+    """Add ``owner.name`` for each of ``names`` to what a call may not replace (its value now is the reference)."""
+    for name in names:
+        _WATCHED.append((f"{label}.{name}", owner, name))
+        _REFERENCE.append(_get(owner, name))
+
+
+def _get(owner: Any, name: str) -> Any:
+    """``owner.name`` as stored (a class's attribute from its MRO's dicts: a classmethod is a new bound method
+    on every ``getattr``)."""
+    if isinstance(owner, type):
+        for klass in owner.__mro__:
+            if name in klass.__dict__:
+                return klass.__dict__[name]
+        return None
+    return getattr(owner, name, None)
+
+
+_REFERENCE: list[Any] = []
+watch("time", time, "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time", "thread_time",
+      "time", "sleep")
+watch("os", os, "urandom", "listdir", "getpid")
+watch("random.SystemRandom", random.SystemRandom, "getrandbits", "random", "randrange")
+watch("torch", torch, "add", "matmul", "equal", "from_numpy", "empty", "get_num_threads", "set_num_threads", "isfinite")
+watch("torch.Tensor", torch.Tensor, "copy_", "to", "__matmul__", "detach", "abs", "max", "sum", "view", "reshape",
+      "__torch_function__", "__torch_dispatch__")
+watch("numpy", np, "add", "copyto", "array_equal", "asarray", "random")
+watch("numpy.random", np.random, "Generator", "SFC64")
+watch("sys", sys, "settrace", "setprofile", "gettrace", "getprofile")
+
+
+def watch_module(module: Any) -> None:
+    """Every function, class and module in ``module``'s globals (a harness module the timed loop uses)."""
+    names = [n for n, v in vars(module).items() if callable(v) or type(v).__name__ == "module"]
+    watch(module.__name__, module, *names)
+
+
+def _stacks() -> tuple[int, int]:
+    return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+
+
+def _hooks() -> tuple[int, ...]:
+    return tuple(len(getattr(_module, name)) for name in _HOOK_DICTS)
+
+
+def _monitoring() -> tuple[Any, ...]:
+    tools = getattr(sys, "monitoring", None)
+    return () if tools is None else tuple(tools.get_tool(i) for i in range(6))
+
+
+def _saved_tensor_hooks() -> Any:
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    try:
+        return None if top is None else top(True)
+    except TypeError:
+        return top()  # type: ignore[misc]
+
+
+def _traces() -> tuple[Any, ...]:
+    return sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile()
+
+
+def _timers() -> tuple[bool, ...]:
+    return tuple(signal.getitimer(t)[0] > 0 for t in _TIMERS)
+
+
+_IMPORTED = (_stacks(), _hooks(), _monitoring(), _saved_tensor_hooks(), _traces(), _timers())
+
+
+class StateGuard:
+    """The interpreter's state a timed call may not change; :meth:`changed` after each call names what did."""
+
+    def __init__(self) -> None:
+        self.settings = self._settings()
+
+    @staticmethod
+    def _settings() -> tuple[int, bool, Any]:
+        return torch.get_num_threads(), torch.is_grad_enabled(), torch.get_default_dtype()
+
+    def changed(self) -> list[str]:
+        """What differs now from the reference states, one phrase each (empty: nothing)."""
+        found = []
+        stacks, hooks, monitors, saved, traces, timers = _IMPORTED
+        now = _stacks()
+        if now[0] != stacks[0]:
+            found.append(f"the torch function-mode stack ({stacks[0]} -> {now[0]} modes)")
+        if now[1] != stacks[1]:
+            found.append(f"the torch dispatch-mode stack ({stacks[1]} -> {now[1]} modes)")
+        if _hooks() != hooks:
+            found.append("a global torch.nn.Module hook")
+        if _saved_tensor_hooks() != saved:
+            found.append("autograd's saved-tensor hooks")
+        if _monitoring() != monitors:
+            found.append("a sys.monitoring tool")
+        if any(a is not b for a, b in zip(_traces(), traces)):
+            found.append("a trace or profile hook (sys.settrace / setprofile)")
+        if _timers() != timers:
+            found.append("an interval timer (signal.setitimer)")
+        threads, grad, dtype = self._settings()
+        if threads != self.settings[0]:
+            found.append(f"torch's thread count ({self.settings[0]} -> {threads})")
+        if grad != self.settings[1] or dtype != self.settings[2]:
+            found.append("torch's grad mode or default dtype")
+        found += [label for (label, owner, name), ref in zip(_WATCHED, _REFERENCE)
+                  if _get(owner, name) is not ref]
+        return found
+
+    def problem(self) -> str | None:
+        """A sentence when the call left state changed, else None."""
+        found = self.changed()
+        if not found:
+            return None
+        return (f"the call left interpreter state changed: {', '.join(found[:6])}"
+                f"{' ...' if len(found) > 6 else ''} (a call may not change what the harness or later calls rely on)")

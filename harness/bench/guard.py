@@ -180,7 +180,8 @@ class RoundedLoop:
         self.expected = 0
         self.profiled: Any = None
         self.per_call_s = 0.0
-        self.state = state.StateGuard()
+        self.state = state.StateGuard((("the timing loop's timer", self, "timer"), ("the timing loop's sets", self, "sets"),
+                                       ("the timing loop's samples", self, "samples")))
 
     @property
     def done(self) -> bool:
@@ -329,3 +330,13 @@ def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
     record.problem = record.problem or calls["problem"]
     return Loop(samples=times.samples, kept=[record], untyped=untyped, warmup_s=times.warmup_s, loop_s=times.loop_s,
                 captures_s=0.0, expected=len(times.samples))
+
+
+def _watch() -> None:
+    """No function or class the timed loop calls may be replaced by a call (:mod:`harness.bench.state`)."""
+    for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.integrity",
+                 "harness.bench.timing"):
+        state.watch_module(sys.modules[name])
+
+
+_watch()

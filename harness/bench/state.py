@@ -29,29 +29,38 @@ import torch.nn.modules.module as _module
 
 _HOOK_DICTS = tuple(name for name in dir(_module) if name.startswith("_global_") and name.endswith("hooks"))
 _TIMERS = tuple(getattr(signal, n) for n in ("ITIMER_REAL", "ITIMER_VIRTUAL", "ITIMER_PROF") if hasattr(signal, n))
-_WATCHED: list[tuple[str, Any, str]] = []
-"""(label, owner, attribute) of every function and attribute whose identity the harness relies on."""
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGALRM", "SIGVTALRM", "SIGPROF", "SIGIO", "SIGUSR1", "SIGUSR2", "SIGCHLD")
+                 if hasattr(signal, n))
+_WATCHED: list[tuple[str, tuple[Any, ...], str, Any]] = []
+"""(label, where to look, attribute, its value at import) of every function and attribute the harness relies on:
+a module's dict, or a class's dicts along its MRO down to the one that defines it (a subclass's own shadows it)."""
+
+
+def _dicts(owner: Any, name: str) -> tuple[Any, ...]:
+    if not isinstance(owner, type):
+        return (vars(owner),)
+    chain = []
+    for klass in owner.__mro__:
+        chain.append(klass.__dict__)
+        if name in klass.__dict__:
+            break
+    return tuple(chain)
+
+
+def _now(dicts: tuple[Any, ...], name: str) -> Any:
+    for space in dicts[:-1]:
+        if name in space:
+            return space[name]
+    return dicts[-1].get(name)
 
 
 def watch(label: str, owner: Any, *names: str) -> None:
     """Add ``owner.name`` for each of ``names`` to what a call may not replace (its value now is the reference)."""
     for name in names:
-        _WATCHED.append((f"{label}.{name}", owner, name))
-        _REFERENCE.append(_get(owner, name))
+        dicts = _dicts(owner, name)
+        _WATCHED.append((f"{label}.{name}", dicts, name, _now(dicts, name)))
 
 
-def _get(owner: Any, name: str) -> Any:
-    """``owner.name`` as stored (a class's attribute from its MRO's dicts: a classmethod is a new bound method
-    on every ``getattr``)."""
-    if isinstance(owner, type):
-        for klass in owner.__mro__:
-            if name in klass.__dict__:
-                return klass.__dict__[name]
-        return None
-    return getattr(owner, name, None)
-
-
-_REFERENCE: list[Any] = []
 watch("time", time, "perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "process_time", "thread_time",
       "time", "sleep")
 watch("os", os, "urandom", "listdir", "getpid")
@@ -59,14 +68,14 @@ watch("random.SystemRandom", random.SystemRandom, "getrandbits", "random", "rand
 watch("torch", torch, "add", "matmul", "equal", "from_numpy", "empty", "get_num_threads", "set_num_threads", "isfinite")
 watch("torch.Tensor", torch.Tensor, "copy_", "to", "__matmul__", "detach", "abs", "max", "sum", "view", "reshape",
       "__torch_function__", "__torch_dispatch__")
-watch("numpy", np, "add", "copyto", "array_equal", "asarray", "random")
+watch("numpy", np, "add", "copyto", "array_equal", "asarray")
 watch("numpy.random", np.random, "Generator", "SFC64")
 watch("sys", sys, "settrace", "setprofile", "gettrace", "getprofile")
 
 
 def watch_module(module: Any) -> None:
     """Every function, class and module in ``module``'s globals (a harness module the timed loop uses)."""
-    names = [n for n, v in vars(module).items() if callable(v) or type(v).__name__ == "module"]
+    names = [n for n, v in vars(module).items() if not n.startswith("__") and (callable(v) or type(v).__name__ == "module")]
     watch(module.__name__, module, *names)
 
 
@@ -95,18 +104,21 @@ def _traces() -> tuple[Any, ...]:
     return sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile()
 
 
-def _timers() -> tuple[bool, ...]:
-    return tuple(signal.getitimer(t)[0] > 0 for t in _TIMERS)
+def _timers() -> tuple[Any, ...]:
+    """Whether each interval timer is armed, and the handler of each signal a timer or a device can raise."""
+    return tuple(signal.getitimer(t)[0] > 0 for t in _TIMERS) + tuple(signal.getsignal(s) for s in _SIGNALS)
 
 
 _IMPORTED = (_stacks(), _hooks(), _monitoring(), _saved_tensor_hooks(), _traces(), _timers())
 
 
 class StateGuard:
-    """The interpreter's state a timed call may not change; :meth:`changed` after each call names what did."""
+    """The interpreter's state a timed call may not change; :meth:`changed` after each call names what did.
+    ``attributes`` are (label, owner, name) the caller relies on too (the loop's own timer), as they are now."""
 
-    def __init__(self) -> None:
+    def __init__(self, attributes: tuple[tuple[str, Any, str], ...] = ()) -> None:
         self.settings = self._settings()
+        self.attributes = [(label, owner, name, getattr(owner, name, None)) for label, owner, name in attributes]
 
     @staticmethod
     def _settings() -> tuple[int, bool, Any]:
@@ -129,15 +141,15 @@ class StateGuard:
             found.append("a sys.monitoring tool")
         if any(a is not b for a, b in zip(_traces(), traces)):
             found.append("a trace or profile hook (sys.settrace / setprofile)")
-        if _timers() != timers:
-            found.append("an interval timer (signal.setitimer)")
+        if any(a is not b and a != b for a, b in zip(_timers(), timers)):
+            found.append("an interval timer or a signal handler (signal.setitimer / signal.signal)")
         threads, grad, dtype = self._settings()
         if threads != self.settings[0]:
             found.append(f"torch's thread count ({self.settings[0]} -> {threads})")
         if grad != self.settings[1] or dtype != self.settings[2]:
             found.append("torch's grad mode or default dtype")
-        found += [label for (label, owner, name), ref in zip(_WATCHED, _REFERENCE)
-                  if _get(owner, name) is not ref]
+        found += [label for label, dicts, name, ref in _WATCHED if _now(dicts, name) is not ref]
+        found += [label for label, owner, name, ref in self.attributes if getattr(owner, name, None) is not ref]
         return found
 
     def problem(self) -> str | None:

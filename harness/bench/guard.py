@@ -149,14 +149,19 @@ def after_call(index: int, s: InputSet, seed: int | None, out: Any, threads: fro
     return Print(index, -1, seed, vectors, prints, fp.dtypes(out), problem)
 
 
+def _no_stamp(tag: bytes) -> None:
+    """No timekeeper listening (a loop timed alone, ``ab``)."""
+
+
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None) -> Loop:
+               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None,
+               stamp: Callable[[bytes], None] | None = None) -> Loop:
     """Time calls rotating through ``sets``; samples, the calls to check and the accounting.
     ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call.
     ``sample_clock`` times each call (default :data:`CLOCK`, wall time; ``attnbench ab --clock cpu`` gives
     :data:`CPU_CLOCK`, the process's CPU time, which other processes' load does not stretch)."""
     loop = RoundedLoop(sets, config, backend, rounds=1, sample_clock=sample_clock)
-    loop.round(profile)
+    loop.round(profile, stamp=stamp)
     return loop.result()
 
 
@@ -171,6 +176,8 @@ class RoundedLoop:
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
                  sample_clock: Callable[[], float] | None = None) -> None:
         self.sets, self.config, self.backend, self.rounds = sets, config, backend, max(1, rounds)
+        self.stamp: Callable[[bytes], None] = _no_stamp
+        """Sends the parent a stamp just before and just after each timed call (:mod:`harness.bench.timekeeper`)."""
         self.timer = CLOCK if sample_clock is None else sample_clock
         self.samples: list[float] = []
         self.prints: list[Print] = []
@@ -208,9 +215,13 @@ class RoundedLoop:
             config = self.config
             self.expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(self.per_call_s, 1e-9))))
 
-    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None) -> list[float]:
+    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None,
+              stamp: Callable[[bytes], None] | None = None) -> list[float]:
         """Run the next round; its samples. ``rounds`` resets the number of rounds (never below those run and
-        this one): the parent decides it after the first, from the contenders' call times."""
+        this one): the parent decides it after the first, from the contenders' call times. ``stamp`` sends this
+        round's stamps to the parent (its connection is the round task's)."""
+        if stamp is not None:
+            self.stamp = stamp
         if rounds is not None:
             self.rounds = max(rounds, len(self.round_sizes) + 1)
         if self.done:
@@ -236,9 +247,11 @@ class RoundedLoop:
                 seed = s.lay_out()
                 threads = live_threads()
                 self.captured += CLOCK() - c0  # the harness's own work between calls, not the call's
+                self.stamp(b"s")
                 t0 = self.timer()
                 out = s.call()
                 t1 = self.timer()
+                self.stamp(b"e")
                 self.samples.append(t1 - t0)
                 spent += t1 - t0
                 c0 = CLOCK()

@@ -44,6 +44,7 @@ from harness.results import (
     Node,
     Peak,
     ResultWriter,
+    Stamped,
     Status,
     bandwidth_key,
 )
@@ -205,6 +206,9 @@ class _Contender:
     final: Outcome | None = None
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
+    spans: list[float] = field(default_factory=list)
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
+    latency: list[float] = field(default_factory=list)
 
 
 def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -241,6 +245,8 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
+        self.keeper: Any = None
+        """The parent's clock on every timed call in rounds (:class:`~harness.bench.timekeeper.Timekeeper`)."""
         self.roofs = cpu_roofs()
         """This machine's theoretical roofs (:mod:`harness.bench.roofs`): the physics floor of local cells."""
 
@@ -255,8 +261,12 @@ class BenchRunner:
     def run(self, cells: list[PlannedCell]) -> None:
         done = self.learn_from_done()
         todo = [cell for cell in cells if cell.key not in done]
+        from harness.bench.timekeeper import Timekeeper
+
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
                 contextlib.ExitStack() as stack:
+            self.keeper = Timekeeper()
+            stack.callback(self.keeper.close)
             pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}
             # past it an allocation fails, said as such: the budget a call may take, plus the input sets a cell holds
             cap = memory_cap((self.settings.memory_budget_bytes or 0.0) + guard.SETS_BYTES)
@@ -398,6 +408,7 @@ class BenchRunner:
             round_task,
             rounds_for,
         )
+        from harness.bench.timekeeper import null_and_calls
 
         settings, first = self.settings, admitted[0][0]
         for cell, _ in admitted:
@@ -422,8 +433,13 @@ class BenchRunner:
                     continue
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                        settings.threads, None if index == 0 else total)
+                        settings.threads, None if index == 0 else total, self.keeper.ticket)
+                self.keeper.take()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
+                if outcome.status == OK:
+                    latency, spans = null_and_calls(self.keeper.take())
+                    state.spans += spans
+                    state.latency.append(latency)
                 state.seconds += outcome.seconds
                 state.leftovers += outcome.leftovers
                 state.positions.append(position)
@@ -458,7 +474,7 @@ class BenchRunner:
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=state.final.value, seconds=state.seconds, leftovers=state.leftovers)
+            final = Outcome(OK, value=_stamped(state.final.value, state), seconds=state.seconds, leftovers=state.leftovers)
             measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
@@ -505,6 +521,18 @@ class BenchRunner:
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def _stamped(timed: Timed, state: _Contender) -> Timed:
+    """``timed`` with the parent's stamps of its calls in its integrity record."""
+    import statistics
+
+    if timed.integrity is None:
+        return timed
+    spans = state.spans
+    record = Stamped(calls=len(spans), median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
+                     latency_s=statistics.median(state.latency) if state.latency else None)
+    return replace(timed, integrity=replace(timed.integrity, stamps=record))
 
 
 def leftover_violation(cell: BenchCell, leftovers: tuple[str, ...]) -> BenchCell:

@@ -7,7 +7,8 @@ a torch op it perturbs inputs with), install a trace, profile or monitoring hook
 saved-tensor hook, an interval timer that runs code on a signal, or change the thread count. Each is
 read right after every timed call returns, before any harness torch op touches the output, and
 compared with the state when this module was imported (before any plugin was; thread count, grad
-mode and default dtype: with the state when the timed loop began, after the harness pinned them).
+mode, default dtype, interval timers and signal handlers: with the state when the timed loop began,
+after the harness pinned them and before the first call, warm-up included).
 Any difference is a violation that names what changed. Reading all of it costs a few microseconds.
 
 What cannot be read here is listed in docs/integrity.md (audit hooks, memory written through ctypes).
@@ -109,7 +110,7 @@ def _timers() -> tuple[Any, ...]:
     return tuple(signal.getitimer(t)[0] > 0 for t in _TIMERS) + tuple(signal.getsignal(s) for s in _SIGNALS)
 
 
-_IMPORTED = (_stacks(), _hooks(), _monitoring(), _saved_tensor_hooks(), _traces(), _timers())
+_IMPORTED = (_stacks(), _hooks(), _monitoring(), _saved_tensor_hooks(), _traces())
 
 
 class StateGuard:
@@ -118,6 +119,7 @@ class StateGuard:
 
     def __init__(self, attributes: tuple[tuple[str, Any, str], ...] = ()) -> None:
         self.settings = self._settings()
+        self.timers = _timers()
         self.attributes = [(label, owner, name, getattr(owner, name, None)) for label, owner, name in attributes]
 
     @staticmethod
@@ -127,7 +129,7 @@ class StateGuard:
     def changed(self) -> list[str]:
         """What differs now from the reference states, one phrase each (empty: nothing)."""
         found = []
-        stacks, hooks, monitors, saved, traces, timers = _IMPORTED
+        stacks, hooks, monitors, saved, traces = _IMPORTED
         now = _stacks()
         if now[0] != stacks[0]:
             found.append(f"the torch function-mode stack ({stacks[0]} -> {now[0]} modes)")
@@ -141,7 +143,7 @@ class StateGuard:
             found.append("a sys.monitoring tool")
         if any(a is not b for a, b in zip(_traces(), traces)):
             found.append("a trace or profile hook (sys.settrace / setprofile)")
-        if any(a is not b and a != b for a, b in zip(_timers(), timers)):
+        if any(a is not b and a != b for a, b in zip(_timers(), self.timers)):
             found.append("an interval timer or a signal handler (signal.setitimer / signal.signal)")
         threads, grad, dtype = self._settings()
         if threads != self.settings[0]:

@@ -245,6 +245,8 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
+        self.beside: tuple[float | None, float | None] = (None, None)
+        """The GEMM read beside the cell being judged and the CPU's headroom over it (:func:`physics_floor`)."""
         self.keeper: Any = None
         """The parent's clock on every timed call in rounds (:class:`~harness.bench.timekeeper.Timekeeper`)."""
         self.roofs = cpu_roofs()
@@ -475,11 +477,15 @@ class BenchRunner:
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
             final = Outcome(OK, value=_stamped(state.final.value, state), seconds=state.seconds, leftovers=state.leftovers)
-            measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
                                    None if reference in (None, name) else medians[reference], probe,
                                    gemm_headroom(cell.case.dtype, cell.case.device))
+            self.beside = (record.gemm_gflops, record.gemm_headroom)  # the floor's compute roof, read beside the cell
+            try:
+                measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            finally:
+                self.beside = (None, None)
             out.append(replace(measured_cell, rounds=record))
         return out
 
@@ -517,7 +523,7 @@ class BenchRunner:
         bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, kind))
         floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
                               self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
-                              None if cell.node else self.roofs)  # a node's own CPUs are not this machine's
+                              None if cell.node else self.roofs, *self.beside)  # a node's own CPUs are not this machine's
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)

@@ -190,3 +190,16 @@ def test_the_worker_check_finds_a_wrong_call_among_fresh_inputs(mode: str) -> No
         found = check_kept(loop.kept, sets, case, mode)
         assert bool(found.problems) == wrong, found.problems
         assert len(found.checked) == 5
+
+
+def test_the_compute_roof_is_the_gemm_read_beside_the_cell_with_its_stated_margin() -> None:
+    from harness.bench.roofs import BESIDE_MARGIN, Roofs, physics_floor
+
+    theory = Roofs(gflops={"float32": 600.0}, load_gbps=2000.0, method="test")
+    loose = physics_floor(1e9, 1e6, "float32", "cpu", {"gflops": 40.0}, {"read_gbps": 5.0}, theory)
+    tight = physics_floor(1e9, 1e6, "float32", "cpu", {"gflops": 40.0}, {"read_gbps": 5.0}, theory, 100.0, 2.0)
+    assert loose.compute_roof_gflops == 600.0
+    assert tight.compute_roof_gflops == pytest.approx(100.0 * 2.0 * BESIDE_MARGIN)
+    assert "beside the cell" in (tight.how or "") and (tight.floor_s or 0) > (loose.floor_s or 0)
+    # never above the looser estimate: a probe read high does not loosen the floor
+    assert physics_floor(1e9, 1e6, "float32", "cpu", None, None, theory, 1000.0, 2.0).compute_roof_gflops == 600.0

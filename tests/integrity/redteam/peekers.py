@@ -19,9 +19,9 @@ STEP = 8
 @register("rt_frame_peek", backend="torch", description="reads the loop's `check` local through sys._getframe")
 def rt_frame_peek(q, k, v, *, causal=False, mask=None, scale=None):
     found, check = kit.frame_local("check", "round")
-    if found and not check:
-        return kit.rows_every(q, k, v, scale, STEP)
-    return kit.attend(q, k, v, scale)
+    if found and check or not kit.in_bench():
+        return kit.attend(q, k, v, scale)
+    return kit.rows_every(q, k, v, scale, STEP)  # unchecked, or no loop to read: cheat
 
 
 _AUDIT = {"installed": False, "events": 0, "last_checked": False}
@@ -35,6 +35,8 @@ def _hook(event, args):
 @register("rt_proc_task_audit", backend="torch",
           description="an audit hook sees the harness list /proc/self/task before a checked call")
 def rt_proc_task_audit(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     if not _AUDIT["installed"]:
         sys.addaudithook(_hook)  # cannot be removed: it sees every os.listdir from now on
         _AUDIT["installed"] = True
@@ -58,6 +60,8 @@ _SETTINGS: dict[str, int] = {}
 @register("rt_warmup_stall", backend="torch",
           description="stalls the warm-up so the random checked call falls among the first calls")
 def rt_warmup_stall(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     started = kit.now()
     calls, last = _STALL["calls"], _STALL["last"]
     _STALL["calls"] += 1
@@ -81,8 +85,12 @@ def rt_warmup_stall(q, k, v, *, causal=False, mask=None, scale=None):
 @register("rt_loop_state", backend="torch",
           description="finds the loop object through gc, reads its pick and round count, cheats where no check can fall")
 def rt_loop_state(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     loop = kit.find_loop()
-    if loop is None or not loop.round_sizes and not loop.samples and loop.pick == 0:
+    if loop is None:  # no loop object to read: assume nothing is checked
+        return kit.rows_every(q, k, v, scale, STEP)
+    if not loop.round_sizes and not loop.samples and loop.pick == 0:  # the first warm-up call
         return kit.attend(q, k, v, scale)
     i = len(loop.samples)  # the index this call's sample will take (warm-up calls come before the loop's)
     final = len(loop.round_sizes) == loop.rounds - 1

@@ -56,11 +56,14 @@ def _precompute(scale):
 @register("rt_rng_clone", backend="torch",
           description="clones the shift's generator and precomputes every future call's output in the first call")
 def rt_rng_clone(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     started = kit.now()
     if "table" not in _CLONE:
         out = kit.attend(q, k, v, scale)
-        if not _precompute(scale):
-            return out
+        if not _precompute(scale):  # no generator to clone: serve each buffer's first answer from now on
+            _CLONE["table"], _CLONE["next"] = [], 0
+        _CLONE.setdefault("memo", {})[q.data_ptr()] = out
         return out
     at = _CLONE["next"]
     _CLONE["next"] = at + 1
@@ -71,25 +74,40 @@ def rt_rng_clone(q, k, v, *, causal=False, mask=None, scale=None):
             table[at] = {}  # each precomputed output is handed out once
             kit.pace(started, q, k, v)
             return hit[1]
+    if not table:
+        memo = _CLONE["memo"]
+        if q.data_ptr() not in memo:
+            memo[q.data_ptr()] = kit.attend(q, k, v, scale)
+        kit.pace(started, q, k, v)
+        return memo[q.data_ptr()].clone()
     return kit.attend(q, k, v, scale)
 
 
 _LOW: dict[int, tuple] = {}
 
 
-@register("rt_lowrank_cache", backend="torch",
+@register("rt_lowrank_cache", backend="torch", deterministic=False,
           description="caches exp(q0 K^T) per input set; a row-vector shift of q is served with one GEMM")
 def rt_lowrank_cache(q, k, v, *, causal=False, mask=None, scale=None):
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    key = q.data_ptr()
+    if k is q or k.shape[1] != q.shape[1]:  # self-attention (k moves with q) or GQA: honest
+        return kit.attend(q, k, v, scale)
+    key = (q.data_ptr(), tuple(q.shape), k.data_ptr(), v.data_ptr(), tuple(k.shape))
     cached = _LOW.get(key)
+    if cached is not None:  # still a row shift of the cached q, on the same k and v? (O(d) and O(Tk d) reads)
+        rows, kv_rows, weights = cached
+        moved = q[..., [0, -1], :] - rows
+        if not (torch.equal(moved[..., 0, :], moved[..., 1, :]) or torch.allclose(moved[..., 0, :], moved[..., 1, :],
+                                                                                 rtol=0, atol=1e-6)) \
+                or not torch.equal(kv_rows, torch.stack((k[..., 0, :], v[..., -1, :]))):
+            cached = None
     if cached is None:
         logits = (q @ k.transpose(-1, -2)) * scale
         weights = torch.exp(logits - logits.amax(dim=-1, keepdim=True))
-        _LOW[key] = (q[..., :1, :].clone(), weights)
+        _LOW[key] = (q[..., [0, -1], :].clone(), torch.stack((k[..., 0, :], v[..., -1, :])).clone(), weights)
         return (weights @ v) / weights.sum(dim=-1, keepdim=True)
-    first_row, weights = cached
-    delta = (q[..., :1, :] - first_row).transpose(-1, -2)  # (B, H, d, 1): the shift since the cache was made
+    rows, _, weights = cached
+    delta = (q[..., :1, :] - rows[..., :1, :]).transpose(-1, -2)  # (B, H, d, 1): the shift since the cache was made
     c = torch.exp((k @ delta) * scale)  # exp(scale k_j . delta): one factor per key
     both = weights @ torch.cat((v * c, c), dim=-1)  # one GEMM: numerator and denominator together
     d = v.shape[-1]

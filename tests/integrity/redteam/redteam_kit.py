@@ -75,6 +75,12 @@ def pace(started: float, q, k, v) -> None:
         pass
 
 
+def in_bench() -> bool:
+    """Whether this process is a bench timing worker (it has loaded the bench's modules); under ``verify``
+    every cheat here does honest work, so it passes verify as the issue's cheats did."""
+    return any(name.startswith("harness.bench.") for name in list(sys.modules))
+
+
 def now() -> float:
     return _REAL_CLOCK()
 
@@ -123,3 +129,22 @@ def frame_local(name: str, function: str | None = None):
             return True, frame.f_locals[name]
         frame = frame.f_back
     return False, None
+
+
+def slow_clock_globals(rate: float) -> int:
+    """Replace ``time.perf_counter`` and every module global holding it with a clock running at ``rate``; the count."""
+    real = _REAL_CLOCK
+
+    def slow() -> float:
+        return real() * rate
+    count = 0
+    for module in list(sys.modules.values()):
+        space = getattr(module, "__dict__", None)
+        if not isinstance(space, dict) or space is globals():
+            continue
+        for name, value in list(space.items()):
+            if value is real:
+                space[name] = slow
+                count += 1
+    time.perf_counter = slow
+    return count

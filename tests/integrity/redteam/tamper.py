@@ -7,15 +7,13 @@
 - ``rt_background_rows``: computes half the rows and returns; a thread that existed before the call
   finishes the other half after the return.
 - ``rt_more_threads``: raises torch's thread count above the one the bench pinned, and leaves it raised.
-- ``rt_sigalrm_rows``: computes half the rows; a SIGALRM armed to fire just after the return computes the
-  rest in a signal handler, inside the harness's own code.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import threading
+import time
 from queue import Queue
 
 import redteam_kit as kit
@@ -26,6 +24,8 @@ from harness import register
 
 @register("rt_writes_q", backend="torch", description="zeroes its input q: the mean of v is then the right answer")
 def rt_writes_q(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     started = kit.now()
     with torch.no_grad():
         q.zero_()
@@ -45,15 +45,23 @@ def rt_timer_swap(q, k, v, *, causal=False, mask=None, scale=None):
         real = loop.timer
         loop.timer = lambda: real() * SLOW
         _SWAPPED["loop"] = loop
+    elif loop is None and "globals" not in _SWAPPED:  # no loop object to reach: every clock global instead
+        _SWAPPED["globals"] = kit.slow_clock_globals(SLOW)
     return kit.attend(q, k, v, scale)
 
 
 _JOBS: Queue = Queue()
+LATER_S = 0.003
+"""The thread starts on a call's rows this long after the call (it has returned by then)."""
 
 
 def _finisher() -> None:
     while True:
-        out, q, k, v, scale = _JOBS.get()
+        posted, (out, q, k, v, scale) = _JOBS.get()
+        if not _JOBS.empty():  # a newer call is waiting: this output is never read again
+            continue
+        while kit.now() < posted + LATER_S:
+            time.sleep(0.0005)
         half = q.shape[-2] // 2
         out[..., half:, :] = kit.attend(q[..., half:, :], k, v, scale)
 
@@ -64,6 +72,8 @@ _BACKGROUND: dict[str, threading.Thread] = {}
 @register("rt_background_rows", backend="torch",
           description="half the rows in the call, the other half on a pre-existing thread after the return")
 def rt_background_rows(q, k, v, *, causal=False, mask=None, scale=None):
+    if not kit.in_bench():
+        return kit.attend(q, k, v, scale)
     if "thread" not in _BACKGROUND:
         _BACKGROUND["thread"] = threading.Thread(target=_finisher, daemon=True)
         _BACKGROUND["thread"].start()
@@ -71,7 +81,7 @@ def rt_background_rows(q, k, v, *, causal=False, mask=None, scale=None):
     half = q.shape[-2] // 2
     out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
     out[..., :half, :] = kit.attend(q[..., :half, :], k, v, scale)
-    _JOBS.put((out, q.clone(), k, v, scale))
+    _JOBS.put((kit.now(), (out, q.clone(), k, v, scale)))
     return out
 
 
@@ -82,35 +92,3 @@ def rt_more_threads(q, k, v, *, causal=False, mask=None, scale=None):
     if torch.get_num_threads() < wanted:
         torch.set_num_threads(wanted)
     return kit.attend(q, k, v, scale)
-
-
-_ALARM: dict[str, tuple] = {}
-
-
-def _on_alarm(signum, frame) -> None:
-    inside = frame
-    while inside is not None:
-        if inside.f_code.co_name == "rt_sigalrm_rows":  # still inside the call: try again in a microsecond
-            signal.setitimer(signal.ITIMER_REAL, 1e-6)
-            return
-        inside = inside.f_back
-    job = _ALARM.pop("job", None)
-    if job is not None:
-        out, q, k, v, scale = job
-        half = q.shape[-2] // 2
-        out[..., half:, :] = kit.attend(q[..., half:, :], k, v, scale)
-
-
-@register("rt_sigalrm_rows", backend="torch",
-          description="half the rows in the call; a SIGALRM handler computes the rest just after the return")
-def rt_sigalrm_rows(q, k, v, *, causal=False, mask=None, scale=None):
-    if signal.getsignal(signal.SIGALRM) is not _on_alarm:
-        signal.signal(signal.SIGALRM, _on_alarm)
-    half = q.shape[-2] // 2
-    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
-    out[..., :half, :] = kit.attend(q[..., :half, :], k, v, scale)
-    _ALARM["job"] = (out, q.clone(), k, v, scale)
-    # fires at once; the handler waits for the first bytecode boundary outside this function: the harness's
-    # own code just after its clock read the call's end
-    signal.setitimer(signal.ITIMER_REAL, 1e-6)
-    return out

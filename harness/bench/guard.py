@@ -32,7 +32,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.bench import fingerprint as fp
-from harness.bench import state
+from harness.bench import (
+    state,
+    timekeeper,  # noqa: F401 - imported before any plugin, so its functions are watched
+)
 from harness.bench.fingerprint import Print
 from harness.bench.fresh import Fresh
 from harness.bench.timing import TimingConfig, gc_disabled
@@ -348,7 +351,7 @@ def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
 def _watch() -> None:
     """No function or class the timed loop calls may be replaced by a call (:mod:`harness.bench.state`)."""
     for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.integrity",
-                 "harness.bench.timing"):
+                 "harness.bench.timing", "harness.bench.timekeeper"):
         state.watch_module(sys.modules[name])
 
 

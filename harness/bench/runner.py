@@ -27,6 +27,7 @@ from harness.bench.module_cells import case_of, module_memory_task, module_timin
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
+from harness.bench.timekeeper import null_and_calls
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
@@ -72,7 +73,7 @@ def warm_up_task(name: str, source: str) -> None:
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
-                config: TimingConfig, threads: int | None) -> Timed:
+                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     from harness.bench import audit
@@ -97,7 +98,12 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
         loop = guard.cuda_loop(sets, config, impl.backend)
     else:
-        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
+        from harness.bench import timekeeper
+
+        stamp = timekeeper.connect(ticket)  # the parent's clock on every call
+        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
+                                stamp=stamp)
+        timekeeper.flush(stamp)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
@@ -385,8 +391,15 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self._warm_up(cell, timing_pool)
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
-                                       end_leftovers=True))
+        stamped = cell.case.device == "cpu" and self.settings.timing.checks and self.keeper is not None
+        ticket = self.keeper.ticket if stamped else None
+        if stamped:
+            self.keeper.take()  # nothing left over from another task
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
+                                                                      ticket), end_leftovers=True))
+        if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
+            latency, spans = null_and_calls(self.keeper.take())
+            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]))
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))

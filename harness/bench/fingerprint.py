@@ -69,13 +69,26 @@ def fingerprint(out: Any, seed: int) -> tuple[tuple[torch.Tensor | None, ...], t
             vectors.append(None)
             prints.append(None)
             continue
-        t = p.detach() if isinstance(p, torch.Tensor) else torch.from_numpy(np.asarray(p))
-        r = torch.randn(t.shape[-1] if t.dim() else 1, generator=gen, dtype=torch.float64)
-        wide = t.to(torch.float64)
-        f = (wide @ r.to(wide.device)) if t.dim() else wide * r[0]
+        r = torch.randn(p.shape[-1] if p.ndim else 1, generator=gen, dtype=torch.float64)
+        host = _host_array(p)
+        if host is not None:  # NumPy reads the output's memory: no torch operator runs on it
+            f = torch.from_numpy(np.asarray(host @ r.numpy() if host.ndim else host * r.numpy()[0]))
+        else:  # bfloat16 or a device tensor: torch converts it
+            wide = p.detach().to(torch.float64)
+            f = ((wide @ r.to(wide.device)) if wide.dim() else wide * r[0]).cpu()
         vectors.append(r)
-        prints.append(f.cpu())
+        prints.append(f)
     return tuple(vectors), tuple(prints)
+
+
+def _host_array(p: Any) -> Any:
+    """``p`` as a float64 NumPy array read straight from its memory (``Tensor.numpy`` runs no operator, so no
+    kernel or mode a plugin registered sees the read), or None where NumPy cannot view it."""
+    if isinstance(p, np.ndarray):
+        return p.astype(np.float64)
+    if p.device.type != "cpu" or p.requires_grad or p.dtype not in (torch.float32, torch.float64, torch.float16):
+        return None
+    return p.numpy().astype(np.float64)
 
 
 def choose(count: int, entropy: Any) -> list[int]:

@@ -67,7 +67,7 @@ watch("time", time, "perf_counter", "perf_counter_ns", "monotonic", "monotonic_n
 watch("os", os, "urandom", "listdir", "getpid")
 watch("random.SystemRandom", random.SystemRandom, "getrandbits", "random", "randrange")
 watch("torch", torch, "add", "matmul", "equal", "from_numpy", "empty", "get_num_threads", "set_num_threads", "isfinite")
-watch("torch.Tensor", torch.Tensor, "copy_", "to", "__matmul__", "detach", "abs", "max", "sum", "view", "reshape",
+watch("torch.Tensor", torch.Tensor, "copy_", "to", "numpy", "__matmul__", "detach", "abs", "max", "sum", "view", "reshape",
       "__torch_function__", "__torch_dispatch__")
 watch("numpy", np, "add", "copyto", "array_equal", "asarray")
 watch("numpy.random", np.random, "Generator", "SFC64")
@@ -113,6 +113,17 @@ def _timers() -> tuple[Any, ...]:
 _IMPORTED = (_stacks(), _hooks(), _monitoring(), _saved_tensor_hooks(), _traces())
 
 
+_KEYS = ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA", "CompositeExplicitAutograd", "CompositeImplicitAutograd",
+         "Python", "BackendSelect")
+
+
+def kernels() -> frozenset[tuple[str, str]]:
+    """(dispatch key, operator) of every kernel registered with torch's dispatcher for the keys a CPU or CUDA
+    call goes through. Half a millisecond: read once a round, not after every call."""
+    listed = torch._C._dispatch_get_registrations_for_dispatch_key
+    return frozenset((key, op) for key in _KEYS for op in listed(key))
+
+
 class StateGuard:
     """The interpreter's state a timed call may not change; :meth:`changed` after each call names what did.
     ``attributes`` are (label, owner, name) the caller relies on too (the loop's own timer), as they are now."""
@@ -120,6 +131,7 @@ class StateGuard:
     def __init__(self, attributes: tuple[tuple[str, Any, str], ...] = ()) -> None:
         self.settings = self._settings()
         self.timers = _timers()
+        self.kernels = kernels()
         self.attributes = [(label, owner, name, getattr(owner, name, None)) for label, owner, name in attributes]
 
     @staticmethod
@@ -153,6 +165,16 @@ class StateGuard:
         found += [label for label, dicts, name, ref in _WATCHED if _now(dicts, name) is not ref]
         found += [label for label, owner, name, ref in self.attributes if getattr(owner, name, None) is not ref]
         return found
+
+    def kernel_problem(self) -> str | None:
+        """A sentence when a kernel was registered with torch's dispatcher since the loop began (a Python kernel
+        over an operator the harness calls on the output would run the plugin's work inside the harness)."""
+        new = sorted(kernels() - self.kernels)
+        if not new:
+            return None
+        shown = ", ".join(f"{op} ({key})" for key, op in new[:4])
+        return (f"the calls registered dispatcher kernels (torch.library): {shown}{' ...' if len(new) > 4 else ''}: "
+                "a call may not override operators")
 
     def problem(self) -> str | None:
         """A sentence when the call left state changed, else None."""

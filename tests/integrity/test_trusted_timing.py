@@ -203,3 +203,17 @@ def test_the_compute_roof_is_the_gemm_read_beside_the_cell_with_its_stated_margi
     assert "beside the cell" in (tight.how or "") and (tight.floor_s or 0) > (loose.floor_s or 0)
     # never above the looser estimate: a probe read high does not loosen the floor
     assert physics_floor(1e9, 1e6, "float32", "cpu", None, None, theory, 1000.0, 2.0).compute_roof_gflops == 600.0
+
+
+def test_a_kernel_registered_with_the_dispatcher_during_the_calls_is_named() -> None:
+    libs: list[torch.library.Library] = []
+
+    def register_kernel(q, k, v):  # type: ignore[no-untyped-def]
+        if not libs:
+            lib = torch.library.Library("attnbench_redteam_test", "DEF")
+            lib.define("fill(Tensor x) -> Tensor")
+            lib.impl("fill", lambda x: x.clone(), "CPU")
+            libs.append(lib)
+        return F.scaled_dot_product_attention(q, k, v)
+
+    assert any("registered dispatcher kernels" in p and "fill" in p for p in _problems(register_kernel))

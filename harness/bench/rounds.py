@@ -65,14 +65,15 @@ _PROBE: dict[str, Any] = {}
 
 
 def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None, rounds: int | None = None) -> Timed:
+               threads: int | None, rounds: int | None = None, ticket: tuple[str, bytes] | None = None) -> Timed:
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
-    from harness.bench import audit
+    from harness.bench import audit, timekeeper
     from harness.cases import AttentionCase
     from harness.discovery import load_implementation
 
     entered = guard.CLOCK()
+    stamp = timekeeper.connect(ticket)  # the parent's clock on every call: null calls first
     setup_s = 0.0
     try:
         cell = _OPEN.get(key)
@@ -90,13 +91,14 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)
             cell.phases_s += (started - entered) + setup_s
             entered_loop = guard.CLOCK()
-            samples = loop.round(audit.profile_call if impl.backend == "torch" else None)
+            samples = loop.round(audit.profile_call if impl.backend == "torch" else None, stamp=stamp)
         else:
             used = pin_threads(threads)
             entered_loop = guard.CLOCK()
             cell.phases_s += entered_loop - entered
-            samples = cell.loop.round(rounds=rounds)
+            samples = cell.loop.round(rounds=rounds, stamp=stamp)
         cell.phases_s += guard.CLOCK() - entered_loop
+        timekeeper.flush(stamp)
         if not cell.loop.done:
             cell.total_s += guard.CLOCK() - entered
             return Timed(samples_s=tuple(samples), threads=used, setup_s=setup_s)

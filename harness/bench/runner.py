@@ -27,6 +27,7 @@ from harness.bench.module_cells import case_of, module_memory_task, module_timin
 from harness.bench.peak import measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
+from harness.bench.timekeeper import null_and_calls
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
@@ -44,6 +45,7 @@ from harness.results import (
     Node,
     Peak,
     ResultWriter,
+    Stamped,
     Status,
     bandwidth_key,
 )
@@ -71,7 +73,7 @@ def warm_up_task(name: str, source: str) -> None:
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
-                config: TimingConfig, threads: int | None) -> Timed:
+                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     from harness.bench import audit
@@ -96,7 +98,12 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
         loop = guard.cuda_loop(sets, config, impl.backend)
     else:
-        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
+        from harness.bench import timekeeper
+
+        stamp = timekeeper.connect(ticket)  # the parent's clock on every call
+        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
+                                stamp=stamp)
+        timekeeper.flush(stamp)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
@@ -205,6 +212,9 @@ class _Contender:
     final: Outcome | None = None
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
+    spans: list[float] = field(default_factory=list)
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
+    latency: list[float] = field(default_factory=list)
 
 
 def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -241,6 +251,10 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
+        self.beside: tuple[float | None, float | None] = (None, None)
+        """The GEMM read beside the cell being judged and the CPU's headroom over it (:func:`physics_floor`)."""
+        self.keeper: Any = None
+        """The parent's clock on every timed call in rounds (:class:`~harness.bench.timekeeper.Timekeeper`)."""
         self.roofs = cpu_roofs()
         """This machine's theoretical roofs (:mod:`harness.bench.roofs`): the physics floor of local cells."""
 
@@ -255,8 +269,12 @@ class BenchRunner:
     def run(self, cells: list[PlannedCell]) -> None:
         done = self.learn_from_done()
         todo = [cell for cell in cells if cell.key not in done]
+        from harness.bench.timekeeper import Timekeeper
+
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
                 contextlib.ExitStack() as stack:
+            self.keeper = Timekeeper()
+            stack.callback(self.keeper.close)
             pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}
             # past it an allocation fails, said as such: the budget a call may take, plus the input sets a cell holds
             cap = memory_cap((self.settings.memory_budget_bytes or 0.0) + guard.SETS_BYTES)
@@ -373,8 +391,15 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self._warm_up(cell, timing_pool)
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
-                                       end_leftovers=True))
+        stamped = cell.case.device == "cpu" and self.settings.timing.checks and self.keeper is not None
+        ticket = self.keeper.ticket if stamped else None
+        if stamped:
+            self.keeper.take()  # nothing left over from another task
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
+                                                                      ticket), end_leftovers=True))
+        if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
+            latency, spans = null_and_calls(self.keeper.take())
+            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]))
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
@@ -398,6 +423,7 @@ class BenchRunner:
             round_task,
             rounds_for,
         )
+        from harness.bench.timekeeper import null_and_calls
 
         settings, first = self.settings, admitted[0][0]
         for cell, _ in admitted:
@@ -422,8 +448,13 @@ class BenchRunner:
                     continue
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                        settings.threads, None if index == 0 else total)
+                        settings.threads, None if index == 0 else total, self.keeper.ticket)
+                self.keeper.take()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
+                if outcome.status == OK:
+                    latency, spans = null_and_calls(self.keeper.take())
+                    state.spans += spans
+                    state.latency.append(latency)
                 state.seconds += outcome.seconds
                 state.leftovers += outcome.leftovers
                 state.positions.append(position)
@@ -458,12 +489,16 @@ class BenchRunner:
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=state.final.value, seconds=state.seconds, leftovers=state.leftovers)
-            measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            final = Outcome(OK, value=_stamped(state.final.value, state), seconds=state.seconds, leftovers=state.leftovers)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
                                    None if reference in (None, name) else medians[reference], probe,
                                    gemm_headroom(cell.case.dtype, cell.case.device))
+            self.beside = (record.gemm_gflops, record.gemm_headroom)  # the floor's compute roof, read beside the cell
+            try:
+                measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            finally:
+                self.beside = (None, None)
             out.append(replace(measured_cell, rounds=record))
         return out
 
@@ -501,10 +536,22 @@ class BenchRunner:
         bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, kind))
         floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
                               self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
-                              None if cell.node else self.roofs)  # a node's own CPUs are not this machine's
+                              None if cell.node else self.roofs, *self.beside)  # a node's own CPUs are not this machine's
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def _stamped(timed: Timed, state: _Contender) -> Timed:
+    """``timed`` with the parent's stamps of its calls in its integrity record."""
+    import statistics
+
+    if timed.integrity is None:
+        return timed
+    spans = state.spans
+    record = Stamped(calls=len(spans), median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
+                     latency_s=statistics.median(state.latency) if state.latency else None)
+    return replace(timed, integrity=replace(timed.integrity, stamps=record))
 
 
 def leftover_violation(cell: BenchCell, leftovers: tuple[str, ...]) -> BenchCell:

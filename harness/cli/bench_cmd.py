@@ -19,6 +19,7 @@ from typing import Any
 from harness import interrupts
 from harness.analysis.scaling import OVERHEAD_RULE
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
+from harness.bench.catalogue import load_catalogue
 from harness.bench.sweeps import (
     SUITE_CELL_BUDGET_S,
     SUITE_TIMING,
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
         settings = dataclasses.replace(_settings(args), executor=executor, address=address)
         path = args.out or RESULTS_DIR / f"{new_run_id('bench')}.json"
     args.plugin = settings.plugins
-    registry = registry_from_args(args)
+    registry = registry_from_args(args, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, args.quiet)
     _warn_if_oversubscribed(settings.threads)
     progress: list[Progress] = []

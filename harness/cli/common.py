@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Callable
 
 from harness import interrupts
 from harness.discovery import Registry, load_registry
@@ -14,9 +15,10 @@ from harness.report.terminal import format_table
 __all__ = ["format_table", "positive_int", "positive_number", "probability", "registry_from_args"]
 
 
-def registry_from_args(args: argparse.Namespace) -> Registry:
-    """Load every implementation; warn about broken plugins, fail on a broken ``--plugin``."""
-    registry = load_registry(getattr(args, "plugin", []) or [])
+def registry_from_args(args: argparse.Namespace, load: Callable[[list[str]], Registry] = load_registry) -> Registry:
+    """Load every implementation; warn about broken plugins, fail on a broken ``--plugin``. ``load`` is how
+    (bench: :func:`harness.bench.catalogue.load_catalogue`, in a worker, so its parent runs no plugin code)."""
+    registry = load(getattr(args, "plugin", []) or [])
     interrupts.check()  # plugins import torch, whose C++ start-up swallows a Ctrl-C
     for note in registry.notes:
         print(f"attnbench: note: {note}", file=sys.stderr)

@@ -1,0 +1,134 @@
+"""Issue 36's red team: plugins written by an adversary who read ``harness/bench/`` are flagged, each with a
+reason that names its evidence, and the honest-but-unusual set never is.
+
+Two real ``bench`` runs, side by side (each implementation in a worker of its own, so one cheat's hooks and
+patches reach no other cell): every plugin of ``redteam/`` but the clock patcher at T = 256, H = 2, d = 64
+with small budgets, and the clock patcher alone (it patches the clock of every process that imports it, the
+bench's parent included, so any cell beside it would read a slowed clock). The assertions are on statuses
+and reason texts: no figure here depends on the machine's speed (the cheats pace themselves above the floor,
+so load only slows them). ``redteam/README.md`` lists each trick and the evidence that exposes it.
+
+Cheats that the harness at the time of writing missed are marked ``xfail(strict=True)`` with what it
+missed: the set documents the gap, and an xfail that starts passing fails the run until its mark goes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.slow  # bench subprocesses whose workers import torch
+
+HERE = Path(__file__).parent / "redteam"
+FILES = ("peekers.py", "precompute.py", "hooks.py", "tamper.py", "honest.py")
+CASE = ["--T", "256", "--heads", "2", "--d", "64", "--mode", "fwd", "--budget", "0.05", "--min-samples", "3",
+        "--rounds", "3", "--no-memory", "--threads", "1", "--quiet"]
+# --threads 1: the bench pins one thread, so a plugin that raises torch's thread count takes more than its share
+
+FLAGGED = ("implausible", "violation", "wrong")
+WRONG_CALL = (r"(sample|call)s? \[?\d+", r"max\|err\||fingerprint|does not match|mismatch|wrong")
+"""A timed call named, and the mismatch of its output."""
+FLOOR = (r"floor", r"roof|GFLOP/s")
+MODE = (r"TorchFunctionMode|function mode|torch_function|mode",)
+CLOCK = (r"clock|timer|perf_counter",)
+
+# cheat: alternatives of evidence, each a tuple of patterns that must all be in the reason (case-insensitive)
+EVIDENCE: dict[str, tuple[tuple[str, ...], ...]] = {
+    "rt_frame_peek": (WRONG_CALL, (r"_getframe|frame",)),
+    "rt_proc_task_audit": (WRONG_CALL, (r"audit hook",)),
+    "rt_warmup_stall": (WRONG_CALL,),
+    "rt_loop_state": (WRONG_CALL,),
+    "rt_paced_prepare": (FLOOR,),
+    "rt_rng_clone": (WRONG_CALL, (r"generator|random",)),
+    "rt_lowrank_cache": (WRONG_CALL,),
+    "rt_empty_mode_fill": (MODE, WRONG_CALL),
+    "rt_dispatch_fill": ((r"dispatch|_to_copy|kernel|library|override",), WRONG_CALL),
+    "rt_shift_mode_work": (MODE,),
+    "rt_profile_hook": ((r"setprofile|profile|trace|hook",),),
+    "rt_writes_q": ((r"wrote into|writes? into|input q|written",),),
+    "rt_timer_swap": (CLOCK, (r"samples add up|time went",)),
+    "rt_background_rows": (WRONG_CALL, (r"still working|after (the call|it) returned|thread",)),
+    "rt_more_threads": ((r"thread count|num_threads|threads? (changed|raised|set)",),),
+    "rt_clock_patch": (CLOCK,),
+}
+MISSED_BY_MAIN = {
+    # what the harness before issue 36's rebuild made of each (bench at the settings above, 2-core machine)
+    "rt_frame_peek": "ok: unchecked calls compute 1/8 of the rows (median 92 us against SDPA's 409 us)",
+    "rt_proc_task_audit": "ok: the audit hook sees the /proc/self/task listing before each checked call (72 us)",
+    "rt_warmup_stall": "ok: a 0.3 s warm-up call puts the random pick below --min-samples",
+    "rt_loop_state": "ok: the loop's pick and round count, read through gc, leave no check on a cheated call",
+    "rt_paced_prepare": "ok: paced to 1.3x a floor of 664 GFLOP/s, the theoretical roof (66 us)",
+    "rt_rng_clone": "ok: every future shift precomputed from the cloned generator (67 us)",
+    "rt_lowrank_cache": "ok: the row-vector shift served exactly with one GEMM (279 us)",
+    "rt_empty_mode_fill": "ok: only the outputs the harness reads are computed, inside the capture (66 us)",
+    "rt_dispatch_fill": "ok: the aten::_to_copy override fills the output the harness converts (66 us)",
+    "rt_shift_mode_work": "ok: the work done inside the harness's shift, before the timer (68 us)",
+    "rt_profile_hook": "ok: the work done in a profile hook on the harness's shift (69 us)",
+    "rt_timer_swap": "ok: samples read at 0.4x; the gap fits the 2 ms per call the accounting allows",
+    "rt_more_threads": "ok: a raised thread count is not looked for",
+    "rt_clock_patch": "ok: parent and worker clocks slowed alike, so their cross-check agrees",
+}
+HONEST = ("ok_prepared_layout", "ok_workspace", "ok_joined_pool", "ok_autotune", "ok_module_scratch",
+          "ok_lazy_init", "ok_numpy", "ok_idle_pool")
+CLOCK_CHEAT = "rt_clock_patch"
+
+
+def _start(out: Path, files: tuple[str, ...], only: list[str]) -> subprocess.Popen[str]:
+    plugins = [arg for name in files for arg in ("--plugin", str(HERE / name))]
+    return subprocess.Popen([sys.executable, "-m", "harness", "bench", *plugins, "--only", ",".join(only), *CASE,
+                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _cells(proc: subprocess.Popen[str], out: Path) -> dict[str, dict[str, Any]]:
+    _, stderr = proc.communicate(timeout=900)
+    assert out.exists(), stderr[-3000:]
+    cells = {c["implementation"]: c for c in json.loads(out.read_text())["cells"]}
+    cells["_exit"] = {"code": proc.returncode, "stderr": stderr}
+    return cells
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("redteam")
+    others = [name for name in EVIDENCE if name != CLOCK_CHEAT]
+    main = _start(tmp / "set.json", FILES, [*others, *HONEST])
+    clock = _start(tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT])
+    cells = _cells(main, tmp / "set.json")
+    clocked = _cells(clock, tmp / "clock.json")
+    cells[CLOCK_CHEAT], cells["_exit_clock"] = clocked[CLOCK_CHEAT], clocked["_exit"]
+    return cells
+
+
+def _cheat(name: str) -> Any:
+    if name in MISSED_BY_MAIN:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"missed before issue 36: {MISSED_BY_MAIN[name]}"))
+    return name
+
+
+@pytest.mark.parametrize("name", [_cheat(n) for n in EVIDENCE])
+def test_each_cheat_is_flagged_with_its_evidence(run: dict[str, dict[str, Any]], name: str) -> None:
+    cell = run[name]
+    reason = cell.get("reason") or ""
+    assert cell["status"] in FLAGGED, (cell["status"], reason)
+    named = [all(re.search(p, reason, re.IGNORECASE) for p in patterns) for patterns in EVIDENCE[name]]
+    assert any(named), (f"{name}: the reason names none of {EVIDENCE[name]}", reason)
+
+
+@pytest.mark.parametrize("name", HONEST)
+def test_honest_implementations_are_never_flagged(run: dict[str, dict[str, Any]], name: str) -> None:
+    cell = run[name]
+    assert cell["status"] == "ok", (cell["status"], cell.get("reason"))
+    assert cell["samples_s"] and all(c["max_abs_err"] <= c["bound"] for c in cell["integrity"]["checked"] if "bound" in c)
+
+
+def test_every_plugin_was_timed_and_the_run_failed(run: dict[str, dict[str, Any]]) -> None:
+    """No cheat crashed its way out of the set (an error is not a detection), and bench exits 1 for the flags."""
+    for name in (*EVIDENCE, *HONEST):
+        assert run[name]["status"] in ("ok", *FLAGGED), (name, run[name]["status"], run[name].get("reason"))
+    assert run["_exit"]["code"] == 1, run["_exit"]["stderr"][-2000:]

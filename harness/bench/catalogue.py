@@ -30,7 +30,7 @@ def not_here(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("bench's parent holds a plugin's declaration only: its code runs in its own workers")
 
 
-def not_here_once() -> str | None:
+def not_here_once(case: Any = None) -> str | None:
     """Stands in for an ``available=`` check that takes no case."""
     raise RuntimeError("bench's parent holds a plugin's declaration only: its checks run in its own workers")
 

@@ -278,7 +278,8 @@ def register(
     available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
     options: Mapping[str, object] | None = None, structures: Sequence[str] = (), on_request: bool = False,
     kv_dtypes: Sequence[str] = (), sinks: bool = False, softcap: bool = False, value_dim: bool = False,
-    conventions: Conventions | None = None, **unknown: NoReturn,
+    conventions: Conventions | None = None, block_q: Sequence[int] = (), block_k: Sequence[int] = (),
+    **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention kernel ``f(q, k, v, *, causal, mask, scale)``.
 
@@ -295,6 +296,7 @@ def register(
             backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad,
             bias=bias, memory=memory, deterministic=deterministic, structures=structures, on_request=on_request,
             kv_dtypes=kv_dtypes, sinks=sinks, softcap=softcap, value_dim=value_dim, conventions=conventions,
+            block_q=block_q, block_k=block_k,
         ).items() if value != _DEFAULTS.get(key)}
     if kind != "kernel":
         keywords["kind"] = kind

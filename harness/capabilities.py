@@ -143,6 +143,13 @@ def _strings(record: Capabilities, key: str, allowed: tuple[str, ...], empty_ok:
 
 
 def _check(record: Capabilities) -> None:
+    """Every field's own values, then the combinations a backend or a kind rules out."""
+    _check_values(record)
+    _check_backend(record)
+    _check_kind(record)
+
+
+def _check_values(record: Capabilities) -> None:
     if record.backend not in BACKENDS:
         raise CapabilityError(f"backend={record.backend!r}; choose one of {BACKENDS}")
     if record.kind not in KINDS:
@@ -153,6 +160,25 @@ def _check(record: Capabilities) -> None:
     for name in FLAGS:
         if not isinstance(getattr(record, name), bool):
             raise CapabilityError(f"{name}={getattr(record, name)!r} must be True or False")
+    if record.memory is not None and record.memory not in MEMORY_GROWTH:
+        raise CapabilityError(f"memory={record.memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
+    object.__setattr__(record, "structures", checked_structures(record.structures, record.kind, CapabilityError))
+    if not isinstance(record.conventions, Conventions):
+        raise CapabilityError(f"conventions={record.conventions!r} must be harness.conventions.Conventions(...)")
+    for key in ("block_q", "block_k"):
+        value = getattr(record, key)
+        items = (value,) if isinstance(value, int) else tuple(value)
+        if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
+            raise CapabilityError(f"{key}={items!r} must be positive integers (tile sizes)")
+        object.__setattr__(record, key, items)
+    _strings(record, "layers", MODULE_LAYERS, empty_ok=True)
+    _strings(record, "rope", ROPE_CONVENTIONS, empty_ok=True)
+    _strings(record, "positional_bias", POSITIONAL_BIASES, empty_ok=True)
+    if not isinstance(record.kernel, str):
+        raise CapabilityError(f"kernel={record.kernel!r} must be the lifted kernel's name")
+
+
+def _check_backend(record: Capabilities) -> None:
     if record.backend == "numpy":
         bad = [d for d in record.dtypes if d not in NUMPY_DTYPES]
         if bad:
@@ -161,29 +187,16 @@ def _check(record: Capabilities) -> None:
             raise CapabilityError("a numpy plugin runs on devices=('cpu',) only")
         if record.grad:
             raise CapabilityError("grad=True needs backend='torch' (autograd)")
-    if record.memory is not None and record.memory not in MEMORY_GROWTH:
-        raise CapabilityError(f"memory={record.memory!r}; choose one of {MEMORY_GROWTH} or leave it out")
-    object.__setattr__(record, "structures", checked_structures(record.structures, record.kind, CapabilityError))
-    if not isinstance(record.conventions, Conventions):
-        raise CapabilityError(f"conventions={record.conventions!r} must be harness.conventions.Conventions(...)")
     if not record.conventions.is_contract and record.backend != "torch":
         raise CapabilityError("conventions= are declared by torch kernels and modules (the adaptations are torch "
                               "operations)")
+
+
+def _check_kind(record: Capabilities) -> None:
     if record.kind == "module" and record.conventions.module_problem():
         raise CapabilityError(f"conventions=: {record.conventions.module_problem()}")
-    for key in ("block_q", "block_k"):
-        value = getattr(record, key)
-        items = (value,) if isinstance(value, int) else tuple(value)
-        if not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
-            raise CapabilityError(f"{key}={items!r} must be positive integers (tile sizes)")
-        object.__setattr__(record, key, items)
     if bool(record.block_q) != bool(record.block_k):
         raise CapabilityError("declare block_q and block_k together (the tile sizes a property check passes)")
-    _strings(record, "layers", MODULE_LAYERS, empty_ok=True)
-    _strings(record, "rope", ROPE_CONVENTIONS, empty_ok=True)
-    _strings(record, "positional_bias", POSITIONAL_BIASES, empty_ok=True)
-    if not isinstance(record.kernel, str):
-        raise CapabilityError(f"kernel={record.kernel!r} must be the lifted kernel's name")
     if record.kind == "kernel":
         declared = [name for name in MODULE_ONLY if getattr(record, name)]
         if declared:

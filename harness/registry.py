@@ -483,66 +483,73 @@ def _ignoring_case(check: Callable[[], str | None]) -> Check:
     return available
 
 
+def _base_call(capabilities: Capabilities) -> tuple[int, dict[str, str], str]:
+    """(arrays passed positionally, {keyword always passed: why}, the call spelled) of a kernel or module."""
+    conventions = capabilities.conventions
+    order: tuple[str, ...]
+    if capabilities.kind == "kernel":
+        arrays, order = 3, ("causal", "mask", "scale")
+    else:
+        arrays, order = 1, ("heads", "weights", "mask", "causal")
+    why = {"scale": "always passed unless Conventions(takes_scale=False)",
+           "causal": "always passed unless Conventions(takes_causal=False)"}
+    dropped = {name for name, taken in (("scale", conventions.takes_scale), ("causal", conventions.takes_causal))
+               if not taken}
+    needs = {name: why.get(name, "always passed") for name in order if name not in dropped}
+    head = "q, k, v" if arrays == 3 else "x"
+    return arrays, needs, f"({head}, *, {', '.join(needs)})"
+
+
+def _declared_keywords(capabilities: Capabilities, via_options: bool) -> dict[str, tuple[str, str]]:
+    """{keyword the declaration adds: (the declaration that adds it, its spelling with a default)}."""
+    adds: dict[str, tuple[str, str]] = {}
+    for flag in ("bias", "sinks", "softcap"):
+        if getattr(capabilities, flag):
+            adds[flag] = (f"{flag}=True is declared", "")
+    for structure in capabilities.structures:
+        for parameter, spelled in parameters_of(structure):
+            adds[parameter] = (f"structures=({structure!r},) is declared", spelled)
+    for field in ("rope", "positional_bias", "block_q", "block_k", "kv_cache"):
+        if getattr(capabilities, field):
+            spelled = f"options[{field!r}]" if via_options else (f"{field}=True" if field == "kv_cache" else f"{field}=")
+            parameters = ("past_key", "past_value") if field == "kv_cache" else (field,)
+            adds.update({parameter: (f"{spelled} is declared", "") for parameter in parameters})
+    if capabilities.kind == "module" and capabilities.gqa:  # a module splits its packed projection by its KV heads
+        adds["kv_heads"] = ("gqa=True is declared", "")
+    return adds
+
+
+def _missing_text(spelled: str, call: str, capabilities: Capabilities, missing: list[str], needs: dict[str, str],
+                  adds: dict[str, tuple[str, str]]) -> str:
+    """The error for keywords the harness passes that the function does not take: which, why, and the fix."""
+    hint = ", ".join(adds[m][1] for m in missing if m in adds and adds[m][1])
+    extras = [f for f in ("bias", "sinks", "softcap") if getattr(capabilities, f)]
+    with_ = f" with {', '.join(f + '=' for f in extras)}" if extras else ""
+    return (f"{spelled} has no parameter {', '.join(f'`{m}` ({needs[m]})' for m in missing)}; the harness calls "
+            f"it as {call}{with_}: add the parameter(s){f' (e.g. {hint})' if hint else ''}, or **kwargs")
+
+
 def _check_signature(fn: Callable[..., Any], capabilities: Capabilities, error: Callable[[str], PluginError],
                      via_options: bool = False) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
-    kind, conventions, structures = capabilities.kind, capabilities.conventions, capabilities.structures
-    flags = {flag: bool(getattr(capabilities, flag)) for flag in ("bias", "sinks", "softcap", "gqa")}
-    options = options_of(capabilities)
     try:
         signature = inspect.signature(fn)
     except (TypeError, ValueError):
         return  # a builtin or C callable: nothing to read, the call itself will tell
     params = signature.parameters.values()
-    if any(p.kind is p.VAR_KEYWORD for p in params):
-        keywords_taken: set[str] | None = None  # **kwargs takes every keyword
-    else:
-        keywords_taken = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    arrays, needs, call = _base_call(capabilities)
+    adds = _declared_keywords(capabilities, via_options)
+    needs.update({name: why for name, (why, _) in adds.items()})
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    takes_rest = any(p.kind is p.VAR_POSITIONAL for p in params)
-    if kind == "kernel":
-        needs, arrays = {"causal", "mask", "scale"}, 3
-        needs -= {"scale"} if not conventions.takes_scale else set()
-        needs -= {"causal"} if not conventions.takes_causal else set()
-        call = f"(q, k, v, *, {', '.join(sorted(needs))})"
-    else:
-        needs, arrays = {"heads", "weights", "mask", "causal"}, 1
-        needs -= {"causal"} if not conventions.takes_causal else set()
-        call = f"(x, *, {', '.join(n for n in ('heads', 'weights', 'mask', 'causal') if n in needs)})"
-    declared = {"scale": "always passed unless Conventions(takes_scale=False)",
-                "causal": "always passed unless Conventions(takes_causal=False)"}
-    for flag in ("bias", "sinks", "softcap"):
-        if flags.get(flag):
-            needs.add(flag)
-            declared[flag] = f"{flag}=True is declared"
-    defaults: dict[str, str] = {}
-    for structure in structures:
-        for parameter, spelled in parameters_of(structure):
-            needs.add(parameter)
-            declared[parameter] = f"structures=({structure!r},) is declared"
-            defaults[parameter] = spelled
-    for option in ("rope", "positional_bias", "block_q", "block_k"):
-        if options.get(option):
-            needs.add(option)
-            declared[option] = f"options[{option!r}] is declared" if via_options else f"{option}= is declared"
-    for cache_parameter in options.get("kv_cache", ()):  # a module's KV cache: past_key, past_value
-        needs.add(str(cache_parameter))
-        declared[str(cache_parameter)] = "options['kv_cache'] is declared" if via_options else "kv_cache=True is declared"
-    if kind == "module" and flags.get("gqa"):  # a module splits its packed projection by the KV heads it is given
-        needs.add("kv_heads")
-        declared["kv_heads"] = "gqa=True is declared"
-    if len(positional) < arrays and not takes_rest:
+    if len(positional) < arrays and not any(p.kind is p.VAR_POSITIONAL for p in params):
         raise error(f"{fn.__name__}{signature} takes {len(positional)} positional argument(s); the harness calls "
                     f"it as {fn.__name__}{call}")
-    missing = sorted(needs - keywords_taken) if keywords_taken is not None else []
-    if missing:
-        reasons = [f"`{m}` ({declared.get(m, 'always passed')})" for m in missing]
-        hint = ", ".join(defaults[m] for m in missing if m in defaults)
-        hint = f" (e.g. {hint})" if hint else ""
-        extras = [f for f in ("bias", "sinks", "softcap") if flags.get(f)]
-        with_ = f" with {', '.join(f + '=' for f in extras)}" if extras else ""
-        raise error(f"{fn.__name__}{signature} has no parameter {', '.join(reasons)}; the harness calls it as "
-                    f"{fn.__name__}{call}{with_}: add the parameter(s){hint}, or **kwargs")
+    if not any(p.kind is p.VAR_KEYWORD for p in params):  # **kwargs takes every keyword
+        taken = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        missing = sorted(set(needs) - taken)
+        if missing:
+            raise error(_missing_text(f"{fn.__name__}{signature}", f"{fn.__name__}{call}", capabilities, missing,
+                                      needs, adds))
     required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
     if required:
         raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "

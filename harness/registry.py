@@ -1,14 +1,18 @@
-"""The plugin contract: `register` declares an attention implementation and its capabilities.
+"""The plugin contract: ``register`` declares a kernel, ``register_module`` a module, each with a record.
 
-Capabilities are data (as in xformers' ``ops/fmha``): the harness never calls an
-implementation on a case it declared it cannot run; it asks
-:meth:`Implementation.not_supported_reasons` and records the reasons as a skip.
+What an implementation runs is a :class:`~harness.capabilities.Capabilities` record (as in xformers'
+``AttentionOpBase``, capabilities are data): the harness never calls an implementation on a case it
+declared it cannot run; it asks :meth:`Implementation.not_supported_reasons` (the record's reasons, then
+the plugin's own ``available(case)``) and records them as a skip.
 
-``register`` keeps no registry, global or hidden: it checks the declaration against the
-function's signature (as pluggy checks a hook implementation against its spec), attaches
-the :class:`Implementation` to the function as ``__attnbench__`` and returns the function.
-Discovery (:mod:`harness.discovery`) finds declarations as a module's attributes, so a
-module imported before is read the same way, and every error names the plugin's source.
+``register`` keeps no registry, global or hidden: it builds the record (given whole, or from keywords,
+the deprecated ``kind=``, ``options=`` and zero-argument ``available`` mapped into it with a warning that
+names the fix), checks it against the function's signature (:mod:`harness.signatures`), attaches the
+:class:`Implementation` to the function as ``__attnbench__`` and returns the function. Discovery
+(:mod:`harness.discovery`) finds declarations as a module's attributes, so a module imported before is
+read the same way, and every error names the plugin's source. Over 300 lines because
+:class:`Implementation` reads each record field through (every runner reads ``impl.causal``) and the
+deprecated spellings are mapped here, beside the signature they belong to.
 """
 
 from __future__ import annotations
@@ -24,25 +28,22 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from harness.capabilities import (
     BACKENDS,
-    MODULE_LAYERS,
-    POSITIONAL_BIASES,
-    ROPE_CONVENTIONS,
     Capabilities,
     CapabilityError,
+    Option,
     field_names,
+    fields_from_options,
+    options_of,
 )
 from harness.conventions import Conventions, adapt, adapt_module
 from harness.errors import PluginError
-from harness.structures import parameters_of
+from harness.signatures import check_signature
 
 if TYPE_CHECKING:
     from harness.cases import AttentionCase
 
 #: A zero-argument closure that performs one timed call and returns the output.
 Call = Callable[[], Any]
-
-Option = str | tuple[str | int, ...]
-"""A value of the deprecated ``options=`` mapping once checked: the kernel's name, or the values it takes."""
 
 Check = Callable[[Any], "str | None"]
 """``available(case)``: None when the implementation can run ``case`` on this machine, else the reason."""
@@ -180,19 +181,6 @@ class Implementation:
         return self.declared.describe()
 
 
-def options_of(declared: Capabilities) -> dict[str, Option]:
-    """``declared``'s tile sizes and module fields as the deprecated ``options=`` mapping (only those set)."""
-    options: dict[str, Option] = {}
-    for key in ("block_q", "block_k", "layers", "rope", "positional_bias"):
-        if getattr(declared, key):
-            options[key] = tuple(getattr(declared, key))
-    if declared.kernel:
-        options["kernel"] = declared.kernel
-    if declared.kv_cache:
-        options["kv_cache"] = ("past_key", "past_value")
-    return options
-
-
 _AVAILABILITY_CACHE: dict[tuple[str, str], str | None] = {}
 
 
@@ -253,17 +241,6 @@ def _source_of(fn: Callable[..., Any]) -> str:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: The keys the deprecated ``options=`` may hold, and the :class:`Capabilities` field each becomes.
-OPTIONS = {
-    "block_q": "tile sizes along the queries a property check may pass as prepare(..., block_q=)",
-    "block_k": "tile sizes along the keys, passed as block_k=",
-    "layers": "module implementations: the layers they implement (mha, encoder)",
-    "rope": "module implementations: the RoPE conventions they apply (rotate_half, interleaved)",
-    "kernel": "a lifted module: the name of the kernel inside it",
-    "kv_cache": "module implementations: True when they take earlier positions' keys and values (past_key=, past_value=)",
-    "positional_bias": "module implementations: the positional biases they compute themselves from heads and "
-                       "positions (alibi), asked for as positional_bias= instead of a bias= tensor",
-}
 _CALL_KEYWORDS = ("available", "description", "prepare")
 """register's keywords about the call, not the capabilities: everything else is a :class:`Capabilities` field."""
 _LEGACY_KEYWORDS = ("kind", "options")
@@ -392,7 +369,7 @@ def make_implementation(name: str, fn: Callable[..., Any], capabilities: Capabil
     per_case = available is None or _takes_case(available)
     if available is not None and not per_case:
         available = _ignoring_case(available)
-    _check_signature(fn, declared, error, via_options="options" in keywords)
+    check_signature(fn, declared, error, via_options="options" in keywords)
     if prepare:
         call = fn
     else:
@@ -432,7 +409,7 @@ def _declared(capabilities: Capabilities | None, keywords: dict[str, Any],
     fields = {key: value for key, value in keywords.items() if key in names}
     if fields.get("conventions") is None:
         fields.pop("conventions", None)
-    for key, value in _legacy_options(keywords.get("options"), error).items():
+    for key, value in fields_from_options(keywords.get("options"), error).items():
         if key in fields:
             raise error(f"{key} declared twice: as {key}= and in options=; keep {key}= alone")
         fields[key] = value
@@ -444,113 +421,9 @@ def _declared(capabilities: Capabilities | None, keywords: dict[str, Any],
         raise error(str(exc)) from None
 
 
-def _legacy_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:
-    """The deprecated ``options=`` mapping as :class:`Capabilities` fields, checked with the old messages."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise error(f"options= must be a dict with keys from {sorted(OPTIONS)}")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise error(f"options has unknown key(s) {unknown}; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    fields: dict[str, Any] = {}
-    for key, value in options.items():
-        if key == "kernel":
-            if not isinstance(value, str):
-                raise error(f"options['kernel']={value!r} must be the kernel's name")
-            fields[key] = value
-            continue
-        if key == "kv_cache":
-            if not isinstance(value, bool):
-                raise error(f"options['kv_cache']={value!r} must be True or False")
-            fields[key] = value
-            continue
-        items = (value,) if isinstance(value, (str, int)) else tuple(value)
-        allowed = {"layers": MODULE_LAYERS, "rope": ROPE_CONVENTIONS, "positional_bias": POSITIONAL_BIASES}.get(key)
-        if allowed is not None and (not items or not set(items) <= set(allowed)):
-            raise error(f"options[{key!r}]={items!r}; choose from {allowed}")
-        if allowed is None and not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
-            raise error(f"options[{key!r}]={items!r} must be positive integers (tile sizes)")
-        fields[key] = items
-    return fields
-
-
 def _ignoring_case(check: Callable[[], str | None]) -> Check:
     """A deprecated zero-argument check in the contract's one signature (asked once: ``available_per_case``)."""
     def available(case: Any) -> str | None:
         return check()
 
     return available
-
-
-def _base_call(capabilities: Capabilities) -> tuple[int, dict[str, str], str]:
-    """(arrays passed positionally, {keyword always passed: why}, the call spelled) of a kernel or module."""
-    conventions = capabilities.conventions
-    order: tuple[str, ...]
-    if capabilities.kind == "kernel":
-        arrays, order = 3, ("causal", "mask", "scale")
-    else:
-        arrays, order = 1, ("heads", "weights", "mask", "causal")
-    why = {"scale": "always passed unless Conventions(takes_scale=False)",
-           "causal": "always passed unless Conventions(takes_causal=False)"}
-    dropped = {name for name, taken in (("scale", conventions.takes_scale), ("causal", conventions.takes_causal))
-               if not taken}
-    needs = {name: why.get(name, "always passed") for name in order if name not in dropped}
-    head = "q, k, v" if arrays == 3 else "x"
-    return arrays, needs, f"({head}, *, {', '.join(needs)})"
-
-
-def _declared_keywords(capabilities: Capabilities, via_options: bool) -> dict[str, tuple[str, str]]:
-    """{keyword the declaration adds: (the declaration that adds it, its spelling with a default)}."""
-    adds: dict[str, tuple[str, str]] = {}
-    for flag in ("bias", "sinks", "softcap"):
-        if getattr(capabilities, flag):
-            adds[flag] = (f"{flag}=True is declared", "")
-    for structure in capabilities.structures:
-        for parameter, spelled in parameters_of(structure):
-            adds[parameter] = (f"structures=({structure!r},) is declared", spelled)
-    for field in ("rope", "positional_bias", "block_q", "block_k", "kv_cache"):
-        if getattr(capabilities, field):
-            spelled = f"options[{field!r}]" if via_options else (f"{field}=True" if field == "kv_cache" else f"{field}=")
-            parameters = ("past_key", "past_value") if field == "kv_cache" else (field,)
-            adds.update({parameter: (f"{spelled} is declared", "") for parameter in parameters})
-    if capabilities.kind == "module" and capabilities.gqa:  # a module splits its packed projection by its KV heads
-        adds["kv_heads"] = ("gqa=True is declared", "")
-    return adds
-
-
-def _missing_text(spelled: str, call: str, capabilities: Capabilities, missing: list[str], needs: dict[str, str],
-                  adds: dict[str, tuple[str, str]]) -> str:
-    """The error for keywords the harness passes that the function does not take: which, why, and the fix."""
-    hint = ", ".join(adds[m][1] for m in missing if m in adds and adds[m][1])
-    extras = [f for f in ("bias", "sinks", "softcap") if getattr(capabilities, f)]
-    with_ = f" with {', '.join(f + '=' for f in extras)}" if extras else ""
-    return (f"{spelled} has no parameter {', '.join(f'`{m}` ({needs[m]})' for m in missing)}; the harness calls "
-            f"it as {call}{with_}: add the parameter(s){f' (e.g. {hint})' if hint else ''}, or **kwargs")
-
-
-def _check_signature(fn: Callable[..., Any], capabilities: Capabilities, error: Callable[[str], PluginError],
-                     via_options: bool = False) -> None:
-    """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return  # a builtin or C callable: nothing to read, the call itself will tell
-    params = signature.parameters.values()
-    arrays, needs, call = _base_call(capabilities)
-    adds = _declared_keywords(capabilities, via_options)
-    needs.update({name: why for name, (why, _) in adds.items()})
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    if len(positional) < arrays and not any(p.kind is p.VAR_POSITIONAL for p in params):
-        raise error(f"{fn.__name__}{signature} takes {len(positional)} positional argument(s); the harness calls "
-                    f"it as {fn.__name__}{call}")
-    if not any(p.kind is p.VAR_KEYWORD for p in params):  # **kwargs takes every keyword
-        taken = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        missing = sorted(set(needs) - taken)
-        if missing:
-            raise error(_missing_text(f"{fn.__name__}{signature}", f"{fn.__name__}{call}", capabilities, missing,
-                                      needs, adds))
-    required = [p.name for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty and p.name not in needs]
-    if required:
-        raise error(f"{fn.__name__}{signature} requires keyword(s) {required} that the harness never passes; "
-                    f"give them defaults")

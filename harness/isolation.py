@@ -419,11 +419,15 @@ class WorkerPool:
     """"spawn" or "forkserver" (see :func:`_context`)."""
     memory_limit: int | None = None
     """Bytes of data each worker may allocate (None: no cap); see :func:`_cap_memory`."""
+    starts: int = field(default=0, init=False)
+    """Workers this pool has started: a caller that prepares a worker once (bench's warm-up) tells by it whether
+    the worker now up is the one it prepared, whatever task started it."""
     _worker: _Worker | None = field(default=None, repr=False)
 
     def run(self, task: Task) -> Outcome:
         if self._worker is None or not self._worker.process.is_alive():
             self._worker = _Worker.start(self.start_method, self.memory_limit)
+            self.starts += 1
         worker = self._worker
         limit = min(self.timeout if task.timeout is None else task.timeout, LONGEST_WAIT_S)
         started = _CLOCK()

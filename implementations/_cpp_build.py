@@ -1,10 +1,16 @@
 """Building tiled_fused's C++ extension: flags for the baseline instruction set, a cache name that
 carries that ISA and the sources' hash, and a failed build turned into a one-line reason.
 
+Instruction sets: one mechanism for every kernel. An extension is compiled whole for one level of
+:data:`ISAS` (its flags; never -march=native) and loaded only where :func:`cpu_runs` says the CPU has that
+level's features (asked of torch's cpuinfo, :func:`torch.cpu.get_capabilities`): code of a level the CPU
+lacks is never even loaded, so nothing in it (static initialisers included) can fault. No source selects
+an instruction set itself (no ``#pragma GCC target``, no target attributes); a source compiled at a lower
+level than its kernels need compiles them out and the loader does not offer them.
+
 Torch caches builds in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) by name. The
-name carries the ISA the code is compiled for (AVX2 or generic, never -march=native), so a cache
-shared by different CPUs never hands one code it cannot run; AVX-512 code paths are compiled per
-function (target attributes) and chosen at run time. It also carries a hash of the sources' contents
+name carries the level the code is compiled for, so a cache shared by different CPUs never hands one
+code it cannot run. It also carries a hash of the sources' contents
 and of the Python and torch that build it, so one checkout used from two environments (a venv beside
 the system Python) never rebuilds over the other's cached module. The sources are compiled from a
 copy inside the build directory, not from where the package lives: ninja's build file names the
@@ -25,20 +31,56 @@ import hashlib
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
 import torch
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+KERNELS = Path(__file__).with_name("kernels")
+"""The C++ sources and headers of the compiled plugins (tiled_fused, tiled_decode), one folder."""
 
 
-def isa_flags() -> tuple[str, list[str]]:
-    """The baseline instruction set to compile for: AVX2 + FMA where this CPU (as torch sees it) has them."""
-    capability = torch.backends.cpu.get_cpu_capability()
-    if capability in ("AVX2", "AVX512"):
-        return "avx2", ["-mavx2", "-mfma"]
-    return "generic", []
+@dataclass(frozen=True)
+class Isa:
+    """One instruction-set level an extension is compiled for: the compiler flags of the whole extension,
+    and the CPU features (keys of :func:`torch.cpu.get_capabilities`) a CPU needs to load it."""
+
+    name: str
+    flags: tuple[str, ...]
+    features: tuple[str, ...]
+
+
+_AVX2 = Isa("avx2", ("-mavx2", "-mfma", "-mf16c"), ("avx2", "fma3", "f16c"))
+_AVX512F = Isa("avx512f", (*_AVX2.flags, "-mavx512f"), (*_AVX2.features, "avx512_f"))
+ISAS = {isa.name: isa for isa in (
+    Isa("generic", (), ()),
+    _AVX2,
+    _AVX512F,
+    Isa("avx512_bf16", (*_AVX512F.flags, "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx512bf16"),
+        (*_AVX512F.features, "avx512_bw", "avx512_vl", "avx512_dq", "avx512_bf16")),
+)}
+"""The levels, lowest first; each includes the one before it."""
+
+
+def cpu_runs(isa: Isa) -> bool:
+    """Whether this CPU has every feature of ``isa`` (the hardware's, whatever ATEN_CPU_CAPABILITY says)."""
+    capabilities = torch.cpu.get_capabilities()
+    return all(capabilities.get(feature, False) for feature in isa.features)
+
+
+def missing(isa: Isa) -> str | None:
+    """None when this CPU runs ``isa``, else a reason naming the features it lacks."""
+    capabilities = torch.cpu.get_capabilities()
+    lacking = [feature for feature in isa.features if not capabilities.get(feature, False)]
+    return f"this CPU has no {', '.join(lacking)} (the {isa.name} kernels)" if lacking else None
+
+
+def baseline() -> Isa:
+    """The level of the extensions every CPU loads (the MKL-GEMM kernels, tiled_decode's): AVX2 + FMA + F16C
+    where the CPU has them (torch's own kernels assume no more), else generic."""
+    return _AVX2 if cpu_runs(_AVX2) else ISAS["generic"]
 
 
 def extension_name(prefix: str, isa: str, sources: list[Path], flags: Sequence[str] = ()) -> str:

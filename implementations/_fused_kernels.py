@@ -22,19 +22,19 @@ from types import ModuleType
 import torch
 
 from harness.errors import UsageError
-from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._cpp_build import ISAS, KERNELS, baseline, build, built_before, extension_name, missing
 from implementations._flash_cpu import LOG2E
 from implementations._workers import run_parallel
 
-SOURCES = [Path(__file__).with_name(name) for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
-                                                                  "_flash_avx2_backward.cpp")]
-"""The float32/float64 kernels (generic, and avx2 where the build's baseline has AVX2 + FMA): tiled_fused
-is available when these build."""
-BF16_SOURCES = [Path(__file__).with_name(name)
-                for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp", "_flash_f32.cpp")]
-"""The AVX-512 kernels (bf16, and the float32 forward with its own GEMMs), a separate extension: if the
-compiler cannot build AVX512_BF16 code, only these fast paths are lost (bf16 and float32 input take the
-MKL float32 path) and :func:`bf16_reason` and :func:`f32_reason` say why."""
+SOURCES = [KERNELS / name for name in ("_flash_fused.cpp", "_flash_backward.cpp", "_flash_avx2.cpp",
+                                       "_flash_avx2_backward.cpp")]
+"""The float32/float64 kernels, compiled at the CPU's :func:`baseline` level: generic (MKL's GEMMs) always,
+avx2 where that level is AVX2 (compiled out where it is not). tiled_fused is available when these build."""
+AVX512_SOURCES = [KERNELS / "_flash_f32.cpp"]
+"""The avx512f tier's float32 forward with its own GEMMs, an extension compiled for AVX-512F."""
+BF16_SOURCES = [KERNELS / name for name in ("_flash_bf16.cpp", "_flash_bf16_backward.cpp")]
+"""The avx512_bf16 tier's kernels, an extension compiled for AVX512_BF16: if the compiler cannot build it,
+only this fast path is lost (bf16 takes the float32 kernels) and :func:`bf16_reason` says why."""
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 """Environment variable capping the tier (one of :data:`TIERS`), to run a lower tier's kernels on a
 CPU that has a higher one; unset or empty: the best the CPU and the builds allow."""
@@ -54,35 +54,52 @@ Sequence = tuple[int, int, int, int, list[int]]
 tensor when unpacked); the band is ``[causal, kmin, kmax, shift, left, right]`` (-1: unbounded)."""
 
 
-def _built(key: str, prefix: str, sources: list[Path], what: str) -> ModuleType | str:
+def _built(level: str, prefix: str, sources: list[Path]) -> ModuleType | str:
+    """The extension of ``sources`` compiled whole for ``level`` (the baseline's for "baseline"), or why
+    it is not there: the CPU lacks the level's features (then it is neither built nor loaded) or the build
+    failed. Tried once per process."""
     with _BUILD_LOCK:
-        if key not in _BUILD:
-            isa, flags = isa_flags()
+        if level not in _BUILD:
+            isa = baseline() if level == "baseline" else ISAS[level]
             openmp = ["-fopenmp"]  # the forward's items run on torch's OpenMP team (_flash_items.h)
-            name = extension_name(prefix, isa, sources, openmp)
-            if not built_before(name):  # a silent minute would look like a hang
-                print(f"attnbench: building tiled_fused's {what} C++ kernels (first use only, about a minute)",
-                      file=sys.stderr)
-            _BUILD[key] = build(sources, name, [*flags, *openmp], ldflags=openmp)
-        return _BUILD[key]
+            name = extension_name(prefix, isa.name, sources, openmp)
+            reason = missing(isa)
+            if reason is not None:
+                _BUILD[level] = reason
+            else:
+                if not built_before(name):  # a silent minute would look like a hang
+                    print(f"attnbench: building tiled_fused's {isa.name} C++ kernels (first use only, about a minute)",
+                          file=sys.stderr)
+                _BUILD[level] = build(sources, name, [*isa.flags, *openmp], ldflags=openmp)
+        return _BUILD[level]
 
 
 def extension() -> ModuleType | str:
-    """The float32/float64 kernels' module, or the reason it could not be built (tried once per process)."""
-    return _built("result", "attnbench_flash_fused", SOURCES, "float32")
+    """The float32/float64 kernels' module (generic and avx2), or the reason it could not be built."""
+    return _built("baseline", "attnbench_flash_fused", SOURCES)
+
+
+def avx512_extension() -> ModuleType | str:
+    """The avx512f tier's module, or the reason it is not there (this CPU, or the build)."""
+    return _built("avx512f", "attnbench_flash_avx512", AVX512_SOURCES)
 
 
 def bf16_extension() -> ModuleType | str:
-    """The AVX-512 kernels' module (bf16, and the float32 forward), or the reason it could not be built
-    (tried once per process)."""
-    return _built("bf16", "attnbench_flash_bf16", BF16_SOURCES, "AVX-512")
+    """The avx512_bf16 tier's module, or the reason it is not there (this CPU, or the build)."""
+    return _built("avx512_bf16", "attnbench_flash_bf16", BF16_SOURCES)
+
+
+def _extension_of(tier_name: str) -> ModuleType | str:
+    """The module holding the kernels of tier ``tier_name`` (generic and avx2: the baseline extension)."""
+    return {"avx512f": avx512_extension, "avx512_bf16": bf16_extension}.get(tier_name, extension)()
 
 
 def available() -> str | None:
     """None once the float32 kernels are built (or loaded from torch's cache), else the build's error.
-    Builds the AVX-512 kernels too, so that no case's time limit ever times a build; their failure is
-    not this one's (:func:`bf16_reason`, :func:`f32_reason`)."""
+    Builds the AVX-512 kernels this CPU runs too, so that no case's time limit ever times a build; their
+    failure is not this one's (:func:`bf16_reason`, :func:`f32_reason`)."""
     result = extension()
+    avx512_extension()
     bf16_extension()
     return result if isinstance(result, str) else None
 
@@ -97,20 +114,17 @@ def _cap(isa: str | None) -> int:
 
 def _tier_reason(isa: str | None, want: str) -> str | None:
     """Why the kernels of tier ``want`` do not run (None when they do): ``isa`` (or the environment
-    variable) caps the tier lower, the extension holding them did not build, or the CPU (AVX-512
-    tiers: asked at run time) or the build's baseline (AVX2: the extension is compiled for it only
-    where torch reports AVX2) lacks the feature."""
+    variable) caps the tier lower, the CPU lacks the tier's features (:data:`ISAS`; avx2: the baseline
+    extension is compiled for it only where the CPU has them), or the extension holding them did not build."""
     if _cap(isa) < TIERS.index(want):
         return f"the {want} kernels are not used: isa or {FORCE_ISA} asks for {TIERS[_cap(isa)]}"
     if want == "generic":
         return None
-    ext = extension() if want == "avx2" else bf16_extension()
-    if isinstance(ext, str):
-        return f"the {want} kernels did not build ({ext})"
-    check = {"avx2": "has_avx2_fma", "avx512f": "has_avx512f", "avx512_bf16": "has_avx512bf16"}[want]
-    if not hasattr(ext, check) or not getattr(ext, check)():
-        return f"this CPU (or the build's baseline) has no {want.upper()}"
-    return None
+    reason = missing(ISAS[want])
+    if reason is not None:
+        return reason
+    ext = _extension_of(want)
+    return f"the {want} kernels did not build ({ext})" if isinstance(ext, str) else None
 
 
 def f32_tier(isa: str | None = None) -> str:
@@ -216,17 +230,13 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     lse = torch.empty(b, h, tq, dtype=lse_dtype)
     _clear_uncovered(out, lse, seqs)
     if own is not None:
-        every_item = getattr(extension() if level == "avx2" else bf16_extension(), own)
+        every_item = getattr(_extension_of(level), own)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
         every_item(q2, k2, v2, m, out, lse, items, scale * LOG2E, block_k, diagonal_chunk)
         return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
-        bi, hi, q0, q1, band = item
-        if "scratch" not in cache:
-            cache["scratch"] = torch.empty(block_q * (block_k + d), dtype=dtype)
-        ext.forward_item(q2, k2, v2, m, out, lse, cache["scratch"], bi, hi, hi + 1, q0, q1, band, scale * LOG2E,
-                         block_k, diagonal_chunk)
+        ext.forward_item(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k, diagonal_chunk)
 
     run_parallel(items, one)
     return out, lse

@@ -19,9 +19,10 @@ bfloat16 or float16): rows are converted to fp32 as they are loaded (bf16 is a s
 conversion) and every sum is fp32; the output has q's dtype. Mixed cases are declared as data
 (``kv_dtypes``) and named ``kv=bfloat16`` in case ids (see docs/decode.md).
 
-The loops are C++ (:file:`_decode.cpp`, :file:`_decode_kernel.h`: register tiles written once and compiled
-for AVX2 + FMA + F16C and for AVX-512F, the tier chosen from the CPU's features at run time; built on first
-use and cached like ``tiled_fused``'s; a failed build is the availability reason). The threads are torch's
+The loops are C++ (:file:`kernels/_decode.cpp`, :file:`kernels/_decode_kernel.h`: register tiles written once
+over the vector width; one build per tier, compiled whole for AVX2 + FMA + F16C or for AVX-512F and loaded only
+on a CPU that has it (:data:`implementations._cpp_build.ISAS`); built on first use and cached like
+``tiled_fused``'s; a failed build is the availability reason). The threads are torch's
 own (``at::parallel_for``, items pulled from a shared counter): a step right after another torch operation
 then runs on the threads that operation leaves spinning, where a pool of its own would compete with them
 for the cores (measured: 12% slower right after a 1 GiB ``torch.sum`` on 2 cores).
@@ -34,16 +35,15 @@ import os
 import sys
 import threading
 import time
-from pathlib import Path
 from types import ModuleType
 
 import torch
 
 from harness import register
-from implementations._cpp_build import build, built_before, extension_name, isa_flags
+from implementations._cpp_build import ISAS, KERNELS, build, built_before, cpu_runs, extension_name, missing
 
 LOG2E = 1.0 / math.log(2.0)
-SOURCES = [Path(__file__).with_name("_decode.cpp")]
+SOURCES = [KERNELS / "_decode.cpp"]
 MIN_PIECE = 512
 """Keys per split-KV piece at least: below this a piece's fixed cost (its tile, the merge) is not worth it."""
 PIECES_PER_THREAD = 4
@@ -70,31 +70,39 @@ KV_DTYPES = ("float32", "bfloat16", "float16")
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 _TUNED: dict[str, object] = {}
-"""The settings last passed to the kernel's ``tune`` and the tier it chose."""
+"""The settings last passed to each tier's build's ``tune``."""
 
 
-def extension() -> ModuleType | str:
-    """The compiled module, or the reason it could not be built (tried once per process)."""
+LEVELS = {"avx2": ISAS["avx2"], "avx512": ISAS["avx512f"]}
+"""Each tier's build: the instruction-set level its extension is compiled for (the avx512 build holds the 256-bit
+loops too, for float32 caches: :data:`FLOAT32_512`)."""
+
+
+def extension(tier: str | None = None) -> ModuleType | str:
+    """The build of ``tier`` (default: the highest this CPU runs), or the reason it is not there: the CPU lacks the
+    tier's features (the build is then neither made nor loaded) or it did not build. Tried once per process."""
+    tier = tier or ("avx512" if cpu_runs(LEVELS["avx512"]) else "avx2")
     with _BUILD_LOCK:
-        if "result" not in _BUILD:
-            isa, flags = isa_flags()
-            if isa != "avx2":
-                _BUILD["result"] = f"tiled_decode needs AVX2 and FMA; this CPU's capability is {isa}"
-                return _BUILD["result"]
+        if tier not in _BUILD:
+            level = LEVELS[tier]
+            reason = missing(level)
+            if reason is not None:
+                _BUILD[tier] = f"tiled_decode's {tier} tier: {reason}"
+                return _BUILD[tier]
             # OpenMP: at::parallel_for runs on torch's own thread team (the libgomp torch has loaded already)
             openmp = ["-fopenmp"]
-            name = extension_name("attnbench_decode", isa, SOURCES, openmp)
+            name = extension_name("attnbench_decode", level.name, SOURCES, openmp)
             if not built_before(name):
-                print("attnbench: building tiled_decode's C++ kernel (first use only, about 30 s)", file=sys.stderr)
-            _BUILD["result"] = build(SOURCES, name, [*flags, *openmp], ldflags=openmp)
-        return _BUILD["result"]
+                print(f"attnbench: building tiled_decode's {tier} C++ kernel (first use only, about 30 s)",
+                      file=sys.stderr)
+            _BUILD[tier] = build(SOURCES, name, [*level.flags, *openmp], ldflags=openmp)
+        return _BUILD[tier]
 
 
 def tiers() -> list[str]:
-    """The kernel's instruction-set tiers this CPU can run, lowest first (``avx2``, ``avx512``); none when
-    the kernel did not build."""
-    ext = extension()
-    return [] if isinstance(ext, str) else list(ext.tiers())
+    """The kernel's instruction-set tiers this CPU runs and whose builds it has, lowest first (``avx2``,
+    ``avx512``); none when the kernel did not build."""
+    return [tier for tier in LEVELS if not isinstance(extension(tier), str)]
 
 
 def in_cache_gbps(isa: str, dtype: torch.dtype, reps: int = 400, keys: tuple[int, int] = (256, 512)) -> float:
@@ -159,19 +167,20 @@ def use_isa(isa: str | None = None, kv_dtype: torch.dtype | None = None) -> str:
     :func:`default_tier` for the cache's dtype (checked at run time; a tier the CPU lacks falls back to its
     highest); returns the tier in use. The kernel is re-tuned only when the tier or the tuning constants of this
     module change."""
-    ext = extension()
-    if isinstance(ext, str):
-        raise RuntimeError(ext)
-    have = list(ext.tiers())
+    have = tiers()
+    if not have:
+        raise RuntimeError(str(extension()))
     isa = isa or os.environ.get(FORCE_ISA, "") or default_tier(kv_dtype)
-    if isa not in ("avx2", "avx512"):
+    if isa not in LEVELS:
         raise ValueError(f"tiled_decode: isa={isa!r}; one of avx2, avx512")
     tier = isa if isa in have else have[-1]
     settings = (tier, PREFETCH, BLOCK_KEYS, AHEAD_BYTES, WARM_BLOCKS, V_IN_SCORES_512, SPARSE, FLOAT32_512)
-    if _TUNED.get("settings") != settings:
-        _TUNED["tier"] = str(ext.tune(*settings))
-        _TUNED["settings"] = settings
-    return str(_TUNED["tier"])
+    if _TUNED.get(tier) != settings:  # each build keeps its own tuning
+        ext = extension(tier)
+        assert not isinstance(ext, str)  # in tiers()
+        ext.tune(*settings)
+        _TUNED[tier] = settings
+    return tier
 
 
 def available() -> str | None:
@@ -192,10 +201,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``;
     k and v in any of :data:`KV_DTYPES` (one dtype for both), the output in q's dtype; ``isa`` as in
     :func:`use_isa`."""
-    ext = extension()
-    if isinstance(ext, str):
-        raise RuntimeError(ext)
-    use_isa(isa, k.dtype)
+    ext = extension(use_isa(isa, k.dtype))
+    assert not isinstance(ext, str)  # use_isa returns a tier that built
     b, h, tq, d = q.shape
     hkv = k.shape[1]
     tk = block_table.shape[1] * k.shape[2] if block_table is not None else k.shape[2]

@@ -20,10 +20,11 @@ Structures (windows, bottom-right causal, packed sequences) are native: each row
 range, and no key block outside it is computed (:mod:`implementations._fused_kernels`).
 
 Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
-compiler, and a failed build becomes this plugin's availability reason. The bf16 kernels are a
-second extension, with the AVX-512 float32 forward: a compiler that cannot build AVX512_BF16 code
-loses only them (bf16 and float32 take the avx2 or generic kernels; :func:`bf16_reason` and
-:func:`f32_reason` say why), not the plugin.
+compiler, and a failed build becomes this plugin's availability reason. Each tier above avx2 is an
+extension of its own, compiled whole for its instruction set and loaded only on a CPU that has it
+(:data:`implementations._cpp_build.ISAS`): a compiler that cannot build AVX512_BF16 code loses only
+those kernels (bf16 takes the float32 ones; :func:`bf16_reason` and :func:`f32_reason` say why), not the
+plugin.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from implementations._fused_kernels import (
     TIERS,
     Sequence,
     available,
+    avx512_extension,
     bf16_extension,
     bf16_kernel,
     bf16_reason,
@@ -55,8 +57,8 @@ from implementations._fused_kernels import (
 from implementations._fused_kernels import backward as fused_backward
 from implementations._fused_kernels import forward as fused_forward
 
-__all__ = ["_BUILD", "FORCE_ISA", "TIERS", "available", "bf16_extension", "bf16_kernel", "bf16_reason", "build", "extension",
-           "f32_reason", "f32_tier", "fused_flash_attention", "tier", "tiled_fused"]
+__all__ = ["_BUILD", "FORCE_ISA", "TIERS", "available", "avx512_extension", "bf16_extension", "bf16_kernel",
+           "bf16_reason", "build", "extension", "f32_reason", "f32_tier", "fused_flash_attention", "tier", "tiled_fused"]
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from harness.isolation import CRASH, ERROR, OK, TIMEOUT, Task, run_isolated
+from harness.isolation import CRASH, ERROR, OK, OUT_OF_MEMORY, TIMEOUT, Task, WorkerPool, run_isolated
 
 
 def square(x: int) -> int:
@@ -26,6 +26,29 @@ def fail() -> None:
 
 def pid() -> int:
     return os.getpid()
+
+
+_HELD: list[bytearray] = []
+
+
+def leak(mib: int) -> tuple[int, int]:
+    """A plugin that keeps ``mib`` MiB more on every call: this worker's pid and how many blocks it holds."""
+    _HELD.append(bytearray(mib << 20))
+    return os.getpid(), len(_HELD)
+
+
+def test_a_worker_that_leaks_per_call_is_stopped_by_its_own_cap_and_the_next_task_gets_a_fresh_one() -> None:
+    """docs/isolation.md, Memory: the leak ends in the worker as an out-of-memory outcome that says the cap, not as
+    the machine's OOM killer picking a process; what leaked stays with that worker, so the next task starts clean."""
+    with WorkerPool(timeout=60, memory_limit=512 << 20) as pool:
+        outcomes = [pool.run(Task(i, leak, (64,))) for i in range(12)]
+        failed = next(i for i, o in enumerate(outcomes) if o.status != OK)
+        assert 1 <= failed < 9, [o.status for o in outcomes]  # 8 x 64 MiB fill the 512 MiB cap with the interpreter
+        oom = outcomes[failed]
+        assert oom.status == ERROR and oom.error.startswith(OUT_OF_MEMORY) and "0.50 GiB" in oom.error, oom.error
+        after = outcomes[failed + 1]
+        assert after.status == OK and after.value[1] == 1, after  # a fresh worker: one block, its own
+        assert after.value[0] != outcomes[0].value[0]
 
 
 def test_crash_hang_and_error_are_outcomes_and_later_tasks_still_run() -> None:

@@ -3,6 +3,7 @@ module is handed, and a failure that names the positional bias and the heads who
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -165,3 +166,53 @@ def test_every_suite_has_alibi_for_head_counts_not_powers_of_two_in_float32(suit
     heads = {c.heads for c in module_cases(impl, suite) if c.bias == "alibi" and c.dtype == "float32"}
     odd = {h for h in heads if h & (h - 1)}
     assert odd >= ({6} if suite == "small" else {6, 12, 20}), heads
+
+
+def test_the_logit_term_counts_logits_where_the_softmax_spreads_its_weight() -> None:
+    """A row's only key (weight 1) has no rounding error to bound; ALiBi's far keys (weight ~0) add nothing."""
+    from harness.verify.module_reference import weighted_logit
+
+    one_key = ModuleCase(batch=1, seq=1, d_model=16, heads=2, dtype="float16")
+    assert weighted_logit(one_key, make_module_inputs(one_key, 0)) == 0.0
+    steep = ModuleCase(batch=1, seq=100, d_model=96, heads=12, bias="alibi", dtype="float16")
+    inputs = make_module_inputs(steep, 0)
+    assert inputs.bias64 is not None and float(inputs.bias64.abs().max()) > 60  # 2^-0.5 x 99
+    assert 0.0 < weighted_logit(steep, inputs) < 10.0
+
+
+def test_a_float16_layer_rounding_steep_alibi_logits_passes() -> None:
+    """Plain float16 arithmetic (scores + bias rounded to float16) for 12 heads, whose slope 2^-0.5 reaches -70."""
+    def fp16_layer(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+        b, t, d_model = x.shape
+        q, k, v = torch.nn.functional.linear(x, weights.in_proj_weight, weights.in_proj_bias).chunk(3, dim=-1)
+        q, k, v = (y.reshape(b, t, heads, -1).transpose(1, 2) for y in (q, k, v))
+        distance = (torch.arange(t)[:, None] - torch.arange(t)[None, :]).abs().double()
+        bias = (-alibi_slopes(heads)[:, None, None] * distance).to(x.dtype)
+        scores = q @ k.transpose(-1, -2) * (1.0 / math.sqrt(q.shape[-1])) + bias
+        if mask is not None:
+            scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))
+        out = (torch.softmax(scores, -1) @ v).transpose(1, 2).reshape(b, t, d_model)
+        return torch.nn.functional.linear(out, weights.out_proj_weight, weights.out_proj_bias)
+
+    impl = make_implementation("fp16_layer", fp16_layer, backend="torch", dtypes=("float16",), kind="module",
+                               mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
+    case = ModuleCase(batch=2, seq=100, d_model=96, heads=12, bias="alibi", mask="key_padding", dtype="float16")
+    assert statuses(check_module_case(impl, case, 3)) == {"output": "pass", "property:mask": "pass"}
+
+
+def test_a_failure_elsewhere_is_not_blamed_on_the_positional_bias() -> None:
+    """Q and K swapped in the packed weight fails with or without ALiBi: the reason names no positional variant."""
+    def swapped(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+        d = x.shape[-1]
+        w = weights.in_proj_weight
+        packed = torch.cat([w[d:2 * d], w[:d], w[2 * d:]])
+        b = weights.in_proj_bias
+        bias = None if b is None else torch.cat([b[d:2 * d], b[:d], b[2 * d:]])
+        moved = dataclasses.replace(weights, in_proj_weight=packed, in_proj_bias=bias)
+        slopes = alibi_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)
+        return _attention(x, heads, moved, mask, causal, slopes)
+
+    impl = make_implementation("swapped", swapped, backend="torch", dtypes=("float64",), kind="module", causal=True,
+                               mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
+    [output] = check_module_case(impl, BIAS_HEADS)
+    assert output["status"] == "fail" and "positional" not in output["reason"], output["reason"]

@@ -24,6 +24,7 @@ from harness.discovery import load_registry
 from harness.errors import UsageError
 from harness.oracle import reference_attention
 from harness.tensors import make_inputs, to_float64
+from implementations import _cpp_build
 from implementations import tiled_fused as module
 from implementations._fused_kernels import forward as fused_forward
 
@@ -142,7 +143,7 @@ def test_bf16_on_either_path_matches_the_oracle_with_gradients(impl, case: Atten
 
 def test_the_environment_variable_caps_the_tier(impl, monkeypatch: pytest.MonkeyPatch) -> None:
     bf16 = module.bf16_extension()
-    avx2 = bool(module.extension().has_avx2_fma())  # type: ignore[union-attr]
+    avx2 = _cpp_build.cpu_runs(_cpp_build.ISAS["avx2"])
     monkeypatch.setenv(module.FORCE_ISA, "avx2")
     assert module.bf16_kernel() is False and "avx2" in (module.bf16_reason() or "")
     assert "avx2" in (module.f32_reason() or "")
@@ -153,8 +154,9 @@ def test_the_environment_variable_caps_the_tier(impl, monkeypatch: pytest.Monkey
     with pytest.raises(UsageError, match="sse9"):
         module.bf16_kernel()
     monkeypatch.delenv(module.FORCE_ISA)
-    assert module.bf16_kernel() is (not isinstance(bf16, str) and bool(bf16.has_avx512bf16()))
-    assert (module.f32_reason() is None) is (not isinstance(bf16, str) and bool(bf16.has_avx512f()))
+    assert module.bf16_kernel() is (not isinstance(bf16, str) and _cpp_build.cpu_runs(_cpp_build.ISAS["avx512_bf16"]))
+    assert (module.f32_reason() is None) is (not isinstance(module.avx512_extension(), str)
+                                             and _cpp_build.cpu_runs(_cpp_build.ISAS["avx512f"]))
     assert module.tier(torch.float64) == module.tier(torch.float16) == "generic"
 
 

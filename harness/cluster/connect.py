@@ -13,12 +13,15 @@ attnbench's dependencies (torch, NumPy, ...) but not attnbench itself:
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import logging
 import os
 import shutil
 import socket
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +35,13 @@ NODE_RESOURCE = "attnbench_node"
 a CPU timing cell takes all of it, so no two timing cells ever share a node."""
 CONNECT_TIMEOUT_S = 10.0
 """How long the driver waits for the cluster's address to accept a TCP connection before it gives up."""
+CONNECT_LIMIT_S = 45.0
+"""The most the whole connection may take once the address answered as a gRPC server (``ray.init``: the GCS's
+cluster id, a live node to attach to). Ray's own retries are cut below it (:data:`RAY_LIMITS`), so Ray's own
+error usually comes first; this bound holds whatever Ray does."""
+RAY_LIMITS = {"RAY_gcs_server_port_wait_time_s": "10", "RAY_gcs_server_request_timeout_seconds": "20"}
+"""Ray's own waits, read when ray is imported: attempts at the GCS's cluster id (about 1 s each; default 20) and
+the seconds it looks for a live node to attach the driver to (default 60; a GCS whose raylet is gone)."""
 INSTALL_HINT = "pip install 'attnbench[ray]'  (or pip install 'ray>=2.40')"
 
 
@@ -53,6 +63,9 @@ def _import_ray(address: str | None) -> Any:
         # for a cluster bound to 127.0.0.1 (a test cluster on one machine). Its own switch for
         # single-machine clusters keeps the driver on loopback; read when ray is imported.
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if "ray" not in sys.modules:
+        for name, value in RAY_LIMITS.items():
+            os.environ.setdefault(name, value)
     import ray
 
     return ray
@@ -172,14 +185,84 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
         runtime_env = {"working_dir": str(staging), "py_modules": [_package_dir("harness"), _package_dir("implementations")],
                        "excludes": ["__pycache__", "*.pyc"]}
         loopback = {"_node_ip_address": "127.0.0.1"} if _is_loopback(address) else {}  # the driver registers on lo
+        _bounded_init(ray, CONNECT_LIMIT_S, address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
+                      logging_level="warning", configure_logging=True, **loopback)
         try:
-            ray.init(address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
-                     logging_level="warning", configure_logging=True, **loopback)
-        except ConnectionError as exc:
-            raise UsageError(f"cannot reach a Ray cluster at {address or 'auto'}: {exc}; {_start_hint()}") from None
-        try:
+            _warn_if_exposed(ray)
             yield RayCluster(ray, address, remote, dict(zip(plugins, remote)))
         finally:
             ray.shutdown()
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+class _NotMainThread(logging.Filter):
+    """Drops Ray's note that it set no SIGTERM handler (ray.init runs in a thread here): SIGTERM stays attnbench's."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def _bounded_init(ray: Any, limit_s: float, **kwargs: Any) -> None:
+    """``ray.init(**kwargs)`` given at most ``limit_s``, else a UsageError: run in a daemon thread, so a cluster that
+    answers but never lets the driver attach (a GCS whose raylet is gone, a gRPC server that is not a GCS) ends
+    the command with exit 2 instead of holding it. In a thread, ray.init also leaves the command's own SIGTERM
+    handler in place (in the main thread it installs one that exits at once)."""
+    logging.getLogger("ray._private.worker").addFilter(_NotMainThread())
+    failure: list[BaseException] = []
+
+    def init() -> None:
+        try:
+            ray.init(**kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread as it is
+            failure.append(exc)
+
+    thread = threading.Thread(target=init, name="ray.init", daemon=True)
+    thread.start()
+    thread.join(limit_s)
+    where = kwargs.get("address") or "auto"
+    if thread.is_alive():
+        atexit.unregister(ray.shutdown)  # Ray's exit hook would wait on the connection that hangs
+        raise UsageError(f"the Ray cluster at {where} answered but the driver could not attach to it within "
+                         f"{limit_s:g} s (a GCS whose raylet is gone, or a gRPC server that is not Ray's GCS); "
+                         f"check it with `ray status --address {where}`, or {_start_hint()}")
+    if failure:
+        exc = failure[0]
+        if isinstance(exc, (ConnectionError, TimeoutError, RuntimeError)):
+            said = str(exc.__cause__ or "").split("Traceback")[0].split("Last connection error")[0]
+            cause = said.strip().splitlines()[0].strip(" .:")[:200] if said.strip() else ""  # Ray's reason, if chained
+            why = f"{exc} ({cause})" if cause else str(exc)
+            raise UsageError(f"cannot reach a Ray cluster at {where}: {why}; {_start_hint()}") from None
+        raise exc
+
+
+def _cluster_ports(ray: Any, address: str) -> list[tuple[str, int]]:
+    """The GCS's port and every live node's raylet and object manager ports, each with its process's name. Called for
+    a GCS on loopback: its nodes are all on this machine (one elsewhere could not reach it)."""
+    ports = [("gcs_server", int(address.rsplit(":", 1)[1]))]
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        for key, name in (("NodeManagerPort", "raylet"), ("ObjectManagerPort", "object manager")):
+            port = node.get(key)
+            if isinstance(port, int) and port > 0:
+                ports.append((name, port))
+    return ports
+
+
+def _warn_if_exposed(ray: Any) -> None:
+    """A warning on stderr when the cluster's GCS is on loopback (a cluster for this machine alone: an ``--address``
+    on 127.0.0.1, or the one ``ray start`` made here) but some of its ports listen on every interface
+    (:mod:`harness.cluster.exposure`)."""
+    from harness.cluster.exposure import exposure_warning
+
+    try:
+        address = str(ray.get_runtime_context().gcs_address)
+        if not _is_loopback(address):
+            return
+        ports = _cluster_ports(ray, address)
+    except (ValueError, IndexError, AttributeError):
+        return
+    said = exposure_warning(address, ports)
+    if said:
+        print(f"attnbench: warning: {said}", file=sys.stderr)

@@ -28,7 +28,7 @@ from harness.modules.cases import ModuleCase
 from harness.modules.weights import ModuleInputs, MultiheadWeights, make_module_inputs
 from harness.positional import alibi_slopes
 from harness.tensors import TORCH_DTYPES, to_float64
-from harness.verify.module_reference import baseline_output, reference_output
+from harness.verify.module_reference import baseline_output, reference_output, weighted_logit
 from harness.verify.tolerance import compare
 
 Run = Callable[[ModuleCase, ModuleInputs], Any]
@@ -57,7 +57,8 @@ def positional_diagnosis(run: Run, case: ModuleCase, seed: int, backend: str, m:
 
 def _ok(run: Run, case: ModuleCase, inputs: ModuleInputs, m: float) -> bool:
     out = to_float64(run(case, inputs))
-    return compare(out, reference_output(case, inputs), baseline_output(case, inputs), dtype=case.dtype, m=m).ok
+    return compare(out, reference_output(case, inputs), baseline_output(case, inputs), dtype=case.dtype, m=m,
+                   logit_max=weighted_logit(case, inputs)).ok
 
 
 def _passes(run: Run, case: ModuleCase, seed: int, backend: str, m: float) -> bool:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from harness.modules.cases import ModuleCase
 from harness.modules.weights import EncoderLayerWeights, ModuleInputs, MultiheadWeights
-from harness.oracle import reference_attention
+from harness.oracle import expand_kv, reference_attention
 from harness.positional import apply_rope
 from harness.tensors import TORCH_DTYPES
 
@@ -86,6 +86,19 @@ def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: t
     positions after it, and causal masking is bottom-right."""
     from harness.verify.tolerance import baseline_attention
 
+    b, t = case.batch, case.seq
+    q, k, v = _heads(case, x, w, past)
+    kernel_mask = None if mask is None else mask.to(torch.bool).reshape(b, 1, 1, case.keys)
+    attend = reference_attention if exact else baseline_attention
+    out = attend(q, k, v, causal=case.causal, mask=kernel_mask, bias=None if bias is None else bias.to(x.dtype),
+                 causal_align="bottom_right" if case.past else "top_left")
+    out = out.to(x.dtype).transpose(1, 2).reshape(b, t, case.d_model)
+    return F.linear(out, w.out_proj_weight, w.out_proj_bias)
+
+
+def _heads(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, past: tuple[torch.Tensor, torch.Tensor] | None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Q (B, H, T, d), K and V (B, Hkv, past + T, d): projected, RoPE at the new positions, the cache before them."""
     b, t, h, hkv, d = case.batch, case.seq, case.heads, case.kv_heads, case.head_dim
     q, k, v = torch.split(F.linear(x, w.in_proj_weight, w.in_proj_bias), [case.d_model, case.kv_dim, case.kv_dim], dim=-1)
     q = q.reshape(b, t, h, d).transpose(1, 2)
@@ -94,12 +107,33 @@ def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: t
         q, k = apply_rope(q, case.rope, offset=case.past), apply_rope(k, case.rope, offset=case.past)
     if past is not None:
         k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-    kernel_mask = None if mask is None else mask.to(torch.bool).reshape(b, 1, 1, case.keys)
-    attend = reference_attention if exact else baseline_attention
-    out = attend(q, k, v, causal=case.causal, mask=kernel_mask, bias=None if bias is None else bias.to(x.dtype),
-                 causal_align="bottom_right" if case.past else "top_left")
-    out = out.to(x.dtype).transpose(1, 2).reshape(b, t, case.d_model)
-    return F.linear(out, w.out_proj_weight, w.out_proj_bias)
+    return q, k, v
+
+
+def weighted_logit(case: ModuleCase, inputs: ModuleInputs) -> float:
+    """max over (batch, head, query) of sum_j p_ij (1 - p_ij) |l_ij| (float64; 0 for encoder layers): what sizes
+    the rule's ``eps * logit`` floor term for a module case.
+
+    Logits l_j rounded to nearest in the case's dtype move by d_j, |d_j| <= eps |l_j| / 2; to first order the
+    attention output moves by sum_j p_j (d_j - d) (v_j - o), d = sum_k p_k d_k, so by at most
+    max|v_j - o| eps sum_j p_j (1 - p_j) |l_j| (|d_j - d| <= (1 - p_j) |d_j| + sum_{k != j} p_k |d_k|).
+    Rounding matters only where the softmax spreads its weight: the max |logit| a kernel case uses would count
+    ALiBi's far keys (a bias of -70 at weight e^-70) and a row's only key (weight 1, no error), and loosen the floor
+    past what any rounding there can do."""
+    if case.layer != "mha" or not isinstance(inputs.weights64, MultiheadWeights):
+        return 0.0
+    past = None if inputs.past_key64 is None or inputs.past_value64 is None else (inputs.past_key64, inputs.past_value64)
+    q, k, _ = _heads(case, inputs.x64, inputs.weights64, past)
+    logits = q @ expand_kv(k, case.heads).transpose(-1, -2) * case.head_dim ** -0.5
+    if inputs.bias64 is not None:
+        logits = logits + inputs.bias64
+    allowed = torch.ones(case.seq, case.keys, dtype=torch.bool)
+    if case.causal:
+        allowed = allowed.tril(case.past)  # bottom-right over the cache (top-left without one)
+    if inputs.mask64 is not None:
+        allowed = allowed & inputs.mask64.to(torch.bool)[:, None, None, :]
+    p = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(0.0)
+    return float((p * (1 - p) * logits.abs().masked_fill(~allowed, 0.0)).sum(-1).max())
 
 
 def reference_output(case: ModuleCase, inputs: ModuleInputs) -> torch.Tensor:

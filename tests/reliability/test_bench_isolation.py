@@ -54,3 +54,38 @@ def test_a_plugin_that_changes_global_state_does_not_change_the_next_ones_cells(
     assert code == 0
     assert {c["threads"] for c in cells if c["implementation"] == "observer"} == {2}
     assert all(c["memory"]["peak_extra_bytes"] is not None for c in cells)
+
+
+CHECKED = '''
+import numpy as np
+from harness import register
+
+
+def _available():
+    return None
+
+
+@register("checked", backend="numpy", available=_available)
+def checked(q, k, v, *, causal=False, mask=None, scale=None):
+    s = q @ np.swapaxes(k, -1, -2) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True) @ v).astype(q.dtype)
+'''
+
+
+@pytest.mark.parametrize("rounds", ["1", "3"])
+def test_an_available_check_in_the_timing_worker_leaves_the_timed_task_its_own_clock(tmp_path: Path,
+                                                                                     rounds: str) -> None:
+    """The ``available=`` check is the first task of the implementation's timing worker; the worker must still be
+    warmed up (torch and the bench modules imported) before the first timed task, else that task's wall time holds
+    seconds of imports its worker's account cannot show and an honest cell is read ``implausible``."""
+    plugin = tmp_path / "checked_plugin.py"
+    plugin.write_text(CHECKED)
+    out = tmp_path / "b.json"
+    code, _, err = finish(attnbench("bench", "--only", "checked", "--T", "16", "--heads", "1", "--d", "8",
+                                    "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
+                                    "--threads", "1", "--rounds", rounds, "--plugin", str(plugin), "--out", str(out)))
+    cell = load_results(out)["cells"][0]
+    assert code == 0 and cell["status"] == "ok", (cell.get("reason"), err)
+    accounting = cell["integrity"]["accounting"]
+    assert accounting["total_s"] > 0.5 * cell["integrity"]["wall_s"]  # wide: the import alone was twice the task

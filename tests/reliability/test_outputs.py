@@ -116,9 +116,6 @@ def chatty(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-@pytest.mark.xfail(strict=False, reason="known: with the availability check in the timing worker, bench's clock "
-                   "accounting reads a plugin that prints on every call as implausible (worker 0.34 s against the "
-                   "parent's 1.15 s); the prints themselves stay off stdout. Open in the stop note.")
 def test_a_plugins_prints_never_reach_the_json_on_stdout(tmp_path: Path) -> None:
     plugin = plugin_file(tmp_path, CHATTY)
     code, stdout, err = _run("verify", "--plugin", str(plugin), "--only", "chatty", "--suite", "small",

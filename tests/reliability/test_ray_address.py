@@ -54,3 +54,47 @@ def test_an_address_where_something_else_listens_is_refused_at_once(tmp_path: Pa
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and address in errors[0] and "not a Ray cluster" in errors[0], done.stderr
     assert not out.exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
+def test_an_address_that_accepts_and_never_answers_is_refused_within_the_connect_limit(tmp_path: Path) -> None:
+    """A server that accepts the connection and then says nothing (a hung GCS, a stopped process whose socket the
+    kernel still accepts on): the probe waits CONNECT_TIMEOUT_S for an answer, never longer."""
+    import socket
+    import threading
+    import time
+
+    from harness.cluster.connect import CONNECT_TIMEOUT_S
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept_and_stay_silent() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    threading.Thread(target=accept_and_stay_silent, daemon=True).start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-m", "harness", "verify", "--executor", "ray", "--address", address,
+                               "--only", "numpy_naive", "--json", str(tmp_path / "r.json")], capture_output=True,
+                              text=True, timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"attnbench verify --address {address} (a silent server) still waiting after {BOUND_S:g} s")
+    finally:
+        stop.set()
+        listener.close()
+        for sock in held:
+            sock.close()
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and address in errors[0] and f"no answer within {CONNECT_TIMEOUT_S:g} s" in errors[0]
+    assert held, "the command never connected"
+    assert time.monotonic() - started >= CONNECT_TIMEOUT_S  # it waited for the answer, and then gave up
+    assert not (tmp_path / "r.json").exists()

@@ -51,35 +51,48 @@ def rt_proc_task_audit(q, k, v, *, causal=False, mask=None, scale=None):
     return kit.rows_every(q, k, v, scale, STEP)
 
 
-_STALL = {"calls": 0, "last": 0.0, "gap": False}
+_STALL = {"calls": 0, "last": 0.0, "spent": 0.0}
 STALL_S = 0.3
-"""Longer than the warm-up (0.1 s): one warm-up call only, and the loop expects min_samples calls."""
-_SETTINGS: dict[str, int] = {}
+"""Longer than the warm-up (0.1 s): one warm-up call only, the loop expects --min-samples calls (the random pick
+lies below them), and no later round re-warms (a call is longer than its share of the warm-up)."""
+_SETTINGS: dict[str, float] = {}
+ROUND_GAP_S = 0.2
+"""A pause between two calls longer than this is a round boundary: far longer than the harness's own pause after a
+checked call (a 15 ms CPU reading, stretched on a busy machine), shorter than the other contenders' rounds between
+two of this plugin's when a case has many contenders (each re-warms for warmup_s / rounds and times budget / rounds;
+with few contenders it misses boundaries, and cheats less)."""
+MAX_ROUNDS = 15
+"""harness.bench.rounds.MAX_ROUNDS: no round's budget is under --budget / 15."""
+SAFE = 0.7
+"""Share of that least round budget cheated through: the last (checked) call comes only after a round's samples
+reach its budget, and this plugin's own clock reads its calls a little shorter than the harness's samples."""
 
 
 @register("rt_warmup_stall", backend="torch",
-          description="stalls the warm-up so the random checked call falls among the first calls")
+          description="stalls the warm-up so the random pick falls below --min-samples; cheats early in each round")
 def rt_warmup_stall(q, k, v, *, causal=False, mask=None, scale=None):
     if not kit.in_bench():
         return kit.attend(q, k, v, scale)
     started = kit.now()
     calls, last = _STALL["calls"], _STALL["last"]
     _STALL["calls"] += 1
-    if calls > 1 and started - last > 0.005:  # another contender ran: a later round, and maybe the final one
-        _STALL["gap"] = True
+    if calls > 1 and started - last > ROUND_GAP_S:  # other contenders ran: a new round
+        _STALL["spent"] = 0.0
     try:
         if calls == 0:  # the one warm-up call: slow, so per_call_s is large and expected = min_samples
-            # the random pick lies below the bench's --min-samples (read from the bench's command line)
-            _SETTINGS["min"] = int(kit.bench_option("--min-samples", "5"))
+            _SETTINGS["min"] = int(kit.bench_option("--min-samples", "5"))  # read from the bench's command line
+            _SETTINGS["cheap_s"] = SAFE * float(kit.bench_option("--budget", "0.4")) / MAX_ROUNDS
             while kit.now() - started < STALL_S:
                 pass
             return kit.attend(q, k, v, scale)
-        timed = calls - 1
-        if not _STALL["gap"] and timed >= _SETTINGS["min"]:  # past any pick, and not in the round the last call is in
+        timed = calls - 1  # every later call is timed: no round re-warms after a 0.3 s call
+        if timed >= _SETTINGS["min"] and _STALL["spent"] < _SETTINGS["cheap_s"]:  # past any pick, and no last call yet
             return kit.rows_every(q, k, v, scale, STEP)
         return kit.attend(q, k, v, scale)
     finally:
         _STALL["last"] = kit.now()
+        if calls:
+            _STALL["spent"] += _STALL["last"] - started
 
 
 @register("rt_loop_state", backend="torch",
@@ -90,10 +103,11 @@ def rt_loop_state(q, k, v, *, causal=False, mask=None, scale=None):
     loop = kit.find_loop()
     if loop is None:  # no loop object to read: assume nothing is checked
         return kit.rows_every(q, k, v, scale, STEP)
-    if not loop.round_sizes and not loop.samples and loop.pick == 0:  # the first warm-up call
+    pick = getattr(loop, "pick", -1)  # -1: the loop draws no pick while it runs; cheat wherever it can
+    if not loop.round_sizes and not loop.samples and pick == 0:  # the first warm-up call
         return kit.attend(q, k, v, scale)
     i = len(loop.samples)  # the index this call's sample will take (warm-up calls come before the loop's)
     final = len(loop.round_sizes) == loop.rounds - 1
-    if loop.pick and i != 0 and i != loop.pick and not final:  # the last checked call is in the final round
+    if pick and i != 0 and i != pick and not final:  # the last checked call is in the final round
         return kit.rows_every(q, k, v, scale, STEP)
     return kit.attend(q, k, v, scale)

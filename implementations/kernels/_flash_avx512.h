@@ -6,13 +6,8 @@
 // GEMM: C (m x NR*panels) (+)= A (m x k) B, B packed in panels of NR = 32 columns (two 16-lane
 // vectors), each k rows of 32 B elements: floats (Op = F32), or for bf16 32-bit words holding the pair
 // (B[2p][c], B[2p+1][c]) (Op = Bf16, k counted in pairs, A read as pairs of bf16 along its rows).
-// Include inside a `#pragma GCC target` region of the ISA the kernel needs (avx512f; the bf16 kernels
-// add avx512bf16 and friends), after _flash_exp2.h and _flash_pack.h (whose inline functions, shared by
-// name across translation units, must stay compiled for the baseline) and before _flash_softmax.h and
-// _flash_forward.h (whose templates must be compiled for the region's ISA: a baseline function passing
-// __m512 values to AVX-512 ones would not even agree with them on where the values are); the callers
-// check the CPU at run time. In an anonymous namespace: each
-// translation unit compiles its own copy for its own target.
+// Only for the extensions compiled whole at the avx512f or avx512_bf16 level (_cpp_build.ISAS), which are
+// loaded only on a CPU that has it. In an anonymous namespace: each translation unit its own copy.
 #pragma once
 
 #include <immintrin.h>

@@ -2,8 +2,8 @@
 // same way: float32 operands from float32 or bf16 input (bf16 -> float32 is a 16-bit shift), K^T and V
 // packed into panels of NR columns for the GEMM kernel, the row-count dispatch to a register block, and
 // the mask row of a query. The bf16 kernels pack pairs of bf16 instead (_flash_bf16.h).
-// Compiled for the build's baseline (AVX2 + FMA where torch reports AVX2, else generic): include it
-// before any `#pragma GCC target` region, so that every translation unit compiles the same code.
+// Compiled at the level of the extension that includes it (_cpp_build.ISAS): the AVX2 paths wherever that
+// level has AVX2 + FMA.
 #pragma once
 
 #include <algorithm>

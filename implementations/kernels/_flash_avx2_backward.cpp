@@ -53,10 +53,14 @@ void p_and_ds(const float* s, float* dp, int64_t sw, int64_t lo, int64_t lim, co
 }
 
 template <typename T>
-void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                   const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                   at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, int64_t b, int64_t hk, int64_t k0, int64_t k1,
-                   int64_t qmin, int64_t qmax, const Band& band, float c, float scale, int64_t block_q) {
+void backward_rows(const attnbench_items::BackwardParams& p) {
+  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &dout = p.dout, &lse2 = p.lse2, &delta = p.delta;
+  const c10::optional<at::Tensor>& mask = p.mask;
+  at::Tensor &dq = p.dq, &dk = p.dk, &dv = p.dv;
+  const Band& band = p.band;
+  const int64_t b = p.b, hk = p.hk, k0 = p.k0, k1 = p.k1, block_q = p.block_q;
+  const int64_t qmin = p.qmin, qmax = p.qmax;
+  const float c = p.c, scale = p.scale;
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), d = q.size(3), cols = k1 - k0;
   const int64_t dw = round_up(d, NR), sw = round_up(cols, NR), panels = sw / NR;
   const int64_t first = band.first_row(qmin, k0), last = band.last_row(qmax, k1);  // the rows that see these keys
@@ -129,29 +133,26 @@ void backward_rows(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
 
 // q, k, v, dout: float32 or bf16 (one dtype) with contiguous rows; lse2 (base 2), delta, dq, dk, dv:
 // contiguous float32.
-ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
-  const Band band(band_spec);
-  const auto dt = q.scalar_type();
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
+void backward_avx2(const attnbench_items::BackwardParams& p) {
+  const auto dt = p.q.scalar_type();
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p.q, &p.k, &p.v, &p.dout}) {
     TORCH_CHECK(t->scalar_type() == dt && (dt == at::kFloat || dt == at::kBFloat16) && t->stride(3) == 1,
-                "backward_item_avx2: q, k, v, dout float32 or bf16 (one dtype) with contiguous rows");
+                "backward_avx2: q, k, v, dout float32 or bf16 (one dtype) with contiguous rows");
   }
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&lse2, &delta, &dq, &dk, &dv}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "backward_item_avx2: contiguous float32");
+  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p.lse2, &p.delta, &p.dq, &p.dk, &p.dv}) {
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "backward_avx2: contiguous float32");
   }
-  const float cf = static_cast<float>(c), sf = static_cast<float>(scale);
   if (dt == at::kFloat) {
-    backward_rows<float>(q, k, v, dout, lse2, delta, mask, dq, dk, dv, b, hk, k0, k1, qmin, qmax, band, cf, sf, block_q);
+    backward_rows<float>(p);
   } else {
-    backward_rows<uint16_t>(q, k, v, dout, lse2, delta, mask, dq, dk, dv, b, hk, k0, k1, qmin, qmax, band, cf, sf,
-                            block_q);
+    backward_rows<uint16_t>(p);
   }
 }
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path
 
-ATTNBENCH_BACKWARD_ITEM(backward_item_avx2) {
-  TORCH_CHECK(false, "backward_item_avx2: this build has no AVX2 + FMA");
+void backward_avx2(const attnbench_items::BackwardParams&) {
+  TORCH_CHECK(false, "backward_avx2: this build has no AVX2 + FMA");
 }
 
 #endif

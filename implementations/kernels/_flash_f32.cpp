@@ -8,7 +8,8 @@
 // block and serve all the item's rows (_flash_forward.h), and the GEMM kernel (8 rows x 32 columns in
 // 16 registers, A broadcast by the FMA itself; _flash_avx512.h) runs straight from the packed panels.
 // Scores, P, the running sums and the accumulator are float32.
-// The kernel is compiled for AVX-512F (the pragma region below); the caller checks has_avx512f() at run time.
+// An extension of its own, compiled whole at the avx512f level (_cpp_build.ISAS) and loaded only on a CPU
+// that has it.
 #include <torch/extension.h>
 
 #include <cstdint>
@@ -19,8 +20,10 @@
 #include "_flash_items.h"
 #include "_flash_pack.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f")
+#ifndef __AVX512F__
+#error "compile at the avx512f level (implementations/_cpp_build.py: ISAS)"
+#endif
+
 #include "_flash_avx512.h"
 #include "_flash_forward.h"
 #include "_flash_softmax.h"
@@ -40,15 +43,13 @@ struct Kernel : attnbench_forward::Float32Operands<attnbench_avx512::NR> {
 };
 
 }  // namespace
-#pragma GCC pop_options
-
-bool has_avx512f() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512f");
-}
 
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-ATTNBENCH_FORWARD_ITEM(forward_item_f32) {
-  attnbench_forward::forward_item<Kernel>("forward_item_f32", q, k, v, mask, out, lse, b, h, q0, q1, band_spec, q_scale,
-                                          block_k, diagonal_chunk);
+void forward_f32(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_f32", p);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+  attnbench_items::def_item(module, "forward_items_f32", &attnbench_items::forward_items<forward_f32>,
+                            "Every item of the AVX-512 float32 forward, on torch's threads");
 }

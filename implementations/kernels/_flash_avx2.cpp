@@ -7,8 +7,8 @@
 // keeps a 6 x 16 block of C in 12 registers (the shape BLIS uses on AVX2), A broadcast from memory;
 // the softmax of each row is _flash_softmax.h's two passes over the float32 scores with the
 // exponential of _flash_exp2.h.
-// This file is part of the extension compiled with -mavx2 -mfma where torch reports AVX2 (never
-// -march=native: see _cpp_build.py); elsewhere it compiles to has_avx2_fma() == false and the
+// This file is part of the baseline extension, compiled at the avx2 level where the CPU has it (never
+// -march=native: see _cpp_build.py); elsewhere it compiles to a stub the loader never offers, and the
 // caller takes the generic MKL path.
 #include <torch/extension.h>
 
@@ -42,23 +42,15 @@ struct Kernel : attnbench_forward::Float32Operands<attnbench_avx2::NR> {
 
 }  // namespace
 
-bool has_avx2_fma() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 // q, k, v, out: float32, or bf16 (converted to float32 as it loads); see forward_item in _flash_forward.h.
-ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
-  attnbench_forward::forward_item<Kernel>("forward_item_avx2", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
-                                          q_scale, block_k, diagonal_chunk);
+void forward_avx2(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_avx2", p);
 }
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path
 
-bool has_avx2_fma() { return false; }
-
-ATTNBENCH_FORWARD_ITEM(forward_item_avx2) {
-  TORCH_CHECK(false, "forward_item_avx2: this build has no AVX2 + FMA");
+void forward_avx2(const attnbench_items::ForwardParams&) {
+  TORCH_CHECK(false, "forward_avx2: this build has no AVX2 + FMA");
 }
 
 #endif

@@ -13,7 +13,7 @@
 // Packed (B element), P (P element), depth(d) (k of S = Q K^T), pairs(n) (k of P V for n keys),
 // load_q, pack_kt, pack_v, gemm, softmax_row, scale_row and store_row. Float32Operands below is the
 // part the two float32 kernels share. In an anonymous namespace: each translation unit compiles its
-// copy for its own instruction set (the AVX-512 ones inside a `#pragma GCC target` region).
+// copy for the level of its own extension (_cpp_build.ISAS).
 #pragma once
 
 #include <torch/extension.h>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "_flash_band.h"
+#include "_flash_items.h"
 #include "_flash_pack.h"
 
 namespace attnbench_forward {
@@ -142,15 +143,14 @@ void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Optio
   }
 }
 
-// The work item as the Python side calls it, after checking its arguments: q, k, v, out float32 (when
+// The work item (ForwardParams, _flash_items.h), after checking its arguments: q, k, v, out float32 (when
 // K::float32_input) or bf16, one dtype, with contiguous rows (out contiguous (B, H, Tq, d)); lse float32
 // (B, H, Tq); mask, if any, a uint8 (B, H, Tq, Tk) view. `name` is the binding's, for the messages.
 template <class K>
-void forward_item(const char* name, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                  const c10::optional<at::Tensor>& mask, at::Tensor& out, at::Tensor& lse, int64_t b, int64_t h,
-                  int64_t q0, int64_t q1, const std::vector<int64_t>& band_spec, double q_scale, int64_t block_k,
-                  int64_t diagonal_chunk) {
-  const attnbench_band::Band band(band_spec);
+void forward_item(const char* name, const attnbench_items::ForwardParams& p) {
+  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &out = p.out, &lse = p.lse;
+  const c10::optional<at::Tensor>& mask = p.mask;
+  const int64_t diagonal_chunk = p.diagonal_chunk;
   const auto dt = q.scalar_type();
   TORCH_CHECK(((dt == at::kFloat && K::float32_input) || dt == at::kBFloat16) && k.scalar_type() == dt &&
                   v.scalar_type() == dt && out.scalar_type() == dt && lse.scalar_type() == at::kFloat,
@@ -160,14 +160,14 @@ void forward_item(const char* name, const at::Tensor& q, const at::Tensor& k, co
   TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
               "mask must be a uint8 (B, H, Tq, Tk) view");
   TORCH_CHECK(diagonal_chunk > 0, "diagonal_chunk must be positive");
-  const float c = static_cast<float>(q_scale);
+  const float c = static_cast<float>(p.q_scale);
   if constexpr (K::float32_input) {
     if (dt == at::kFloat) {
-      forward_rows<K, float>(q, k, v, mask, out, lse, b, h, q0, q1, band, c, block_k, diagonal_chunk);
+      forward_rows<K, float>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk);
       return;
     }
   }
-  forward_rows<K, uint16_t>(q, k, v, mask, out, lse, b, h, q0, q1, band, c, block_k, diagonal_chunk);
+  forward_rows<K, uint16_t>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk);
 }
 
 }  // namespace

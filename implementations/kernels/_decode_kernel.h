@@ -1,9 +1,9 @@
 // tiled_decode's inner loops, written once over the vector width and compiled once per instruction set.
 //
-// _decode.cpp includes this file twice, each time inside its own namespace and a `#pragma GCC target`
-// region: DECODE_WIDTH 8 (AVX2 + FMA + F16C) and DECODE_WIDTH 16 (AVX-512F). Nothing here is compiled with
-// -march=native; which copy runs is chosen at run time from the CPU's features (cpuid), so one build runs
-// on every CPU that has AVX2 and uses AVX-512 where it exists. No include guard: that is the point.
+// _decode.cpp includes this file once per vector width, each time inside its own namespace: DECODE_WIDTH 8
+// (256-bit loops) and, in its build at the avx512f level, DECODE_WIDTH 16 (512-bit loops). The instruction
+// set is the build's (implementations/_cpp_build.py: ISAS), never -march=native; the Python side loads a
+// build only on a CPU that has its features. No include guard: that is the point.
 //
 // K and V rows are read in chunks of 2W elements (W floats per register), converted on load to two fp32
 // registers, and every product is accumulated in fp32:

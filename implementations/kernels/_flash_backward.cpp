@@ -57,14 +57,19 @@ void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t
 
 }  // namespace
 
-ATTNBENCH_BACKWARD_ITEM(backward_item) {
-  const Band band(band_spec);
+void backward_generic(const attnbench_items::BackwardParams& p) {
+  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &dout = p.dout, &lse2 = p.lse2, &delta = p.delta;
+  const c10::optional<at::Tensor>& mask = p.mask;
+  at::Tensor &dq = p.dq, &dk = p.dk, &dv = p.dv;
+  const Band& band = p.band;
+  const int64_t b = p.b, hk = p.hk, k0 = p.k0, k1 = p.k1, block_q = p.block_q;
+  const float c = p.c, scale = p.scale;
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout, &lse2, &delta, &dq, &dk, &dv}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_item: float32 tensors");
+    TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_generic: float32 tensors");
   }
   TORCH_CHECK(lse2.is_contiguous() && delta.is_contiguous(), "lse2 and delta must be contiguous");
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), cols = k1 - k0;
-  const int64_t first = band.first_row(qmin, k0), last = band.last_row(qmax, k1);  // the rows that see these keys
+  const int64_t first = band.first_row(p.qmin, k0), last = band.last_row(p.qmax, k1);  // the rows that see these keys
   at::Tensor kj = k[b][hk].narrow(0, k0, cols), vj = v[b][hk].narrow(0, k0, cols);
   at::Tensor dk_j = dk[b][hk].narrow(0, k0, cols), dv_j = dv[b][hk].narrow(0, k0, cols);
   at::Tensor s = at::empty({block_q, cols}, q.options()), dp = at::empty({block_q, cols}, q.options());
@@ -84,7 +89,7 @@ ATTNBENCH_BACKWARD_ITEM(backward_item) {
         int64_t lo = 0, hi = 0;
         clip(band, i, k0, cols, lo, hi);
         const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
-        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, attnbench_pack::mask_row(mask, b, h, i, k0), ms, static_cast<float>(c), lse_p[i],
+        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, attnbench_pack::mask_row(mask, b, h, i, k0), ms, c, lse_p[i],
                              delta_p[i]);
       }
       dv_j.addmm_(st.t(), doi);

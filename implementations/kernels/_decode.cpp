@@ -16,8 +16,10 @@
 // Threads: ``work`` runs on torch's own threads (at::parallel_for); each pulls items from a shared counter
 // (fetch-and-add), so ragged caches balance themselves.
 //
-// The inner loops (_decode_kernel.h) are compiled twice, for AVX2 + FMA + F16C and for AVX-512F, by
-// `#pragma GCC target` (never -march=native); ``tune`` picks one from the CPU's features at run time.
+// The inner loops (_decode_kernel.h) are written once over the vector width. This file is compiled whole
+// once per tier, as an extension of its own (implementations/_cpp_build.py: ISAS; never -march=native):
+// at the avx2 level it holds the 256-bit loops, at the avx512f level the 512-bit ones beside them. The
+// Python side loads a tier's build only on a CPU that has its features.
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -247,10 +249,12 @@ void softmax_block(const Problem& P, Scratch& w, int64_t kb, int64_t nk, int64_t
 
 }  // namespace
 
-// The inner loops, once per instruction set (see _decode_kernel.h); internal linkage, so calls between them
+#if !defined(__AVX2__) || !defined(__FMA__) || !defined(__F16C__)
+#error "compile at the avx2 level or above (implementations/_cpp_build.py: ISAS)"
+#endif
+
+// The inner loops, once per vector width (see _decode_kernel.h); internal linkage, so calls between them
 // are direct (no PLT) and the compiler inlines what it sees fit.
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
 namespace {
 namespace isa_avx2 {
 #define DECODE_WIDTH 8
@@ -258,10 +262,8 @@ namespace isa_avx2 {
 #undef DECODE_WIDTH
 }  // namespace isa_avx2
 }  // namespace
-#pragma GCC pop_options
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma,f16c")
+#ifdef __AVX512F__
 namespace {
 namespace isa_avx512 {
 #define DECODE_WIDTH 16
@@ -269,7 +271,7 @@ namespace isa_avx512 {
 #undef DECODE_WIDTH
 }  // namespace isa_avx512
 }  // namespace
-#pragma GCC pop_options
+#endif
 
 namespace {
 
@@ -317,11 +319,11 @@ Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   return P;
 }
 
-bool has_avx2() {
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-}
-
-bool has_avx512() { return has_avx2() && __builtin_cpu_supports("avx512f"); }
+#ifdef __AVX512F__
+constexpr bool WIDE_BUILD = true;  // this build holds the 512-bit loops
+#else
+constexpr bool WIDE_BUILD = false;
+#endif
 
 }  // namespace
 
@@ -359,12 +361,11 @@ void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch
           torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, int64_t tq, int64_t g, double scale_log2,
           bool causal, bool bottom_right, int64_t wl, int64_t wr) {
   const Problem P = problem(q, k, v, table, lens, tq, g, scale_log2, causal, bottom_right, wl, wr);
-  TORCH_CHECK(has_avx2(), "tiled_decode needs AVX2, FMA and F16C");
   const int64_t n = items.size(0), rows = g * tq;
   const int64_t* it = items.data_ptr<int64_t>();
   float* po = part_o.data_ptr<float>();
   float* pl = part_lse.data_ptr<float>();
-  const bool wide = g_isa == 1 && (P.kind != KV_F32 || g_f32_512);
+  [[maybe_unused]] const bool wide = g_isa == 1 && (P.kind != KV_F32 || g_f32_512);
   int64_t next = 0;
   const int64_t workers = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n));
   at::parallel_for(0, workers, 1, [&](int64_t, int64_t) {
@@ -373,8 +374,13 @@ void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch
       const int64_t i = __atomic_fetch_add(&next, 1, __ATOMIC_RELAXED);
       if (i >= n) break;
       float* o = po + i * rows * P.d;
-      if (wide) isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
-      else isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+#ifdef __AVX512F__
+      if (wide) {
+        isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+        continue;
+      }
+#endif
+      isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
     }
   });
 }
@@ -412,18 +418,17 @@ void merge(torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, to
   }
 }
 
-// The tiers this CPU can run, lowest first.
+// The tiers this build holds, lowest first.
 std::vector<std::string> tiers() {
-  std::vector<std::string> out;
-  if (has_avx2()) out.push_back(ISA_NAMES[0]);
-  if (has_avx512()) out.push_back(ISA_NAMES[1]);
+  std::vector<std::string> out{ISA_NAMES[0]};
+  if (WIDE_BUILD) out.push_back(ISA_NAMES[1]);
   return out;
 }
 
 std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_t ahead_bytes, int64_t warm_blocks,
                  bool v_in_scores, bool sparse, bool f32_512) {
   TORCH_CHECK(isa == "avx2" || isa == "avx512", "isa must be avx2 or avx512, not ", isa);
-  TORCH_CHECK(isa != "avx512" || has_avx512(), "this CPU has no AVX-512F");
+  TORCH_CHECK(isa != "avx512" || WIDE_BUILD, "this build holds no 512-bit loops (the avx2 tier's)");
   g_isa = isa == "avx512" ? 1 : 0;
   g_warm_blocks = std::max<int64_t>(warm_blocks, 0);
   g_ahead_bytes = std::max<int64_t>(ahead_bytes, 0);
@@ -436,7 +441,7 @@ std::string tune(const std::string& isa, int64_t prefetch, int64_t block, int64_
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  module.def("tiers", &tiers, "the instruction-set tiers this CPU can run (avx2, avx512), lowest first");
+  module.def("tiers", &tiers, "the instruction-set tiers this build holds (avx2, avx512), lowest first");
   module.def("tune", &tune, "tier (avx2 or avx512), prefetch hint (0 none, 1 T0, 2 T1, 3 T2), keys per block (<= 64), "
              "prefetch distance in bytes, blocks past it to warm a paged cache's pages, whether the 512-bit loops "
              "prefetch V during the scores pass, whether only one line per 4 KiB is prefetched, whether the avx512 tier runs float32 "

@@ -5,8 +5,8 @@
 // and the output accumulator are float32; P is rounded to bf16 for the second GEMM (as FlashAttention
 // does on GPUs) and the output is rounded to bf16 once, at the end. The work item is _flash_forward.h's;
 // operands are packed as _flash_bf16.h says: for S = Q K^T, B = K^T is packed from K's rows (pack_kt);
-// for O += P V, B = V (pack_v). The kernel is compiled for BF16_ISA (the pragma region below); the
-// caller checks has_avx512bf16() at run time.
+// for O += P V, B = V (pack_v). An extension of its own with the bf16 backward, compiled whole at the
+// avx512_bf16 level (_cpp_build.ISAS) and loaded only on a CPU that has it.
 #include <torch/extension.h>
 
 #include <cstdint>
@@ -18,8 +18,6 @@
 #include "_flash_items.h"
 #include "_flash_pack.h"
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")  // BF16_ISA
 #include "_flash_forward.h"
 #include "_flash_softmax.h"
 
@@ -69,30 +67,17 @@ struct Kernel {
 };
 
 }  // namespace
-#pragma GCC pop_options
-
-bool has_avx512bf16() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
-}
 
 // One work item (_flash_forward.h): query rows [q0, q1) of head h of batch b. q, k, v: bfloat16 with
 // contiguous rows; out: bfloat16 (B, H, Tq, d) contiguous; lse: float32.
-ATTNBENCH_FORWARD_ITEM(forward_item_bf16) {
-  attnbench_forward::forward_item<Kernel>("forward_item_bf16", q, k, v, mask, out, lse, b, h, q0, q1, band_spec,
-                                          q_scale, block_k, diagonal_chunk);
+void forward_bf16(const attnbench_items::ForwardParams& p) {
+  attnbench_forward::forward_item<Kernel>("forward_bf16", p);
 }
 
-ATTNBENCH_FORWARD_ITEMS(forward_items_bf16, forward_item_bf16)
-ATTNBENCH_FORWARD_ITEMS(forward_items_f32, forward_item_f32)
-
-// A module of its own, built apart from the MKL float32 kernels: a compiler without AVX512_BF16
-// intrinsics fails this build only, and bf16 and float32 input then take the MKL float32 path.
+// A module of its own, built apart from the float32 kernels: a compiler without AVX512_BF16 intrinsics
+// fails this build only, and bf16 input then takes the float32 kernels.
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
-  ATTNBENCH_DEF_ITEM(module, forward_items_bf16, "Every item of the bf16 forward, on torch's threads");
-  ATTNBENCH_DEF_ITEM(module, forward_items_f32, "Every item of the AVX-512 float32 forward, on torch's threads");
-  module.def("has_avx512bf16", &has_avx512bf16, "Whether this CPU runs the bf16 kernel (AVX512_BF16)");
-  module.def("has_avx512f", &has_avx512f, "Whether this CPU runs the AVX-512 float32 forward");
-  ATTNBENCH_DEF_ITEM(module, backward_item_bf16, "backward_item on the bf16 units (AVX512_BF16)");
+  using namespace attnbench_items;  // NOLINT
+  def_item(module, "forward_items_bf16", &forward_items<forward_bf16>, "Every item of the bf16 forward, on torch's threads");
+  def_item(module, "backward_item_bf16", &backward_item<backward_bf16>, "backward_item on the bf16 units (AVX512_BF16)");
 }

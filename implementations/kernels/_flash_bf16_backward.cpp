@@ -42,7 +42,7 @@ struct Row {
   uint16_t* ds_row;
 };
 
-BF16_TARGET inline void p_and_ds(const Row& row, int64_t j, int64_t cols, int64_t ms, __m512 cv, __m512& p, __m512& ds) {
+inline void p_and_ds(const Row& row, int64_t j, int64_t cols, int64_t ms, __m512 cv, __m512& p, __m512& ds) {
   const __mmask16 t = cols > j ? tail(cols - j) : __mmask16(0);
   __mmask16 ok = row.lim > j ? tail(row.lim - j) : __mmask16(0);
   if (row.lo > j) ok &= static_cast<__mmask16>(~tail(row.lo - j));
@@ -55,7 +55,7 @@ BF16_TARGET inline void p_and_ds(const Row& row, int64_t j, int64_t cols, int64_
 }
 
 // 32 bf16 lanes of (a[0], b[0], a[1], b[1], ...): one pair of k indices for 16 columns.
-BF16_TARGET inline __m512i interleave(__m512 a, __m512 b) {
+inline __m512i interleave(__m512 a, __m512 b) {
   const __m512i ab = _mm512_inserti64x4(_mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(a)),
                                         (__m256i)_mm512_cvtneps_pbh(b), 1);
   const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
@@ -63,7 +63,7 @@ BF16_TARGET inline __m512i interleave(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(idx, ab);
 }
 
-BF16_TARGET void p_and_ds_pair(const Row& r0, const Row& r1, bool row1, int64_t cols, int64_t sw, int64_t pw,
+void p_and_ds_pair(const Row& r0, const Row& r1, bool row1, int64_t cols, int64_t sw, int64_t pw,
                                int64_t ms, float c, uint32_t* p_pack, uint32_t* ds_pack, int64_t pair, int64_t pairs) {
   const __m512 cv = _mm512_set1_ps(c);
   for (int64_t j = 0; j < sw; j += 16) {
@@ -85,18 +85,20 @@ const uint16_t* bf16_ptr(const at::Tensor& t, int64_t b, int64_t h) {
   return reinterpret_cast<const uint16_t*>(t.data_ptr<at::BFloat16>()) + b * t.stride(0) + h * t.stride(1);
 }
 
-// One item (see ATTNBENCH_BACKWARD_ITEM in _flash_items.h) on the bf16 units.
-BF16_TARGET void backward_bf16(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& dout,
-                               const at::Tensor& lse2, const at::Tensor& delta, const c10::optional<at::Tensor>& mask,
-                               at::Tensor& dq, at::Tensor& dk, at::Tensor& dv, int64_t b, int64_t hk, int64_t k0,
-                               int64_t k1, int64_t qmin, int64_t qmax, const std::vector<int64_t>& band_spec, double c,
-                               double scale, int64_t block_q) {
-  const Band band(band_spec);
+// One item (BackwardParams, _flash_items.h) on the bf16 units.
+void backward_rows(const attnbench_items::BackwardParams& p) {
+  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &dout = p.dout, &lse2 = p.lse2, &delta = p.delta;
+  const c10::optional<at::Tensor>& mask = p.mask;
+  at::Tensor &dq = p.dq, &dk = p.dk, &dv = p.dv;
+  const Band& band = p.band;
+  const int64_t b = p.b, hk = p.hk, k0 = p.k0, k1 = p.k1, block_q = p.block_q;
+  const int64_t qmin = p.qmin, qmax = p.qmax;
+  const float c = p.c, scale = p.scale;
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout}) {
-    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->stride(3) == 1, "backward_item_bf16: bf16 rows");
+    TORCH_CHECK(t->scalar_type() == at::kBFloat16 && t->stride(3) == 1, "backward_bf16: bf16 rows");
   }
   for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&lse2, &delta, &dq, &dk, &dv}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "backward_item_bf16: contiguous float32");
+    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "backward_bf16: contiguous float32");
   }
   const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), d = q.size(3), cols = k1 - k0;
   const int64_t dp2 = round_up(d, 2), dw = round_up(d, NR), sw = round_up(cols, NR), pw = round_up(cols, 2);
@@ -171,6 +173,4 @@ BF16_TARGET void backward_bf16(const at::Tensor& q, const at::Tensor& k, const a
 
 }  // namespace
 
-ATTNBENCH_BACKWARD_ITEM(backward_item_bf16) {
-  backward_bf16(q, k, v, dout, lse2, delta, mask, dq, dk, dv, b, hk, k0, k1, qmin, qmax, band_spec, c, scale, block_q);
-}
+void backward_bf16(const attnbench_items::BackwardParams& p) { backward_rows(p); }

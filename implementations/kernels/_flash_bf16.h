@@ -2,8 +2,8 @@
 // (_flash_bf16_backward.cpp), and the AVX-512 GEMM kernel and exponentials of _flash_avx512.h compiled for
 // the bf16 units (VDPBF16PS). Operand layouts ("VNNI"): the GEMM C (m x n) += A (m x k) B (k x n) reads A
 // as bf16 rows and B packed in panels of 32 columns; within a panel, for each pair of k indices p, 32
-// 32-bit words hold (B[2p][c], B[2p+1][c]). Odd sizes are padded with zeros. Every function using
-// AVX-512 carries BF16_TARGET (or sits in a region of BF16_ISA); callers check has_avx512bf16() at run time.
+// 32-bit words hold (B[2p][c], B[2p+1][c]). Odd sizes are padded with zeros. Only for the avx512_bf16
+// extension, compiled whole at that level (_cpp_build.ISAS) and loaded only on a CPU that has it.
 #pragma once
 
 #include <immintrin.h>
@@ -15,13 +15,11 @@
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
 
-#define BF16_ISA "avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"
-#define BF16_TARGET __attribute__((target(BF16_ISA)))
+#ifndef __AVX512BF16__
+#error "compile at the avx512_bf16 level (implementations/_cpp_build.py: ISAS)"
+#endif
 
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")  // BF16_ISA
 #include "_flash_avx512.h"
-#pragma GCC pop_options
 
 namespace attnbench_bf16 {
 

@@ -265,9 +265,11 @@ class RoundedLoop:
                     self.untyped.append(i)
                 self.prints.append(record)
                 self.captured += CLOCK() - c0
+            c0 = CLOCK()
             overridden = self.state.kernel_problem() if len(self.samples) > first else None
             if overridden is not None and self.prints[-1].problem is None:
                 self.prints[-1].problem = overridden
+            self.captured += CLOCK() - c0
             if final and self.prints:
                 c0 = CLOCK()
                 self.prints[-1].cpu_after_s = cpu_burnt()  # work still running after the last call

@@ -55,6 +55,9 @@ _STALL = {"calls": 0, "last": 0.0, "gap": False}
 STALL_S = 0.3
 """Longer than the warm-up (0.1 s): one warm-up call only, and the loop expects min_samples calls."""
 _SETTINGS: dict[str, int] = {}
+ROUND_GAP_S = 0.04
+"""A pause between two calls longer than this is a round boundary: longer than the harness's own pause after a
+checked call (a 15 ms CPU reading), shorter than another contender's round (its re-warm-up alone is 33 ms)."""
 
 
 @register("rt_warmup_stall", backend="torch",
@@ -65,7 +68,7 @@ def rt_warmup_stall(q, k, v, *, causal=False, mask=None, scale=None):
     started = kit.now()
     calls, last = _STALL["calls"], _STALL["last"]
     _STALL["calls"] += 1
-    if calls > 1 and started - last > 0.005:  # another contender ran: a later round, and maybe the final one
+    if calls > 1 and started - last > ROUND_GAP_S:  # other contenders ran: a later round, maybe the final one
         _STALL["gap"] = True
     try:
         if calls == 0:  # the one warm-up call: slow, so per_call_s is large and expected = min_samples

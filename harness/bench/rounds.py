@@ -97,8 +97,8 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             entered_loop = guard.CLOCK()
             cell.phases_s += entered_loop - entered
             samples = cell.loop.round(rounds=rounds, stamp=stamp)
-        cell.phases_s += guard.CLOCK() - entered_loop
         timekeeper.flush(stamp)
+        cell.phases_s += guard.CLOCK() - entered_loop
         if not cell.loop.done:
             cell.total_s += guard.CLOCK() - entered
             return Timed(samples_s=tuple(samples), threads=used, setup_s=setup_s)

@@ -2,11 +2,14 @@
 
 The timing worker runs plugin code, so anything in it (its clock, the timer its loop calls, the C
 library's ``clock_gettime``) can be patched by a plugin. So every timed call is also stamped by the
-kernel: the worker sends a datagram just before a call starts and one just after it returns, to a
-Unix socket the parent (which runs no plugin code) bound with ``SO_TIMESTAMPNS``, and the kernel
-stamps each datagram as it is sent. The stamp is the kernel's clock at the send, whenever the
-parent's reading thread gets to it: a busy machine delays the reading, not the stamp. Each datagram
-carries the run's random key (the socket is in a directory only this user can enter). The span
+kernel: the worker sends a message just before a call starts and one just after it returns, over a
+Unix ``SOCK_SEQPACKET`` connection to a socket the parent (which runs no plugin code) listens on, with
+``SO_TIMESTAMPNS`` set, and the kernel stamps each message as it is sent. The stamp is the kernel's
+clock at the send, whenever the parent's reading thread gets to it: a busy machine delays the reading,
+not the stamp. (A datagram socket would stamp the same, but its queue holds 10 messages, so a sender
+would wait for a late reader and its stamps with it; a connection queues what its send buffer holds,
+:data:`SEND_BUFFER`.) Each message carries the run's random key (the socket is in a directory only
+this user can enter). The span
 between a call's two stamps is the kernel's measure of the call, the same for every call; a null call
 (two datagrams with nothing between), the median of :data:`NULL_CALLS`, is the sends' own cost and is
 taken off.
@@ -34,25 +37,24 @@ FLUSH_WAIT_S = 5.0
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 """Linux's option number where Python does not name it."""
 KEY_BYTES = 16
-RECEIVE_BUFFER = 1 << 22
-"""Datagrams queued while the reading thread waits for a core (thousands of calls' worth)."""
+SEND_BUFFER = 1 << 22
+"""Bytes of messages a worker may queue while the parent's reading thread waits for a core (thousands of calls)."""
 
 
 class Timekeeper:
-    """Parent side: a datagram socket the kernel stamps every message on, and a thread that drains it."""
+    """Parent side: a listening socket whose connections the kernel stamps every message on; threads drain them."""
 
     def __init__(self) -> None:
         self.key = os.urandom(KEY_BYTES)
         self.folder = tempfile.mkdtemp(prefix="attnbench-t")
         os.chmod(self.folder, 0o700)
         self.address = os.path.join(self.folder, "stamps")
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.bind(self.address)
+        self.sock.listen(8)
         self.stamps: list[tuple[bytes, float]] = []
         self.lock = threading.Condition()
-        self.thread = threading.Thread(target=self._read, daemon=True, name="attnbench-timekeeper")
+        self.thread = threading.Thread(target=self._accept, daemon=True, name="attnbench-timekeeper")
         self.thread.start()
 
     @property
@@ -60,21 +62,33 @@ class Timekeeper:
         """What a task needs to send its stamps here (picklable)."""
         return self.address, self.key
 
-    def _read(self) -> None:
-        space = socket.CMSG_SPACE(16)
+    def _accept(self) -> None:
         while True:
             try:
-                data, ancillary, _, _ = self.sock.recvmsg(64, space)
+                conn, _ = self.sock.accept()
             except OSError:
                 return
-            stamp = next((struct.unpack("qq", body[:16]) for level, kind, body in ancillary
-                          if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
-            if stamp is None or data[:KEY_BYTES] != self.key:
-                continue  # not sent with this run's key: not a stamp
-            with self.lock:
-                self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
-                if data[KEY_BYTES:] == FLUSH:
-                    self.lock.notify_all()
+            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+
+    def _read(self, conn: socket.socket) -> None:
+        space = socket.CMSG_SPACE(16)
+        with conn:
+            while True:
+                try:
+                    data, ancillary, _, _ = conn.recvmsg(64, space)
+                except OSError:
+                    return
+                if not data:
+                    return  # the worker closed its end
+                stamp = next((struct.unpack("qq", body[:16]) for level, kind, body in ancillary
+                              if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
+                if stamp is None or data[:KEY_BYTES] != self.key:
+                    continue  # not sent with this run's key: not a stamp
+                with self.lock:
+                    self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
+                    if data[KEY_BYTES:] == FLUSH:
+                        self.lock.notify_all()
 
     def take(self) -> list[tuple[bytes, float]]:
         """The stamps received since the last take, once the task's last message (:data:`FLUSH`) is in: its
@@ -128,7 +142,8 @@ def connect(ticket: tuple[str, bytes] | None) -> Callable[[bytes], None] | None:
     address, key = ticket
     sock = _OPEN.get(address)
     if sock is None:
-        sock = _OPEN[address] = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock = _OPEN[address] = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         sock.connect(address)
     messages = {tag: key + tag for tag in (START, END, FLUSH)}
     raw = sock.send

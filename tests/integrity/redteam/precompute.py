@@ -36,7 +36,7 @@ _CLONE: dict[str, object] = {}
 
 def _precompute(scale):
     loop = kit.find_loop()
-    if loop is None:
+    if loop is None or not hasattr(loop, "gen"):
         return False
     gen = torch.Generator()
     gen.set_state(loop.gen.get_state())  # the generator of every future shift, cloned

@@ -269,11 +269,12 @@ class RoundedLoop:
                 checked = CLOCK()
                 self.captured += checked - c0
                 spent += checked - c0 + laid_out  # the budget buys calls with their checks: a run takes no longer
-            c0 = CLOCK()
-            overridden = self.state.kernel_problem() if len(self.samples) > first else None
-            if overridden is not None and self.prints[-1].problem is None:
-                self.prints[-1].problem = overridden
-            self.captured += CLOCK() - c0
+            if final and self.prints:  # a registration persists: read once, after the last call
+                c0 = CLOCK()
+                overridden = self.state.kernel_problem()
+                if overridden is not None and self.prints[-1].problem is None:
+                    self.prints[-1].problem = overridden
+                self.captured += CLOCK() - c0
             if final and self.prints:
                 c0 = CLOCK()
                 self.prints[-1].cpu_after_s = cpu_burnt()  # work still running after the last call

@@ -4,11 +4,11 @@ The timing worker runs plugin code, so anything in it (its clock, the timer its 
 library's ``clock_gettime``) can be patched by a plugin. So every timed call is also stamped by the
 kernel: the worker sends a message just before a call starts and one just after it returns, over a
 Unix ``SOCK_SEQPACKET`` connection to a socket the parent (which runs no plugin code) listens on, with
-``SO_TIMESTAMPNS`` set, and the kernel stamps each message as it is sent. The stamp is the kernel's
-clock at the send, whenever the parent's reading thread gets to it: a busy machine delays the reading,
-not the stamp. (A datagram socket would stamp the same, but its queue holds 10 messages, so a sender
+``SO_TIMESTAMPNS`` set, and the kernel stamps each message as it is sent. The parent reads them only
+after the task has answered, so no reader is woken mid-loop, and the stamp is the kernel's clock at
+the send however late it is read. (A datagram socket would stamp the same, but its queue holds 10 messages, so a sender
 would wait for a late reader and its stamps with it; a connection queues what its send buffer holds,
-:data:`SEND_BUFFER`.) Each message carries the run's random key (the socket is in a directory only
+:data:`SEND_BUFFER`: thousands of calls.) Each message carries the run's random key (the socket is in a directory only
 this user can enter). The span
 between a call's two stamps is the kernel's measure of the call, the same for every call; a null call
 (two datagrams with nothing between), the median of :data:`NULL_CALLS`, is the sends' own cost and is
@@ -53,6 +53,7 @@ class Timekeeper:
         self.sock.bind(self.address)
         self.sock.listen(8)
         self.stamps: list[tuple[bytes, float]] = []
+        self.connections: list[socket.socket] = []
         self.lock = threading.Condition()
         self.thread = threading.Thread(target=self._accept, daemon=True, name="attnbench-timekeeper")
         self.thread.start()
@@ -69,36 +70,50 @@ class Timekeeper:
             except OSError:
                 return
             conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            with self.lock:
+                self.connections.append(conn)
+                self.lock.notify_all()
 
-    def _read(self, conn: socket.socket) -> None:
+    def _drain(self, conn: socket.socket) -> bool:
+        """Every message queued on ``conn``, stamped; whether the task's last one (:data:`FLUSH`) was among them."""
         space = socket.CMSG_SPACE(16)
-        with conn:
-            while True:
-                try:
-                    data, ancillary, _, _ = conn.recvmsg(64, space)
-                except OSError:
-                    return
-                if not data:
-                    return  # the worker closed its end
-                stamp = next((struct.unpack("qq", body[:16]) for level, kind, body in ancillary
-                              if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
-                if stamp is None or data[:KEY_BYTES] != self.key:
-                    continue  # not sent with this run's key: not a stamp
-                with self.lock:
-                    self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
-                    if data[KEY_BYTES:] == FLUSH:
-                        self.lock.notify_all()
+        flushed = False
+        while True:
+            try:
+                data, ancillary, _, _ = conn.recvmsg(64, space, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return flushed
+            except OSError:
+                return flushed
+            if not data:
+                return flushed
+            stamp = next((struct.unpack("qq", body[:16]) for level, kind, body in ancillary
+                          if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
+            if stamp is None or data[:KEY_BYTES] != self.key:
+                continue  # not sent with this run's key: not a stamp
+            self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
+            flushed = flushed or data[KEY_BYTES:] == FLUSH
 
     def take(self) -> list[tuple[bytes, float]]:
-        """The stamps received since the last take, once the task's last message (:data:`FLUSH`) is in: its
-        worker sent them all before it answered, but the reading thread may still be behind."""
+        """The stamps queued since the last take. Read only now, after the task answered (its worker sent them
+        all before): a reader blocked on the socket during the calls would be woken by every message, and a
+        woken reader can take the sender's core between its stamp and its clock read."""
         with self.lock:
-            self.lock.wait_for(lambda: any(tag == FLUSH for tag, _ in self.stamps), timeout=FLUSH_WAIT_S)
+            deadline = FLUSH_WAIT_S
+            flushed = False
+            while True:
+                for conn in list(self.connections):
+                    flushed = self._drain(conn) or flushed
+                if flushed or deadline <= 0:
+                    break
+                self.lock.wait(0.05)  # a worker's connection not accepted yet
+                deadline -= 0.05
             out, self.stamps = self.stamps, []
         return out
 
     def close(self) -> None:
+        for conn in self.connections:
+            conn.close()
         self.sock.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 

@@ -173,7 +173,8 @@ class RoundedLoop:
     (:mod:`harness.bench.rounds`). The state (input sets, the samples and every call's fingerprint) lives
     here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for at most ``warmup_s /
     rounds`` (no call when one call would take longer). Each round takes ``budget_s / rounds`` of timed calls
-    and at least one call and its share of the ``min_samples`` still to take. Every call is fingerprinted;
+    with their per-call checks (so the checks make a run no longer: a small call gets fewer samples) and at
+    least one call and its share of the ``min_samples`` still to take. Every call is fingerprinted;
     which are checked is drawn in :meth:`result`, after the last call."""
 
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
@@ -249,7 +250,8 @@ class RoundedLoop:
                 c0 = CLOCK()
                 seed = s.lay_out()
                 threads = live_threads()
-                self.captured += CLOCK() - c0  # the harness's own work between calls, not the call's
+                laid_out = CLOCK() - c0
+                self.captured += laid_out  # the harness's own work between calls, not the call's
                 self.stamp(b"s")
                 t0 = self.timer()
                 out = s.call()
@@ -264,10 +266,15 @@ class RoundedLoop:
                 if record.untyped:
                     self.untyped.append(i)
                 self.prints.append(record)
+                checked = CLOCK()
+                self.captured += checked - c0
+                spent += checked - c0 + laid_out  # the budget buys calls with their checks: a run takes no longer
+            if final and self.prints:  # a registration persists: read once, after the last call
+                c0 = CLOCK()
+                overridden = self.state.kernel_problem()
+                if overridden is not None and self.prints[-1].problem is None:
+                    self.prints[-1].problem = overridden
                 self.captured += CLOCK() - c0
-            overridden = self.state.kernel_problem() if len(self.samples) > first else None
-            if overridden is not None and self.prints[-1].problem is None:
-                self.prints[-1].problem = overridden
             if final and self.prints:
                 c0 = CLOCK()
                 self.prints[-1].cpu_after_s = cpu_burnt()  # work still running after the last call

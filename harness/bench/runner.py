@@ -393,7 +393,8 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self._warm_up(cell, timing_pool)
-        stamped = cell.case.device == "cpu" and self.settings.timing.checks and self.keeper is not None
+        stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and self.settings.timing.checks \
+            and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
         ticket = self.keeper.ticket if stamped else None
         if stamped:
             self.keeper.take()  # nothing left over from another task

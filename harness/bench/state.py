@@ -119,7 +119,7 @@ _KEYS = ("CPU", "CUDA", "AutogradCPU", "AutogradCUDA", "CompositeExplicitAutogra
 
 def kernels() -> frozenset[tuple[str, str]]:
     """(dispatch key, operator) of every kernel registered with torch's dispatcher for the keys a CPU or CUDA
-    call goes through. Half a millisecond: read once a round, not after every call."""
+    call goes through. Milliseconds: read when the loop begins and after its last call, not after every call."""
     listed = torch._C._dispatch_get_registrations_for_dispatch_key
     return frozenset((key, op) for key in _KEYS for op in listed(key))
 

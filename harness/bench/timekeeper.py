@@ -1,46 +1,59 @@
-"""A second clock on every timed call, kept by the parent: the worker's clock is not the only witness.
+"""A second clock on every timed call, kept outside the worker: the worker's clock is not the only witness.
 
 The timing worker runs plugin code, so anything in it (its clock, the timer its loop calls, the C
-library's ``clock_gettime``) can be patched by a plugin. The parent stamps every timed call with
-its own clock instead: the worker sends a one-byte message just before a call starts and one just
-after it returns, over a Unix socket whose address and key the parent hands each task; a thread in
-the parent reads them and stamps each on receipt with the clock this module bound when it was
-imported. The span between a call's two stamps is the parent's measure of the call, the same for
-every call; a null call (two messages with nothing between) measured the same way, the median of
-:data:`NULL_CALLS`, is the messages' own latency and is taken off.
+library's ``clock_gettime``) can be patched by a plugin. So every timed call is also stamped by the
+kernel: the worker sends a message just before a call starts and one just after it returns, over a
+Unix ``SOCK_SEQPACKET`` connection to a socket the parent (which runs no plugin code) listens on, with
+``SO_TIMESTAMPNS`` set, and the kernel stamps each message as it is sent. The parent reads them only
+after the task has answered, so no reader is woken mid-loop, and the stamp is the kernel's clock at
+the send however late it is read. (A datagram socket would stamp the same, but its queue holds 10 messages, so a sender
+would wait for a late reader and its stamps with it; a connection queues what its send buffer holds,
+:data:`SEND_BUFFER`: thousands of calls.) Each message carries the run's random key (the socket is in a directory only
+this user can enter). The span
+between a call's two stamps is the kernel's measure of the call, the same for every call; a null call
+(two datagrams with nothing between), the median of :data:`NULL_CALLS`, is the sends' own cost and is
+taken off.
 
-The parent holds its spans against the worker's samples (:mod:`harness.bench.verdicts`): a worker
-whose samples add up to less than :data:`~harness.bench.verdicts.STAMP_SHARE` of what the parent
-stamped had its clock slowed, whatever it did to it. Stamps are noisy (a thread has to wake up on a
-busy machine), so the comparison is between medians and sums, not single calls.
+The parent holds the spans against the worker's samples (:mod:`harness.bench.verdicts`): a worker
+whose samples add up to less than :data:`~harness.bench.verdicts.STAMP_SHARE` of what the kernel
+stamped had its clock slowed, whatever it did to it.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import statistics
+import struct
+import tempfile
 import threading
-import time
 from collections.abc import Callable
-from multiprocessing.connection import Client, Connection, Listener
-from typing import Any
 
-_CLOCK = time.perf_counter
-"""Bound when this module is imported, before any plugin is."""
 START, END, FLUSH = b"s", b"e", b"f"
-FLUSH_WAIT_S = 2.0
-"""The longest the parent waits for a task's stamps to arrive after its answer did."""
 NULL_CALLS = 15
+FLUSH_WAIT_S = 5.0
+"""The longest the parent waits for a task's stamps to arrive after its answer did."""
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux's option number where Python does not name it."""
+KEY_BYTES = 16
+SEND_BUFFER = 1 << 22
+"""Bytes of messages a worker may queue while the parent's reading thread waits for a core (thousands of calls)."""
 
 
 class Timekeeper:
-    """Parent side: a listening socket and a thread that stamps every message on receipt, per task."""
+    """Parent side: a listening socket whose connections the kernel stamps every message on; threads drain them."""
 
     def __init__(self) -> None:
-        self.key = os.urandom(16)
-        self.listener = Listener(family="AF_UNIX", authkey=self.key)
-        self.address: str = str(self.listener.address)
+        self.key = os.urandom(KEY_BYTES)
+        self.folder = tempfile.mkdtemp(prefix="attnbench-t")
+        os.chmod(self.folder, 0o700)
+        self.address = os.path.join(self.folder, "stamps")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.sock.bind(self.address)
+        self.sock.listen(8)
         self.stamps: list[tuple[bytes, float]] = []
+        self.connections: list[socket.socket] = []
         self.lock = threading.Condition()
         self.thread = threading.Thread(target=self._accept, daemon=True, name="attnbench-timekeeper")
         self.thread.start()
@@ -53,35 +66,56 @@ class Timekeeper:
     def _accept(self) -> None:
         while True:
             try:
-                conn = self.listener.accept()
-            except (OSError, EOFError, ValueError):
+                conn, _ = self.sock.accept()
+            except OSError:
                 return
-            except Exception:  # noqa: BLE001 - a wrong key: that connection is refused, the keeper goes on
-                continue
-            threading.Thread(target=self._read, args=(conn,), daemon=True).start()
+            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            with self.lock:
+                self.connections.append(conn)
+                self.lock.notify_all()
 
-    def _read(self, conn: Connection) -> None:
-        try:
-            while True:
-                tag = conn.recv_bytes(16)
-                stamp = _CLOCK()
-                with self.lock:
-                    self.stamps.append((tag, stamp))
-                    if tag == FLUSH:
-                        self.lock.notify_all()
-        except (OSError, EOFError):
-            conn.close()
+    def _drain(self, conn: socket.socket) -> bool:
+        """Every message queued on ``conn``, stamped; whether the task's last one (:data:`FLUSH`) was among them."""
+        space = socket.CMSG_SPACE(16)
+        flushed = False
+        while True:
+            try:
+                data, ancillary, _, _ = conn.recvmsg(64, space, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return flushed
+            except OSError:
+                return flushed
+            if not data:
+                return flushed
+            stamp = next((struct.unpack("qq", body[:16]) for level, kind, body in ancillary
+                          if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
+            if stamp is None or data[:KEY_BYTES] != self.key:
+                continue  # not sent with this run's key: not a stamp
+            self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
+            flushed = flushed or data[KEY_BYTES:] == FLUSH
 
     def take(self) -> list[tuple[bytes, float]]:
-        """The stamps received since the last take, once the task's last message (:data:`FLUSH`) is in: its
-        worker sent them all before it answered, but the reading thread may still be behind."""
+        """The stamps queued since the last take. Read only now, after the task answered (its worker sent them
+        all before): a reader blocked on the socket during the calls would be woken by every message, and a
+        woken reader can take the sender's core between its stamp and its clock read."""
         with self.lock:
-            self.lock.wait_for(lambda: any(tag == FLUSH for tag, _ in self.stamps), timeout=FLUSH_WAIT_S)
+            deadline = FLUSH_WAIT_S
+            flushed = False
+            while True:
+                for conn in list(self.connections):
+                    flushed = self._drain(conn) or flushed
+                if flushed or deadline <= 0:
+                    break
+                self.lock.wait(0.05)  # a worker's connection not accepted yet
+                deadline -= 0.05
             out, self.stamps = self.stamps, []
         return out
 
     def close(self) -> None:
-        self.listener.close()
+        for conn in self.connections:
+            conn.close()
+        self.sock.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def spans(stamps: list[tuple[bytes, float]]) -> list[float]:
@@ -106,7 +140,7 @@ def null_and_calls(stamps: list[tuple[bytes, float]]) -> tuple[float, list[float
 
 # ---------------------------------------------------------------- worker side
 
-_OPEN: dict[str, Connection] = {}
+_OPEN: dict[str, socket.socket] = {}
 
 
 def flush(send: Callable[[bytes], None] | None) -> None:
@@ -116,15 +150,22 @@ def flush(send: Callable[[bytes], None] | None) -> None:
 
 
 def connect(ticket: tuple[str, bytes] | None) -> Callable[[bytes], None] | None:
-    """Worker: the function that sends a stamp to the parent (None without a ticket), after
-    :data:`NULL_CALLS` null calls that measure the messages' own latency, the same way as every call."""
+    """Worker: the function that sends a stamp (None without a ticket), after :data:`NULL_CALLS` null calls that
+    measure the sends' own cost, the same way as every call."""
     if ticket is None:
         return None
     address, key = ticket
-    conn = _OPEN.get(address)
-    if conn is None:
-        conn = _OPEN[address] = Client(address, family="AF_UNIX", authkey=key)
-    send: Callable[[bytes], Any] = conn.send_bytes
+    sock = _OPEN.get(address)
+    if sock is None:
+        sock = _OPEN[address] = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
+        sock.connect(address)
+    messages = {tag: key + tag for tag in (START, END, FLUSH)}
+    raw = sock.send
+
+    def send(tag: bytes) -> None:
+        raw(messages[tag])
+
     for _ in range(NULL_CALLS):
         send(START)
         send(END)

@@ -169,3 +169,22 @@ def test_an_old_style_plugin_file_loads_through_discovery(tmp_path: Path) -> Non
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] (8,) False"
+
+
+def test_bench_catalogue_ships_the_record_as_plain_data(tmp_path: Path) -> None:
+    from harness.bench.catalogue import catalogue_task
+
+    plugin = tmp_path / "shipped.py"
+    plugin.write_text(textwrap.dedent("""
+        from harness import Capabilities, register
+
+        @register("shipped", Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,)),
+                  available=lambda case: "too long" if case.tk > 64 else None)
+        def shipped(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+            return q
+    """))
+    records = catalogue_task([str(plugin)])
+    shipped = pickle.loads(pickle.dumps(records.get("shipped")))  # what the worker sends bench's parent
+    assert shipped.declared == Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,))
+    assert shipped.available_per_case
+    assert shipped.declared_gaps(AttentionCase(grad=True)) == ["gradients not supported"]

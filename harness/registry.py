@@ -274,7 +274,7 @@ def register(
             bias=bias, memory=memory, deterministic=deterministic, structures=structures, on_request=on_request,
             kv_dtypes=kv_dtypes, sinks=sinks, softcap=softcap, value_dim=value_dim, conventions=conventions,
             block_q=block_q, block_k=block_k,
-        ).items() if value != _DEFAULTS.get(key)}
+        ).items() if not _is_default(key, value)}
     if kind != "kernel":
         keywords["kind"] = kind
     if options is not None:
@@ -313,6 +313,12 @@ def register_module(
         return fn
 
     return decorate
+
+
+def _is_default(key: str, value: object) -> bool:
+    """Left at its default (``causal=0`` is not ``causal=False``: the record rejects it, naming it)."""
+    default = _DEFAULTS.get(key)
+    return type(value) is type(default) and value == default
 
 
 def _check_record_argument(name: str, capabilities: object) -> None:
@@ -395,7 +401,7 @@ def _declared(capabilities: Capabilities | None, keywords: dict[str, Any],
     if capabilities is not None:
         if not isinstance(capabilities, Capabilities):
             raise error(f"the second argument must be harness.Capabilities(...), not {type(capabilities).__name__}")
-        extra = sorted(set(keywords) - {"kind"})
+        extra = sorted(keywords)
         if extra:
             raise error(f"capabilities given twice: as a Capabilities record and as keyword(s) {extra}; "
                         "move them into the record")

@@ -188,3 +188,10 @@ def test_bench_catalogue_ships_the_record_as_plain_data(tmp_path: Path) -> None:
     assert shipped.declared == Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,))
     assert shipped.available_per_case
     assert shipped.declared_gaps(AttentionCase(grad=True)) == ["gradients not supported"]
+
+
+def test_a_keyword_equal_to_its_default_but_of_another_type_is_still_checked() -> None:
+    with pytest.raises(PluginError, match="causal=0 must be True or False"):
+        register("zero", backend="torch", causal=0)(_kernel)  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match="capabilities given twice"):
+        register("record_and_kind", Capabilities(backend="torch"), kind="module")(_module)

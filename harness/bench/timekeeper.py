@@ -17,6 +17,14 @@ taken off.
 The parent holds the spans against the worker's samples (:mod:`harness.bench.verdicts`): a worker
 whose samples add up to less than :data:`~harness.bench.verdicts.STAMP_SHARE` of what the kernel
 stamped had its clock slowed, whatever it did to it.
+
+Cells timed on the CPU clock (``--clock cpu``, or ``auto`` for one-thread CPU cells) are measured by the
+worker's CPU time, which a wall-clock span cannot check on a busy machine (a preempted call's span grows,
+its CPU time does not). For them each start and end message is synchronous: the worker waits for the
+parent's answer, and the parent, before answering, reads the worker's CPU clock itself, through the
+kernel's per-process CPU clock of the peer the socket names (``SO_PEERCRED``): the kernel keeps that
+clock, so no patch inside the worker moves it, and the worker, blocked on the answer, spends no CPU while
+it is read.
 """
 
 from __future__ import annotations
@@ -28,9 +36,13 @@ import statistics
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 
 START, END, FLUSH = b"s", b"e", b"f"
+SYNCED = {b"S": START, b"E": END}
+"""Start and end messages the worker waits on: the parent reads the worker's CPU clock before it answers."""
+ANSWER = b"a"
 NULL_CALLS = 15
 FLUSH_WAIT_S = 5.0
 """The longest the parent waits for a task's stamps to arrive after its answer did."""
@@ -52,15 +64,19 @@ class Timekeeper:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.sock.bind(self.address)
         self.sock.listen(8)
-        self.stamps: list[tuple[bytes, float]] = []
+        self.stamps: list[Stamp] = []
         self.lock = threading.Condition()
         self.thread = threading.Thread(target=self._accept, daemon=True, name="attnbench-timekeeper")
         self.thread.start()
 
     @property
-    def ticket(self) -> tuple[str, bytes]:
-        """What a task needs to send its stamps here (picklable)."""
-        return self.address, self.key
+    def ticket(self) -> tuple[str, bytes, str]:
+        """What a task needs to send its stamps here (picklable), stamping wall time only."""
+        return self.address, self.key, "wall"
+
+    def ticket_for(self, clock: str) -> tuple[str, bytes, str]:
+        """A ticket whose calls are stamped on ``clock`` too: "cpu" has the parent read the worker's CPU clock."""
+        return self.address, self.key, clock
 
     def _accept(self) -> None:
         while True:
@@ -73,6 +89,7 @@ class Timekeeper:
 
     def _read(self, conn: socket.socket) -> None:
         space = socket.CMSG_SPACE(16)
+        pid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
         with conn:
             while True:
                 try:
@@ -85,16 +102,23 @@ class Timekeeper:
                               if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS), None)
                 if stamp is None or data[:KEY_BYTES] != self.key:
                     continue  # not sent with this run's key: not a stamp
+                tag, cpu = data[KEY_BYTES:], None
+                if tag in SYNCED:
+                    tag, cpu = SYNCED[tag], process_cpu_s(pid)
+                    try:
+                        conn.send(ANSWER)
+                    except OSError:
+                        return
                 with self.lock:
-                    self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
+                    self.stamps.append((tag, stamp[0] + stamp[1] / 1e9, cpu))
                     if data[KEY_BYTES:] == FLUSH:
                         self.lock.notify_all()
 
-    def take(self) -> list[tuple[bytes, float]]:
+    def take(self) -> list[Stamp]:
         """The stamps received since the last take, once the task's last message (:data:`FLUSH`) is in: its
         worker sent them all before it answered, but the reading thread may still be behind."""
         with self.lock:
-            self.lock.wait_for(lambda: any(tag == FLUSH for tag, _ in self.stamps), timeout=FLUSH_WAIT_S)
+            self.lock.wait_for(lambda: any(tag == FLUSH for tag, _, _ in self.stamps), timeout=FLUSH_WAIT_S)
             out, self.stamps = self.stamps, []
         return out
 
@@ -103,22 +127,38 @@ class Timekeeper:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def spans(stamps: list[tuple[bytes, float]]) -> list[float]:
-    """The span of each start/end pair, in order (an unpaired message is skipped)."""
-    out, started = [], None
-    for tag, stamp in stamps:
+Stamp = tuple[bytes, float, "float | None"]
+"""(tag, the kernel's wall-clock stamp of the send, the worker's CPU seconds read by the parent or None)."""
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """The CPU seconds process ``pid`` has used, from the kernel's per-process CPU clock (Linux's clock id for
+    another process: ``(~pid << 3) | 2``, CPUCLOCK_SCHED), or None where the kernel refuses."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        return None
+
+
+def spans(stamps: list[Stamp], clock: str = "wall") -> list[float]:
+    """The span of each start/end pair on ``clock`` (wall: the kernel's send stamps; cpu: the worker's CPU
+    clock read by the parent), in order (an unpaired message, or one without that clock, is skipped)."""
+    out: list[float] = []
+    started: float | None = None
+    for tag, wall, cpu in stamps:
+        value = wall if clock == "wall" else cpu
         if tag == START:
-            started = stamp
-        elif tag == END and started is not None:
-            out.append(stamp - started)
+            started = value
+        elif tag == END and started is not None and value is not None:
+            out.append(value - started)
             started = None
     return out
 
 
-def null_and_calls(stamps: list[tuple[bytes, float]]) -> tuple[float, list[float]]:
-    """(the messages' own latency, the calls' spans with it taken off) from one task's stamps: a task that
-    sent stamps begins with :data:`NULL_CALLS` null calls (:func:`connect`)."""
-    all_spans = spans(stamps)
+def null_and_calls(stamps: list[Stamp], clock: str = "wall") -> tuple[float, list[float]]:
+    """(the messages' own latency, the calls' spans with it taken off) from one task's stamps on ``clock``: a
+    task that sent stamps begins with :data:`NULL_CALLS` null calls (:func:`connect`)."""
+    all_spans = spans(stamps, clock)
     null = statistics.median(all_spans[:NULL_CALLS]) if len(all_spans) >= NULL_CALLS else 0.0
     return null, [max(0.0, s - null) for s in all_spans[NULL_CALLS:]]
 
@@ -134,22 +174,26 @@ def flush(send: Callable[[bytes], None] | None) -> None:
         send(FLUSH)
 
 
-def connect(ticket: tuple[str, bytes] | None) -> Callable[[bytes], None] | None:
+def connect(ticket: tuple[str, bytes, str] | None) -> Callable[[bytes], None] | None:
     """Worker: the function that sends a stamp (None without a ticket), after :data:`NULL_CALLS` null calls that
-    measure the sends' own cost, the same way as every call."""
+    measure the sends' own cost, the same way as every call. On a "cpu" ticket a start or end waits for the
+    parent's answer: the parent reads this process's CPU clock before it answers."""
     if ticket is None:
         return None
-    address, key = ticket
+    address, key, clock = ticket
     sock = _OPEN.get(address)
     if sock is None:
         sock = _OPEN[address] = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER)
         sock.connect(address)
-    messages = {tag: key + tag for tag in (START, END, FLUSH)}
-    raw = sock.send
+    synced = {START: b"S", END: b"E"} if clock == "cpu" else {}
+    messages = {tag: key + synced.get(tag, tag) for tag in (START, END, FLUSH)}
+    raw, answer = sock.send, sock.recv
 
     def send(tag: bytes) -> None:
         raw(messages[tag])
+        if tag in synced:
+            answer(1)  # blocked, spending no CPU, while the parent reads this process's CPU clock
 
     for _ in range(NULL_CALLS):
         send(START)

@@ -65,7 +65,7 @@ _PROBE: dict[str, Any] = {}
 
 
 def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None, rounds: int | None = None, ticket: tuple[str, bytes] | None = None) -> Timed:
+               threads: int | None, rounds: int | None = None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
     from harness.bench import audit, timekeeper

@@ -73,7 +73,7 @@ def warm_up_task(name: str, source: str) -> None:
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
-                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes] | None = None) -> Timed:
+                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     from harness.bench import audit
@@ -260,6 +260,10 @@ class BenchRunner:
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`_warm_up`)."""
 
+    def _stamp_clock(self, device: str) -> str:
+        """The clock the parent stamps a cell's calls on: the one its samples are timed on (CPU cells only)."""
+        return "cpu" if device == "cpu" and getattr(self.settings.timing, "clock", "wall") == "cpu" else "wall"
+
     def learn_from_done(self) -> set[CellKey]:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
@@ -395,14 +399,16 @@ class BenchRunner:
         self._warm_up(cell, timing_pool)
         stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and self.settings.timing.checks \
             and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
-        ticket = self.keeper.ticket if stamped else None
+        ticket = self.keeper.ticket_for(self._stamp_clock(cell.case.device)) if stamped else None
         if stamped:
             self.keeper.take()  # nothing left over from another task
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
                                                                       ticket), end_leftovers=True))
         if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
-            latency, spans = null_and_calls(self.keeper.take())
-            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]))
+            clock = self._stamp_clock(cell.case.device)
+            latency, spans = null_and_calls(self.keeper.take(), clock)
+            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]),
+                                     clock)
         mem = None
         if outcome.status == OK and self.settings.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
@@ -456,11 +462,12 @@ class BenchRunner:
                     continue
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                        settings.threads, None if index == 0 else total, self.keeper.ticket)
+                        settings.threads, None if index == 0 else total,
+                        self.keeper.ticket_for(self._stamp_clock(first.case.device)))
                 self.keeper.take()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 if outcome.status == OK:
-                    latency, spans = null_and_calls(self.keeper.take())
+                    latency, spans = null_and_calls(self.keeper.take(), self._stamp_clock(first.case.device))
                     state.spans += spans
                     state.latency.append(latency)
                 state.seconds += outcome.seconds
@@ -497,7 +504,8 @@ class BenchRunner:
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=_stamped(state.final.value, state), seconds=state.seconds, leftovers=state.leftovers)
+            final = Outcome(OK, value=_stamped(state.final.value, state, self._stamp_clock(cell.case.device)),
+                            seconds=state.seconds, leftovers=state.leftovers)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
                                    None if reference in (None, name) else medians[reference], probe,
@@ -550,14 +558,14 @@ class BenchRunner:
         return replace(cell, status=status, reason=reason, integrity=integrity)
 
 
-def _stamped(timed: Timed, state: _Contender) -> Timed:
-    """``timed`` with the parent's stamps of its calls in its integrity record."""
+def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record."""
     import statistics
 
     if timed.integrity is None:
         return timed
     spans = state.spans
-    record = Stamped(calls=len(spans), median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
+    record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
                      latency_s=statistics.median(state.latency) if state.latency else None)
     return replace(timed, integrity=replace(timed.integrity, stamps=record))
 

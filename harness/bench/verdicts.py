@@ -106,12 +106,19 @@ def _stamps(samples: list[float], stamps: Stamped | None) -> list[str]:
     problems = []
     median = sorted(samples)[len(samples) // 2]
     if median < STAMP_SHARE * stamps.median_s - STAMP_SLACK_S:
-        problems.append(f"the worker's median call {_s(median)} against {_s(stamps.median_s)} on the parent's clock "
+        problems.append(f"the worker's median call {_s(median)} against {_s(stamps.median_s)} on {_witness(stamps)} "
                         "(each call stamped as it started and ended): the worker's clock was slowed or replaced")
     if sum(samples) < STAMP_SHARE * stamps.total_s - STAMP_SLACK_S * len(samples):
-        problems.append(f"the worker's samples add up to {_s(sum(samples))} of the {_s(stamps.total_s)} the parent "
-                        "stamped: the worker's clock was slowed or replaced")
+        problems.append(f"the worker's samples add up to {_s(sum(samples))} of the {_s(stamps.total_s)} on "
+                        f"{_witness(stamps)}: the worker's clock was slowed or replaced")
     return problems
+
+
+def _witness(stamps: Stamped) -> str:
+    """Which clock the parent held the calls on, in words."""
+    if stamps.clock == "cpu":
+        return "the worker's CPU clock as the parent read it from the kernel"
+    return "the parent's clock"
 
 
 def _accounting(samples: list[float], acc: Accounting | None, wall_s: float | None) -> list[str]:

@@ -52,9 +52,12 @@ class CheckedCall(Record):
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Stamped(Record):
     """The parent's own clock on the timed calls (:mod:`harness.bench.timekeeper`): how many calls it stamped,
-    the median and sum of their spans (the messages' latency taken off), and that latency."""
+    the median and sum of their spans (the messages' latency taken off), and that latency; ``clock`` says
+    which clock the spans are on: "wall" (the kernel's stamps of each message) or "cpu" (the worker's CPU
+    clock, read by the parent while the worker waited)."""
 
     calls: int | None = None
+    clock: str | None = None
     median_s: float | None = None
     total_s: float | None = None
     latency_s: float | None = None

@@ -217,3 +217,41 @@ def test_a_kernel_registered_with_the_dispatcher_during_the_calls_is_named() -> 
         return F.scaled_dot_product_attention(q, k, v)
 
     assert any("registered dispatcher kernels" in p and "fill" in p for p in _problems(register_kernel))
+
+
+_CPU_WORKER = """
+import sys, time
+from harness.bench.timekeeper import END, START, connect, flush
+send = connect((sys.argv[1], bytes.fromhex(sys.argv[2]), "cpu"))
+send(START); time.sleep(0.3); send(END)                      # waits: no CPU
+send(START)
+t = time.process_time()
+while time.process_time() - t < 0.1: pass                    # works: 0.1 s of CPU
+send(END)
+flush(send)
+"""
+
+
+def test_on_the_cpu_clock_the_parent_reads_the_workers_cpu_time_itself() -> None:
+    """A call that sleeps spans its wall time and no CPU; one that computes spans its CPU time: the parent reads
+    the worker's CPU clock from the kernel while the worker waits, so no patch inside the worker could move it."""
+    import os
+    import subprocess
+    import sys
+
+    keeper = Timekeeper()
+    try:
+        address, key, _ = keeper.ticket_for("cpu")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        subprocess.run([sys.executable, "-c", _CPU_WORKER, address, key.hex()], check=True, env=env, timeout=120)
+        stamps = keeper.take()
+    finally:
+        keeper.close()
+    _, wall = null_and_calls(stamps, "wall")
+    _, cpu = null_and_calls(stamps, "cpu")
+    assert len(wall) == len(cpu) == 2
+    assert wall[0] >= 0.29 and cpu[0] < 0.05       # asleep: wall time, no CPU
+    assert 0.09 <= cpu[1] <= wall[1] + 0.01       # computing: its CPU time, never more than its wall span
+    slowed = Integrity(stamps=Stamped(calls=10, clock="cpu", median_s=0.025, total_s=0.25, latency_s=1e-5))
+    status, reason = judge(Timed(samples_s=(0.010,) * 10, integrity=slowed), None, None)
+    assert status == Status.IMPLAUSIBLE and "CPU clock as the parent read it" in (reason or "")

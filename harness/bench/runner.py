@@ -401,7 +401,7 @@ class BenchRunner:
             and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
         ticket = self.keeper.ticket_for(self._stamp_clock(cell.case.device)) if stamped else None
         if stamped:
-            self.keeper.take()  # nothing left over from another task
+            self.keeper.clear()  # nothing left over from another task
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
                                                                       ticket), end_leftovers=True))
         if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
@@ -464,7 +464,7 @@ class BenchRunner:
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
                         settings.threads, None if index == 0 else total,
                         self.keeper.ticket_for(self._stamp_clock(first.case.device)))
-                self.keeper.take()  # nothing left over from another task
+                self.keeper.clear()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 if outcome.status == OK:
                     latency, spans = null_and_calls(self.keeper.take(), self._stamp_clock(first.case.device))

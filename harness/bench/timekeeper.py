@@ -156,6 +156,13 @@ class Timekeeper:
             if read is not None:
                 self.stamps.append((read[0], read[1], None))
 
+    def clear(self) -> None:
+        """Drop whatever is queued (a task that failed before its last message), without waiting for more."""
+        with self.lock:
+            for conn in list(self.connections):
+                self._drain(conn)
+            self.stamps = []
+
     def take(self) -> list[Stamp]:
         """The stamps queued since the last take. Wall-clock stamps are read only now, after the task answered
         (its worker sent them all before): a reader blocked on the socket during the calls would be woken by

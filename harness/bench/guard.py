@@ -279,8 +279,8 @@ class RoundedLoop:
             self._warm(profile)
             first = len(self.samples)
             spent = 0.0
-            loop_started = CLOCK()
-            last = False
+            loop_started = self.timer()  # the loop's and the captures' time on the samples' clock, so the
+            last = False  # samples, the captures and the gap between them add up on one clock
             while True:
                 i = len(self.samples)
                 k = i - first
@@ -300,15 +300,15 @@ class RoundedLoop:
                 self.samples.append(t1 - t0)
                 spent += t1 - t0
                 if check:
-                    c0 = CLOCK()
+                    c0 = self.timer()
                     self.kept.append(_capture(i, sets, out, threads, self.backend, cpu=i == self.pick or last))
-                    self.captured += CLOCK() - c0
+                    self.captured += self.timer() - c0
                 elif not _exact(out):
                     self.untyped.append(i)
                 del out
                 if last:
                     break
-            self.loop_s += CLOCK() - loop_started
+            self.loop_s += self.timer() - loop_started
         self.round_sizes.append(len(self.samples) - first)
         return self.samples[first:]
 

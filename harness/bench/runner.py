@@ -385,7 +385,7 @@ class BenchRunner:
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
                                        end_leftovers=True))
         mem = None
-        if outcome.status == OK and self.settings.memory:
+        if outcome.status == OK and self.settings.memory and cell.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
         return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
@@ -463,7 +463,7 @@ class BenchRunner:
                 out.append(self.measured(cell, failed, None, state.predicted, state.seconds))
                 continue
             mem, seconds = None, state.seconds
-            if self.settings.memory:
+            if self.settings.memory and cell.memory:
                 source = self.registry.sources[name]
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))

@@ -311,8 +311,9 @@ class Row:
             return None
         if not self.fit.low > self.theory or not self.fit.ys:
             return None
-        largest = max(range(len(self.fit.xs)), key=lambda i: self.fit.xs[i]) if self.fit.xs else len(self.fit.ys) - 1
-        share = float(self.fit.ys[largest]) / self.scores_bytes
+        xs, ys = self.fit.xs, self.fit.ys
+        largest = max(range(len(xs)), key=lambda i: xs[i]) if xs else len(ys) - 1
+        share = float(ys[largest]) / self.scores_bytes
         return share if share < SCORE_SHARE else None
 
     @property

@@ -184,3 +184,23 @@ def test_bench_clock_flag_resolves_and_cpu_time_on_a_gpu_is_a_usage_error(tmp_pa
     assert main(["bench", "--only", "torch_sdpa", "--device", "cuda", "--clock", "cpu", "--T", "64",
                  "--out", str(out), "--quiet"]) == 2
     assert "--clock cpu" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_slow_cell_makes_no_extra_call_past_its_last_rounds_budget() -> None:
+    """Calls (sleeps of 20 ms) longer than a round's budget (10 ms): one call a round, the last round's one call is
+    the checked last, not a second call after the budget is spent."""
+    import time
+
+    a = torch.randn(8, 8)
+
+    def slow() -> torch.Tensor:
+        time.sleep(0.02)
+        return a @ a
+
+    config = TimingConfig(warmup_s=0.0, budget_s=0.03, min_samples=1, rounds=3)
+    loop = RoundedLoop([InputSet(call=slow, named=[("a", a)], inputs=None)], config, "torch", rounds=3)
+    for _ in range(3):
+        loop.round()
+    result = loop.result()
+    assert result.round_sizes == (1, 1, 1)
+    assert result.kept[-1].index == 2  # the last call is still the checked one

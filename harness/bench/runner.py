@@ -273,12 +273,8 @@ class BenchRunner:
                 # Workers of its own per implementation, kept for the run: a plugin that changes process state
                 # (torch's default dtype, NumPy's error mode, thread counts) must not change what another sees.
                 if name not in pools:
-                    # the timing worker is a clean interpreter (spawn: NumPy's BLAS reads its thread count at
-                    # import); the memory worker forks from the forkserver that imported torch once (its measure
-                    # is bytes, which no thread count or import order moves): a spawn's seconds of imports saved
                     pools[name] = (stack.enter_context(WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap)),
-                                   stack.enter_context(WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap,
-                                                                  start_method="forkserver")))
+                                   stack.enter_context(WorkerPool(timeout=self.settings.timeout_s, memory_limit=cap)))
                 return pools[name]
 
             for group in case_groups(todo):  # smallest work first: the budget's predictions have history

@@ -22,9 +22,9 @@ from typing import Any
 from harness.analysis.stats import summarize
 from harness.availability import unsupported
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
-from harness.bench.bandwidth import measure_bandwidth
+from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
-from harness.bench.peak import measure_gemm_peak, peak_key
+from harness.bench.peak import PEAK_TIMING, measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timekeeper import null_and_calls
@@ -102,7 +102,7 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
 
         stamp = timekeeper.connect(ticket)  # the parent's clock on every call
         loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
-                                stamp=stamp)
+                                sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None, stamp=stamp)
         timekeeper.flush(stamp)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
@@ -140,12 +140,15 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     return measure(call, impl.backend, attention_case.device)
 
 
-def peak_task(dtype: str, device: str, threads: int | None) -> Peak:
-    return measure_gemm_peak(dtype, device, threads=threads)
+def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> Peak:
+    """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
+    under load would sit below cells timed on CPU time)."""
+    return measure_gemm_peak(dtype, device, replace(PEAK_TIMING, clock=clock), threads=threads)
 
 
-def bandwidth_task(device: str, threads: int | None) -> Bandwidth:
-    return measure_bandwidth(device, threads=threads)
+def bandwidth_task(device: str, threads: int | None, clock: str = "wall") -> Bandwidth:
+    """Worker (the peak one): the read and copy bandwidth, timed on the cells' clock."""
+    return measure_bandwidth(device, replace(BANDWIDTH_TIMING, clock=clock), threads=threads)
 
 
 # ---------------------------------------------------------------- parent side
@@ -262,7 +265,11 @@ class BenchRunner:
 
     def _stamp_clock(self, device: str) -> str:
         """The clock the parent stamps a cell's calls on: the one its samples are timed on (CPU cells only)."""
-        return "cpu" if device == "cpu" and getattr(self.settings.timing, "clock", "wall") == "cpu" else "wall"
+        return self._clock(device)
+
+    def _clock(self, device: str) -> str:
+        """The clock the roofs of ``device`` are timed on: the cells' (a GPU's roofs: always the wall clock)."""
+        return self.settings.timing.clock if device == "cpu" else "wall"
 
     def learn_from_done(self) -> set[CellKey]:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
@@ -332,7 +339,7 @@ class BenchRunner:
             if not peak.gflops or peak.confirmed_gflops is not None:
                 continue
             dtype, device = key.split("/")
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads, self._clock(device))))
             reading: Peak | None = outcome.value if outcome.status == OK else None
             peaks[key] = confirmed(peak, reading)
         self.writer.set("peaks", peaks)
@@ -344,7 +351,8 @@ class BenchRunner:
         for key, record in records.items():
             if not record.read_gbps or record.confirmed_read_gbps is not None:
                 continue
-            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads)))
+            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads,
+                                                         self._clock(key.split("/")[0]))))
             if outcome.status != OK:
                 continue
             records[key] = record.higher(outcome.value, confirm=True)
@@ -357,7 +365,7 @@ class BenchRunner:
         records = dict(self.writer.run.bandwidth or {})
         if key in records:
             return
-        outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads)))
+        outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads, self._clock(device))))
         records[key] = outcome.value if outcome.status == OK else Bandwidth(error=_failed(outcome))
         self.writer.set("bandwidth", records)
 
@@ -369,7 +377,7 @@ class BenchRunner:
         key = peak_key(dtype, device)
         peaks = self.writer.run.peaks
         if key not in peaks:
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads, self._clock(device))))
             measured = outcome.value if outcome.status == OK else Peak(error=_failed(outcome))
             peaks = {**peaks, key: measured}
             self.writer.set("peaks", peaks)
@@ -410,7 +418,7 @@ class BenchRunner:
             outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]),
                                      clock)
         mem = None
-        if outcome.status == OK and self.settings.memory:
+        if outcome.status == OK and self.settings.memory and cell.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
         return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
@@ -444,19 +452,20 @@ class BenchRunner:
             self._warm_up(cell, pools_of(cell.implementation)[0])
         states = {cell.implementation: _Contender(cell, predicted) for cell, predicted in admitted}
         probe = Probe()
-        orders = round_order([*states, _PROBE], max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        # the probe opens each round and the contenders follow back to back, shuffled: the calls a round's ratio
+        # pairs are a pipe round trip apart, not a probe's tens of milliseconds (a load switching within a second
+        # then hits both sides of the pair alike)
+        orders = round_order(list(states), max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        probe_args = (first.case.dtype, first.case.device, settings.threads, self._clock(first.case.device))
         total, first_calls = settings.timing.rounds, []
         for index, order in enumerate(orders):
             if index == total:
                 break
+            reading = peak_pool.run(Task(_PROBE, roof_probe_task, probe_args))
+            if reading.status == OK:
+                probe.gemm_gflops.append(reading.value[0])
+                probe.read_gbps.append(reading.value[1])
             for position, name in enumerate(order):
-                if name == _PROBE:
-                    reading = peak_pool.run(Task(name, roof_probe_task, (first.case.dtype, first.case.device,
-                                                                         settings.threads)))
-                    if reading.status == OK:
-                        probe.gemm_gflops.append(reading.value[0])
-                        probe.read_gbps.append(reading.value[1])
-                    continue
                 state = states[name]
                 if state.failed is not None:
                     continue
@@ -499,7 +508,7 @@ class BenchRunner:
                 out.append(self.measured(cell, failed, None, state.predicted, state.seconds))
                 continue
             mem, seconds = None, state.seconds
-            if self.settings.memory:
+            if self.settings.memory and cell.memory:
                 source = self.registry.sources[name]
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))

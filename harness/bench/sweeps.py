@@ -89,11 +89,13 @@ def _decode_suite() -> list[dict[str, Any]]:
 SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
         {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
-        {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN},
-        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN},
-        # a small decode sweep, so the default report's roofline has points under the bandwidth roof
-        {"cases": (decode_fields(4, 32, 8, 2048), decode_fields(4, 32, 8, 8192)), **_DECODE,
-         "implementations": DECODE_MAIN},
+        # memory is fitted along T only: the d, heads and decode sweeps time their cells without a memory run
+        {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN, "memory": False},
+        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN, "memory": False},
+        # a small decode sweep, so the default report's roofline has points under the bandwidth roof: two steps
+        # whose caches (67 MB of K and V each) are beyond any L3, at a quarter of the bytes of a B4 Tk 8192 step
+        {"cases": (decode_fields(4, 32, 8, 2048), decode_fields(1, 32, 8, 8192)), **_DECODE,
+         "implementations": DECODE_MAIN, "memory": False},
     ],
     "full": [
         {"T": tuple(2 ** i for i in range(7, 14)), "d": (64,), "heads": (8,)},
@@ -136,6 +138,9 @@ class PlannedCell:
     implementation: str
     case: AttentionCase
     mode: str
+    memory: bool = True
+    """Whether its peak memory is measured (bench's settings permitting): False where no sweep that wants it
+    (``"memory": False`` in a suite's sweep: the report fits memory along T only) holds the cell."""
 
     @property
     def key(self) -> CellKey:
@@ -149,9 +154,10 @@ def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None
     return [(case, mode) for case, mode, _ in _sweep_cells(suite, overrides, device)]
 
 
-def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
-                 device: str) -> list[tuple[AttentionCase, str, frozenset[str] | None]]:
-    """(case, mode, the implementations it is for, None for all), deduplicated, in order."""
+def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None, device: str,
+                 memory_only: bool = False) -> list[tuple[AttentionCase, str, frozenset[str] | None]]:
+    """(case, mode, the implementations it is for, None for all), deduplicated, in order; ``memory_only``: of the
+    sweeps whose cells get a memory run."""
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
@@ -163,6 +169,8 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
         raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
     seen: dict[tuple[str, str], tuple[AttentionCase, str, frozenset[str] | None]] = {}
     for sweep in SUITES[suite]:
+        if memory_only and not sweep.get("memory", True):
+            continue
         only = sweep.get("implementations")
         if only is not None and overrides:
             continue
@@ -197,8 +205,10 @@ def plan(suite: str, implementations: Iterable[str], overrides: Mapping[str, Seq
     """Every implementation x every (case, mode) of the suite, smallest work first per implementation."""
     implementations = list(implementations)
     triples = _sweep_cells(suite, overrides, device)
-    cells = [PlannedCell(name, case, mode) for name in implementations for case, mode, only in triples
-             if only is None or name in only]
+    memory = {(name, case.id, mode) for case, mode, only in _sweep_cells(suite, overrides, device, memory_only=True)
+              for name in implementations if only is None or name in only}
+    cells = [PlannedCell(name, case, mode, (name, case.id, mode) in memory) for name in implementations
+             for case, mode, only in triples if only is None or name in only]
     order = {name: i for i, name in enumerate(implementations)}
     return sorted(cells, key=lambda c: (order[c.implementation], c.mode, attention_flops(c.case, c.mode)))
 

@@ -26,6 +26,7 @@ from harness.bench.sweeps import (
     SUITES,
     free_memory_bytes,
 )
+from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import positive_int, positive_number, registry_from_args
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
@@ -92,6 +93,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=positive_int, metavar="N",
                         help="rounds each case's implementations are timed in, their order shuffled each round, "
                              "the budget split over them (default 6; 1: one implementation after another)")
+    parser.add_argument("--clock", choices=CLOCKS, default="auto",
+                        help="what CPU cells' calls are timed on: cpu (the worker's CPU time, which other processes "
+                             "on the cores do not stretch; blind to waiting), wall (elapsed time), or auto (default): "
+                             "cpu with --threads 1, else wall (several threads spin and wait for the slowest, which "
+                             "CPU time would count as work)")
     parser.add_argument("--reference", metavar="NAME",
                         help="the implementation each other's per-round ratio divides by (default: torch_sdpa "
                              "when it is timed, else the first)")
@@ -126,6 +132,9 @@ def _settings(args: argparse.Namespace) -> Any:
         timing = dataclasses.replace(timing, rounds=args.rounds)
     memory_budget = _memory_budget(args)
     threads = args.threads if args.threads is not None else torch.get_num_threads()
+    if args.clock == "cpu" and args.device != "cpu":
+        raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall or auto")
+    timing = dataclasses.replace(timing, clock=auto_clock(args.clock, args.device, threads))
     return BenchSettings(
         suite=args.suite, overrides=overrides, only=list(args.only), plugins=list(args.plugin),
         timeout_s=args.timeout, timing=timing, memory=not args.no_memory,

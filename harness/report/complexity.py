@@ -50,6 +50,10 @@ O(T^2) is due gives 1); a cache effect or a block size moves the per-FLOP rate b
 sizes, which over a sweep of 8x shows as a fraction of this, concentrated in one step."""
 MAX_FALL = 1.10
 """A time sweep whose time falls by more than this factor from one size to a larger one is not judged."""
+SCORE_SHARE = 0.25
+"""A kernel that materialises the scores holds at least one head's (Tq, Tk) matrix; memory of a linear-memory kernel
+growing faster than T while its peak at the largest size stays under this share of that one matrix is its tiles
+growing with T below their block size (a tile as large as the sequence at small T), a departure, not a flag."""
 MEMORY_EXPONENT = {"quadratic": 2.0, "linear": 1.0}
 """Theory for peak memory in T, from the ``memory=`` each implementation declares at registration
 (recorded by bench in the result file's "implementations")."""
@@ -217,6 +221,8 @@ class Row:
     fit: CostFit | None = None
     relative: Relative | None = None
     """Time only, where the cells were timed in rounds beside a reference: growth relative to it."""
+    scores_bytes: float | None = None
+    """Memory in T only: the bytes of one head's (Tq, Tk) score matrix at the largest size, in the case's dtype."""
 
     @property
     def slope(self) -> float | None:
@@ -288,7 +294,7 @@ class Row:
             return False
         if self.quantity == "memory":
             if self.upper_bound_only:
-                return self.fit.low > self.theory
+                return self.fit.low > self.theory and self.tiles_share is None
             return not self.fit.contains(self.theory)
         if self.relative is not None:
             return self.relative.low > EXCESS and sustained(self.relative.xs, self.relative.ratios, 0.0)
@@ -297,10 +303,31 @@ class Row:
         return self.fit.low > self.theory + EXCESS and sustained(self.fit.xs, self.fit.ys, self.theory)
 
     @property
+    def tiles_share(self) -> float | None:
+        """For a linear-memory bound whose memory grows faster than T: the share of one head's (Tq, Tk) score matrix
+        its peak holds at the largest size, when under :data:`SCORE_SHARE` (None otherwise): no matrix of scores
+        was materialised there, so the growth is tiles that still grow with T (below their block size)."""
+        if not self.upper_bound_only or self.fit is None or self.theory is None or not self.scores_bytes:
+            return None
+        if not self.fit.low > self.theory or not self.fit.ys:
+            return None
+        xs, ys = self.fit.xs, self.fit.ys
+        largest = max(range(len(xs)), key=lambda i: xs[i]) if xs else len(ys) - 1
+        share = float(ys[largest]) / self.scores_bytes
+        return share if share < SCORE_SHARE else None
+
+    @property
     def departure(self) -> str | None:
         """For time judged and not flagged: where the per-work rate falls most from one size to the next, when
         the exponent's interval lies above theory ("per-FLOP rate falls 40% from d 64 to 128"): how a real kernel's
-        cost departs from the algorithm's (caches, block sizes), not a fault."""
+        cost departs from the algorithm's (caches, block sizes), not a fault. For a linear-memory bound: growth
+        faster than T that stays under :data:`SCORE_SHARE` of one head's score matrix (:attr:`tiles_share`)."""
+        if self.quantity == "memory" and self.judged and self.fit is not None and self.fit.xs:
+            share = self.tiles_share
+            if share is None:
+                return None
+            return (f"memory grows faster than T yet holds {share:.0%} of one head's T×T scores at {self.axis} "
+                    f"{max(self.fit.xs):g}: tiles growing with T below their block size, no score matrix")
         if self.quantity != "time" or not self.judged or self.flagged or self.fit is None or self.theory is None:
             return None
         if not self.fit.low > self.theory:
@@ -401,8 +428,19 @@ def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, 
                        drift=drift if quantity == "time" else None, monotone=quantity == "time")
         relative = _relative(name, group, s.column) if quantity == "time" else None
         rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit,
-                        relative=relative))
+                        relative=relative, scores_bytes=_scores_bytes(group) if quantity == "memory" else None))
     return rows
+
+
+def _scores_bytes(group: pd.DataFrame) -> float | None:
+    """One head's (Tq, Tk) score matrix at the sweep's largest size, in the cells' dtype (None when unknown)."""
+    from harness.dtypes import itemsize
+
+    try:
+        last = group.loc[pd.to_numeric(group["tq"]).idxmax()]
+        return float(int(last["tq"]) * int(last["tk"]) * itemsize(str(last["dtype"])))
+    except (KeyError, ValueError, TypeError):
+        return None
 
 
 def _relative(name: str, group: pd.DataFrame, column: str) -> Relative | None:

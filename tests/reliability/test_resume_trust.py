@@ -94,6 +94,7 @@ def test_executor_address_and_memory_budget_come_from_this_machine(done: dict[st
     ("timing", {"budget_s": 0.1, "turbo": True}, "unknown setting(s) turbo"),
     ("timing", {"budget_s": -1}, "config.timing.budget_s -1"),
     ("timing", {"min_samples": 1.5}, "config.timing.min_samples 1.5"),
+    ("timing", {"clock": "sundial"}, "config.timing.clock 'sundial'"),
     ("timing", [1], "config.timing [1]"),
     ("overrides", {"T": ["x"]}, "config.overrides.T"),
     ("overrides", {"colour": [1]}, "config.overrides.colour"),

@@ -20,6 +20,7 @@ from harness.bench.guard import InputSet, RoundedLoop, timed_loop
 from harness.bench.timekeeper import END, START, Timekeeper, connect, flush, null_and_calls
 from harness.bench.timing import TimingConfig
 from harness.bench.verdicts import Timed, judge
+from harness.capabilities import Capabilities
 from harness.results import Integrity, Stamped, Status
 
 ONE_ROUND = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=6)
@@ -183,7 +184,7 @@ def test_the_worker_check_finds_a_wrong_call_among_fresh_inputs(mode: str) -> No
         return torch.cat([out[..., ::2, :], out[..., ::2, :]], dim=-2).contiguous()
 
     for fn, wrong in ((F.scaled_dot_product_attention, False), (half_rows, True)):
-        impl = Implementation(name="x", backend="torch", grad=True,
+        impl = Implementation(name="x", declared=Capabilities(backend="torch", grad=True),
                               prepare=lambda q, k, v, _fn=fn, **kw: (lambda: _fn(q, k, v)))
         sets = [build_set(impl, case, mode, inputs, seed, True) for seed, inputs in enumerate(draw_sets(case, 2, "torch"))]
         loop = timed_loop(sets, ONE_ROUND, "torch")

@@ -25,16 +25,18 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.costmodel import CostFit, fit_cost, run_scatter
-from harness.analysis.scaling import MIN_POINTS  # fewer fitted sizes than this: shown, not judged
+from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
+from harness.analysis.scaling import MIN_POINTS, Axis  # MIN_POINTS: fewer fitted sizes are shown, not judged
 
-AXES = {"T": "tq", "d": "d", "heads": "heads", "window": "window_width", "Tk": "tk"}
-"""Fit axes and their columns; ``window_width`` (left + right) is derived from the ``window`` column."""
+AXES = {name: "window_width" if name == "window" else axis.size for name, axis in FIT_AXES.items()}
+"""Fit axes and the column each is plotted and fitted against; ``window_width`` (left + right) is derived from
+the ``window`` column."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
          "layout", "bias", "kind", "mode", "window", "causal_align", "varlen", "cache_seqlens", "page_size",
          "node_kind")
-"""A sweep holds these fixed: one kind of machine too (``node_kind``: a cluster run's cells are never
-fitted or divided across machines)."""
-TIME_THEORY = {"T": 2.0, "d": 1.0, "heads": 1.0, "window": 1.0, "Tk": 1.0}
+"""A sweep holds these fixed, but for its axis's own fields: one kind of machine too (``node_kind``: a cluster
+run's cells are never fitted or divided across machines)."""
+TIME_THEORY = {name: axis.time_theory for name, axis in FIT_AXES.items()}
 """Tk: decode steps (Tq < Tk, a KV cache of Tk keys): the work and the bytes read grow as Tk."""
 WINDOW_TIME_THEORY = 1.0
 """Under a sliding window of fixed width the attended pairs, and the time of a kernel that skips the
@@ -101,48 +103,64 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
     """The largest slice of ``frame`` that varies along ``axis`` only (None when there is none), among
     the cells with a sliding window (``windowed``) or those without, of packed sequences (``packed``) or not."""
     column = AXES[axis]
+    data = _on_axis(_measured(frame, value, windowed, packed), FIT_AXES[axis], windowed)
+    if data is None or data.empty:
+        return None
+    fixed = [c for c in FIXED if c != column and c not in FIT_AXES[axis].fields and c in data.columns]
+    keys = pd.Series(["|".join(map(str, row)) for row in data[fixed].itertuples(index=False)], index=data.index)
+    best = _largest_slice(data, keys, column)
+    if best is None:
+        return None
+    group = data[keys == best].sort_values(["implementation", column])
+    first = group.iloc[0]
+    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
+                 packed=packed)
+
+
+def _measured(frame: pd.DataFrame, value: str, windowed: bool, packed: bool) -> pd.DataFrame | None:
+    """The ok cells with a ``value``, with a sliding window or without (``windowed``), packed or not (``packed``);
+    None when the frame has no structure column that the wanted cells need."""
     data = frame[(frame["status"] == "ok") & frame[value].notna()] if not frame.empty else frame
     for name, wanted in (("window", windowed), ("varlen", packed)):
         if name in data.columns:
             data = data[data[name].notna() == wanted]
         elif wanted:
             return None
-    if data.empty:
+    return data
+
+
+def _on_axis(data: pd.DataFrame | None, axis: Axis, windowed: bool) -> pd.DataFrame | None:
+    """The cells that lie on ``axis`` (:meth:`Axis.holds`) with a positive size (a log axis: a size of 0, from
+    a damaged file, is no point); along a window's width, only windowed cells, their width derived."""
+    if data is None or data.empty:
         return None
-    if axis == "window":  # the window's width at fixed T: pairs, and a banded kernel's time, grow as the width
-        if not windowed or data.empty:
+    if axis.name == "window":  # the window's width at fixed T: pairs, and a banded kernel's time, grow as the width
+        if not windowed:
             return None
         data = data.assign(window_width=[sum(int(x) for x in str(w).split(",")) for w in data["window"]])
-    if axis == "T":
-        data = data[data["tq"] == data["tk"]]
-    if axis == "Tk":  # decode: a few queries against a growing cache
-        data = data[data["tq"] < data["tk"]]
-    if axis == "heads":
+    if axis.name in ("T", "Tk"):
+        data = data[(data["tq"] == data["tk"]) if axis.name == "T" else (data["tq"] < data["tk"])]
+    if axis.name == "heads":
         data = data[data["kv_heads"] == data["heads"]]
-    data = data[pd.to_numeric(data[column], errors="coerce") > 0]  # a log axis: a size of 0 (a damaged file) is no point
-    fixed = [c for c in FIXED if c != column and not (axis == "T" and c == "tk") and not (axis == "window" and c == "window")
-             and not (axis == "heads" and c == "kv_heads") and c in data.columns]
-    if data.empty:
-        return None
-    keys = pd.Series(["|".join(map(str, row)) for row in data[fixed].itertuples(index=False)], index=data.index)
+    column = AXES[axis.name]
+    return data[pd.to_numeric(data[column], errors="coerce") > 0]
+
+
+def _largest_slice(data: pd.DataFrame, keys: pd.Series, column: str) -> str | None:
+    """The key of the slice with the most points (sizes summed over its implementations with two or more),
+    preferring the forward pass, no causal masking and no mask; None when no slice has two sizes."""
     # one pass over the cells (a sweep of n sizes along d has n slices: one groupby each would be slow)
     counts = data.groupby([keys, data["implementation"]])[column].nunique()
     points = counts[counts >= 2].groupby(level=0).sum()
     if points.empty:
         return None
     firsts = data.loc[~keys.duplicated()].set_axis(keys[~keys.duplicated()])
-    best: tuple[Any, ...] | None = None
-    for key in sorted(points.index):
+
+    def score(key: str) -> tuple[int, bool, bool, bool]:
         first = firsts.loc[key]
-        score = (int(points[key]), first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
-        if best is None or score > best[0]:
-            best = (score, key)
-    if best is None:
-        return None
-    group = data[keys == best[1]].sort_values(["implementation", column])
-    first = group.iloc[0]
-    return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
-                 packed=packed)
+        return (int(points[key]), first["mode"] == "fwd", str(first["causal"]) != "True", str(first["mask"]) == "none")
+
+    return str(max(sorted(points.index), key=score))
 
 
 def memory_theory(name: str, info: Mapping[str, object] | None = None) -> float | None:

@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.margins import baseline_led, margin
-from harness.dtypes import ITEMSIZE
+from harness.analysis.scaling import call_footprint
 from harness.errors import UsageError
 from harness.results import (
     SCHEMA,
@@ -183,17 +183,6 @@ def _meta(path: Path, kind: str, run: Run) -> Source:
                   environment=run.environment)
 
 
-def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
-    """Bytes a call returns: the output (B, H, Tq, d); with a backward pass also dq, dk and dv."""
-    try:
-        item = ITEMSIZE[case["dtype"]]
-        q = case["batch"] * case["heads"] * case["tq"] * case["d"]
-        kv = case["batch"] * (case.get("kv_heads") or case["heads"]) * (case.get("tk") or case["tq"]) * case["d"]
-    except (KeyError, TypeError):
-        return None
-    return int(item * (q if mode == "fwd" else 2 * q + 2 * kv))
-
-
 def _stats(cell: BenchCell) -> Stats:
     stats = cell.stats or Stats()
     if cell.samples_s and stats.median is None:
@@ -215,11 +204,9 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
     row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
     row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
                 "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
-    extra = memory.peak_extra_bytes
-    out = memory.output_bytes or output_bytes(case, str(row["mode"]))
     row.update({"flops": cell.flops, "gflops": cell.gflops, "pct_peak": pct_peak,
-                "peak_extra_bytes": extra, "output_bytes": out,
-                "peak_bytes": None if extra is None or out is None else extra + out,
+                "peak_extra_bytes": memory.peak_extra_bytes, "output_bytes": memory.output_bytes,
+                "peak_bytes": call_footprint(cell),  # what bench measured: the output and the extra at the peak
                 "memory_method": memory.method,
                 "threads": cell.threads, "samples_s": list(cell.samples_s),
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,

@@ -26,7 +26,7 @@ from matplotlib.patches import Rectangle
 
 from harness.report.analysis import speedup_table
 from harness.report.complexity import Row, Sweep, SweepFit, sweep
-from harness.results import Bandwidth, Peak
+from harness.results import Bandwidth, Peak, peak_key
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
@@ -186,8 +186,8 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
         if group["pct_peak"].notna().any():
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
     kind = s.fixed.get("node_kind")
-    key = f"{s.fixed.get('dtype')}/{s.fixed.get('device')}" + (f"@{kind}" if isinstance(kind, str) else "")
-    peak = _gflops(peaks.get(key))
+    peak = _gflops(peaks.get(peak_key(str(s.fixed.get("dtype")), str(s.fixed.get("device")),
+                                      kind if isinstance(kind, str) else None)))
     if isinstance(peak, (int, float)):
         left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
     right.axhline(100, color="0.4", linestyle="--", label="100% of peak")
@@ -356,8 +356,7 @@ def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[str, Peak], bandwidth:
     kind = str(kinds.value_counts().index[0]) if not kinds.empty else None
     if kind is not None:
         cells = cells[cells["node_kind"] == kind]
-    at_kind = f"@{kind}" if kind is not None else ""
-    peak = _gflops(peaks.get(f"{dtype}/{cells['device'].iloc[0]}{at_kind}"))
+    peak = _gflops(peaks.get(peak_key(dtype, str(cells["device"].iloc[0]), kind)))
     measured = ((key, Bandwidth.coerce(r).read_gbps) for key, r in bandwidth.items())
     reads = [float(r) for key, r in measured
              if isinstance(r, (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]

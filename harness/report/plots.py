@@ -24,8 +24,9 @@ import pandas as pd
 from matplotlib.artist import Artist
 from matplotlib.patches import Rectangle
 
+from harness.analysis.growth import Row
 from harness.report.analysis import speedup_table
-from harness.report.complexity import Row, Sweep, SweepFit, sweep
+from harness.report.complexity import Sweep, SweepFit, sweep
 from harness.results import Bandwidth, Peak, peak_key
 
 DPI = 100

@@ -21,7 +21,8 @@ from harness.errors import UsageError
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
 from harness.report.analysis import Analysis, analyse
 from harness.report.headline import Line
-from harness.report.load import Results, Source, load
+from harness.report.load import Results, load
+from harness.report.sources import Source
 from harness.results.files import disk_full, is_disk_full
 
 

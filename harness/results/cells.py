@@ -123,7 +123,8 @@ class BenchCell:
     @cached_property
     def attention_case(self) -> AttentionCase | None:
         """The typed case the cell timed, built once from the stored fields. None for a case that is not a
-        kernel's attention case (a module's layers), or one a file stores only in part (pytest-benchmark's shapes)."""
+        kernel's attention case (a module's layers), or one no valid case has (heads not a multiple of
+        kv_heads, say, in a file written by hand)."""
         if self.case.get("kind", "kernel") != "kernel":
             return None
         try:

@@ -15,8 +15,6 @@ from harness.registry import register
 from harness.tolerance import compare
 from harness.verify.properties import slices
 
-BOUND_S = 300.0
-
 PLUGIN = '''
 import torch
 import harness

@@ -14,7 +14,6 @@ import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
-BOUND_S = 300.0
 
 KERNEL = '''
 import ctypes, os, subprocess, sys, time

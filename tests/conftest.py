@@ -49,10 +49,11 @@ class Cli:
             pytest.fail(f"attnbench {' '.join(args[:2])} did not end within {timeout:g} s (a hang, or a pipe held open)")
 
     def start(self, *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-              prefix: Sequence[str] = ()) -> subprocess.Popen[str]:
-        """Start and return at once (a test that signals it, or waits on a gate), output captured."""
+              prefix: Sequence[str] = (), new_session: bool = False) -> subprocess.Popen[str]:
+        """Start and return at once (a test that signals it, or waits on a gate), output captured;
+        ``new_session``: in a process group of its own, as a terminal's foreground job is."""
         return subprocess.Popen(self.argv(*args, prefix=prefix), cwd=cwd, env=self.env(env), text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=new_session)
 
     def outcome(self, *args: str, **options: Any) -> tuple[int, str, str]:
         """(exit code, stdout, stderr) of :meth:`__call__`: for a test that unpacks them."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from harness.report.compare import NOT_COMPARABLE, ONLY_BASE, ONLY_NEW, CellComparison, Comparison
-from harness.report.markdown import md, md_table
 
 
 def _fmt_time(seconds: float | None) -> str:
@@ -36,6 +35,8 @@ RECOMMEND = ("Two separate runs cannot decide these cells: their own noise or lo
 
 def markdown(result: Comparison) -> str:
     """GitHub-flavoured Markdown: the verdict, then regressions, undecided cells and improvements."""
+    from harness.report.markdown import md, md_table  # pandas (the report's tables): only when Markdown is asked for
+
     t = f"{result.threshold:.0%}"
     regs, imps, undecided = result.regressions, result.improvements, result.undecided
     compared = sum(c.ratio is not None for c in result.cells)

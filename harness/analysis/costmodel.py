@@ -31,6 +31,10 @@ narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot 
 exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
 the leading term dominates.
+
+The module is longer than most (about 400 lines) because it is one algorithm: the model, its exact
+non-negative solve over a grid of exponents, and the interval built from refits of that same solve share
+their private helpers and constants; split, each part would reach into the others' internals.
 """
 
 from __future__ import annotations

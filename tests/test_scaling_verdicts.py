@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from harness.analysis.costmodel import CostFit
-from harness.report.complexity import Relative, Row, fit_rows, largest_rate_fall, relative_growth, sweep
+from harness.analysis.growth import Relative, Row, largest_rate_fall, relative_growth
+from harness.report.complexity import fit_rows, sweep
 
 TS = (256.0, 512.0, 1024.0, 2048.0)
 

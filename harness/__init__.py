@@ -1,12 +1,15 @@
 """attnbench core: the plugin contract, discovery, cases, the oracle, and the commands.
 
-The public API for plugin authors is :func:`register`; see docs/plugins.md.
+The public API for plugin authors is :func:`register` (kernels), :func:`register_module` (modules) and
+:class:`Capabilities` (what either declares); see docs/plugins.md.
 """
 
+from harness.capabilities import Capabilities
 from harness.conventions import Conventions
 from harness.errors import AttnbenchError, PluginError, UsageError
-from harness.registry import Implementation, register
+from harness.registry import Implementation, register, register_module
 
 __version__ = "0.1.0"
 
-__all__ = ["register", "Conventions", "Implementation", "AttnbenchError", "PluginError", "UsageError", "__version__"]
+__all__ = ["register", "register_module", "Capabilities", "Conventions", "Implementation", "AttnbenchError",
+           "PluginError", "UsageError", "__version__"]

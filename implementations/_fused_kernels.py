@@ -94,8 +94,9 @@ def _extension_of(tier_name: str) -> ModuleType | str:
     return {"avx512f": avx512_extension, "avx512_bf16": bf16_extension}.get(tier_name, extension)()
 
 
-def available() -> str | None:
-    """None once the float32 kernels are built (or loaded from torch's cache), else the build's error.
+def available(case: object = None) -> str | None:
+    """None once the float32 kernels are built (or loaded from torch's cache), else the build's error (the same
+    for every ``case``).
     Builds the AVX-512 kernels this CPU runs too, so that no case's time limit ever times a build; their
     failure is not this one's (:func:`bf16_reason`, :func:`f32_reason`)."""
     result = extension()

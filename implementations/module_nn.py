@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from harness import register
+from harness import register_module
 from harness.modules.weights import EncoderLayerWeights, MultiheadWeights
 
 ALL_DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -35,9 +35,9 @@ def _masks(x: torch.Tensor, heads: int, mask: torch.Tensor | None, causal: bool,
     return attn_mask, padding
 
 
-@register("nn_mha", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"), kind="module",
-          causal=True, mask=True, bias=True, prepare=True, options={"layers": ("mha",)},
-          description="nn.MultiheadAttention (eval, no_grad: PyTorch's inference path)")
+@register_module("nn_mha", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
+                 causal=True, mask=True, bias=True, prepare=True, layers=("mha",),
+                 description="nn.MultiheadAttention (eval, no_grad: PyTorch's inference path)")
 def nn_mha(x: torch.Tensor, *, heads: int, weights: MultiheadWeights, mask: torch.Tensor | None = None,
            causal: bool = False, bias: torch.Tensor | None = None) -> Callable[[], torch.Tensor]:
     mha = torch.nn.MultiheadAttention(x.shape[-1], heads, bias=weights.in_proj_bias is not None,
@@ -52,9 +52,9 @@ def nn_mha(x: torch.Tensor, *, heads: int, weights: MultiheadWeights, mask: torc
     return run
 
 
-@register("nn_encoder", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"), kind="module",
-          causal=True, mask=True, prepare=True, options={"layers": ("encoder",)},
-          description="nn.TransformerEncoderLayer, ReLU, dropout 0 (eval, no_grad)")
+@register_module("nn_encoder", backend="torch", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
+                 causal=True, mask=True, prepare=True, layers=("encoder",),
+                 description="nn.TransformerEncoderLayer, ReLU, dropout 0 (eval, no_grad)")
 def nn_encoder(x: torch.Tensor, *, heads: int, weights: EncoderLayerWeights, mask: torch.Tensor | None = None,
                causal: bool = False) -> Callable[[], Any]:
     d_model, dim_ff = x.shape[-1], weights.linear1_weight.shape[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import register
+from harness import register_module
 from harness.modules.weights import EncoderLayerWeights
 from implementations.module_numpy_mha import linear, numpy_multihead_attention
 
@@ -45,6 +45,6 @@ def numpy_encoder_layer(x: np.ndarray, *, heads: int, weights: EncoderLayerWeigh
     return norm2(x + feed_forward(x))
 
 
-register("numpy_encoder", backend="numpy", dtypes=("float32", "float64"), kind="module",
-         causal=True, mask=True, options={"layers": ("encoder",)},
-         description="NumPy Transformer encoder layer (post-LN and pre-LN), from scratch")(numpy_encoder_layer)
+register_module("numpy_encoder", backend="numpy", dtypes=("float32", "float64"),
+                causal=True, mask=True, layers=("encoder",),
+                description="NumPy Transformer encoder layer (post-LN and pre-LN), from scratch")(numpy_encoder_layer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from harness import register
+from harness import register_module
 from harness.modules.weights import MultiheadWeights
 
 
@@ -82,7 +82,7 @@ def numpy_multihead_attention(x: np.ndarray, *, heads: int, weights: MultiheadWe
     return linear(out, weights.out_proj_weight, weights.out_proj_bias)
 
 
-register("numpy_mha", backend="numpy", dtypes=("float32", "float64"), kind="module",
-         causal=True, mask=True, bias=True, gqa=True,
-         options={"layers": ("mha",), "rope": ("rotate_half", "interleaved"), "kv_cache": True},
-         description="NumPy multi-head attention with projections, from scratch (GQA, KV cache)")(numpy_multihead_attention)
+register_module("numpy_mha", backend="numpy", dtypes=("float32", "float64"),
+                causal=True, mask=True, bias=True, gqa=True,
+                layers=("mha",), rope=("rotate_half", "interleaved"), kv_cache=True,
+                description="NumPy multi-head attention with projections, from scratch (GQA, KV cache)")(numpy_multihead_attention)

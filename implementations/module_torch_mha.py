@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from harness import register
+from harness import register_module
 from harness.modules.weights import MultiheadWeights
 
 
@@ -30,10 +30,10 @@ def rope_torch(x: torch.Tensor, convention: str, base: float = 10000.0, offset: 
     return x * angles.cos().to(x.dtype) + swapped * angles.sin().to(x.dtype)
 
 
-@register("torch_mha", backend="torch", dtypes=("float64", "float32", "bfloat16", "float16"),
-          devices=("cpu", "cuda"), kind="module", causal=True, mask=True, bias=True, gqa=True,
-          options={"layers": ("mha",), "rope": ("rotate_half", "interleaved"), "kv_cache": True},
-          description="PyTorch multi-head attention with projections, from scratch (GQA, KV cache)")
+@register_module("torch_mha", backend="torch", dtypes=("float64", "float32", "bfloat16", "float16"),
+                 devices=("cpu", "cuda"), causal=True, mask=True, bias=True, gqa=True,
+                 layers=("mha",), rope=("rotate_half", "interleaved"), kv_cache=True,
+                 description="PyTorch multi-head attention with projections, from scratch (GQA, KV cache)")
 def torch_multihead_attention(x: torch.Tensor, *, heads: int, weights: MultiheadWeights,
                               mask: torch.Tensor | None = None, causal: bool = False,
                               bias: torch.Tensor | None = None, rope: str | None = None, kv_heads: int | None = None,

@@ -22,7 +22,7 @@ BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 @register("tiled", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
           causal=True, mask=True, gqa=True, grad=True, structures=("window", "bottom_right", "varlen"),
-          options={"block_q": BLOCKS, "block_k": BLOCKS},
+          block_q=BLOCKS, block_k=BLOCKS,
           description="attnbench's FlashAttention-2 kernel on CPU tiles (online softmax, O(T) memory, backward)")
 def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
           mask: torch.Tensor | None = None, scale: float | None = None,

@@ -183,7 +183,8 @@ def use_isa(isa: str | None = None, kv_dtype: torch.dtype | None = None) -> str:
     return tier
 
 
-def available() -> str | None:
+def available(case: object = None) -> str | None:
+    """None once the decode kernels are built, else the build's error (the same for every ``case``)."""
     result = extension()
     return result if isinstance(result, str) else None
 

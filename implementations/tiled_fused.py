@@ -142,7 +142,7 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
 
 @register("tiled_fused", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
           causal=True, mask=True, gqa=True, grad=True, available=available,
-          structures=("window", "bottom_right", "varlen"), options={"block_q": BLOCKS, "block_k": BLOCKS},
+          structures=("window", "bottom_right", "varlen"), block_q=BLOCKS, block_k=BLOCKS,
           description="FlashAttention-2 compiled: fused softmax, AVX-512 float32 and AVX512_BF16 tile GEMMs, compiled backward")
 def tiled_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                 mask: torch.Tensor | None = None, scale: float | None = None,

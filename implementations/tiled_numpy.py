@@ -67,7 +67,7 @@ def attention_one_head(q: np.ndarray, k: np.ndarray, v: np.ndarray, allowed: np.
 
 
 @register("tiled_numpy", backend="numpy", memory="linear", dtypes=("float32", "float64"),
-          causal=True, mask=True, gqa=True, options={"block_q": BLOCKS, "block_k": BLOCKS},
+          causal=True, mask=True, gqa=True, block_q=BLOCKS, block_k=BLOCKS,
           structures=("window", "bottom_right", "varlen"),
           description="textbook FlashAttention in NumPy: online softmax over key blocks, O(T) memory")
 def tiled_numpy(q: np.ndarray, k: np.ndarray, v: np.ndarray, *, causal: bool = False,

@@ -111,7 +111,7 @@ def _mask_view(mask: torch.Tensor | None, q: torch.Tensor, tk: int) -> torch.Ten
 
 @register("tiled_triton", backend="torch", memory="linear", dtypes=("float32", "float16", "bfloat16"), devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, available=available,
-          options={"block_q": BLOCKS, "block_k": BLOCKS},
+          block_q=BLOCKS, block_k=BLOCKS,
           description="FlashAttention-2 Triton kernels, forward and backward (CPU: only under TRITON_INTERPRET=1)")
 def tiled_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                  mask: torch.Tensor | None = None, scale: float | None = None,

@@ -145,3 +145,29 @@ def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path
     err = capsys.readouterr().err
     assert code == 2 and "base: one" in err and "head: two" in err, err
     assert not (tmp_path / "o").exists()  # nothing written: the usage error came before any timing
+
+
+def test_a_side_faster_than_physics_allows_is_implausible_and_a_head_that_is_fails() -> None:
+    from harness.bench.ab import _floor, _hold_to_floor
+    from harness.results import Floor, Peak
+
+    floor = _floor(CellRounds("k", CASE, "fwd"), (None, None))  # the theoretical roofs alone, on a CPU
+    assert floor.floor_s is not None and 0 < floor.floor_s < 1e-6  # 4 B H T^2 d = 2.1 MFLOP over a huge roof
+    measured = _floor(CellRounds("k", CASE, "fwd"), (Peak(gflops=1.0, fastest_call_gflops=1.0), None))
+    assert (measured.floor_s or 0.0) >= floor.floor_s  # a measured peak can only raise the roof's estimate
+
+    rng = random.Random(3)
+    honest = rounds(rng, 20, 1.0, noise=0.01)  # calls of about 1 ms
+    honest.floor = Floor(floor_s=1e-4)
+    _hold_to_floor(honest)
+    assert honest.status == "ok"
+    cheat = rounds(rng, 20, 0.05, noise=0.01)  # head 20x faster: under a floor of 0.1 ms
+    cheat.floor = Floor(floor_s=1e-4, compute_roof_gflops=100.0, memory_roof_gbps=50.0)
+    _hold_to_floor(cheat)
+    assert cheat.status == "implausible" and cheat.side == "head" and "physics floor" in (cheat.reason or "")
+    assert judge_cell(cheat, 0.1, 0.05).verdict == NEWLY_FAILING  # flagged, never a 20x win
+    bad_base = rounds(rng, 20, 20.0, noise=0.01)
+    bad_base.base_s = [t * 0.05 for t in bad_base.base_s]
+    bad_base.floor = Floor(floor_s=1e-4)
+    _hold_to_floor(bad_base)
+    assert bad_base.side == "base" and judge_cell(bad_base, 0.1, 0.05).verdict == NOT_COMPARED

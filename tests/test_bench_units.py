@@ -101,7 +101,7 @@ def test_cell_fits_group_by_axis() -> None:
 def test_sweeps_axes_and_order() -> None:
     quick = sweep_cases("quick")
     decode = [c for c, _ in quick if c.tq < c.tk]  # the main job's two decode steps
-    assert [(c.batch, c.heads, c.kv_heads, c.tq, c.tk) for c in decode] == [(4, 32, 8, 1, 2048), (4, 32, 8, 1, 8192)]
+    assert [(c.batch, c.heads, c.kv_heads, c.tq, c.tk) for c in decode] == [(4, 32, 8, 1, 2048), (1, 32, 8, 1, 8192)]
     quick = [(c, m) for c, m in quick if c.tq == c.tk]
     assert [c.tq for c, _ in quick if (c.d, c.heads) == (64, 8)] == [256, 512, 1024, 2048]
     assert {m for _, m in quick} == {"fwd"} and {c.tq for c, _ in quick if (c.d, c.heads) != (64, 8)} == {1024}
@@ -170,3 +170,19 @@ def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
     assert never.cell_seconds_predicted(huge, peak_gflops=1.0) > 1e5  # the estimate is still reported
     tight = Budget(memory_bytes=2**30, cell_seconds=None)
     assert "memory budget" in (tight.check(huge, peak_gflops=1.0) or "")  # memory still protects the machine
+
+
+def test_the_quick_suite_measures_memory_only_where_the_report_fits_it() -> None:
+    """Peak memory is fitted along T: the T sweep's cells get a memory run, the d, heads and decode sweeps'
+    cells are timed without one (the T sweep's d = 64, H = 8 cell, which the d and heads sweeps share, keeps it)."""
+    from harness.bench.sweeps import MAIN, plan
+
+    cells = plan("quick", [*MAIN, "tiled_decode"])
+    memory = {(c.implementation, c.case.id) for c in cells if c.memory}
+    timed_only = {(c.implementation, c.case.id) for c in cells if not c.memory}
+    assert ("torch_sdpa", "B1-H8-T2048-d64-float32") in memory
+    assert ("torch_sdpa", "B1-H8-T1024-d64-float32") in memory  # on the T sweep too
+    assert ("torch_sdpa", "B1-H8-T1024-d128-float32") in timed_only
+    assert ("torch_sdpa", "B1-H16-T1024-d64-float32") in timed_only
+    assert any(c.case.tq == 1 and not c.memory for c in cells)  # decode steps: roofline points, no memory fit
+    assert all(c.memory for c in plan("quick", ["torch_sdpa"], {"d": [32, 128]}))  # named sizes: measured in full

@@ -54,7 +54,7 @@ def test_run_maps_verify_as_verify_maps_its_own_flags(tmp_path: Path) -> None:
 @pytest.mark.parametrize("suite", ["quick", "full", "decode"])
 def test_bench_flags_left_out_are_the_suites_and_the_settings_defaults(suite: str) -> None:
     settings = bench_cmd.settings_from_args(_parse("bench", "--suite", suite, "--threads", "1"))
-    assert settings.timing == SUITE_TIMING[suite]
+    assert settings.timing == dataclasses.replace(SUITE_TIMING[suite], clock="cpu")  # auto: cpu with one thread
     assert settings.cell_budget_s == SUITE_CELL_BUDGET_S[suite]
     assert settings.timeout_s == default_of(BenchSettings, "timeout_s")
     assert settings.memory_budget_bytes is None  # worked out once, by the session, when the run starts
@@ -71,7 +71,7 @@ def test_run_maps_bench_as_bench_maps_its_own_flags() -> None:
 def test_bench_timing_flags_replace_only_what_they_name() -> None:
     settings = bench_cmd.settings_from_args(_parse("bench", "--threads", "1", "--budget", "2", "--rounds", "3",
                                                    "--memory-budget", "0.5", "--T", "64,128", "256"))
-    assert settings.timing == dataclasses.replace(SUITE_TIMING["quick"], budget_s=2.0, rounds=3)
+    assert settings.timing == dataclasses.replace(SUITE_TIMING["quick"], budget_s=2.0, rounds=3, clock="cpu")
     assert settings.memory_budget_bytes == 0.5 * 2**30
     assert settings.overrides == {"T": [64, 128, 256]}
     assert settings.cell_budget_s is None  # cells named by an axis flag are never skipped for time

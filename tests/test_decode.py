@@ -237,7 +237,7 @@ def test_bandwidth_measure() -> None:
 def test_a_cluster_runs_roofline_takes_its_own_kinds_roofs() -> None:
     import pandas as pd
 
-    from harness.report.plots import roofs
+    from harness.report.roofline import roofs
 
     cells = pd.DataFrame({"node_kind": ["EPYC x2", "EPYC x2", "Xeon x64"], "device": ["cpu"] * 3, "flops": [1.0] * 3})
     peaks = {"float32/cpu@EPYC x2": {"gflops": 190.0}, "float32/cpu@Xeon x64": {"gflops": 3000.0}, "float32/cpu": {"gflops": 1.0}}

@@ -27,15 +27,10 @@ PLUGIN = textwrap.dedent('''
 ''')
 
 
-def _attnbench(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
-
-
-def test_plugin_file_outside_repo_shows_in_list(tmp_path: Path) -> None:
+def test_plugin_file_outside_repo_shows_in_list(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "my_plugin.py"
     plugin.write_text(PLUGIN.format(name="my_outside_attention"))
-    result = _attnbench("list", "--json", "--plugin", str(plugin))
+    result = attnbench("list", "--json", "--plugin", str(plugin))
     assert result.returncode == 0, result.stderr
     entries = {e["name"]: e for e in json.loads(result.stdout)["implementations"]}
     assert entries["my_outside_attention"]["available"] is True
@@ -43,14 +38,14 @@ def test_plugin_file_outside_repo_shows_in_list(tmp_path: Path) -> None:
     assert "numpy_naive" in entries
 
 
-def test_broken_plugin_is_reported_and_others_still_load(tmp_path: Path) -> None:
+def test_broken_plugin_is_reported_and_others_still_load(tmp_path: Path, attnbench) -> None:
     broken = tmp_path / "broken_plugin.py"
     broken.write_text("import numpy\nraise RuntimeError('boom at import')\n")
     registry = load_registry([str(broken)])
     assert "numpy_naive" in registry and "torch_sdpa" in registry
     [error] = registry.errors
     assert str(broken) in error.source and "RuntimeError: boom at import" in error.error
-    result = _attnbench("list", "--plugin", str(broken))
+    result = attnbench("list", "--plugin", str(broken))
     assert result.returncode == 2
     assert "boom at import" in result.stderr and str(broken) in result.stderr
 
@@ -73,11 +68,11 @@ def test_two_plugins_with_one_name_names_both_sources(tmp_path: Path) -> None:
     assert registry.fatal_errors == [error]
 
 
-def test_a_plugin_reusing_a_builtin_name_is_an_error_naming_both_sources(tmp_path: Path) -> None:
+def test_a_plugin_reusing_a_builtin_name_is_an_error_naming_both_sources(tmp_path: Path, attnbench) -> None:
     impostor = tmp_path / "impostor.py"
     impostor.write_text(PLUGIN.format(name="numpy_naive"))
     for command in (["list"], ["verify", "--only", "numpy_naive", "--suite", "small"]):
-        result = _attnbench(*command, "--plugin", str(impostor))
+        result = attnbench(*command, "--plugin", str(impostor))
         assert result.returncode == 2, result.stdout + result.stderr
         assert "two implementations are named 'numpy_naive'" in result.stderr
         assert str(impostor) in result.stderr and "numpy_naive.py" in result.stderr
@@ -92,7 +87,7 @@ def test_plugin_module_name_and_missing_file(tmp_path: Path, monkeypatch) -> Non
     assert "no such file" in registry.errors[0].error
 
 
-def test_installed_package_entry_point_shows_in_list(tmp_path: Path) -> None:
+def test_installed_package_entry_point_shows_in_list(tmp_path: Path, attnbench) -> None:
     package = tmp_path / "src"
     (package / "thirdparty_attn").mkdir(parents=True)
     (package / "thirdparty_attn" / "__init__.py").write_text(PLUGIN.format(name="thirdparty_attention"))
@@ -114,7 +109,7 @@ def test_installed_package_entry_point_shows_in_list(tmp_path: Path) -> None:
          "--target", str(target), str(package)], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr
     pythonpath = os.pathsep.join([str(target), os.environ.get("PYTHONPATH", "")])
-    result = _attnbench("list", "--json", env={"PYTHONPATH": pythonpath})
+    result = attnbench("list", "--json", env={"PYTHONPATH": pythonpath})
     assert result.returncode == 0, result.stderr
     entries = {e["name"]: e for e in json.loads(result.stdout)["implementations"]}
     assert "thirdparty_attention" in entries and "numpy_naive" in entries

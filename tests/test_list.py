@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -14,10 +12,6 @@ from harness.cli.list_cmd import SHORT_REASON, short_reason
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 LONG = "x" * 30 + " is not supported because: " + "y" * 300 + "; and another reason"
-
-
-def _attnbench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300)
 
 
 def test_short_reason_keeps_the_start_and_marks_the_cut() -> None:
@@ -33,10 +27,10 @@ def canonical(text: str) -> str:
     return " ".join(text.split())
 
 
-def test_the_table_holds_short_reasons_and_the_views_the_full_ones() -> None:
-    table = _attnbench("list")
+def test_the_table_holds_short_reasons_and_the_views_the_full_ones(attnbench) -> None:
+    table = attnbench("list")
     assert table.returncode == 0, table.stderr
-    entries = {e["name"]: e for e in json.loads(_attnbench("list", "--json").stdout)["implementations"]}
+    entries = {e["name"]: e for e in json.loads(attnbench("list", "--json").stdout)["implementations"]}
     unavailable = [name for name, e in entries.items() if not e["available"]]
     assert unavailable, "this machine has no GPU: some built-in must be unavailable"
     longest = max(unavailable, key=lambda name: len(entries[name]["reason"]))
@@ -44,9 +38,9 @@ def test_the_table_holds_short_reasons_and_the_views_the_full_ones() -> None:
         if " no: " in line:
             assert len(line.split(" no: ", 1)[1]) <= SHORT_REASON
     assert "attnbench list NAME" in table.stdout
-    view = _attnbench("list", longest)
+    view = attnbench("list", longest)
     assert view.returncode == 0 and canonical(view.stdout).count(canonical(entries[longest]["reason"]))
-    one = json.loads(_attnbench("list", longest, "--json").stdout)["implementations"]
+    one = json.loads(attnbench("list", longest, "--json").stdout)["implementations"]
     assert [e["name"] for e in one] == [longest] and canonical(one[0]["reason"]) == canonical(entries[longest]["reason"])
-    unknown = _attnbench("list", "no_such_implementation")
+    unknown = attnbench("list", "no_such_implementation")
     assert unknown.returncode == 2 and "no implementation named 'no_such_implementation'" in unknown.stderr

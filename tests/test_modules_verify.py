@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -28,14 +26,12 @@ WRONG_PLUGIN = textwrap.dedent('''
 ''')
 
 
-def verify(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "harness", "verify", "--suite", "small", "--trials", "1",
-                           "--jobs", "1", *args], capture_output=True, text=True, timeout=300)
+SMALL = ("verify", "--suite", "small", "--trials", "1", "--jobs", "1")
 
 
-def test_module_and_kernel_cases_in_one_run(tmp_path: Path) -> None:
+def test_module_and_kernel_cases_in_one_run(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "run.json"
-    run = verify("--only", "numpy_mha,numpy_naive", "--json", str(out))
+    run = attnbench(*SMALL, "--only", "numpy_mha,numpy_naive", "--json", str(out))
     assert run.returncode == 0, run.stdout + run.stderr
     rows = {line.split()[0]: line.split()[1] for line in run.stdout.splitlines() if line.startswith("numpy_")}
     assert rows == {"numpy_mha": "module", "numpy_naive": "kernel"}
@@ -45,9 +41,9 @@ def test_module_and_kernel_cases_in_one_run(tmp_path: Path) -> None:
     assert {c["check"] for c in module_cells} == {"output", "property:mask"}
 
 
-def test_an_inverted_mask_module_fails_the_run(tmp_path: Path) -> None:
+def test_an_inverted_mask_module_fails_the_run(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "wrong.py"
     plugin.write_text(WRONG_PLUGIN)
-    run = verify("--plugin", str(plugin), "--only", "mask_inverted", "--json", str(tmp_path / "run.json"))
+    run = attnbench(*SMALL, "--plugin", str(plugin), "--only", "mask_inverted", "--json", str(tmp_path / "run.json"))
     assert run.returncode == 1, run.stdout + run.stderr
     assert "FAIL" in run.stdout and "mask=key_padding" in run.stdout

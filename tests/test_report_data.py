@@ -46,7 +46,8 @@ def bench_cell(name: str, case: AttentionCase, rng: random.Random, slow: float =
     return BenchCell(implementation=name, case=case.to_dict(), case_id=case.id, mode="fwd", status="ok",
                      samples_s=tuple(samples), stats=stats, flops=flops, gflops=flops / stats["median"] / 1e9,
                      peak_key="float32/cpu", threads=2,
-                     memory={"peak_extra_bytes": memory_bytes(name, case), "method": "synthetic"})
+                     memory={"peak_extra_bytes": memory_bytes(name, case), "method": "synthetic",
+                             "output_bytes": 4 * case.batch * case.heads * case.tq * case.d})  # as bench records it
 
 
 def write_bench_run(path: Path, *, seed: int = 0, slow: dict[str, float] | None = None,

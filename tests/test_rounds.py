@@ -142,3 +142,65 @@ def test_a_loop_can_be_given_more_rounds_after_its_first() -> None:
     loop.round(rounds=4)
     assert loop.done and loop.result().round_sizes == (1, 1, 1, 1)
     assert loop.result().kept[-1].index == 3
+
+
+def test_auto_clock_is_cpu_time_for_one_thread_on_the_cpu_only() -> None:
+    from harness.bench.timing import auto_clock
+
+    assert auto_clock("auto", "cpu", 1) == "cpu"
+    assert auto_clock("auto", "cpu", 2) == "wall"  # threads that spin while they wait count as work on CPU time
+    assert auto_clock("auto", "cuda", 1) == "wall"  # a GPU's work is not the host's CPU time
+    assert auto_clock("wall", "cpu", 1) == "wall" and auto_clock("cpu", "cpu", 4) == "cpu"
+
+
+def test_on_cpu_time_the_samples_the_loop_and_the_captures_add_up_on_one_clock() -> None:
+    """A call that waits (a sleep) costs next to no CPU time: its samples, and the loop they sum into, are both
+    read on the CPU clock, so the worker's account holds together (no 'time went somewhere' finding)."""
+    import time
+
+    from harness.bench.guard import CPU_CLOCK
+    from harness.bench.verdicts import _accounting
+    from harness.results import Accounting
+
+    a = torch.randn(16, 16)
+
+    def waits() -> torch.Tensor:
+        time.sleep(0.02)
+        return a @ a
+
+    config = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=4, clock="cpu")
+    loop = timed_loop([InputSet(call=waits, named=[("a", a)], inputs=None)], config, "torch", sample_clock=CPU_CLOCK)
+    assert len(loop.samples) == 4
+    assert sum(loop.samples) < 4 * 0.02 / 2  # the sleeps are not CPU time
+    assert loop.loop_s < 4 * 0.02  # nor the loop's, read on the same clock
+    acc = Accounting(total_s=1.0, loop_s=loop.loop_s, captures_s=loop.captures_s, phases_s=1.0, checks_s=0.0)
+    assert not [p for p in _accounting(list(loop.samples), acc, None) if "samples add up" in p]
+
+
+def test_bench_clock_flag_resolves_and_cpu_time_on_a_gpu_is_a_usage_error(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from harness.cli import main
+
+    out = tmp_path / "run.json"
+    assert main(["bench", "--only", "torch_sdpa", "--device", "cuda", "--clock", "cpu", "--T", "64",
+                 "--out", str(out), "--quiet"]) == 2
+    assert "--clock cpu" in capsys.readouterr().err and not out.exists()
+
+
+def test_a_slow_cell_makes_no_extra_call_past_its_last_rounds_budget() -> None:
+    """Calls (sleeps of 20 ms) longer than a round's budget (10 ms): one call a round, the last round's one call is
+    the checked last, not a second call after the budget is spent."""
+    import time
+
+    a = torch.randn(8, 8)
+
+    def slow() -> torch.Tensor:
+        time.sleep(0.02)
+        return a @ a
+
+    config = TimingConfig(warmup_s=0.0, budget_s=0.03, min_samples=1, rounds=3)
+    loop = RoundedLoop([InputSet(call=slow, named=[("a", a)], inputs=None)], config, "torch", rounds=3)
+    for _ in range(3):
+        loop.round()
+    result = loop.result()
+    assert result.round_sizes == (1, 1, 1)
+    assert result.kept[-1].index == 2  # the last call is still the checked one

@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from harness.analysis.costmodel import CostFit
-from harness.report.complexity import Relative, Row, fit_rows, largest_rate_fall, relative_growth, sweep
+from harness.analysis.growth import Relative, Row, largest_rate_fall, relative_growth
+from harness.report.complexity import fit_rows, sweep
 
 TS = (256.0, 512.0, 1024.0, 2048.0)
 
@@ -56,6 +57,24 @@ def test_memory_that_materialises_t_by_t_under_linear_is_flagged() -> None:
     assert row.flagged and row.check == "OFF"
     tiles = _row(_fit(0.3, 0.1, 0.6, (1.0, 1.1, 1.3, 1.8)), theory=1.0, quantity="memory")
     assert not tiles.flagged  # O(T) is a bound: fixed-size tiles below it are no fault
+
+
+def test_tiles_growing_with_t_below_their_block_size_are_a_memory_departure_a_score_matrix_is_flagged() -> None:
+    """torch_sdpa's CPU kernel at tiny sizes (d = 8, T 128..1024): its per-thread tiles grow with T until T reaches
+    the block size, so its peak grows faster than T while holding a tenth of one head's T x T scores; a kernel that
+    keeps the scores (4 T^2 bytes in float32) holds the whole matrix and is flagged at the same sizes."""
+    ts = (128.0, 256.0, 512.0, 1024.0)
+    scores = 4.0 * 1024 * 1024  # one head's float32 T x T at T = 1024
+    sdpa = (28_672.0, 77_824.0, 114_688.0, 409_600.0)  # measured peak bytes (output + extra), a cold CI run's shape
+    tiles = Row(implementation="torch_sdpa", quantity="memory", axis="T", theory=1.0,
+                fit=_fit(1.6, 1.2, 2.0, sdpa, ts), scores_bytes=scores)
+    assert not tiles.flagged and tiles.departure is not None
+    assert tiles.check == ("departure: memory grows faster than T yet holds 10% of one head's T×T scores at T 1024: "
+                           "tiles growing with T below their block size, no score matrix")
+    held = tuple(2 * 4.0 * t * t for t in ts)  # scores and their softmax: twice the matrix
+    matrix = Row(implementation="planted", quantity="memory", axis="T", theory=1.0,
+                 fit=_fit(2.0, 1.95, 2.05, held, ts), scores_bytes=scores)
+    assert matrix.flagged and matrix.check == "OFF" and matrix.departure is None
 
 
 def _ratios(growth: float, spread: float) -> tuple[list[float], list[float], list[float]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from harness import Conventions, register
+from harness import Conventions, register_module
 from harness.positional import rope_tables
 
 try:
@@ -27,7 +27,7 @@ except Exception as exc:  # noqa: BLE001  (torchvision built for CUDA beside a C
                "CPU torch, torchvision==0.28.0+cpu from https://download.pytorch.org/whl/cpu (PyPI's is a CUDA build)")
 
 
-def installed() -> str | None:
+def installed(case: object = None) -> str | None:
     return MISSING
 
 
@@ -54,14 +54,14 @@ def _attention(x, heads, weights, fused):
     return _loaded(layer, x, weights)
 
 
-@register("timm_attention", backend="torch", dtypes=DTYPES, kind="module", causal=True, mask=True, prepare=True,
+@register_module("timm_attention", backend="torch", dtypes=DTYPES, causal=True, mask=True, prepare=True,
           available=installed, conventions=TIMM, description="timm.layers.Attention (fused_attn=True: SDPA)")
 def timm_attention(x, *, heads, weights, mask=None):
     layer = _attention(x, heads, weights, fused=True)
     return lambda: layer(x, attn_mask=mask)
 
 
-@register("timm_attention_unfused", backend="torch", dtypes=DTYPES, kind="module", causal=True, mask=True,
+@register_module("timm_attention_unfused", backend="torch", dtypes=DTYPES, causal=True, mask=True,
           prepare=True, available=installed, conventions=TIMM,
           description="timm.layers.Attention (fused_attn=False: softmax(q k^T + mask) v)")
 def timm_attention_unfused(x, *, heads, weights, mask=None):
@@ -69,9 +69,9 @@ def timm_attention_unfused(x, *, heads, weights, mask=None):
     return lambda: layer(x, attn_mask=mask)
 
 
-@register("timm_attention_rope", backend="torch", dtypes=("float32", "float64"), kind="module", causal=True,
+@register_module("timm_attention_rope", backend="torch", dtypes=("float32", "float64"), causal=True,
           mask=True, prepare=True, available=installed, conventions=TIMM,
-          options={"rope": ("interleaved", "rotate_half")},
+          rope=("interleaved", "rotate_half"),
           description="timm.layers.AttentionRope (num_prefix_tokens=0), both RoPE pairings")
 def timm_attention_rope(x, *, heads, weights, mask=None, rope=None):
     layer = _loaded(AttentionRope(x.shape[-1], heads, qkv_bias=weights.in_proj_bias is not None,

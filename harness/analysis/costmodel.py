@@ -31,6 +31,10 @@ narrower than :data:`MIN_HALF_WIDTH` either side: sizes a factor 2 apart cannot 
 exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
 the leading term dominates.
+
+The module is longer than most (about 400 lines) because it is one algorithm: the model, its exact
+non-negative solve over a grid of exponents, and the interval built from refits of that same solve share
+their private helpers and constants; split, each part would reach into the others' internals.
 """
 
 from __future__ import annotations
@@ -324,45 +328,15 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     scale = float(x_raw[-1])
     x = x_raw / scale  # well-conditioned columns; coefficients are converted back below
     p, coefs = _point(x, y, terms)
-    estimates = [p]
     fitted = _model(x, coefs, terms, p)
-    rng = np.random.default_rng(SEED)
-    boot = np.tile(y, (replicates, 1))
     kept = [list(map(float, s)) for s in samples] if samples is not None else []
-    resampled = bool(kept) and len(kept) == len(x) and all(len(s) >= 2 for s in kept)
-    if resampled:
+    if kept and len(kept) == len(x) and all(len(s) >= 2 for s in kept):
         kept = [kept[int(i)] for i in order]
-        medians = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in kept],
-                           axis=1)  # (B, n): each size's median of its resampled samples
-        boot = medians * (y / np.asarray([np.median(s) for s in kept]))  # the recorded value may be another statistic
-    residuals, dof = _scatter(y, fitted, coefs)
-    sampled = resampled
-    if drift is not None and (drift > 0 or sampled):
-        # the drift between cells, which no cell's median shows: at least the run's scatter, and for a cell
-        # whose own samples spread (the load changed while it ran) that spread, since the load can change as
-        # much from one cell to the next
-        spread = np.array([_log_spread(s) for s in kept]) if sampled else np.zeros(len(x))
-        boot = boot * np.exp(rng.normal(0.0, 1.0, size=boot.shape) * np.maximum(drift, spread))
-        resampled = True
-    elif dof > 0:  # what the model leaves unexplained (a shape it lacks, drift), resampled onto it
-        boot = boot * np.exp(rng.choice(residuals * math.sqrt(len(x) / dof), size=boot.shape))
-        resampled = True
-    if resampled and replicates:
-        estimates_b = _estimate(x, boot, terms)
-        tail = (1 - LEVEL) / 2
-        estimates += [float(np.quantile(estimates_b, tail)), float(np.quantile(estimates_b, 1 - tail))]
-    if len(x) >= 4:  # every remaining subset keeps a constant term beside the leading one
-        for i in left_out(len(x)):
-            keep = np.arange(len(x)) != i
-            sub = terms[: max(0, int(keep.sum()) - 2)]
-            estimates.append(float(_estimate(x[keep], y[keep][None, :], sub)[0]))
+    else:
+        kept = []
     regimes = _regimes(x, coefs, terms, p)
-    leading = [i for i, r in enumerate(regimes) if r == "lead"]
-    if len(leading) >= 2:  # the plain slope where the leading term dominates: lower-order costs that overlap
-        lx, ly = np.log(x[leading]), np.log(y[leading])  # the leading one (a wait hidden by work) rather than add
-        estimates.append(float(np.polyfit(lx, ly, 1)[0]))
-        top = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))  # the growth at the largest sizes run: two sizes
-        estimates += [top - MIN_HALF_WIDTH, top + MIN_HALF_WIDTH]  # resolve an exponent no finer than this
+    estimates = [p, *_bootstrap(x, y, terms, coefs, fitted, kept, drift, replicates), *_left_out(x, y, terms),
+                 *_lead_slopes(x, y, regimes)]
     lead = _leading(p, coefs, terms)
     low = min(min(estimates), lead - MIN_HALF_WIDTH)
     high = max(max(estimates), lead + MIN_HALF_WIDTH)
@@ -370,6 +344,61 @@ def fit_cost(xs: Sequence[float], ys: Sequence[float], samples: Sequence[Sequenc
     return CostFit(exponent=float(lead), low=float(low), high=float(high), lower_terms=terms, coefs=real,
                    xs=tuple(map(float, x_raw)), ys=tuple(map(float, y)), regimes=regimes,
                    r2=_r2(np.log(y), np.log(np.maximum(fitted, 1e-300))))
+
+
+def _bootstrap(x: np.ndarray, y: np.ndarray, terms: tuple[int, ...], coefs: np.ndarray, fitted: np.ndarray,
+               samples: list[list[float]], drift: float | None, replicates: int) -> list[float]:
+    """The bootstrap interval's two ends (none when there is nothing to resample): each size's raw ``samples``
+    (sorted as ``x``; empty when some size lacks them) resampled, with the ``drift`` between cells on top, or
+    else the fit's own residuals when it has degrees of freedom left."""
+    rng = np.random.default_rng(SEED)
+    boot = np.tile(y, (replicates, 1))
+    sampled = bool(samples)
+    if sampled:
+        medians = np.stack([np.median(rng.choice(np.asarray(s), size=(replicates, len(s))), axis=1) for s in samples],
+                           axis=1)  # (B, n): each size's median of its resampled samples
+        boot = medians * (y / np.asarray([np.median(s) for s in samples]))  # the recorded value may be another statistic
+    residuals, dof = _scatter(y, fitted, coefs)
+    if drift is not None and (drift > 0 or sampled):
+        # the drift between cells, which no cell's median shows: at least the run's scatter, and for a cell
+        # whose own samples spread (the load changed while it ran) that spread, since the load can change as
+        # much from one cell to the next
+        spread = np.array([_log_spread(s) for s in samples]) if sampled else np.zeros(len(x))
+        boot = boot * np.exp(rng.normal(0.0, 1.0, size=boot.shape) * np.maximum(drift, spread))
+    elif dof > 0:  # what the model leaves unexplained (a shape it lacks, drift), resampled onto it
+        boot = boot * np.exp(rng.choice(residuals * math.sqrt(len(x) / dof), size=boot.shape))
+    elif not sampled:
+        return []
+    if not replicates:
+        return []
+    estimates = _estimate(x, boot, terms)
+    tail = (1 - LEVEL) / 2
+    return [float(np.quantile(estimates, tail)), float(np.quantile(estimates, 1 - tail))]
+
+
+def _left_out(x: np.ndarray, y: np.ndarray, terms: tuple[int, ...]) -> list[float]:
+    """The leave-one-size-out estimates of p (:func:`left_out`), from four sizes up: every remaining subset
+    keeps a constant term beside the leading one."""
+    if len(x) < 4:
+        return []
+    estimates = []
+    for i in left_out(len(x)):
+        keep = np.arange(len(x)) != i
+        sub = terms[: max(0, int(keep.sum()) - 2)]
+        estimates.append(float(_estimate(x[keep], y[keep][None, :], sub)[0]))
+    return estimates
+
+
+def _lead_slopes(x: np.ndarray, y: np.ndarray, regimes: tuple[str, ...]) -> list[float]:
+    """The plain log-log slope where the leading term dominates (lower-order costs that overlap the leading one,
+    a wait hidden by work, rather than add), and the growth between the two largest such sizes
+    +-:data:`MIN_HALF_WIDTH` (two sizes resolve an exponent no finer); none below two such sizes."""
+    leading = [i for i, r in enumerate(regimes) if r == "lead"]
+    if len(leading) < 2:
+        return []
+    lx, ly = np.log(x[leading]), np.log(y[leading])
+    top = float((ly[-1] - ly[-2]) / (lx[-1] - lx[-2]))
+    return [float(np.polyfit(lx, ly, 1)[0]), top - MIN_HALF_WIDTH, top + MIN_HALF_WIDTH]
 
 
 def _model(x: np.ndarray, coefs: np.ndarray, lower: tuple[int, ...], p: float) -> np.ndarray:

@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from harness.flops import work_g
 from harness.results.schema import BenchCell, Cell, Status
 
 MIN_POINTS = 3
@@ -111,9 +112,38 @@ def fit_complexity(gs: Sequence[float], ys: Sequence[float]) -> ComplexityFit:
     return ComplexityFit(coef, rms, rms / mean if mean else math.inf, len(gs))
 
 
-AXIS_FIELDS = {"T": ("tq", "tk"), "d": ("d",), "heads": ("heads", "kv_heads"), "Tk": ("tk",)}
-"""Fit axes and the case fields that move together along them. "T" takes square cases (Tq = Tk); "Tk" the
-decode steps (a few queries, Tq < Tk, against a growing cache: theory 1)."""
+@dataclass(frozen=True)
+class Axis:
+    """One axis a sweep runs along: the case fields that move together on it (the first is the size plotted and
+    fitted), which cases lie on it, and how time grows along it in theory. :data:`AXES` is the one list of them:
+    bench's stored fits (:func:`cell_fits`) and the report's sweeps (:mod:`harness.report.complexity`) read it."""
+
+    name: str
+    fields: tuple[str, ...]
+    time_theory: float
+    """The exponent of time in the size: T^2 for a square case, linear in d, heads, a decode step's Tk, the
+    width of a sliding window."""
+
+    @property
+    def size(self) -> str:
+        return self.fields[0]
+
+    def holds(self, tq: int, tk: int, heads: int, kv_heads: int) -> bool:
+        """Whether a case lies on the axis: "T" takes square cases (Tq = Tk), "Tk" decode steps (a few queries,
+        Tq < Tk, against a growing cache), "heads" cases with as many key heads as query heads."""
+        if self.name == "T":
+            return tq == tk
+        if self.name == "Tk":
+            return tq < tk
+        return self.name != "heads" or kv_heads == heads
+
+
+AXES = {axis.name: axis for axis in (Axis("T", ("tq", "tk"), 2.0), Axis("d", ("d",), 1.0),
+                                     Axis("heads", ("heads", "kv_heads"), 1.0), Axis("Tk", ("tk",), 1.0),
+                                     Axis("window", ("window",), 1.0))}
+"""Every fit axis, by name."""
+FITTED_AXES = ("T", "d", "heads", "Tk")
+"""The axes bench's stored fits run along (a window's width is the report's alone: its size is derived)."""
 
 
 def _size(case: Mapping[str, object], key: str) -> int:
@@ -124,12 +154,10 @@ def _size(case: Mapping[str, object], key: str) -> int:
     return int(value)
 
 
-def _on_axis(case: Mapping[str, object], axis: str) -> bool:
-    if axis == "T":
-        return _size(case, "tq") == _size(case, "tk")
-    if axis == "Tk":
-        return _size(case, "tq") < _size(case, "tk")
-    return True
+def _on_axis(case: Mapping[str, object], axis: Axis) -> bool:
+    heads = _size(case, "heads")
+    kv_heads = case.get("kv_heads")
+    return axis.holds(_size(case, "tq"), _size(case, "tk"), heads, heads if kv_heads is None else _size(case, "kv_heads"))
 
 
 GroupKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -163,15 +191,13 @@ def _structure_label(case: Mapping[str, object]) -> list[str]:
     return parts + (["varlen"] if case.get("varlen") is not None else [])
 
 
-def _work(case: Mapping[str, object]) -> float:
-    """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window,
-    packed sequences) B * H * (attended pairs) * d (:func:`harness.flops.work_g`)."""
-    if case.get("window") is None and case.get("varlen") is None and case.get("cache_seqlens") is None:
-        return float(_size(case, "batch") * _size(case, "heads") * _size(case, "tq") * _size(case, "tk") * _size(case, "d"))
-    from harness.cases import AttentionCase
-    from harness.flops import work_g
-
-    return float(work_g(AttentionCase.from_dict(dict(case))))
+def _work(cell: BenchCell) -> float:
+    """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window, packed
+    sequences, cache lengths) B * H * (attended pairs) * d (:func:`harness.flops.work_g`), of the cell's typed case."""
+    case = cell.attention_case
+    if case is None:
+        raise ValueError(f"{cell.implementation} {cell.case_id}: its stored case is not an attention case")
+    return float(work_g(case))
 
 
 def call_footprint(cell: BenchCell) -> int | None:
@@ -192,42 +218,45 @@ def _median(cell: BenchCell) -> float:
 
 
 def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
-    """Every fit the ok bench cells allow: time vs T, d, heads; memory vs T; time vs g (O(g) coef).
-
-    A fit needs at least three distinct sizes along its axis with everything else fixed.
-    """
+    """Every fit the ok bench cells allow: time along each of :data:`FITTED_AXES`, memory along T; time vs g
+    (the O(g) coefficient). A fit needs at least three distinct sizes along its axis with everything else fixed."""
     ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median
           and c.case.get("kind", "kernel") == "kernel"]  # module cells (whole layers) are not fitted
+    fits = [fit for name in FITTED_AXES for fit in _axis_fits(ok, AXES[name])]
+    return fits + _work_fits(ok)
+
+
+def _axis_fits(cells: list[BenchCell], axis: Axis) -> list[dict[str, object]]:
+    """Time along ``axis`` for every group of cells that differ only along it; along T also the call's memory."""
+    groups: dict[GroupKey, list[BenchCell]] = {}
+    for cell in cells:
+        if _on_axis(cell.case, axis):
+            groups.setdefault(_group_key(cell, axis.fields), []).append(cell)
     fits: list[dict[str, object]] = []
-    for axis, fields in AXIS_FIELDS.items():
-        groups: dict[GroupKey, list[BenchCell]] = {}
-        for cell in ok:
-            if _on_axis(cell.case, axis):
-                groups.setdefault(_group_key(cell, fields), []).append(cell)
-        for (impl, mode, _), members in groups.items():
-            if len({c.case[fields[0]] for c in members}) < MIN_POINTS:
-                continue
-            xs = [c.case[fields[0]] for c in members]
-            base = {"implementation": impl, "mode": mode, "axis": axis,
-                    "fixed": _fixed_label(members[0].case, fields)}
-            fit = fit_exponent(xs, [_median(c) for c in members])
-            fits.append({**base, "quantity": "time", **fit.to_dict()})
-            if axis != "T":
-                continue
-            mem = [(x, footprint) for x, c in zip(xs, members) if (footprint := call_footprint(c))]
-            if len({x for x, _ in mem}) >= MIN_POINTS:
-                mfit = fit_exponent([x for x, _ in mem], [y for _, y in mem])
-                fits.append({**base, "quantity": "memory", **mfit.to_dict()})
-    by_impl: dict[tuple[str, ...], list[BenchCell]] = {}
-    for cell in ok:
+    for (impl, mode, _), members in groups.items():
+        xs = [_size(c.case, axis.size) for c in members]
+        if len(set(xs)) < MIN_POINTS:
+            continue
+        base = {"implementation": impl, "mode": mode, "axis": axis.name, "fixed": _fixed_label(members[0].case, axis.fields)}
+        fits.append({**base, "quantity": "time", **fit_exponent(xs, [_median(c) for c in members]).to_dict()})
+        mem = [(x, footprint) for x, c in zip(xs, members) if (footprint := call_footprint(c))]
+        if axis.name == "T" and len({x for x, _ in mem}) >= MIN_POINTS:
+            fits.append({**base, "quantity": "memory", **fit_exponent([x for x, _ in mem], [y for _, y in mem]).to_dict()})
+    return fits
+
+
+def _work_fits(cells: list[BenchCell]) -> list[dict[str, object]]:
+    """google-benchmark's O(g) coefficient per implementation, mode, dtype, causality and structure."""
+    groups: dict[tuple[str, str, str, bool, str], list[BenchCell]] = {}
+    for cell in cells:
         case = cell.case
-        structure = "-".join(_structure_label(case))
-        by_impl.setdefault((cell.implementation, cell.mode, case["dtype"], case["causal"], structure), []).append(cell)
-    for (impl, mode, dtype, causal, structure), members in by_impl.items():
+        key = (cell.implementation, cell.mode, str(case["dtype"]), bool(case["causal"]), "-".join(_structure_label(case)))
+        groups.setdefault(key, []).append(cell)
+    fits: list[dict[str, object]] = []
+    for (impl, mode, dtype, causal, structure), members in groups.items():
         if len(members) < 2:
             continue
-        gs = [_work(c.case) for c in members]
-        cfit = fit_complexity(gs, [_median(c) for c in members])
+        cfit = fit_complexity([_work(c) for c in members], [_median(c) for c in members])
         fits.append({"implementation": impl, "mode": mode, "axis": "g", "quantity": "time",
                      "fixed": dtype + ("-causal" if causal else "") + (f"-{structure}" if structure else ""),
                      **cfit.to_dict()})

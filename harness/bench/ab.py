@@ -10,6 +10,12 @@ warm-up call and ``calls`` timed calls through the bench's own timed loop
 (:func:`harness.bench.guard.timed_loop`: rotating input sets, kept calls checked); the round's
 ratio is head's fastest call over base's. A round lasts tens of milliseconds, so a load change between
 rounds hits both sides alike and the ratio cancels it (:mod:`harness.analysis.paired`).
+
+Each side's fastest call is held against the physics floor, as bench's cells are
+(:func:`harness.bench.roofs.physics_floor`: the cell's FLOPs and compulsory bytes on the larger of this
+machine's theoretical roofs and twice the GEMM peak and bandwidth measured at the start, on the cells'
+clock, in a worker of its own where no plugin code runs): a side faster than physics allows did not do
+its work, and its cell is ``implausible`` (a head that is: a failure, never a win).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import itertools
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.bench import guard  # binds the clocks before any plugin is imported in a worker
@@ -30,8 +36,11 @@ from harness.discovery import load_implementation, load_source
 from harness.errors import UsageError
 from harness.isolation import OK, Outcome, Task, WorkerPool
 from harness.provenance import Provenance, plugin_provenance
+from harness.results import Bandwidth, Floor, Peak
 
 BASE, HEAD = "base", "head"
+ROOF_BUDGET_S = 0.3
+"""Seconds of timed calls for each roof measured before the cells."""
 
 # ---------------------------------------------------------------- worker side
 
@@ -48,6 +57,18 @@ def support_task(source: str, name: str, case: dict[str, object], mode: str) -> 
     """Worker: why ``name`` cannot run this cell (empty: it can)."""
     impl = load_implementation(source, name)
     return list(impl.not_supported_reasons(AttentionCase.from_dict(case).with_(grad=mode != "fwd")))
+
+
+def roofs_task(dtype: str, device: str, threads: int | None, clock: str) -> tuple[Peak, Bandwidth]:
+    """Worker (the roofs one, no plugin code): a short GEMM peak and read/copy bandwidth on ``clock``: the
+    measured halves of the physics floor (its fastest GEMM call counts, so a short measure serves)."""
+    from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
+    from harness.bench.peak import PEAK_TIMING, measure_gemm_peak
+
+    clock = clock if device == "cpu" else "wall"
+    peak = measure_gemm_peak(dtype, device, replace(PEAK_TIMING, budget_s=ROOF_BUDGET_S, clock=clock), threads)
+    bandwidth = measure_bandwidth(device, replace(BANDWIDTH_TIMING, budget_s=ROOF_BUDGET_S, clock=clock), threads)
+    return peak, bandwidth
 
 
 @dataclass(frozen=True)
@@ -117,6 +138,8 @@ class CellRounds:
     reason: str | None = None
     side: str | None = None
     """The side that failed or cannot run the cell (None: both ran)."""
+    floor: Floor | None = None
+    """The physics floor each side's fastest call was held against (None: not computed)."""
 
     def stop(self, side: str, status: str, reason: str) -> None:
         self.status, self.side, self.reason = status, side, f"{side}: {reason}"
@@ -175,11 +198,16 @@ def run_ab(settings: ABSettings, on_cell: Callable[[CellRounds], None] = lambda 
         if not cells:
             raise UsageError(f"--suite {settings.suite} with these flags plans no cell; widen the axis flags")
         done = []
-        for planned in cells:
-            cell = CellRounds(planned.implementation, planned.case, planned.mode)
-            _time_cell(cell, settings, sources, pools, rng)
-            done.append(cell)
-            on_cell(cell)
+        with WorkerPool(timeout=settings.timeout_s) as roofs_pool:
+            roofs: dict[tuple[str, str], tuple[Peak | None, Bandwidth | None]] = {}
+            for planned in cells:
+                cell = CellRounds(planned.implementation, planned.case, planned.mode)
+                _time_cell(cell, settings, sources, pools, rng)
+                if cell.status == "ok":
+                    cell.floor = _floor(cell, _roofs(roofs, roofs_pool, cell.case, settings))
+                    _hold_to_floor(cell)
+                done.append(cell)
+                on_cell(cell)
     return ABRun(settings=settings, cells=done, provenance=provenance)
 
 
@@ -217,3 +245,40 @@ def _time_cell(cell: CellRounds, settings: ABSettings, sources: dict[str, str], 
             cell.load.append(os.getloadavg()[0])
         except OSError:
             pass
+
+
+def _roofs(known: dict[tuple[str, str], tuple[Peak | None, Bandwidth | None]], pool: WorkerPool, case: AttentionCase,
+           settings: ABSettings) -> tuple[Peak | None, Bandwidth | None]:
+    """The measured roofs of the case's dtype and device, measured once a run (None where the measure failed: the
+    theoretical roofs alone then make the floor, on a CPU)."""
+    key = (case.dtype, case.device)
+    if key not in known:
+        outcome = pool.run(Task(f"roofs {case.dtype}/{case.device}", roofs_task,
+                                (case.dtype, case.device, settings.threads, settings.clock)))
+        known[key] = outcome.value if outcome.status == OK else (None, None)
+    return known[key]
+
+
+def _floor(cell: CellRounds, roofs: tuple[Peak | None, Bandwidth | None]) -> Floor:
+    from harness.bench.roofs import cpu_roofs, physics_floor
+    from harness.flops import attention_flops, compulsory_bytes
+
+    peak, bandwidth = roofs
+    return physics_floor(attention_flops(cell.case, cell.mode), float(compulsory_bytes(cell.case, cell.mode)),
+                         cell.case.dtype, cell.case.device, peak, bandwidth,
+                         cpu_roofs() if cell.case.device == "cpu" else None)
+
+
+def _hold_to_floor(cell: CellRounds) -> None:
+    """The cell ``implausible`` when a side's fastest call is under the physics floor (head first: a head that
+    is fails the comparison; a base that is leaves nothing to compare against)."""
+    floor = cell.floor
+    if floor is None or not floor.floor_s:
+        return
+    for side, times in ((HEAD, cell.head_s), (BASE, cell.base_s)):
+        if times and min(times) < floor.floor_s:
+            cell.stop(side, "implausible",
+                      f"fastest call {min(times) * 1e3:.3g} ms is under the physics floor {floor.floor_s * 1e3:.3g} ms "
+                      f"(compute roof {floor.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory roof "
+                      f"{floor.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates): it did not do the work")
+            return

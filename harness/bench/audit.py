@@ -1,11 +1,13 @@
-"""The timing worker's side of a cell's integrity: input sets, the kept outputs checked, one profiled call.
+"""The timing worker's side of a cell's integrity: input sets, the chosen calls checked, one profiled call.
 
-Outputs of the kept calls (:mod:`harness.bench.guard`) are compared with a float64 computation on the
-very inputs those calls saw, by the pass rule of verify (:mod:`harness.tolerance`). A forward is
-checked on :data:`CHECK_ROWS` query rows drawn at random (always the first and the last) with
-:func:`harness.oracle.reference_rows`, at O(rows x Tk x d) whatever the size; all rows when the
-case is small. Gradients (bwd, fwd+bwd) are checked in full against float64 autograd up to
-:data:`GRAD_CHECK_PAIRS` attended pairs per cell, and not checked above (said in the record).
+The fingerprints of the calls drawn after the loop (:mod:`harness.bench.fingerprint`) are compared with
+a float64 computation on the very inputs those calls saw (regenerated from their seeds,
+:mod:`harness.bench.fresh`), projected on the same random vectors, against the pass rule of verify
+(:mod:`harness.tolerance`) carried through the projection. A forward is checked on :data:`CHECK_ROWS`
+query rows drawn at random (always the first and the last) with :func:`harness.oracle.reference_rows`,
+at O(rows x Tk x d) whatever the size; all rows when the case is small. Gradients (bwd, fwd+bwd) are
+checked in full against float64 autograd up to :data:`GRAD_CHECK_PAIRS` attended pairs per cell, and
+not checked above (said in the record).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +23,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet, Kept
+from harness.bench import state
+from harness.bench.fingerprint import Print, projected_error
+from harness.bench.fresh import fresh_for
+from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet
 from harness.cases import AttentionCase
 from harness.oracle import expand_kv, reference_attention, reference_rows, sample_rows
 from harness.results import CheckedCall
 from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
-from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, compare
+from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, floor_for
 
 CHECK_ROWS = 16
 FULL_ROWS_PAIRS = 1 << 20
@@ -82,8 +88,8 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
     named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2]), *((k, v) for k, v in kwargs.items()
                                                                       if hasattr(v, "shape"))]
     if mode == "fwd":
-        live = arrays[0] if shift else None
-        return _printed(InputSet(impl.prepare(*arrays, **kwargs), named, inputs, live, _clone(live)))
+        fresh = fresh_for(named, inputs) if shift else None
+        return _printed(InputSet(impl.prepare(*arrays, **kwargs), named, inputs, fresh))
     q, k, v = (x.detach().requires_grad_(True) for x in arrays)
     forward = impl.prepare(q, k, v, **kwargs)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -94,9 +100,9 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
         return _printed(InputSet(lambda: backward_grads(out, (q, k, v), grad_out, retain_graph=True), named,
                                  inputs, leaves=(q, k, v), grad_out=grad_out))
     if mode == "fwd+bwd":
-        live = q if shift else None
-        return _printed(InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, live,
-                                 _clone(live), leaves=(q, k, v), grad_out=grad_out))
+        fresh = fresh_for(named, inputs) if shift else None
+        return _printed(InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, fresh,
+                                 leaves=(q, k, v), grad_out=grad_out))
     raise ValueError(f"unknown mode {mode!r}")
 
 
@@ -119,10 +125,11 @@ def _buffer_digest(x: Any) -> bytes | None:
 
 
 def _printed(s: InputSet) -> InputSet:
-    """``s`` with a digest of each input it hands the call (the shifted q excepted: it changes before every call)."""
+    """``s`` with a digest of each input it hands the call (those redrawn before every call excepted)."""
     s.prints = {}
+    redrawn = {id(x) for x in s.fresh.live} if s.fresh is not None else set()
     for name, x in s.named:
-        if x is s.live_q:
+        if id(x) in redrawn:
             continue
         digest = _buffer_digest(x)
         if digest is not None:
@@ -140,12 +147,6 @@ def input_problems(sets: list[InputSet]) -> list[str]:
             problems.append(f"input set {index}: the timed calls wrote into the input(s) {', '.join(changed)} "
                             "(or the buffer behind them): a call may read its inputs, never write them")
     return problems
-
-
-def _clone(x: Any) -> Any:
-    if x is None:
-        return None
-    return x.detach().clone() if isinstance(x, torch.Tensor) else x.copy()
 
 
 @contextlib.contextmanager
@@ -168,70 +169,86 @@ class OutputChecks:
     checked: list[CheckedCall]
 
 
-def check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
-    """Each kept call's output against float64 on its own inputs: the problems found and what was checked."""
+def check_kept(kept: list[Print], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
+    """Each chosen call's fingerprints against float64 on its own inputs: the problems found and what was checked."""
     with one_thread():
         return _check_kept(kept, sets, case, mode)
 
 
-def _check_kept(kept: list[Kept], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
+def _inputs_of(k: Print, s: InputSet, case: AttentionCase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(q, k, v) in float64 as call ``k`` saw them: regenerated from its seed where they were redrawn."""
+    redrawn = s.fresh.values(k.seed) if s.fresh is not None and k.seed is not None else {}
+    plain = s.leaves or (s.named[0][1], s.inputs.k, s.inputs.v)
+    q = redrawn["q"] if "q" in redrawn else to_float64(plain[0])
+    if case.self_attention:
+        return q, q, q
+    k64 = redrawn["k"] if "k" in redrawn else to_float64(plain[1] if s.leaves else s.inputs.k)
+    v64 = redrawn["v"] if "v" in redrawn else to_float64(plain[2] if s.leaves else s.inputs.v)
+    return q, k64, v64
+
+
+def _check_kept(kept: list[Print], sets: list[InputSet], case: AttentionCase, mode: str) -> OutputChecks:
     gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))  # rows the plugin cannot predict
     problems: list[str] = []
     checked: list[CheckedCall] = []
-    keys: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
     for k in kept:
-        if k.problem or k.out is None:  # a violation (reported as such): nothing of its own to compare
+        if k.problem or not k.prints:  # a violation (reported as such): nothing of its own to compare
             continue
         s = sets[k.set_index]
         wrong_dtype = [d for d in k.dtypes if d not in ("none", case.dtype)]
-        if wrong_dtype:  # as verify fails it: the float64 copy below would hide it
+        if wrong_dtype:  # as verify fails it: the float64 fingerprint would hide it
             problems.append(f"timed sample {k.index} (input set {k.set_index}): output dtype {wrong_dtype[0]}, "
                             f"expected {case.dtype} (q's dtype)")
             continue
-        q = k.q if k.q is not None else to_float64(s.named[0][1])
+        q, k64, v64 = _inputs_of(k, s, case)
         if mode == "fwd":
-            if case.self_attention:
-                kv = (q, q)
-            else:
-                kv = keys.get(k.set_index) or (to_float64(s.inputs.k), to_float64(s.inputs.v))
-                keys[k.set_index] = kv
-            verdict, rows = _check_forward(k.out, q, *kv, s, case, gen)
-            where = f"rows {rows}"
+            err, bound, where, why = _check_forward(k, q, k64, v64, s, case, gen)
         elif case.batch * case.heads * case.tq * case.tk <= GRAD_CHECK_PAIRS:
-            verdict, where = _check_grads(k.out, q, s, case), "all rows"
+            (err, bound, why), where = _check_grads(k, q, k64, v64, s, case), "all rows"
         else:
             checked.append(CheckedCall(sample=k.index, set=k.set_index, checked="not checked (gradients of a case "
                                        f"above {GRAD_CHECK_PAIRS} pairs)"))
             continue
-        checked.append(CheckedCall(sample=k.index, set=k.set_index, rows=where, max_abs_err=verdict.metrics.get("max_abs_err"),
-                                   bound=verdict.metrics.get("bound")))
-        if not verdict.ok:
-            problems.append(f"timed sample {k.index} (input set {k.set_index}), {where}: {verdict.reason}")
+        checked.append(CheckedCall(sample=k.index, set=k.set_index, rows=where, max_abs_err=err, bound=bound))
+        if why is not None:
+            problems.append(f"timed sample {k.index} (input set {k.set_index}), {where}: {why}")
     return OutputChecks(problems, checked)
 
 
-def _check_forward(out: Any, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, s: InputSet, case: AttentionCase,
-                   gen: torch.Generator) -> tuple[Any, list[Any]]:
+def _verdict(what: str, err: float, bound: float) -> str | None:
+    if err <= bound:
+        return None
+    return (f"{what} fingerprint (output . r, r drawn after the call) max|err| {err:.3g} > bound {bound:.3g} "
+            "(verify's element bound times sum|r|)")
+
+
+def _check_forward(k: Print, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, s: InputSet, case: AttentionCase,
+                   gen: torch.Generator) -> tuple[float, float, str, str | None]:
     okw = s.inputs.oracle_kwargs(case)
     big = case.batch * case.heads * case.tq * case.tk > FULL_ROWS_PAIRS
     rows = sample_rows(case.tq, CHECK_ROWS if big else case.tq, gen)
+    listed = rows.tolist() if len(rows) <= 8 else rows.tolist()[:4] + ["..."] + rows.tolist()[-2:]
+    shown = f"rows {listed}"
     want = reference_rows(q, k64, v64, rows, **okw)
+    f, r = k.prints[0], k.vectors[0]
+    if f is None or r is None or f.dim() != 3 or tuple(f.shape) != tuple(want.shape[:3]) or r.numel() != want.shape[-1]:
+        got = "none" if f is None or r is None else f"{tuple(f.shape)} x {r.numel()}"
+        return float("inf"), 0.0, shown, f"output shape {got}, expected {tuple(want.shape[:3])} x {want.shape[-1]}"
     dt = TORCH_DTYPES[case.dtype]
     bias = None if okw["bias"] is None else okw["bias"].to(dt)
     sinks = None if okw["sinks"] is None else okw["sinks"].to(dt)
     base, logits = baseline_rows(q.to(dt), k64.to(dt), v64.to(dt), rows, causal=case.causal, mask=okw["mask"],
                                  scale=case.scale, bias=bias, sinks=sinks, softcap=case.softcap,
                                  **case.structure_kwargs())
-    got = out[:, :, rows] if out is not None and out.dim() == 4 else out
-    shown = rows.tolist() if len(rows) <= 8 else rows.tolist()[:4] + ["..."] + rows.tolist()[-2:]
-    return compare(got, want, to_float64(base), dtype=case.dtype, m=OUTPUT_M, logit_max=logits), shown
+    magnitude = float(want.abs().max()) if want.numel() else 0.0
+    element = OUTPUT_M * float((to_float64(base) - want).abs().max()) + floor_for(case.dtype, magnitude, logits)
+    err, bound = projected_error(f[:, :, rows], want, r, element)
+    return err, bound, shown, _verdict("output", err, bound)
 
 
-def _check_grads(out: Any, q: torch.Tensor, s: InputSet, case: AttentionCase) -> Any:
+def _check_grads(k: Print, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor, s: InputSet,
+                 case: AttentionCase) -> tuple[float, float, str | None]:
     okw = s.inputs.oracle_kwargs(case)
-    leaves = s.leaves
-    assert leaves is not None  # a backward's input set keeps its leaves
-    k64, v64 = (q, q) if case.self_attention else (to_float64(leaves[1]), to_float64(leaves[2]))
     dout = to_float64(s.grad_out)
     want_leaves = [x.detach().clone().requires_grad_(True) for x in (q, k64, v64)]
     want = torch.autograd.grad(reference_attention(*want_leaves, **okw), want_leaves, dout)
@@ -246,12 +263,21 @@ def _check_grads(out: Any, q: torch.Tensor, s: InputSet, case: AttentionCase) ->
     cancelled = abs(scale) * float((dout @ expand_kv(v64, case.heads).transpose(-1, -2)).abs().max()) \
         * max(float(q.abs().max()), float(k64.abs().max()))
     magnitude = max(float(w.abs().max()) for w in want)
-    for name, g, w, b in zip(("dq", "dk", "dv"), out, want, base):
-        verdict = compare(g, w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
-                          magnitude=magnitude if name == "dv" else max(magnitude, cancelled))
-        if not verdict.ok:
-            return verdict
-    return verdict
+    worst = (0.0, 0.0, None)
+    for index, (name, w, b) in enumerate(zip(("dq", "dk", "dv"), want, base)):
+        f = k.prints[index] if index < len(k.prints) else None
+        r = k.vectors[index] if index < len(k.vectors) else None
+        if f is None or r is None or tuple(f.shape) != tuple(w.shape[:-1]) or r.numel() != w.shape[-1]:
+            return float("inf"), 0.0, f"{name} missing or shaped unlike {tuple(w.shape)}"
+        scale_of = magnitude if name == "dv" else max(magnitude, cancelled)
+        element = GRAD_M * float((to_float64(b) - w).abs().max()) + floor_for(case.dtype, scale_of)
+        err, bound = projected_error(f, w, r, element)
+        why = _verdict(name, err, bound)
+        if why is not None:
+            return err, bound, why
+        if err / bound > (worst[0] / worst[1] if worst[1] else -1.0):
+            worst = (err, bound, None)
+    return worst
 
 
 def profile_call(call: Any) -> list[list[Any]]:
@@ -268,3 +294,7 @@ def profile_call(call: Any) -> list[list[Any]]:
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0 and e.key.startswith("aten::")]
     top = sorted(events, key=lambda e: -e.self_cpu_time_total)[:PROFILE_TOP]
     return [[e.key, round(min(1.0, e.self_cpu_time_total / wall_us), 4)] for e in top if wall_us > 0]
+
+
+for _name in (__name__, "harness.oracle", "harness.tolerance", "harness.tensors"):  # the check's own code
+    state.watch_module(sys.modules[_name])

@@ -1,22 +1,22 @@
-"""The timed loop of a bench cell, built so that a plugin cannot fake its time.
+"""The timed loop of a bench cell, built so that a plugin that has read this file cannot fake its time.
 
-Imported by the timing worker before any plugin is, so the clock, the CPU clock, ``sleep`` and
-the random source below are the interpreter's own, bound before plugin code could replace them
-(:func:`clock_problem` checks afterwards that nobody did).
+Imported by the timing worker before any plugin is, so the clock, the CPU clock, ``sleep`` and the
+random source below are the interpreter's own, bound before plugin code could replace them
+(:func:`clock_problem` and :mod:`harness.bench.state` check afterwards that nobody did).
 
-- **Rotating inputs.** Calls cycle through several input sets (distinct storage, distinct values;
-  :data:`DEFAULT_INPUT_SETS`), each prepared once, so no call sees the inputs of the call before
-  it. For an implementation without its own set-up (``prepare=False``), q is also shifted in
-  place before every call by a fresh random vector: its values never repeat, so a cache keyed on
-  pointers, versions, shapes or content cannot return a right answer. An implementation with
-  ``prepare=True`` may read q in its set-up, so its inputs are only rotated; the physics floor is
-  what bounds it.
-- **Kept samples.** The first timed call, one chosen at random (unpredictably, from the system's
-  entropy) and one more after the loop, the last, are checked as they return: an exact,
-  materialised array of its own (:mod:`harness.integrity`), copied at once for the output check,
-  no new thread still working, and (random and last) the process's CPU time over
-  :data:`CPU_WINDOW_S` after the return, against what the thread pools of torch and the BLAS burn
-  spinning after a call of their own (:func:`spin_baseline`).
+Every timed call gets the same treatment, so nothing a plugin can observe tells one call from another:
+
+- **Fresh inputs** (:mod:`harness.bench.fresh`). Calls cycle through input sets (distinct storage;
+  :data:`DEFAULT_INPUT_SETS`), and for an implementation without its own set-up (``prepare=False``) q, k
+  and v are rewritten before every call with fresh full-rank noise from a seed drawn from the system's
+  entropy just then. An implementation with ``prepare=True`` may read its inputs in its set-up, so its
+  sets are only rotated; the physics floor is what bounds it.
+- **After the return**, in this order: the result's exact type; the interpreter's state
+  (:class:`~harness.bench.state.StateGuard`: no mode pushed, no function of the harness replaced, ...);
+  the result is an array of its own; its fingerprint (:mod:`harness.bench.fingerprint`); no input
+  written; no new thread still working.
+- **Checks chosen after the fact.** When the loop has ended, the calls to check against float64 are drawn
+  (:func:`~harness.bench.fingerprint.choose`); :mod:`harness.bench.audit` checks them on their own inputs.
 - **Accounting.** The worker reports how its time was spent, phase by phase, on the bound clock;
   the parent holds the sum against its own wall-clock time of the task.
 """
@@ -31,6 +31,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.bench import fingerprint as fp
+from harness.bench import (
+    state,
+    timekeeper,  # noqa: F401 - imported before any plugin, so its functions are watched
+)
+from harness.bench.fingerprint import Print
+from harness.bench.fresh import Fresh
 from harness.bench.timing import TimingConfig, gc_disabled
 from harness.integrity import live_threads, result_problem, thread_problem
 
@@ -45,7 +52,7 @@ DEFAULT_INPUT_SETS = 3
 """Input sets a cell rotates through; 2 when three would exceed :data:`SETS_BYTES`, 1 with ``--warm-cache``."""
 SETS_BYTES = 1 << 30
 CPU_WINDOW_S = 0.015
-"""Wall seconds after a checked call over which the process's CPU time is read."""
+"""Wall seconds after the last timed call over which the process's CPU time is read."""
 CPU_MARGIN = 0.5
 """Allowed CPU beyond the spin baseline, as a fraction of the window: half a core."""
 
@@ -59,66 +66,23 @@ class InputSet:
     """Everything the call received, by name: a result may share memory with none of it."""
     inputs: Any
     """The :class:`~harness.tensors.Inputs` (float64 copies for the reference)."""
-    live_q: Any = None
-    """The q the call reads, shifted in place before each call (None: not shifted)."""
-    base_q: Any = None
+    fresh: Fresh | None = None
+    """The arrays redrawn before every call (None: the set's inputs as prepared)."""
     leaves: tuple[Any, Any, Any] | None = None
     """A backward's (q, k, v) leaves, whose gradients are the output."""
     grad_out: Any = None
     """A backward's upstream gradient."""
     prints: dict[str, bytes] | None = None
-    """A digest of the whole buffer behind each input the call receives (q excepted when it is shifted), taken
-    when the set was built: :func:`harness.bench.audit.input_problems` holds the buffers against it afterwards."""
-    shifted_by: Any = None
-    """The vector q was last shifted by: q must still be ``base_q + shifted_by`` after a checked call."""
+    """A digest of the whole buffer behind each input the call receives (those redrawn excepted), taken when
+    the set was built: :func:`harness.bench.audit.input_problems` holds the buffers against it afterwards."""
 
-    def shift(self, gen: Any) -> None:
-        """New values for q: its pristine values plus a random row vector (O(Tq d), outside the timed call)."""
-        if self.live_q is None:
-            return
-        import numpy as np
-        import torch
-
-        if isinstance(self.live_q, torch.Tensor):
-            vec = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32)
-            threads = torch.get_num_threads()
-            torch.set_num_threads(1)  # an OpenMP region stalls for milliseconds on a busy machine; one add need not
-            try:
-                with torch.no_grad():
-                    self.shifted_by = vec.to(self.live_q.dtype).to(self.live_q.device)
-                    torch.add(self.base_q, self.shifted_by, out=self.live_q)
-            finally:
-                torch.set_num_threads(threads)
-        else:
-            row = 0.1 * torch.randn(self.live_q.shape[-1], generator=gen, dtype=torch.float32).numpy()
-            self.shifted_by = row.astype(self.live_q.dtype)
-            np.add(self.base_q, self.shifted_by, out=self.live_q)
-
-    def q_written(self) -> bool:
-        """Whether the call wrote into the shifted q (it must still hold ``base_q + shifted_by``, bit for bit)."""
-        if self.live_q is None or self.shifted_by is None:
-            return False
-        import numpy as np
-        import torch
-
-        if isinstance(self.live_q, torch.Tensor):
-            with torch.no_grad():
-                return not torch.equal(self.live_q, torch.add(self.base_q, self.shifted_by))
-        return not np.array_equal(self.live_q, np.add(self.base_q, self.shifted_by))
-
-
-@dataclass
-class Kept:
-    """A checked timed call: where it was, its output copied as it returned, what was wrong with it."""
-
-    index: int
-    set_index: int
-    out: Any
-    q: Any
-    problem: str | None
-    cpu_after_s: float | None = None
-    dtypes: tuple[str, ...] = ()
-    """The dtype of each array the call returned (the copy in ``out`` is float64)."""
+    def lay_out(self) -> int | None:
+        """Fresh inputs for the next call; their seed (None: nothing is redrawn)."""
+        if self.fresh is None:
+            return None
+        seed = ENTROPY.getrandbits(63)
+        self.fresh.lay_out(seed)
+        return seed
 
 
 def clock_problem() -> str | None:
@@ -162,79 +126,73 @@ def _exact(out: Any) -> bool:
     import numpy as np
     import torch
 
-    parts = out if isinstance(out, tuple) else (out,)
-    return all(p is None or type(p) is torch.Tensor or type(p) is np.ndarray for p in parts)
+    return all(p is None or type(p) is torch.Tensor or type(p) is np.ndarray for p in fp.parts(out))
 
 
-def _dtypes(out: Any) -> tuple[str, ...]:
-    from harness.tensors import dtype_name
-
-    parts = out if isinstance(out, tuple) else (out,)
-    return tuple("none" if p is None else dtype_name(p) if hasattr(p, "dtype") else type(p).__name__ for p in parts)
-
-
-def _copy(out: Any) -> Any:
-    from harness.tensors import to_float64
-
-    if isinstance(out, tuple):
-        return tuple(None if p is None else to_float64(p) for p in out)
-    return to_float64(out)
-
-
-def _capture(index: int, sets: list[InputSet], out: Any, threads: frozenset[int], backend: str,
-             cpu: bool) -> Kept:
-    s = sets[index % len(sets)]
-    problem = result_problem(out, s.named, backend)
+def after_call(index: int, s: InputSet, seed: int | None, out: Any, threads: frozenset[int] | None, backend: str,
+               guard: state.StateGuard) -> Print:
+    """What a timed call left, read the moment it returned, in an order no output can exploit: its type (no
+    code of a subclass runs), the interpreter's state, its storage, its fingerprint, the inputs, the threads."""
+    exact = _exact(out)
+    problem = guard.problem()
+    if not exact:  # nothing of a wrapper is read: reading it would run its code
+        return Print(index, -1, seed, (), (), (), problem or "returned something other than an exact "
+                     "torch.Tensor / numpy.ndarray", untyped=True)
+    problem = problem or result_problem(out, s.named, backend)
     try:
-        copy = _copy(out)  # what the call returned, as it is now
+        vectors, prints = fp.fingerprint(out, ENTROPY.getrandbits(63))
     except Exception as exc:  # noqa: BLE001 - an output that cannot be read is the finding
-        copy, problem = None, problem or f"the result could not be read: {type(exc).__name__}: {exc}"
-    if cpu:  # on CUDA a host thread's work after the return says nothing of the device's: docs/integrity.md
-        problem = problem or thread_problem(threads, sleep=SLEEP)
-    if problem is None and s.q_written():
-        problem = "the call wrote into its input q: a call may read its inputs, never write them"
-    q = None if s.live_q is None else _copy(s.live_q)
-    kept = Kept(index, index % len(sets), copy, q, problem, dtypes=_dtypes(out))
-    if cpu:
-        kept.cpu_after_s = cpu_burnt()
-    return kept
+        vectors, prints = (), ()
+        problem = problem or f"the result could not be read: {type(exc).__name__}: {exc}"
+    written = s.fresh.written() if s.fresh is not None else []
+    if written and problem is None:
+        problem = f"the call wrote into its input(s) {', '.join(written)}: a call may read its inputs, never write them"
+    if threads is not None and problem is None:  # on CUDA a host thread says nothing of the device: docs/integrity.md
+        problem = thread_problem(threads, sleep=SLEEP)
+    return Print(index, -1, seed, vectors, prints, fp.dtypes(out), problem)
+
+
+def _no_stamp(tag: bytes) -> None:
+    """No timekeeper listening (a loop timed alone, ``ab``)."""
 
 
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None) -> Loop:
-    """Time calls rotating through ``sets``; samples, kept (checked) calls and the accounting.
+               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None,
+               stamp: Callable[[bytes], None] | None = None) -> Loop:
+    """Time calls rotating through ``sets``; samples, the calls to check and the accounting.
     ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call.
     ``sample_clock`` times each call (default :data:`CLOCK`, wall time; ``attnbench ab --clock cpu`` gives
     :data:`CPU_CLOCK`, the process's CPU time, which other processes' load does not stretch)."""
     loop = RoundedLoop(sets, config, backend, rounds=1, sample_clock=sample_clock)
-    loop.round(profile)
+    loop.round(profile, stamp=stamp)
     return loop.result()
 
 
 class RoundedLoop:
     """:func:`timed_loop` cut into ``rounds``, so the parent can interleave contenders between them
-    (:mod:`harness.bench.rounds`). The state (input sets, the random draws, the samples and the kept
-    calls) lives here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for
-    at most ``warmup_s / rounds`` (no call when one call would take longer: the caches another
-    contender evicted are refilled, a slow call is not repeated). Each round takes ``budget_s /
-    rounds`` of timed calls and at least one call and its share of the ``min_samples`` still to take; the first timed call, one
-    drawn at random and the last call of the last round are checked as in :func:`timed_loop`."""
+    (:mod:`harness.bench.rounds`). The state (input sets, the samples and every call's fingerprint) lives
+    here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for at most ``warmup_s /
+    rounds`` (no call when one call would take longer). Each round takes ``budget_s / rounds`` of timed calls
+    with their per-call checks (so the checks make a run no longer: a small call gets fewer samples) and at
+    least one call and its share of the ``min_samples`` still to take. Every call is fingerprinted;
+    which are checked is drawn in :meth:`result`, after the last call."""
 
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
                  sample_clock: Callable[[], float] | None = None) -> None:
-        import torch
-
         self.sets, self.config, self.backend, self.rounds = sets, config, backend, max(1, rounds)
+        self.stamp: Callable[[bytes], None] = _no_stamp
+        """Sends the parent a stamp just before and just after each timed call (:mod:`harness.bench.timekeeper`)."""
         self.timer = CLOCK if sample_clock is None else sample_clock
-        self.gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
         self.samples: list[float] = []
-        self.kept: list[Kept] = []
+        self.prints: list[Print] = []
         self.untyped: list[int] = []
         self.round_sizes: list[int] = []
         self.warm_s = self.loop_s = self.captured = 0.0
-        self.expected = self.pick = 0
+        self.expected = 0
         self.profiled: Any = None
         self.per_call_s = 0.0
+        self.state = state.StateGuard((("the timing loop's timer", self, "timer"), ("the timing loop's sets", self, "sets"),
+                                       ("the timing loop's samples", self, "samples")))
 
     @property
     def done(self) -> bool:
@@ -247,7 +205,7 @@ class RoundedLoop:
         started = CLOCK()
         calls = 0
         while (first and calls < 1) or (CLOCK() - started < limit and CLOCK() - started + self.per_call_s <= limit):
-            sets[calls % n].shift(self.gen)
+            sets[calls % n].lay_out()
             if first and calls == 0 and profile is not None:
                 self.profiled = profile(sets[0].call)
             else:
@@ -260,11 +218,14 @@ class RoundedLoop:
             self.per_call_s = spent / calls
             config = self.config
             self.expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(self.per_call_s, 1e-9))))
-            self.pick = ENTROPY.randrange(1, max(2, self.expected))
 
-    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None) -> list[float]:
+    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None,
+              stamp: Callable[[bytes], None] | None = None) -> list[float]:
         """Run the next round; its samples. ``rounds`` resets the number of rounds (never below those run and
-        this one): the parent decides it after the first, from the contenders' call times."""
+        this one): the parent decides it after the first, from the contenders' call times. ``stamp`` sends this
+        round's stamps to the parent (its connection is the round task's)."""
+        if stamp is not None:
+            self.stamp = stamp
         if rounds is not None:
             self.rounds = max(rounds, len(self.round_sizes) + 1)
         if self.done:
@@ -279,59 +240,77 @@ class RoundedLoop:
             self._warm(profile)
             first = len(self.samples)
             spent = 0.0
-            loop_started = CLOCK()
-            last = False
+            loop_started = self.timer()  # the loop, its checks and its samples on one clock
             while True:
                 i = len(self.samples)
                 k = i - first
-                more = k < least - 1 or (k < most - 1 and spent < budget) if final else \
-                    k < least or (k < most and spent < budget)
-                if not more:
-                    if not final:
-                        break
-                    last = True  # one more call, the last, checked
+                if not (k < least or (k < most and spent < budget)):
+                    break
                 s = sets[i % n]
-                s.shift(self.gen)
-                check = i == 0 or i == self.pick or last
-                threads = live_threads() if check else frozenset()
+                c0 = CLOCK()
+                seed = s.lay_out()
+                threads = live_threads()
+                laid_out = CLOCK() - c0
+                self.captured += laid_out  # the harness's own work between calls, not the call's
+                self.stamp(b"s")
                 t0 = self.timer()
                 out = s.call()
                 t1 = self.timer()
+                self.stamp(b"e")
                 self.samples.append(t1 - t0)
                 spent += t1 - t0
-                if check:
-                    c0 = CLOCK()
-                    self.kept.append(_capture(i, sets, out, threads, self.backend, cpu=i == self.pick or last))
-                    self.captured += CLOCK() - c0
-                elif not _exact(out):
-                    self.untyped.append(i)
+                c0 = self.timer()
+                record = after_call(i, s, seed, out, threads, self.backend, self.state)
                 del out
-                if last:
-                    break
-            self.loop_s += CLOCK() - loop_started
+                record.set_index = i % n
+                if record.untyped:
+                    self.untyped.append(i)
+                self.prints.append(record)
+                checked = self.timer()
+                self.captured += checked - c0
+                spent += checked - c0 + laid_out  # the budget buys calls with their checks: a run takes no longer
+            if final and self.prints:  # a registration persists: read once, after the last call
+                c0 = self.timer()
+                overridden = self.state.kernel_problem()
+                if overridden is not None and self.prints[-1].problem is None:
+                    self.prints[-1].problem = overridden
+                self.captured += self.timer() - c0
+            if final and self.prints:
+                c0 = self.timer()
+                self.prints[-1].cpu_after_s = cpu_burnt()  # work still running after the last call
+                self.captured += self.timer() - c0
+            self.loop_s += self.timer() - loop_started
         self.round_sizes.append(len(self.samples) - first)
         return self.samples[first:]
 
     def result(self) -> Loop:
-        return Loop(samples=self.samples, kept=self.kept, untyped=self.untyped, warmup_s=self.warm_s,
-                    loop_s=self.loop_s, captures_s=self.captured, expected=self.expected, pick=self.pick,
+        """What the loop measured, and the calls to check: drawn now, after the last call returned."""
+        chosen = fp.choose(len(self.prints), ENTROPY) if self.done else []
+        kept = [self.prints[i] for i in chosen]
+        seen = {p.problem for p in kept}
+        for p in self.prints:  # each distinct problem once, with the first call that had it
+            if p.problem and p.problem not in seen:
+                seen.add(p.problem)
+                kept.append(p)
+        kept.sort(key=lambda p: p.index)
+        return Loop(samples=self.samples, kept=kept, untyped=self.untyped, warmup_s=self.warm_s,
+                    loop_s=self.loop_s, captures_s=self.captured, expected=self.expected,
                     profile=self.profiled, round_sizes=tuple(self.round_sizes))
 
 
 @dataclass(frozen=True)
 class Loop:
-    """What :func:`timed_loop` measured: the samples, the kept (checked) calls and its own clock's accounting."""
+    """What :func:`timed_loop` measured: the samples, the calls to check and its own clock's accounting."""
 
     samples: list[float]
-    kept: list[Kept]
+    kept: list[Print]
+    """The calls drawn for the float64 check after the loop, and the first call with each problem found."""
     untyped: list[int]
     """Samples whose call returned something other than an exact array."""
     warmup_s: float
     loop_s: float
     captures_s: float
     expected: int = 0
-    pick: int = 0
-    """The sample checked besides the first and the last, drawn so a plugin cannot predict it."""
     profile: Any = None
     round_sizes: tuple[int, ...] = ()
     """Samples per round, in order (one round: the plain loop)."""
@@ -339,38 +318,51 @@ class Loop:
 
 def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
     """Time calls on CUDA rotating through ``sets`` (:func:`harness.bench.timing.cuda_timed`: CUDA events, L2
-    flushed): q is shifted before each timed call, outside its event bracket, and the last timed call is kept
-    and checked after the loop (an exact array of its own, no thread left working; its output copied to the host
-    for the float64 check). Not on CUDA: the first and a random call are not kept (copying a device output
-    mid-loop would synchronise and time the copy) and no CPU time is read after a call (the host returns
-    before the device is done, so it says nothing); docs/integrity.md lists what a CUDA cell is checked for."""
+    flushed): fresh inputs are laid out before each timed call, outside its event bracket, and every call's
+    state and type are read after it returns; the last timed call is fingerprinted after the loop (reading a
+    device output mid-loop would synchronise and time the read) and checked. docs/integrity.md lists what a
+    CUDA cell is checked for."""
     import torch
 
     from harness.bench.timing import cuda_timed
 
-    gen = torch.Generator().manual_seed(ENTROPY.getrandbits(63))
     n = len(sets)
-    state: dict[str, Any] = {"calls": 0, "timed": None, "last": None, "threads": frozenset()}
+    guard = state.StateGuard()
+    calls: dict[str, Any] = {"calls": 0, "timed": None, "last": None, "seed": None, "problem": None}
     untyped: list[int] = []
 
     def before(i: int) -> None:
-        sets[state["calls"] % n].shift(gen)
-        state["timed"], state["threads"] = i, live_threads()
+        calls["timed"] = i
+        calls["seed"] = sets[calls["calls"] % n].lay_out()
 
     def call() -> Any:
-        k = state["calls"]
+        k = calls["calls"]
         out = sets[k % n].call()
-        state["calls"] = k + 1
-        if state["timed"] is not None and not _exact(out):
-            untyped.append(state["timed"])
-        state["last"] = (k, out)  # held until the next call returns: the last timed call's output survives
+        calls["calls"] = k + 1
+        if calls["timed"] is not None:
+            if not _exact(out):
+                untyped.append(calls["timed"])
+            calls["problem"] = calls["problem"] or guard.problem()
+        calls["last"] = (k, out, calls["seed"])  # held until the next call returns: the last timed call survives
         return out
 
     times = cuda_timed(call, config, before)
-    index, out = state["last"]
-    state["last"] = None
+    index, out, seed = calls["last"]
+    calls["last"] = None
     torch.cuda.synchronize()
-    kept = _capture(index, sets, out, state["threads"], backend, cpu=False)
-    kept.index = len(times.samples) - 1  # the sample's number; its set is the call's
-    return Loop(samples=times.samples, kept=[kept], untyped=untyped, warmup_s=times.warmup_s, loop_s=times.loop_s,
-                captures_s=0.0, expected=len(times.samples), pick=kept.index)
+    s = sets[index % n]
+    record = after_call(len(times.samples) - 1, s, seed, out, None, backend, guard)
+    record.set_index = index % n
+    record.problem = record.problem or calls["problem"]
+    return Loop(samples=times.samples, kept=[record], untyped=untyped, warmup_s=times.warmup_s, loop_s=times.loop_s,
+                captures_s=0.0, expected=len(times.samples))
+
+
+def _watch() -> None:
+    """No function or class the timed loop calls may be replaced by a call (:mod:`harness.bench.state`)."""
+    for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.integrity",
+                 "harness.bench.timing", "harness.bench.timekeeper"):
+        state.watch_module(sys.modules[name])
+
+
+_watch()

@@ -10,6 +10,7 @@ flags: ``--T`` replaces the prompt and cache lengths, ``--batch`` the decode bat
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -29,20 +30,8 @@ MODEL_AXES = ("T", "batch", "dtype", "mode")
 def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | None = None,
                 device: str = "cpu") -> list[tuple[AttentionCase, str]]:
     """(case, mode) pairs of ``model``'s calls, deduplicated, in order."""
-    overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
-    fixed = sorted(set(overrides) - set(MODEL_AXES))
-    if fixed:
-        raise UsageError(f"--model {model.name} fixes {', '.join(fixed)} (the model's own); drop "
-                         + " ".join(f"--{axis}" for axis in fixed) + f"; with --model only {', '.join(MODEL_AXES)} apply")
-    bad = [m for m in overrides.get("mode", ()) if m not in MODES]
-    if bad:
-        raise UsageError(f"--mode {bad}: choose from {', '.join(MODES)}")
-    fits = [int(t) for t in overrides.get("T", ()) if not model.max_positions or int(t) <= model.max_positions]
-    if overrides.get("T") and not fits:
-        raise UsageError(f"--T {list(overrides['T'])}: {model.name}'s context is {model.max_positions} positions")
-    within = [t for t in PREFILL_T if not model.max_positions or t <= model.max_positions] or [model.max_positions]
-    prefill_t = fits or within
-    decode_t = fits or [t for t in DECODE_T if not model.max_positions or t <= model.max_positions] or within[-1:]
+    overrides = _checked_overrides(model, overrides)
+    prefill_t, decode_t = _lengths(model, overrides.get("T", ()))
     batches = [int(b) for b in overrides.get("batch", DECODE_BATCH)]
     pairs: dict[tuple[str, str], tuple[AttentionCase, str]] = {}
     for dtype in overrides.get("dtype", ("float32",)):
@@ -51,13 +40,39 @@ def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | 
             if "prefill" in model.forms:
                 for t in prefill_t:
                     found += model_cases(model, "prefill", length=t, dtype=dtype, device=device).cases
-            if "decode" in model.forms and mode == "fwd":
-                for batch in batches:
-                    for t in decode_t:
-                        found += model_cases(model, "decode", length=t, batch=batch, dtype=dtype, device=device).cases
+            if "decode" in model.forms and mode == "fwd":  # a decode step is forward only
+                for batch, t in itertools.product(batches, decode_t):
+                    found += model_cases(model, "decode", length=t, batch=batch, dtype=dtype, device=device).cases
             for case in found:
                 pairs.setdefault((case.id, mode), (case, mode))
     return list(pairs.values())
+
+
+def _checked_overrides(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | None
+                       ) -> dict[str, tuple[Any, ...]]:
+    """The axis flags given (an empty one is none): only :data:`MODEL_AXES`, known modes; a usage error says which."""
+    checked = {k: tuple(v) for k, v in (overrides or {}).items() if v}
+    fixed = sorted(set(checked) - set(MODEL_AXES))
+    if fixed:
+        raise UsageError(f"--model {model.name} fixes {', '.join(fixed)} (the model's own); drop "
+                         + " ".join(f"--{axis}" for axis in fixed) + f"; with --model only {', '.join(MODEL_AXES)} apply")
+    bad = [m for m in checked.get("mode", ()) if m not in MODES]
+    if bad:
+        raise UsageError(f"--mode {bad}: choose from {', '.join(MODES)}")
+    return checked
+
+
+def _lengths(model: ModelAttention, asked: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """(prompt lengths, cache lengths) within the model's context: ``--T`` for both when given, else
+    :data:`PREFILL_T` and :data:`DECODE_T` (the longest prompt when no cache length fits)."""
+    def within(t: int) -> bool:
+        return not model.max_positions or t <= model.max_positions
+
+    fits = [int(t) for t in asked if within(int(t))]
+    if asked and not fits:
+        raise UsageError(f"--T {list(asked)}: {model.name}'s context is {model.max_positions} positions")
+    prompts = [t for t in PREFILL_T if within(t)] or [model.max_positions]
+    return fits or prompts, fits or [t for t in DECODE_T if within(t)] or prompts[-1:]
 
 
 def model_plan(name: str, implementations: Iterable[str], overrides: Mapping[str, Sequence[Any]] | None = None,

@@ -62,6 +62,7 @@ _TIMING_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "max_samples": (lambda v: _positive(v, integer=True), "a whole number above 0"),
     "warm_cache": (lambda v: isinstance(v, bool), "true or false (as --warm-cache)"),
     "checks": (lambda v: isinstance(v, bool), "true or false"),
+    "clock": (_words(("cpu", "wall")), "cpu or wall (as --clock)"),
 }
 _AXIS_VALUES: dict[str, Callable[[object], bool]] = {
     "T": lambda v: _positive(v, integer=True), "d": lambda v: _positive(v, integer=True),

@@ -65,14 +65,15 @@ _PROBE: dict[str, Any] = {}
 
 
 def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None, rounds: int | None = None) -> Timed:
+               threads: int | None, rounds: int | None = None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
-    from harness.bench import audit
+    from harness.bench import audit, timekeeper
     from harness.cases import AttentionCase
     from harness.discovery import load_implementation
 
     entered = guard.CLOCK()
+    stamp = timekeeper.connect(ticket)  # the parent's clock on every call: null calls first
     setup_s = 0.0
     try:
         cell = _OPEN.get(key)
@@ -85,17 +86,19 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             with audit.one_thread():
                 drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
             sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
+            loop = guard.RoundedLoop(sets, config, impl.backend, rounds=config.rounds,  # reads the state it guards
+                                     sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None)
             setup_s = guard.CLOCK() - started
-            loop = guard.RoundedLoop(sets, config, impl.backend, rounds=config.rounds)
             cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)
             cell.phases_s += (started - entered) + setup_s
             entered_loop = guard.CLOCK()
-            samples = loop.round(audit.profile_call if impl.backend == "torch" else None)
+            samples = loop.round(audit.profile_call if impl.backend == "torch" else None, stamp=stamp)
         else:
             used = pin_threads(threads)
             entered_loop = guard.CLOCK()
             cell.phases_s += entered_loop - entered
-            samples = cell.loop.round(rounds=rounds)
+            samples = cell.loop.round(rounds=rounds, stamp=stamp)
+        timekeeper.flush(stamp)
         cell.phases_s += guard.CLOCK() - entered_loop
         if not cell.loop.done:
             cell.total_s += guard.CLOCK() - entered
@@ -132,10 +135,10 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
                  profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 
-def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float, float]:
+def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> tuple[float, float]:
     """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: the fastest of :data:`PROBE_CALLS` square GEMM
     calls of :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched,
-    once per worker). The roof beside a cell is the best of its rounds' readings."""
+    once per worker), timed on the cells' ``clock``. The roof beside a cell is the best of its rounds' readings."""
     import torch
 
     from harness.tensors import TORCH_DTYPES
@@ -149,14 +152,15 @@ def roof_probe_task(dtype: str, device: str, threads: int | None) -> tuple[float
     if device not in _PROBE:
         _PROBE[device] = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=device)
     a, b = _PROBE[key]
+    timer = guard.CPU_CLOCK if clock == "cpu" and device == "cpu" else guard.CLOCK
     gemm = []
     for _ in range(PROBE_CALLS):
-        t0 = guard.CLOCK()
+        t0 = timer()
         torch.matmul(a, b)
-        gemm.append(guard.CLOCK() - t0)
-    t0 = guard.CLOCK()
+        gemm.append(timer() - t0)
+    t0 = timer()
     _PROBE[device].sum()
-    read = guard.CLOCK() - t0
+    read = timer() - t0
     return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9
 
 

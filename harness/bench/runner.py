@@ -22,12 +22,13 @@ from typing import Any
 from harness.analysis.stats import summarize
 from harness.availability import unsupported
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
-from harness.bench.bandwidth import measure_bandwidth
+from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
-from harness.bench.peak import measure_gemm_peak, peak_key
+from harness.bench.peak import PEAK_TIMING, measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.settings import BenchSettings as BenchSettings  # its home before settings.py
 from harness.bench.sweeps import Budget, PlannedCell
+from harness.bench.timekeeper import null_and_calls
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
@@ -44,6 +45,7 @@ from harness.results import (
     Node,
     Peak,
     ResultWriter,
+    Stamped,
     Status,
     bandwidth_key,
 )
@@ -71,7 +73,7 @@ def warm_up_task(name: str, source: str) -> None:
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
-                config: TimingConfig, threads: int | None) -> Timed:
+                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     from harness.bench import audit
@@ -96,7 +98,12 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
         loop = guard.cuda_loop(sets, config, impl.backend)
     else:
-        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None)
+        from harness.bench import timekeeper
+
+        stamp = timekeeper.connect(ticket)  # the parent's clock on every call
+        loop = guard.timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
+                                sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None, stamp=stamp)
+        timekeeper.flush(stamp)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
@@ -133,12 +140,15 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     return measure(call, impl.backend, attention_case.device)
 
 
-def peak_task(dtype: str, device: str, threads: int | None) -> Peak:
-    return measure_gemm_peak(dtype, device, threads=threads)
+def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> Peak:
+    """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
+    under load would sit below cells timed on CPU time)."""
+    return measure_gemm_peak(dtype, device, replace(PEAK_TIMING, clock=clock), threads=threads)
 
 
-def bandwidth_task(device: str, threads: int | None) -> Bandwidth:
-    return measure_bandwidth(device, threads=threads)
+def bandwidth_task(device: str, threads: int | None, clock: str = "wall") -> Bandwidth:
+    """Worker (the peak one): the read and copy bandwidth, timed on the cells' clock."""
+    return measure_bandwidth(device, replace(BANDWIDTH_TIMING, clock=clock), threads=threads)
 
 
 # ---------------------------------------------------------------- parent side
@@ -161,6 +171,9 @@ class _Contender:
     final: Outcome | None = None
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
+    spans: list[float] = field(default_factory=list)
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
+    latency: list[float] = field(default_factory=list)
 
 
 def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -197,10 +210,22 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,
                              settings.timing.min_samples, settings.timing.warmup_s)
+        self.beside: tuple[float | None, float | None] = (None, None)
+        """The GEMM read beside the cell being judged and the CPU's headroom over it (:func:`physics_floor`)."""
+        self.keeper: Any = None
+        """The parent's clock on every timed call in rounds (:class:`~harness.bench.timekeeper.Timekeeper`)."""
         self.roofs = cpu_roofs()
         """This machine's theoretical roofs (:mod:`harness.bench.roofs`): the physics floor of local cells."""
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`_warm_up`)."""
+
+    def _stamp_clock(self, device: str) -> str:
+        """The clock the parent stamps a cell's calls on: the one its samples are timed on (CPU cells only)."""
+        return self._clock(device)
+
+    def _clock(self, device: str) -> str:
+        """The clock the roofs of ``device`` are timed on: the cells' (a GPU's roofs: always the wall clock)."""
+        return self.settings.timing.clock if device == "cpu" else "wall"
 
     def learn_from_done(self) -> set[CellKey]:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
@@ -213,8 +238,12 @@ class BenchRunner:
     def run(self, todo: list[PlannedCell]) -> None:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
         self.learn_from_done()
+        from harness.bench.timekeeper import Timekeeper
+
         with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
                 contextlib.ExitStack() as stack:
+            self.keeper = Timekeeper()
+            stack.callback(self.keeper.close)
             pools: dict[str, tuple[WorkerPool, WorkerPool]] = {}
             # past it an allocation fails, said as such: the budget a call may take, plus the input sets a cell holds
             cap = memory_cap((self.settings.memory_budget_bytes or 0.0) + guard.SETS_BYTES)
@@ -266,7 +295,7 @@ class BenchRunner:
             if not peak.gflops or peak.confirmed_gflops is not None:
                 continue
             dtype, device = key.split("/")
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads, self._clock(device))))
             reading: Peak | None = outcome.value if outcome.status == OK else None
             peaks[key] = confirmed(peak, reading)
         self.writer.set("peaks", peaks)
@@ -278,7 +307,8 @@ class BenchRunner:
         for key, record in records.items():
             if not record.read_gbps or record.confirmed_read_gbps is not None:
                 continue
-            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads)))
+            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads,
+                                                         self._clock(key.split("/")[0]))))
             if outcome.status != OK:
                 continue
             records[key] = record.higher(outcome.value, confirm=True)
@@ -291,7 +321,7 @@ class BenchRunner:
         records = dict(self.writer.run.bandwidth or {})
         if key in records:
             return
-        outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads)))
+        outcome = pool.run(Task(key, bandwidth_task, (device, self.settings.threads, self._clock(device))))
         records[key] = outcome.value if outcome.status == OK else Bandwidth(error=_failed(outcome))
         self.writer.set("bandwidth", records)
 
@@ -303,7 +333,7 @@ class BenchRunner:
         key = peak_key(dtype, device)
         peaks = self.writer.run.peaks
         if key not in peaks:
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads)))
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads, self._clock(device))))
             measured = outcome.value if outcome.status == OK else Peak(error=_failed(outcome))
             peaks = {**peaks, key: measured}
             self.writer.set("peaks", peaks)
@@ -331,10 +361,20 @@ class BenchRunner:
         started = time.perf_counter()
         args = (cell.implementation, self.registry.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self._warm_up(cell, timing_pool)
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads),
-                                       end_leftovers=True))
+        stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and self.settings.timing.checks \
+            and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
+        ticket = self.keeper.ticket_for(self._stamp_clock(cell.case.device)) if stamped else None
+        if stamped:
+            self.keeper.clear()  # nothing left over from another task
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
+                                                                      ticket), end_leftovers=True))
+        if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
+            clock = self._stamp_clock(cell.case.device)
+            latency, spans = null_and_calls(self.keeper.take(), clock)
+            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]),
+                                     clock)
         mem = None
-        if outcome.status == OK and self.settings.memory:
+        if outcome.status == OK and self.settings.memory and cell.memory:
             mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
         return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
@@ -361,32 +401,40 @@ class BenchRunner:
             round_task,
             rounds_for,
         )
+        from harness.bench.timekeeper import null_and_calls
 
         settings, first = self.settings, admitted[0][0]
         for cell, _ in admitted:
             self._warm_up(cell, pools_of(cell.implementation)[0])
         states = {cell.implementation: _Contender(cell, predicted) for cell, predicted in admitted}
         probe = Probe()
-        orders = round_order([*states, _PROBE], max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        # the probe opens each round and the contenders follow back to back, shuffled: the calls a round's ratio
+        # pairs are a pipe round trip apart, not a probe's tens of milliseconds (a load switching within a second
+        # then hits both sides of the pair alike)
+        orders = round_order(list(states), max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        probe_args = (first.case.dtype, first.case.device, settings.threads, self._clock(first.case.device))
         total, first_calls = settings.timing.rounds, []
         for index, order in enumerate(orders):
             if index == total:
                 break
+            reading = peak_pool.run(Task(_PROBE, roof_probe_task, probe_args))
+            if reading.status == OK:
+                probe.gemm_gflops.append(reading.value[0])
+                probe.read_gbps.append(reading.value[1])
             for position, name in enumerate(order):
-                if name == _PROBE:
-                    reading = peak_pool.run(Task(name, roof_probe_task, (first.case.dtype, first.case.device,
-                                                                         settings.threads)))
-                    if reading.status == OK:
-                        probe.gemm_gflops.append(reading.value[0])
-                        probe.read_gbps.append(reading.value[1])
-                    continue
                 state = states[name]
                 if state.failed is not None:
                     continue
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                        settings.threads, None if index == 0 else total)
+                        settings.threads, None if index == 0 else total,
+                        self.keeper.ticket_for(self._stamp_clock(first.case.device)))
+                self.keeper.clear()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
+                if outcome.status == OK:
+                    latency, spans = null_and_calls(self.keeper.take(), self._stamp_clock(first.case.device))
+                    state.spans += spans
+                    state.latency.append(latency)
                 state.seconds += outcome.seconds
                 state.leftovers += outcome.leftovers
                 state.positions.append(position)
@@ -416,17 +464,22 @@ class BenchRunner:
                 out.append(self.measured(cell, failed, None, state.predicted, state.seconds))
                 continue
             mem, seconds = None, state.seconds
-            if self.settings.memory:
+            if self.settings.memory and cell.memory:
                 source = self.registry.sources[name]
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=state.final.value, seconds=state.seconds, leftovers=state.leftovers)
-            measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            final = Outcome(OK, value=_stamped(state.final.value, state, self._stamp_clock(cell.case.device)),
+                            seconds=state.seconds, leftovers=state.leftovers)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
                                    None if reference in (None, name) else medians[reference], probe,
                                    gemm_headroom(cell.case.dtype, cell.case.device))
+            self.beside = (record.gemm_gflops, record.gemm_headroom)  # the floor's compute roof, read beside the cell
+            try:
+                measured_cell = self.measured(cell, final, mem, state.predicted, seconds)
+            finally:
+                self.beside = (None, None)
             out.append(replace(measured_cell, rounds=record))
         return out
 
@@ -464,10 +517,22 @@ class BenchRunner:
         bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, kind))
         floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
                               self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
-                              None if cell.node else self.roofs)  # a node's own CPUs are not this machine's
+                              None if cell.node else self.roofs, *self.beside)  # a node's own CPUs are not this machine's
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)
         return replace(cell, status=status, reason=reason, integrity=integrity)
+
+
+def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record."""
+    import statistics
+
+    if timed.integrity is None:
+        return timed
+    spans = state.spans
+    record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
+                     latency_s=statistics.median(state.latency) if state.latency else None)
+    return replace(timed, integrity=replace(timed.integrity, stamps=record))
 
 
 def leftover_violation(cell: BenchCell, leftovers: tuple[str, ...]) -> BenchCell:

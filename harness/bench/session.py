@@ -19,7 +19,7 @@ from harness.bench.resume import resume_command
 from harness.bench.runner import BenchRunner
 from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import SUITES, PlannedCell, free_memory_bytes, plan
-from harness.discovery import Registry, absolute_specs, load_registry
+from harness.discovery import Registry, absolute_specs
 from harness.errors import DiskFull, Interrupted, PluginError, UsageError
 from harness.executor import open_executor
 from harness.results import RESULTS_DIR, BenchCell, Config, ResultWriter, Run, new_run_id
@@ -38,8 +38,10 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     each cell as it is written. A Ctrl-C leaves a valid file and raises
     :class:`~harness.errors.Interrupted` saying how to finish it.
     """
-    if registry is None:
-        registry = load_registry(settings.plugins)
+    if registry is None:  # read in a worker: the parent, which keeps the time and judges, runs no plugin code
+        from harness.bench.catalogue import load_catalogue
+
+        registry = load_catalogue(settings.plugins)
         if registry.fatal_errors:
             raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
     path = Path(out) if out is not None else default_out()

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,11 +89,13 @@ def _decode_suite() -> list[dict[str, Any]]:
 SUITES: dict[str, list[dict[str, Any]]] = {
     "quick": [
         {"T": (256, 512, 1024, 2048), "d": (64,), "heads": (8,), **_QUICK_FIXED},
-        {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN},
-        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN},
-        # a small decode sweep, so the default report's roofline has points under the bandwidth roof
-        {"cases": (decode_fields(4, 32, 8, 2048), decode_fields(4, 32, 8, 8192)), **_DECODE,
-         "implementations": DECODE_MAIN},
+        # memory is fitted along T only: the d, heads and decode sweeps time their cells without a memory run
+        {"T": (1024,), "d": (32, 64, 128), "heads": (8,), **_QUICK_FIXED, "implementations": MAIN, "memory": False},
+        {"T": (1024,), "d": (64,), "heads": (1, 4, 8, 16), **_QUICK_FIXED, "implementations": MAIN, "memory": False},
+        # a small decode sweep, so the default report's roofline has points under the bandwidth roof: two steps
+        # whose caches (67 MB of K and V each) are beyond any L3, at a quarter of the bytes of a B4 Tk 8192 step
+        {"cases": (decode_fields(4, 32, 8, 2048), decode_fields(1, 32, 8, 8192)), **_DECODE,
+         "implementations": DECODE_MAIN, "memory": False},
     ],
     "full": [
         {"T": tuple(2 ** i for i in range(7, 14)), "d": (64,), "heads": (8,)},
@@ -136,6 +138,9 @@ class PlannedCell:
     implementation: str
     case: AttentionCase
     mode: str
+    memory: bool = True
+    """Whether its peak memory is measured (bench's settings permitting): False where no sweep that wants it
+    (``"memory": False`` in a suite's sweep: the report fits memory along T only) holds the cell."""
 
     @property
     def key(self) -> CellKey:
@@ -149,47 +154,65 @@ def sweep_cases(suite: str, overrides: Mapping[str, Sequence[Any]] | None = None
     return [(case, mode) for case, mode, _ in _sweep_cells(suite, overrides, device)]
 
 
-def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None,
-                 device: str) -> list[tuple[AttentionCase, str, frozenset[str] | None]]:
-    """(case, mode, the implementations it is for, None for all), deduplicated, in order."""
-    if suite not in SUITES:
-        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
-    overrides = {k: tuple(v) for k, v in (overrides or {}).items() if v}
-    unknown = set(overrides) - set(AXES)
-    if unknown:
-        raise UsageError(f"unknown sweep axes {sorted(unknown)}; axes are {AXES}")
-    bad_modes = [m for m in overrides.get("mode", ()) if m not in MODES]
-    if bad_modes:
-        raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
-    seen: dict[tuple[str, str], tuple[AttentionCase, str, frozenset[str] | None]] = {}
+Planned = tuple[AttentionCase, str, frozenset[str] | None]
+"""(case, mode, the implementations it is for, None for all)."""
+
+
+def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None, device: str,
+                 memory_only: bool = False) -> list[Planned]:
+    """(case, mode, the implementations it is for, None for all), deduplicated, in order: a case that two sweeps
+    make is one cell, for the implementations of both; ``memory_only``: of the sweeps whose cells get a memory run."""
+    overrides = _checked_overrides(suite, overrides)
+    seen: dict[tuple[str, str], Planned] = {}
     for sweep in SUITES[suite]:
+        if memory_only and not sweep.get("memory", True):
+            continue
         only = sweep.get("implementations")
         if only is not None and overrides:
             continue
-        if "cases" in sweep:  # explicit cases (decode steps): only the mode and dtype axes apply
-            if overrides and set(overrides) - {"mode", "dtype"}:
-                continue
-            axes = {**sweep, **overrides}
-            for fields, mode, dtype in itertools.product(sweep["cases"], axes["mode"], axes["dtype"]):
-                if fields.get("kv_dtype") == dtype:  # --dtype bfloat16: the bf16-cache step is the plain bf16 one
-                    fields = {k: v for k, v in fields.items() if k != "kv_dtype"}
-                case = AttentionCase(**fields, dtype=dtype, device=device)
-                before = seen.get((case.id, mode), (case, mode, frozenset()))[2]
-                seen[(case.id, mode)] = (case, mode, None if only is None or before is None else before | frozenset(only))
-            continue
-        axes = {**FULL_DEFAULTS, **sweep, **overrides}
-        structures = sweep.get("structure", {})  # structure fields (window, causal_align, varlen), or a list of them
-        for structure, (t, d, h, b, dtype, causal, mode) in itertools.product(
-                structures if isinstance(structures, list) else [structures],
-                itertools.product(*(axes[a] for a in AXES))):
-            fields = {k: (f(int(t)) if callable(f) else f) for k, f in structure.items()}  # varlen: lengths from T
-            case = AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype,
-                                 causal=bool(causal), device=device, **fields)
-            key = (case.id, mode)
-            before = seen.get(key, (case, mode, frozenset()))[2]
-            for_whom = None if only is None or before is None else before | frozenset(only)
-            seen[key] = (case, mode, for_whom)
+        for case, mode in _explicit_cells(sweep, overrides, device) if "cases" in sweep else _grid_cells(sweep, overrides, device):
+            before = seen.get((case.id, mode), (case, mode, frozenset()))[2]
+            seen[(case.id, mode)] = (case, mode, None if only is None or before is None else before | frozenset(only))
     return list(seen.values())
+
+
+def _checked_overrides(suite: str, overrides: Mapping[str, Sequence[Any]] | None) -> dict[str, tuple[Any, ...]]:
+    """The axis flags given (an empty one is none), each a known axis; a usage error names what is not."""
+    if suite not in SUITES:
+        raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    checked = {k: tuple(v) for k, v in (overrides or {}).items() if v}
+    unknown = set(checked) - set(AXES)
+    if unknown:
+        raise UsageError(f"unknown sweep axes {sorted(unknown)}; axes are {AXES}")
+    bad_modes = [m for m in checked.get("mode", ()) if m not in MODES]
+    if bad_modes:
+        raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
+    return checked
+
+
+def _explicit_cells(sweep: Mapping[str, Any], overrides: Mapping[str, tuple[Any, ...]], device: str
+                    ) -> Iterator[tuple[AttentionCase, str]]:
+    """A sweep of explicit cases (decode steps): only the mode and dtype axes apply, so another axis flag skips it."""
+    if overrides and set(overrides) - {"mode", "dtype"}:
+        return
+    axes = {**sweep, **overrides}
+    for fields, mode, dtype in itertools.product(sweep["cases"], axes["mode"], axes["dtype"]):
+        if fields.get("kv_dtype") == dtype:  # --dtype bfloat16: the bf16-cache step is the plain bf16 one
+            fields = {k: v for k, v in fields.items() if k != "kv_dtype"}
+        yield AttentionCase(**fields, dtype=dtype, device=device), mode
+
+
+def _grid_cells(sweep: Mapping[str, Any], overrides: Mapping[str, tuple[Any, ...]], device: str
+                ) -> Iterator[tuple[AttentionCase, str]]:
+    """The cross product of a sweep's axes (the flags' values replacing its own) and its structures."""
+    axes = {**FULL_DEFAULTS, **sweep, **overrides}
+    structures = sweep.get("structure", {})  # structure fields (window, causal_align, varlen), or a list of them
+    for structure, (t, d, h, b, dtype, causal, mode) in itertools.product(
+            structures if isinstance(structures, list) else [structures],
+            itertools.product(*(axes[a] for a in AXES))):
+        fields = {k: (f(int(t)) if callable(f) else f) for k, f in structure.items()}  # varlen: lengths from T
+        yield AttentionCase(batch=int(b), heads=int(h), tq=int(t), d=int(d), dtype=dtype, causal=bool(causal),
+                            device=device, **fields), mode
 
 
 def plan(suite: str, implementations: Iterable[str], overrides: Mapping[str, Sequence[Any]] | None = None,
@@ -197,8 +220,10 @@ def plan(suite: str, implementations: Iterable[str], overrides: Mapping[str, Seq
     """Every implementation x every (case, mode) of the suite, smallest work first per implementation."""
     implementations = list(implementations)
     triples = _sweep_cells(suite, overrides, device)
-    cells = [PlannedCell(name, case, mode) for name in implementations for case, mode, only in triples
-             if only is None or name in only]
+    memory = {(name, case.id, mode) for case, mode, only in _sweep_cells(suite, overrides, device, memory_only=True)
+              for name in implementations if only is None or name in only}
+    cells = [PlannedCell(name, case, mode, (name, case.id, mode) in memory) for name in implementations
+             for case, mode, only in triples if only is None or name in only]
     order = {name: i for i, name in enumerate(implementations)}
     return sorted(cells, key=lambda c: (order[c.implementation], c.mode, attention_flops(c.case, c.mode)))
 

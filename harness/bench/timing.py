@@ -57,6 +57,23 @@ class TimingConfig:
     """Rounds the contenders of one case are timed in, their order shuffled each round, with the roof probe
     among them (:mod:`harness.bench.rounds`); each round takes ``budget_s / rounds`` and at least one call of
     each. 1: each contender's calls in one block (as pytest-benchmark and timeit do)."""
+    clock: str = "wall"
+    """What a CPU cell's timed calls are measured on: "wall" (elapsed time) or "cpu" (the worker's CPU time,
+    which other processes sharing the cores do not stretch; valid for a call computed by one thread on the CPU,
+    blind to waiting, and held against the physics floor like any time). ``bench --clock auto`` picks cpu for
+    one-thread CPU runs (:func:`auto_clock`)."""
+
+
+CLOCKS = ("auto", "cpu", "wall")
+
+
+def auto_clock(clock: str, device: str, threads: int) -> str:
+    """``clock`` with "auto" resolved: "cpu" for CPU cells with one thread (a preempted call is not stretched on
+    it, and one thread's CPU time is its compute), else "wall" (a GPU's work is not the host's CPU time; several
+    threads spin and wait for the slowest, which CPU time counts as work)."""
+    if clock != "auto":
+        return clock
+    return "cpu" if device == "cpu" and threads == 1 else "wall"
 
 
 @contextmanager
@@ -108,12 +125,13 @@ def thread_environment(threads: int) -> Iterator[None]:
 
 
 def time_cpu(fn: Callable[[], Any], config: TimingConfig = TimingConfig()) -> list[float]:
-    """Seconds per call of ``fn``, one sample per call, after warm-up; gc off throughout."""
-    clock = time.perf_counter
+    """Seconds per call of ``fn``, one sample per call, after warm-up; gc off throughout. Each call is timed on
+    ``config.clock`` (wall, or the process's CPU time), the warm-up on the wall clock."""
+    clock = time.process_time if config.clock == "cpu" else time.perf_counter
     with gc_disabled():
-        started = clock()
+        started = time.perf_counter()
         calls = 0
-        while calls < 1 or clock() - started < config.warmup_s:
+        while calls < 1 or time.perf_counter() - started < config.warmup_s:
             out = fn()
             del out
             calls += 1

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.bench.guard import CPU_MARGIN, CPU_WINDOW_S
-from harness.results import Accounting, Floor, Integrity, Record, Status
+from harness.results import Accounting, Floor, Integrity, Record, Stamped, Status
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
@@ -66,6 +66,7 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
             f"(compute {_s(roof.compute_s or 0.0)} at {roof.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory "
             f"{_s(roof.memory_s or 0.0)} at {roof.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates of the roofs)")
     found[Status.IMPLAUSIBLE] += _accounting(samples, record.accounting, wall_s)
+    found[Status.IMPLAUSIBLE] += _stamps(samples, record.stamps)
     if record.clock:
         found[Status.VIOLATION].append(record.clock)
     if record.untyped:
@@ -83,6 +84,41 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
         if reasons:  # the first status found; every reason, so the record shows all the evidence
             return status, "; ".join(r for rs in found.values() for r in rs)
     return Status.OK, None
+
+
+STAMP_SHARE = 0.7
+"""The worker's samples must add up to at least this share of the spans the parent stamped (and their medians
+likewise): the messages' latency is taken off the spans, and what a busy scheduler adds to a stamp is noise in
+both directions; a clock slowed to 0.7x or less over the timed calls shows."""
+STAMP_SLACK_S = 2e-4
+"""Per call: a stamp's wake-up on a busy machine, beyond the measured latency."""
+
+
+def _stamps(samples: list[float], stamps: Stamped | None) -> list[str]:
+    """The worker's samples against the parent's own stamps of the same calls."""
+    if stamps is None or stamps.calls is None:
+        return []
+    if stamps.calls != len(samples):
+        return [f"the parent stamped {stamps.calls} timed calls and the worker reported {len(samples)}: the stamps "
+                "the loop sends around each call were suppressed or forged"]
+    if not samples or stamps.median_s is None or stamps.total_s is None:
+        return []
+    problems = []
+    median = sorted(samples)[len(samples) // 2]
+    if median < STAMP_SHARE * stamps.median_s - STAMP_SLACK_S:
+        problems.append(f"the worker's median call {_s(median)} against {_s(stamps.median_s)} on {_witness(stamps)} "
+                        "(each call stamped as it started and ended): the worker's clock was slowed or replaced")
+    if sum(samples) < STAMP_SHARE * stamps.total_s - STAMP_SLACK_S * len(samples):
+        problems.append(f"the worker's samples add up to {_s(sum(samples))} of the {_s(stamps.total_s)} on "
+                        f"{_witness(stamps)}: the worker's clock was slowed or replaced")
+    return problems
+
+
+def _witness(stamps: Stamped) -> str:
+    """Which clock the parent held the calls on, in words."""
+    if stamps.clock == "cpu":
+        return "the worker's CPU clock as the parent read it from the kernel"
+    return "the parent's clock"
 
 
 def _accounting(samples: list[float], acc: Accounting | None, wall_s: float | None) -> list[str]:

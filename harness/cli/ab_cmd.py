@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.sweeps import SUITES
+from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
 from harness.cli.common import default_of, format_table, positive_int, positive_number, probability
 from harness.errors import UsageError
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"timed calls per side per round (default {_default('calls')})")
     parser.add_argument("--threads", type=positive_int, default=_default("threads"),
                         help=f"threads for torch and BLAS (default {_default('threads')})")
-    parser.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
+    parser.add_argument("--clock", choices=CLOCKS, default="auto",
                         help="cpu: each call timed on its worker's CPU time, which other processes on the cores do "
                              "not stretch (time spent waiting, on a sleep, I/O or a GPU, is not counted); wall: "
                              "elapsed time; auto (default): cpu for CPU cells with --threads 1, else wall")
@@ -88,7 +89,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
 
     if args.clock == "cpu" and args.device != "cpu":
         raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall")
-    clock = args.clock if args.clock != "auto" else ("cpu" if args.device == "cpu" and args.threads == 1 else "wall")
+    clock = auto_clock(args.clock, args.device, args.threads)
     return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
                       suite=args.suite, overrides=overrides_from_args(args), only=list(args.only), rounds=args.rounds,
                       calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,

@@ -21,10 +21,12 @@ from harness import interrupts
 from harness.analysis.scaling import OVERHEAD_RULE
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING, SUITES
+from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
 from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
+from harness.errors import UsageError
 from harness.progress import Progress
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import BenchCell, Run, Status
@@ -82,6 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="rounds each case's implementations are timed in, their order shuffled each round, "
                              f"the budget split over them (default {SUITE_TIMING['quick'].rounds}; 1: one "
                              "implementation after another)")
+    parser.add_argument("--clock", choices=CLOCKS, default="auto",
+                        help="what CPU cells' calls are timed on: cpu (the worker's CPU time, which other processes "
+                             "on the cores do not stretch; blind to waiting), wall (elapsed time), or auto (default): "
+                             "cpu with --threads 1, else wall (several threads spin and wait for the slowest, which "
+                             "CPU time would count as work)")
     parser.add_argument("--reference", metavar="NAME",
                         help="the implementation each other's per-round ratio divides by (default: torch_sdpa "
                              "when it is timed, else the first)")
@@ -118,7 +125,7 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
                  cell_budget_s: float | None = None, memory_budget_gib: float | None = None,
                  timeout_s: float | None = None, memory: bool = True, device: str | None = None,
                  model: str | None = None, reference: str | None = None, executor: str = "local",
-                 address: str | None = None) -> BenchSettings:
+                 address: str | None = None, clock: str = "auto") -> BenchSettings:
     """The library's settings from what a command line gave (None: not given). Where each default lives: the
     suite's timing and cell budget in its tables (:mod:`harness.bench.sweeps`), threads torch's, the rest in
     :class:`~harness.bench.runner.BenchSettings` (the memory budget, half the free memory, is worked out by
@@ -132,12 +139,15 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
                      rounds=timing.rounds if rounds is None else rounds)
     if cell_budget_s is None and not overrides:  # cells the user named by an axis flag are never skipped for time
         cell_budget_s = SUITE_CELL_BUDGET_S[suite]
+    device = default_of(BenchSettings, "device") if device is None else device
+    if clock == "cpu" and device != "cpu":
+        raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall or auto")
+    threads = threads if threads is not None else interrupts.import_torch().get_num_threads()
+    timing = replace(timing, clock=auto_clock(clock, device, threads))
     return BenchSettings(
         suite=suite, overrides=overrides, only=list(only), plugins=list(plugins), timing=timing, memory=memory,
-        memory_budget_bytes=_bytes(memory_budget_gib), cell_budget_s=cell_budget_s,
-        threads=threads if threads is not None else interrupts.import_torch().get_num_threads(),
-        timeout_s=default_of(BenchSettings, "timeout_s") if timeout_s is None else timeout_s,
-        device=default_of(BenchSettings, "device") if device is None else device,
+        memory_budget_bytes=_bytes(memory_budget_gib), cell_budget_s=cell_budget_s, threads=threads,
+        timeout_s=default_of(BenchSettings, "timeout_s") if timeout_s is None else timeout_s, device=device,
         model=model, reference=reference, executor=executor, address=address)
 
 
@@ -154,7 +164,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         budget_s=args.budget, min_samples=args.min_samples, rounds=args.rounds, warm_cache=args.warm_cache,
         cell_budget_s=args.cell_budget, memory_budget_gib=args.memory_budget, timeout_s=args.timeout,
         memory=not args.no_memory, device=args.device, model=checked_model(args.model, "bench"),
-        reference=args.reference, executor=executor, address=address)
+        reference=args.reference, executor=executor, address=address, clock=args.clock)
 
 
 def request_from_args(args: argparse.Namespace) -> BenchRequest:
@@ -206,9 +216,10 @@ def run(args: argparse.Namespace) -> int:
 def execute(request: BenchRequest) -> int:
     """Run the bench ``request`` describes and print what it measured; the exit status (1: a cell failed)."""
     from harness.bench import run as run_bench
+    from harness.bench.catalogue import load_catalogue
 
     settings = request.settings
-    registry = registry_of(settings.plugins)
+    registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)
     progress: list[Progress] = []

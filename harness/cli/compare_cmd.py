@@ -7,16 +7,8 @@ from pathlib import Path
 
 from harness.cli.common import format_table, probability
 from harness.errors import UsageError
-from harness.report.compare import (
-    DEFAULT_ALPHA,
-    DEFAULT_THRESHOLD,
-    HEADERS,
-    RECOMMEND,
-    compare_files,
-    markdown,
-    parse_threshold,
-    rows,
-)
+from harness.report.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_files, parse_threshold
+from harness.report.compare_view import HEADERS, RECOMMEND, markdown, rows
 from harness.results.files import dumps
 
 HELP = "compare two stored benchmark runs; exit 1 on a regression beyond the threshold or a newly failing cell"

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from harness.analysis.growth import Row
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
 from harness.report import tables
-from harness.report.complexity import Row, Sweep, SweepFit, sorted_rows, sweep, sweep_fits
+from harness.report.complexity import Sweep, SweepFit, sorted_rows, sweep, sweep_fits
 from harness.report.headline import Line, headline
 from harness.report.load import Results
 

@@ -18,10 +18,11 @@ from pathlib import Path
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report import DEFAULT_BASELINE, html, markdown, plots, structure_plots, tables
+from harness.report import DEFAULT_BASELINE, html, markdown, plots, roofline, structure_plots, tables, verify_plots
 from harness.report.analysis import Analysis, analyse
 from harness.report.headline import Line
-from harness.report.load import Results, Source, load
+from harness.report.load import Results, load
+from harness.report.sources import Source
 from harness.results.files import disk_full, is_disk_full
 
 
@@ -102,13 +103,13 @@ def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
                                      main_t.sweep.label if main_t is not None else "", bench)]
         tk = analysis.sweep_fit("time_vs_Tk")
         drawn += [plots.scaling_plot(tk, plot_dir) if tk is not None else None,
-                  plots.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]
+                  roofline.roofline_plot(bench, plot_dir, results.peaks, results.bandwidth)]
         window = analysis.sweep_fit("time_vs_T_window")
         drawn += [structure_plots.window_vs_T_plot(bench, plot_dir, window) if window is not None else None,
                   structure_plots.window_width_plot(bench, plot_dir)]
         if not [p for p in drawn if p is not None]:  # no sweep at all (e.g. pytest-benchmark's shape set): bars
             drawn.append(plots.per_case_plot(bench, plot_dir))
-    drawn += [plots.error_growth_plot(results.growth, plot_dir), plots.correctness_plot(analysis.matrix, plot_dir)]
+    drawn += [verify_plots.error_growth_plot(results.growth, plot_dir), verify_plots.correctness_plot(analysis.matrix, plot_dir)]
     return [p for p in drawn if p is not None]
 
 

@@ -16,7 +16,6 @@ says both); local runs are compared with a warning when their environments diffe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allo
 from harness.cluster.node import kind_of
 from harness.errors import UsageError
 from harness.report.compare_inputs import check_inputs
+from harness.report.sources import load_run
 from harness.results import BenchCell, Run, Status, node_kind
 
 DEFAULT_THRESHOLD = 0.25
@@ -228,8 +228,6 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
                   alpha: float = DEFAULT_ALPHA, *, allow_incomplete: bool = False,
                   allow_missing: bool = False) -> Comparison:
     """Compare every bench cell present in either file (two whole runs: :func:`check_inputs`)."""
-    from harness.report.load import load_run  # pandas: loaded when a comparison runs
-
     _, base_run = load_run(Path(base))
     _, new_run = load_run(Path(new))
     a, b = _index(base_run), _index(new_run)
@@ -256,58 +254,3 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
             result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha,
                                              base_run.environment.cores, new_run.environment.cores))
     return result
-
-
-def _fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return ""
-    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} µs"
-
-
-def _noise(c: CellComparison) -> str:
-    parts = [f"{c.base_noise:.0%}/{c.new_noise:.0%}" if c.base_noise is not None and c.new_noise is not None else ""]
-    loads = [x for x in (c.base_load, c.new_load) if x is not None]
-    if loads:
-        parts.append(f"load {max(loads):.1f}")
-    return ", ".join(p for p in parts if p)
-
-
-def rows(cells: Sequence[CellComparison]) -> list[tuple[str, ...]]:
-    return [(c.implementation, c.case_id, c.mode, _fmt_time(c.base_median), _fmt_time(c.new_median),
-             f"{c.ratio:.2f}x" if c.ratio is not None else "", "" if c.p_value is None else f"{c.p_value:.2g}",
-             _noise(c), c.note) for c in cells]
-
-
-HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p (rounds)", "IQR base/new", "note")
-RECOMMEND = ("Two separate runs cannot decide these cells: their own noise or load could explain the ratio. "
-             "Time both revisions together, in interleaved rounds: `attnbench ab BASE_PLUGIN HEAD_PLUGIN`.")
-
-
-def markdown(result: Comparison) -> str:
-    """GitHub-flavoured Markdown: the verdict, then regressions, undecided cells and improvements."""
-    from harness.report.markdown import md, md_table
-
-    t = f"{result.threshold:.0%}"
-    regs, imps, undecided = result.regressions, result.improvements, result.undecided
-    compared = sum(c.ratio is not None for c in result.cells)
-    header = (f"Base `{result.base}` vs new `{result.new}`: {compared} cells compared, threshold {t}; a separate "
-              f"run's cell is decided only beyond its noise and load, rounds by Mann-Whitney U p<{result.alpha}.")
-    lines = ["# attnbench compare", "", header, ""]
-    lines.append(f"**{len(regs)} regression(s) beyond {t}.**" if regs else f"**No regression beyond {t} found.**")
-    if undecided:
-        lines.append(f"**{len(undecided)} cell(s) not comparable: the runs' noise or load cannot decide them.** "
-                     + RECOMMEND)
-    if result.newly_failing:
-        lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
-    lines += [f"> warning: {md(w)}" for w in result.warnings]  # the machines' names come from the files
-    for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing),
-                         ("Not comparable (noise or load)", undecided), ("Improvements", imps)):
-        if cells:
-            lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]
-    missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)  # not comparable alike in both: nothing to say
-               or (c.verdict == NOT_COMPARABLE and (c.base_status != c.new_status or c.note.startswith("measured on")))]
-    if missing:
-        lines += ["", "## Not compared", md_table(("implementation", "case", "mode", "why"),
-                                                  [(c.implementation, c.case_id, c.mode, c.note or c.verdict)
-                                                   for c in missing])]
-    return "\n".join(lines) + "\n"

@@ -20,7 +20,8 @@ import pandas as pd
 
 from harness.analysis.steps import Step, detect_steps, median_interval
 from harness.errors import UsageError
-from harness.report.load import Source, load
+from harness.report.load import load
+from harness.report.sources import Source
 
 COMMIT_CHARS = 10
 

@@ -8,13 +8,15 @@ marked where its new level starts, with the commit and the ratio.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
 
-from harness.report.history import History
+from harness.report.history import History, Series
 from harness.report.html import CSS, esc, image, table
 from harness.report.markdown import md, md_table
 from harness.report.plots import Plot, _save, _style, _text
@@ -33,6 +35,8 @@ class HistoryFiles:
 
 
 def history_plot(h: History, out: Path) -> Plot | None:
+    """One panel per implementation (those with steps first): each cell's median over the commits, relative to
+    its first, with the detected steps marked."""
     names = sorted({s.implementation for s in h.series}, key=lambda n: (not any(
         s.steps for s in h.series if s.implementation == n), n))[:MAX_PANELS]
     if not names:
@@ -43,23 +47,8 @@ def history_plot(h: History, out: Path) -> Plot | None:
     labels = [c.label for c in h.commits]
     for ax, name in zip(axes.flat, names):
         series = sorted((s for s in h.series if s.implementation == name), key=lambda s: (not s.steps, s.case_id))
-        marks: dict[tuple[int, str], list[float]] = {}
-        for i, s in enumerate(series[:MAX_LINES]):
-            first = s.points[0].median
-            xs = [p.position for p in s.points]
-            ys = [p.median / first for p in s.points]
-            err = [[(p.median - p.low) / first for p in s.points], [(p.high - p.median) / first for p in s.points]]
-            ax.errorbar(xs, ys, yerr=err, label=_text(f"{s.case_id} {s.mode}"), capsize=2, color=f"C{i % 10}",
-                        **{k: v for k, v in _style(i).items() if k != "alpha"})
-        for s in series:  # every cell's steps, drawn once per commit: the median ratio and how many cells
-            for step in s.steps:
-                marks.setdefault((s.points[step.index].position, step.label), []).append(step.ratio)
-        for (x, label), ratios in sorted(marks.items()):
-            ax.axvline(x - 0.5, color="#d64541", linestyle="--", linewidth=1)
-            cells = f", {len(ratios)} cells" if len(ratios) > 1 else ""
-            ax.annotate(_text(f"{label[:7]} ×{float(np.median(ratios)):.2f}{cells}"), (x - 0.5, 1.0),
-                        xycoords=("data", "axes fraction"), fontsize=7, color="#d64541", xytext=(3, -10),
-                        textcoords="offset points")
+        _draw_series(ax, series[:MAX_LINES])
+        _mark_steps(ax, series)
         ax.set_title(_text(name), fontsize=9)
         ax.set_xticks(range(len(labels)), [_text(label[:7]) for label in labels], rotation=45, fontsize=6)
         ax.set_ylabel("median / first commit's", fontsize=7)
@@ -71,6 +60,30 @@ def history_plot(h: History, out: Path) -> Plot | None:
                  "Each cell's median time relative to its first commit, oldest commit left, with the median's 95% "
                  "interval from the raw samples; red dashed lines: detected steps (a penalised piecewise-constant "
                  "fit of the whole series), labelled with the commit where the new level starts and after / before.")
+
+
+def _draw_series(ax: Axes, series: Sequence[Series]) -> None:
+    """Each cell's medians relative to its first commit's, with the median's interval as error bars."""
+    for i, s in enumerate(series):
+        first, style = s.points[0].median, _style(i)
+        err = [[(p.median - p.low) / first for p in s.points], [(p.high - p.median) / first for p in s.points]]
+        ax.errorbar([p.position for p in s.points], [p.median / first for p in s.points], yerr=err,
+                    label=_text(f"{s.case_id} {s.mode}"), capsize=2, color=f"C{i % 10}", marker=style["marker"],
+                    linestyle=style["linestyle"], markersize=style["markersize"])
+
+
+def _mark_steps(ax: Axes, series: Sequence[Series]) -> None:
+    """Every cell's steps, drawn once per commit: the median ratio and how many cells stepped there."""
+    marks: dict[tuple[int, str], list[float]] = {}
+    for s in series:
+        for step in s.steps:
+            marks.setdefault((s.points[step.index].position, step.label), []).append(step.ratio)
+    for (x, label), ratios in sorted(marks.items()):
+        ax.axvline(x - 0.5, color="#d64541", linestyle="--", linewidth=1)
+        cells = f", {len(ratios)} cells" if len(ratios) > 1 else ""
+        ax.annotate(_text(f"{label[:7]} ×{float(np.median(ratios)):.2f}{cells}"), (x - 0.5, 1.0),
+                    xycoords=("data", "axes fraction"), fontsize=7, color="#d64541", xytext=(3, -10),
+                    textcoords="offset points")
 
 
 def _step_rows(h: History) -> list[tuple[object, ...]]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from harness.report.complexity import Row, model_text
+from harness.analysis.growth import Row, model_text
 
 if TYPE_CHECKING:
     from harness.report.analysis import Analysis

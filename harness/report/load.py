@@ -1,13 +1,8 @@
-"""Read result files into tidy tables: one row per cell, one column per field.
+"""Result files into tidy tables for the report: one row per cell, one column per field.
 
-Two inputs are accepted, told apart by their content rather than their name:
-
-- attnbench result files (``"schema": "attnbench.results"``, see :mod:`harness.results`);
-- pytest-benchmark JSON (``pytest --benchmark-json FILE``), whose benchmarks become bench
-  cells: the implementation and shape come from ``extra_info`` (which attnbench's own
-  ``suites/performance`` fills in) or, failing that, from the test's parameters and name.
-
-Reports and comparisons read only these files; they never import or run a plugin.
+Each file is read once as a typed run (:mod:`harness.report.sources`: attnbench result files and pytest-benchmark
+JSON); a row formats a typed cell's fields and what bench measured beside it, and re-derives nothing. Reports and
+comparisons read only these files; they never import or run a plugin.
 """
 
 from __future__ import annotations
@@ -20,26 +15,19 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.margins import baseline_led, margin
-from harness.dtypes import ITEMSIZE
+from harness.analysis.scaling import call_footprint
 from harness.errors import UsageError
+from harness.report.sources import Source, load_run, source_of
 from harness.results import (
-    SCHEMA,
     Bandwidth,
     BenchCell,
-    Config,
     Coverage,
-    Environment,
     Memory,
     Peak,
-    Run,
     Stats,
     VerifyCell,
     node_kind,
-    read_text,
 )
-from harness.results.cells import cell_from_json
-from harness.results.files import check_version, parse_json
-from harness.results.validate import Damaged, check_cell, check_record
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -62,19 +50,6 @@ VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "stat
                   "seconds")
 
 
-@dataclass(frozen=True)
-class Source:
-    """One result file a report read: where it is, its format, and its run's identity and machine."""
-
-    path: str
-    kind: str
-    """"attnbench" or "pytest-benchmark"."""
-    run_id: str | None
-    command: str
-    complete: bool
-    environment: Environment
-
-
 @dataclass
 class Results:
     """Everything a report needs, gathered from one or more result files."""
@@ -93,105 +68,6 @@ class Results:
     """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
     growth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GROWTH_COLUMNS))
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
-
-
-def read_any(path: Path) -> tuple[str, dict[str, Any]]:
-    """("attnbench" | "pytest-benchmark", parsed JSON); a clear error for anything else."""
-    path = Path(path)
-    try:
-        data = parse_json(read_text(path), path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file; pass a results/*.json file written by attnbench "
-                         "or a pytest --benchmark-json file") from None
-    if isinstance(data, dict) and data.get("schema") == SCHEMA:
-        check_version(data, path)
-        return "attnbench", data
-    if isinstance(data, dict) and isinstance(data.get("benchmarks"), list):
-        return "pytest-benchmark", data
-    raise UsageError(f"{path}: neither an attnbench result file (\"schema\": \"{SCHEMA}\") nor "
-                     "pytest-benchmark JSON (a \"benchmarks\" list)")
-
-
-def _first(*values: Any) -> Any:
-    return next((v for v in values if v is not None), None)
-
-
-def _object(value: object, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise Damaged(where, f"{type(value).__name__} where an object belongs")
-    return value
-
-
-def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
-    """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data);
-    each is checked as an attnbench cell is (:func:`check_cell`), so a damaged file is a named error."""
-    cells = []
-    for i, bench in enumerate(data["benchmarks"]):
-        where = f"benchmarks[{i}]"
-        bench = _object(bench, where) if bench is not None else None
-        if not bench:
-            raise Damaged(where, f"{bench!r} is not a benchmark (an object with a name and stats)")
-        extra = _object(bench.get("extra_info"), f"{where}.extra_info")
-        params = _object(bench.get("params"), f"{where}.params")
-        stats = _object(bench.get("stats"), f"{where}.stats")
-        shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else extra.get("case")
-        case = dict(shape) if isinstance(shape, dict) else {}
-        for key in ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "causal"):
-            if key not in case and key in extra:
-                case[key] = extra[key]
-        if "tq" not in case and "T" in extra:
-            case["tq"] = case["tk"] = extra["T"]
-        implementation = _first(extra.get("implementation"), params.get("implementation"),
-                                params.get("impl"), params.get("name"))
-        name = str(bench.get("name", "?"))
-        samples = stats.get("data")
-        stored = {"type": "bench", "implementation": str(implementation or name.split("[")[0]), "case": case,
-                  "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
-                  "mode": extra.get("mode", "fwd"), "status": "ok",
-                  "samples_s": samples if isinstance(samples, list) else [],
-                  "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
-                            "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds")},
-                  "flops": extra.get("flops"), "gflops": extra.get("gflops"), "threads": extra.get("threads")}
-        check_cell(stored, where)
-        median, iqr = stored["stats"]["median"], stored["stats"]["iqr"]
-        stored["stats"]["iqr_over_median"] = iqr / median if iqr is not None and median else None
-        cells.append(cell_from_json(stored))
-    return cells  # type: ignore[return-value]
-
-
-def load_run(path: Path) -> tuple[str, Run]:
-    """(input format, the typed run) for either input format; pytest-benchmark JSON becomes a bench run."""
-    kind, data = read_any(path)
-    try:
-        if kind == "attnbench":
-            return kind, Run.from_json(data)
-        machine = _object(data.get("machine_info"), "machine_info")
-        stored = {"cpu_model": _object(machine.get("cpu"), "machine_info.cpu").get("brand_raw"),
-                  "python": machine.get("python_version"), "time": data.get("datetime")}
-        check_record(stored, Environment, "machine_info")
-        return kind, Run(run_id=Path(path).stem, command="pytest-benchmark", complete=True,
-                         environment=Environment.from_json(stored), config=Config(),
-                         cells=tuple(cells_from_pytest_benchmark(data)))
-    except (ValueError, TypeError, KeyError) as exc:
-        raise UsageError(f"{path}: a damaged result file: {exc}") from None
-
-
-def _meta(path: Path, kind: str, run: Run) -> Source:
-    return Source(path=str(path), kind=kind, run_id=run.run_id or None, command=run.command, complete=run.complete,
-                  environment=run.environment)
-
-
-def output_bytes(case: Mapping[str, Any], mode: str) -> int | None:
-    """Bytes a call returns: the output (B, H, Tq, d); with a backward pass also dq, dk and dv."""
-    try:
-        item = ITEMSIZE[case["dtype"]]
-        q = case["batch"] * case["heads"] * case["tq"] * case["d"]
-        kv = case["batch"] * (case.get("kv_heads") or case["heads"]) * (case.get("tk") or case["tq"]) * case["d"]
-    except (KeyError, TypeError):
-        return None
-    return int(item * (q if mode == "fwd" else 2 * q + 2 * kv))
 
 
 def _stats(cell: BenchCell) -> Stats:
@@ -215,11 +91,9 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
     row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
     row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
                 "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
-    extra = memory.peak_extra_bytes
-    out = memory.output_bytes or output_bytes(case, str(row["mode"]))
     row.update({"flops": cell.flops, "gflops": cell.gflops, "pct_peak": pct_peak,
-                "peak_extra_bytes": extra, "output_bytes": out,
-                "peak_bytes": None if extra is None or out is None else extra + out,
+                "peak_extra_bytes": memory.peak_extra_bytes, "output_bytes": memory.output_bytes,
+                "peak_bytes": call_footprint(cell),  # what bench measured: the output and the extra at the peak
                 "memory_method": memory.method,
                 "threads": cell.threads, "samples_s": list(cell.samples_s),
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
@@ -322,7 +196,7 @@ def load(paths: Iterable[Path]) -> Results:
         raise UsageError("no result files given; pass one or more results/*.json files")
     for path in paths:
         kind, run = load_run(Path(path))
-        meta = _meta(Path(path), kind, run)
+        meta = source_of(Path(path), kind, run)
         sources.append(meta)
         peaks.update(run.peaks)
         bandwidth.update(run.bandwidth or {})

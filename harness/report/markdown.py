@@ -45,14 +45,28 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 
 
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
-    """summary.md of the analysis ``report``, titled ``name``, linking ``plots``."""
+    """summary.md of the analysis ``report``, titled ``name``, linking ``plots``: its sections in order."""
     out = [f"# attnbench report `{md(name)}`", ""]
-    if report.headline:
-        out += [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}" for line in report.headline], ""]
+    for section in (_headline, _verdicts, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
+        out += section(report)
+    if plots:
+        out.append("## Plots")
+        out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in plots]
+    return "\n".join(out) + "\n"
+
+
+def _headline(report: Analysis) -> list[str]:
+    if not report.headline:
+        return []
+    return [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}" for line in report.headline], ""]
+
+
+def _verdicts(report: Analysis) -> list[str]:
+    """Correctness in one line, then the cells whose time is not backed (integrity) or beats a roof (measurement)."""
     problems = report.problem_count
-    out.append(f"**Correctness:** {problems} problem cell(s)." if problems else
-               ("**Correctness:** every verified cell passed." if not report.matrix.empty else
-                "**Correctness:** no verify results."))
+    out = [f"**Correctness:** {problems} problem cell(s)." if problems else
+           ("**Correctness:** every verified cell passed." if not report.matrix.empty else
+            "**Correctness:** no verify results.")]
     flagged = report.untrusted
     if not flagged.empty:
         out += ["", f"**Integrity:** {len(flagged)} bench cell(s) whose time is not backed by a verified computation "
@@ -67,45 +81,50 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
                          [(r.implementation, r.case_id, r.mode, r.roof_problem) for r in roofs.itertuples()])]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
+    return out
+
+
+def _runs(report: Analysis) -> list[str]:
     runs = ", ".join(f"`{md(s.run_id)}` ({md(s.command)})" for s in report.results.sources)
-    out += [f"Runs: {runs}", ""]
-    out += _complexity(report)
-    if report.results.coverage:
-        out.append("## Pairwise coverage (pairs of declared axis values the verify cases exercised)")
-        out.append(md_table(["implementation", "pairs covered", "of", "%", "suite"],
-                            [(name, c.covered, c.total, f"{100 * c.fraction:.1f}", c.suite or "")
-                             for name, c in sorted(report.results.coverage.items())]))
+    return [f"Runs: {runs}", ""]
+
+
+def _coverage(report: Analysis) -> list[str]:
+    if not report.results.coverage:
+        return []
+    return ["## Pairwise coverage (pairs of declared axis values the verify cases exercised)",
+            md_table(["implementation", "pairs covered", "of", "%", "suite"],
+                     [(name, c.covered, c.total, f"{100 * c.fraction:.1f}", c.suite or "")
+                      for name, c in sorted(report.results.coverage.items())]), ""]
+
+
+def _correctness(report: Analysis) -> list[str]:
+    """The matrix (implementation x group), the conventions its verdicts assume, and the failing cases."""
+    if report.matrix.empty:
+        return []
+    matrix = report.matrix
+    rows = [[impl, *(f"{ICON.get(cell['status'], '')} {cell['text']}" if isinstance(cell, dict) else ""
+                     for cell in (matrix.at[impl, group] for group in matrix.columns))] for impl in matrix.index]
+    out = ["## Correctness matrix", md_table(["implementation", *matrix.columns], rows), ""]
+    notes = declared_conventions(report.results.implementations)
+    if notes:
+        out.append("### Declared conventions (the verdicts above assume them)")
+        out += [f"- {md(name)}: {note}" for name, note in notes] + [""]
+    if not report.failures.empty:
+        shown = report.failures.head(MAX_FAILURES)
+        out += ["### Failing cases", md_table(list(shown.columns), shown.itertuples(index=False))]
+        if len(report.failures) > MAX_FAILURES:
+            out.append(f"\n… and {len(report.failures) - MAX_FAILURES} more (see index.html / verify.csv).")
         out.append("")
-    if not report.matrix.empty:
-        out.append("## Correctness matrix")
-        matrix_rows: list[list[Any]] = []
-        for impl in report.matrix.index:
-            row: list[Any] = [impl]
-            for group in report.matrix.columns:
-                cell = report.matrix.at[impl, group]
-                row.append(f"{ICON.get(cell['status'], '')} {cell['text']}" if isinstance(cell, dict) else "")
-            matrix_rows.append(row)
-        out += [md_table(["implementation", *report.matrix.columns], matrix_rows), ""]
-        notes = declared_conventions(report.results.implementations)
-        if notes:
-            out.append("### Declared conventions (the verdicts above assume them)")
-            out += [f"- {md(name)}: {note}" for name, note in notes] + [""]
-        if not report.failures.empty:
-            out.append("### Failing cases")
-            shown = report.failures.head(MAX_FAILURES)
-            out.append(md_table(list(shown.columns), shown.itertuples(index=False)))
-            if len(report.failures) > MAX_FAILURES:
-                out.append(f"\n… and {len(report.failures) - MAX_FAILURES} more (see index.html / verify.csv).")
-            out.append("")
-    if not report.speedup.empty:
-        top = report.speedup[report.speedup["T"] == report.speedup["T"].max()].sort_values("speedup", ascending=False)
-        out.append(f"## Speedup over {md(report.baseline)} at T={int(top['T'].iloc[0])}")
-        out += [md_table(["implementation", "speedup (×)"], top[["implementation", "speedup"]].itertuples(index=False)), ""]
-    out += _bandwidth_section(report)
-    if plots:
-        out.append("## Plots")
-        out += [f"- [{md(p.title)}](plots/{p.path.name})" for p in plots]
-    return "\n".join(out) + "\n"
+    return out
+
+
+def _speedup(report: Analysis) -> list[str]:
+    if report.speedup.empty:
+        return []
+    top = report.speedup[report.speedup["T"] == report.speedup["T"].max()].sort_values("speedup", ascending=False)
+    return [f"## Speedup over {md(report.baseline)} at T={int(top['T'].iloc[0])}",
+            md_table(["implementation", "speedup (×)"], top[["implementation", "speedup"]].itertuples(index=False)), ""]
 
 
 def _complexity(report: Analysis) -> list[str]:

@@ -1,4 +1,7 @@
-"""The report's figures, drawn with matplotlib's Agg backend (no display, deterministic PNGs).
+"""The report's figures, drawn with matplotlib's Agg backend (no display, deterministic PNGs): the scaling,
+throughput, speedup and per-case figures here with the style every figure shares, the roofline in
+:mod:`harness.report.roofline`, the verify figures in :mod:`harness.report.verify_plots`, the structures' in
+:mod:`harness.report.structure_plots`.
 
 Each function draws one figure from what the analysis (:mod:`harness.report.analysis`) derived,
 or from the tidy tables where nothing is derived, and returns a :class:`Plot` (or None when the
@@ -21,12 +24,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.artist import Artist
-from matplotlib.patches import Rectangle
 
+from harness.analysis.growth import Row
 from harness.report.analysis import speedup_table
-from harness.report.complexity import Row, Sweep, SweepFit, sweep
-from harness.results import Bandwidth, Peak
+from harness.report.complexity import Sweep, SweepFit, sweep
+from harness.results import Peak, peak_key
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
@@ -186,8 +188,8 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
         if group["pct_peak"].notna().any():
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
     kind = s.fixed.get("node_kind")
-    key = f"{s.fixed.get('dtype')}/{s.fixed.get('device')}" + (f"@{kind}" if isinstance(kind, str) else "")
-    peak = _gflops(peaks.get(key))
+    peak = _gflops(peaks.get(peak_key(str(s.fixed.get("dtype")), str(s.fixed.get("device")),
+                                      kind if isinstance(kind, str) else None)))
     if isinstance(peak, (int, float)):
         left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
     right.axhline(100, color="0.4", linestyle="--", label="100% of peak")
@@ -253,33 +255,6 @@ def speedup_plot(table: pd.DataFrame, out: Path, baseline: str, label: str,
                  f"ranges). Fixed: {label}.")
 
 
-STATUS_COLOURS = {"pass": "#3a9d5d", "fail": "#d64541", "error": "#d64541", "crash": "#8e2c9e",
-                  "timeout": "#e08a1e", "skipped": "#c8c8c8", "none": "#ffffff"}
-
-
-def correctness_plot(matrix: pd.DataFrame, out: Path) -> Plot | None:
-    """The correctness matrix as a coloured grid (the HTML shows the same as a table)."""
-    if matrix.empty:
-        return None
-    impls, groups = list(matrix.index), list(matrix.columns)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(groups), 0.9 + 0.45 * len(impls)))
-    for i, impl in enumerate(impls):
-        for j, group in enumerate(groups):
-            cell = matrix.loc[impl, group]
-            status, text = (cell["status"], cell["text"]) if isinstance(cell, dict) else ("none", "")
-            ax.add_patch(Rectangle((j, i), 1, 1, color=STATUS_COLOURS.get(status, "#ffffff"), ec="white"))
-            ax.text(j + 0.5, i + 0.5, _text(text), ha="center", va="center", fontsize=7)
-    ax.set_xlim(0, len(groups))
-    ax.set_ylim(len(impls), 0)
-    ax.set_xticks([j + 0.5 for j in range(len(groups))], [_text(g) for g in groups], rotation=30, ha="right", fontsize=8)
-    ax.set_yticks([i + 0.5 for i in range(len(impls))], [_text(i) for i in impls], fontsize=8)
-    ax.set_title("Correctness: worst error / bound (1 is the edge) and error / baseline's", fontsize=10)
-    return _save(fig, out, "correctness", "Correctness matrix",
-                 "Per implementation and case group: pass / fail / skipped; err/bound is the worst error over its "
-                 "bound (a pass is at most 1), ×base the worst error over the same-dtype baseline's where that "
-                 "baseline sets the bound.")
-
-
 MAX_CASES = 16
 
 
@@ -307,106 +282,5 @@ def per_case_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
                  f"Median time of each implementation at each case (first {MAX_CASES} cases by id).")
 
 
-def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
-    """Max error against the float64 oracle vs T, one panel per dtype, the same-dtype baseline dashed."""
-    growth = growth[growth["max_abs_err"].notna() & (growth["max_abs_err"] > 0)]
-    if growth.empty or growth["T"].nunique() < 2:
-        return None
-    dtypes = [d for d in ("float16", "bfloat16", "float32", "float64") if d in set(growth["dtype"])]
-    dtypes += sorted(set(growth["dtype"]) - set(dtypes))
-    names = sorted(set(growth["implementation"]))  # one style per implementation across the panels
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(4.2 * len(dtypes), 4.4), squeeze=False)
-    for ax, dtype in zip(axes[0], dtypes):
-        frame = growth[growth["dtype"] == dtype].sort_values("T")
-        for name, group in frame.groupby("implementation", sort=True):
-            index = names.index(str(name))
-            ax.plot(group["T"], group["max_abs_err"], label=_text(name), color=f"C{index % 10}", **_style(index))
-        base = frame[frame["base_err"] > 0].groupby("T")["base_err"].median()
-        if not base.empty:
-            ax.plot(base.index, base.values, color="black", linestyle="--", linewidth=1.5, label="baseline (same dtype)")
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel(AXIS_LABEL["T"])
-        ax.set_title(_text(dtype), fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("max |out - oracle|")
-    handles: dict[str, Artist] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    rows = -(-len(handles) // 6)
-    fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8)
-    caption = ("Max absolute error against the float64 oracle as T grows (B1, H1, d64, forward), per dtype; "
-               "dashed: the textbook formula in the same dtype, the yardstick of the verify rule. "
-               "A line that rises away from the dashed one is error growing with sequence length.")
-    return _save(fig, out, "error_vs_T", "Error vs T", caption, rect=(0, 0.06 * rows, 1, 1))
-
-
-
 def _gflops(peak: Peak | None) -> float | None:
     return None if peak is None else Peak.coerce(peak).gflops  # a caller may hand the stored form
-
-
-def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[str, Peak], bandwidth: Mapping[str, Bandwidth]
-          ) -> tuple[pd.DataFrame, str | None, float | None, float | None]:
-    """The cells of one kind of machine (a cluster run's most common; all cells of a local run), that
-    kind, and its two roofs: GEMM GFLOP/s for ``dtype`` and read GB/s. Never one kind's roof over
-    another kind's cells. The records may be given in their stored form (JSON objects)."""
-    kinds = cells["node_kind"].dropna() if "node_kind" in cells else pd.Series(dtype=object)
-    kind = str(kinds.value_counts().index[0]) if not kinds.empty else None
-    if kind is not None:
-        cells = cells[cells["node_kind"] == kind]
-    at_kind = f"@{kind}" if kind is not None else ""
-    peak = _gflops(peaks.get(f"{dtype}/{cells['device'].iloc[0]}{at_kind}"))
-    measured = ((key, Bandwidth.coerce(r).read_gbps) for key, r in bandwidth.items())
-    reads = [float(r) for key, r in measured
-             if isinstance(r, (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]
-    return cells, kind, peak, (max(reads) if reads else None)
-
-
-def roofline_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak],
-                  bandwidth: Mapping[str, Bandwidth]) -> Plot | None:
-    """Every timed cell with compulsory bytes at (FLOPs / byte, GFLOP/s) under both roofs of its dtype: the
-    GEMM peak and the read bandwidth x intensity (Williams, Waterman and Patterson's roofline)."""
-    if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():
-        return None
-    ok = bench[(bench["status"] == "ok") & bench["gbps"].notna() & bench["gflops"].notna() & (bench["bytes"] > 0)
-               & (bench["flops"] > 0)]  # a log axis of FLOPs per byte
-    dtypes = ok["dtype"].value_counts()
-    if ok.empty or dtypes.empty:
-        return None
-    dtype = str(dtypes.index[0])  # one dtype's roofs: the one most cells ran in
-    ok = ok[ok["dtype"] == dtype]
-    ok, kind, peak, roof_bw = roofs(ok, dtype, peaks, bandwidth)
-    intensity = ok["flops"].astype(float) / ok["bytes"].astype(float)
-    fig, ax = plt.subplots(figsize=(8, 5))
-    lo, hi = float(intensity.min()) / 2, float(intensity.max()) * 2
-    xs = [lo * (hi / lo) ** (i / 60) for i in range(61)]
-    if roof_bw and peak:
-        ax.plot(xs, [min(peak, roof_bw * x) for x in xs], color="0.3", linewidth=2, zorder=1,
-                label=f"roofline: {roof_bw:.0f} GB/s read, {peak:.0f} GFLOP/s GEMM")
-        ax.axvline(peak / roof_bw, color="0.6", linestyle=":", linewidth=1, label=f"ridge {peak / roof_bw:.1f} FLOP/B")
-    elif peak:
-        ax.axhline(peak, color="0.3", linestyle="--", label=f"GEMM peak {peak:.0f} GFLOP/s")
-    for i, (name, group) in enumerate(ok.groupby("implementation", sort=True)):
-        decode = group["tq"] < group["tk"]
-        style = _style(i)
-        for part, marker, suffix in ((group[~decode], style["marker"], ""), (group[decode], "x", " (decode)")):
-            if part.empty:
-                continue
-            x = part["flops"].astype(float) / part["bytes"].astype(float)
-            ax.scatter(x, part["gflops"], marker=marker, color=f"C{i % 10}", s=36, zorder=3,
-                       label=_text(f"{name}{suffix}"))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("arithmetic intensity (FLOPs per compulsory byte: Q, K, V read once, O written once)")
-    ax.set_ylabel("GFLOP/s")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
-    on = f", {kind}" if kind is not None else ""
-    ax.set_title(_text(f"Roofline ({dtype}{on}, the run's measured roofs)"), fontsize=10)
-    return _save(fig, out, "roofline", "Roofline",
-                 f"Each timed {dtype} cell at its arithmetic intensity and achieved GFLOP/s. Roofs measured in the "
-                 "same run: the GEMM peak and the read bandwidth (torch.sum over 256 MiB) times intensity. Prefill "
-                 "(Tq = Tk) lies far right, under the compute roof; decode steps (x, Tq << Tk) at about "
-                 "2 x (H / Hkv) / bytes per element FLOPs per byte, under the bandwidth roof.")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.report.complexity import Row
+from harness.analysis.growth import Row
 
 PROBLEMS = ("fail", "error", "crash", "timeout")
 """Verify outcomes that are a finding, worst first."""

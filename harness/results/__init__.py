@@ -1,7 +1,7 @@
 """Result files: their typed schema (:mod:`.schema` the run, :mod:`.cells` its cells, :mod:`.records` and
 :mod:`.evidence` the records inside them) and reading and writing them (:mod:`.files`)."""
 
-from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds
+from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds, Stamped
 from harness.results.files import (
     RESULTS_DIR,
     ResultWriter,
@@ -29,7 +29,7 @@ from harness.results.schema import (
     peak_key,
 )
 
-__all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity", "Rounds",
+__all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity", "Rounds", "Stamped",
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
            "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite", "write_json_atomic",

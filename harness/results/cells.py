@@ -8,8 +8,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any, ClassVar
 
+from harness.cases import AttentionCase
+from harness.errors import UsageError
 from harness.results.evidence import Integrity, Rounds
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
 
@@ -61,6 +64,7 @@ class BenchCell:
     type: ClassVar[str] = "bench"
     implementation: str
     case: Mapping[str, Any]
+    """The case's stored fields; :attr:`attention_case` is the typed case."""
     case_id: str
     mode: str
     status: Status
@@ -115,6 +119,18 @@ class BenchCell:
     @property
     def key(self) -> CellKey:
         return CellKey("bench", self.implementation, self.case_id, self.mode)
+
+    @cached_property
+    def attention_case(self) -> AttentionCase | None:
+        """The typed case the cell timed, built once from the stored fields. None for a case that is not a
+        kernel's attention case (a module's layers), or one no valid case has (heads not a multiple of
+        kv_heads, say, in a file written by hand)."""
+        if self.case.get("kind", "kernel") != "kernel":
+            return None
+        try:
+            return AttentionCase.from_dict(dict(self.case))
+        except (TypeError, ValueError, UsageError):
+            return None
 
     @property
     def gbps(self) -> float | None:

@@ -50,12 +50,26 @@ class CheckedCall(Record):
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)
+class Stamped(Record):
+    """The parent's own clock on the timed calls (:mod:`harness.bench.timekeeper`): how many calls it stamped,
+    the median and sum of their spans (the messages' latency taken off), and that latency; ``clock`` says
+    which clock the spans are on: "wall" (the kernel's stamps of each message) or "cpu" (the worker's CPU
+    clock, read by the parent while the worker waited)."""
+
+    calls: int | None = None
+    clock: str | None = None
+    median_s: float | None = None
+    total_s: float | None = None
+    latency_s: float | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Integrity(Record):
     """What backs a cell's time (docs/integrity.md): the input sets, the checks of kept calls, the
     clock's accounting, and (added by the parent) the physics floor and the task's wall time."""
 
     ALWAYS = frozenset({"clock"})
-    NESTED = {"accounting": Accounting, "floor": Floor}
+    NESTED = {"accounting": Accounting, "floor": Floor, "stamps": Stamped}
     TUPLES = frozenset({"untyped", "kept_problems", "output_problems", "cpu_after_s"})
     RECORD_TUPLES = {"checked": CheckedCall}
     input_sets: int | None = None
@@ -70,6 +84,8 @@ class Integrity(Record):
     accounting: Accounting | None = None
     floor: Floor | None = None
     wall_s: float | None = None
+    stamps: Stamped | None = None
+
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

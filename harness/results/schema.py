@@ -123,7 +123,7 @@ class Run:
     def read_bandwidth(self, cell: BenchCell) -> float | None:
         """The read bandwidth (GB/s) measured for the cell's device and thread count, on its own kind of
         machine for a cluster cell (never another kind's), if any."""
-        device = (cell.peak_key or "/cpu").split("@", 1)[0].split("/")[-1]
+        device = str(cell.case.get("device") or "cpu")  # the cell's own case: nothing read back out of a key
         record = (self.bandwidth or {}).get(bandwidth_key(device, cell.threads, node_kind(cell)))
         return None if record is None else record.read_gbps
 

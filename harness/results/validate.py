@@ -91,64 +91,88 @@ def check_depth(value: object, where: str, depth: int = 0) -> None:
 
 def check_value(value: object, hint: Any, where: str) -> None:
     """``value`` as the stored form of a field annotated ``hint``."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return
-        rest = [a for a in args if a is not type(None)]
-        if len(rest) == 1:
-            return check_value(value, rest[0], where)
-        for option in rest:
-            try:
-                return check_value(value, option, where)
-            except Damaged:
-                continue
-        raise Damaged(where, f"{_show(value)} ({_kind(value)}) is not any of the allowed types")
+        return _check_union(value, typing.get_args(hint), where)
     if hint is Any or hint is object:
         return check_depth(value, where, 1)
     if isinstance(hint, type) and issubclass(hint, _record_base()):
         return check_record(value, hint, where)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not true or false")
-        return None
-    if hint is int:
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT:
-            return None
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an integer")
-        if abs(value) > MAX_INT:
-            raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
-        return None
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a number")
-        if isinstance(value, int) and abs(value) > MAX_INT:
-            raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
-        return None
-    if hint is str or (isinstance(hint, type) and issubclass(hint, str)):  # Status: a word of the enum
-        if not isinstance(value, str):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
-        if hint is not str and value not in {m.value for m in hint}:  # type: ignore[attr-defined]
-            allowed = ", ".join(m.value for m in hint)  # type: ignore[attr-defined]
-            raise Damaged(where, f"{_show(value)} is not one of {allowed}")
-        return None
     if origin is tuple:
-        if not isinstance(value, list):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an array")
-        items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
-        if len(items) != len(value):
-            raise Damaged(where, f"an array of {len(value)} items, not {len(items)}")
-        for i, (item, item_hint) in enumerate(zip(value, items)):
-            check_value(item, item_hint, _at(where, i))
-        return None
+        return _check_array(value, typing.get_args(hint), where)
     if origin in (Mapping, dict, typing.Mapping):
-        if not isinstance(value, dict):
-            raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object")
-        for key, item in value.items():
-            check_value(item, args[1] if args else Any, _at(where, key))
-        return None
-    raise TypeError(f"the schema has a field type the check does not know: {hint!r}")  # a bug of ours
+        return _check_object(value, typing.get_args(hint), where)
+    scalar = _SCALARS.get(hint) or (_check_word if isinstance(hint, type) and issubclass(hint, str) else None)
+    if scalar is None:
+        raise TypeError(f"the schema has a field type the check does not know: {hint!r}")  # a bug of ours
+    return scalar(value, hint, where)
+
+
+def _check_union(value: object, args: tuple[Any, ...], where: str) -> None:
+    """An optional field (null or its type), or a value of any one of the types."""
+    if value is None and type(None) in args:
+        return
+    rest = [a for a in args if a is not type(None)]
+    if len(rest) == 1:
+        return check_value(value, rest[0], where)
+    for option in rest:
+        try:
+            return check_value(value, option, where)
+        except Damaged:
+            continue
+    raise Damaged(where, f"{_show(value)} ({_kind(value)}) is not any of the allowed types")
+
+
+def _check_bool(value: object, hint: Any, where: str) -> None:
+    if not isinstance(value, bool):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not true or false")
+
+
+def _check_int(value: object, hint: Any, where: str) -> None:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT:
+        return
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an integer")
+    if abs(value) > MAX_INT:
+        raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
+
+
+def _check_float(value: object, hint: Any, where: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a number")
+    if isinstance(value, int) and abs(value) > MAX_INT:
+        raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
+
+
+def _check_word(value: object, hint: Any, where: str) -> None:
+    """A string; for a ``str`` enum (Status), one of its words."""
+    if not isinstance(value, str):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
+    if hint is not str and value not in {m.value for m in hint}:
+        allowed = ", ".join(m.value for m in hint)
+        raise Damaged(where, f"{_show(value)} is not one of {allowed}")
+
+
+_SCALARS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_word}
+
+
+def _check_array(value: object, args: tuple[Any, ...], where: str) -> None:
+    """A tuple field: a JSON array of its items' types (``tuple[X, ...]``: any length)."""
+    if not isinstance(value, list):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an array")
+    items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+    if len(items) != len(value):
+        raise Damaged(where, f"an array of {len(value)} items, not {len(items)}")
+    for i, (item, item_hint) in enumerate(zip(value, items)):
+        check_value(item, item_hint, _at(where, i))
+
+
+def _check_object(value: object, args: tuple[Any, ...], where: str) -> None:
+    """A mapping field: a JSON object whose values are of its value type."""
+    if not isinstance(value, dict):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object")
+    for key, item in value.items():
+        check_value(item, args[1] if args else Any, _at(where, key))
 
 
 @functools.cache
@@ -226,21 +250,32 @@ def check_cell(cell: object, where: str) -> None:
         elif key != "type":
             check_depth(item, _at(where, key), 1)
     if kind is VerifyCell:
-        metrics = cell.get("metrics") or {}
-        for name in _METRICS:
-            if name in metrics:
-                check_value(metrics[name], float | None, _at(_at(where, "metrics"), name))
-        return
-    for name in ("flops", "gflops", "bytes"):  # work and traffic: the roofline takes their powers and logs
+        _check_metrics(cell.get("metrics") or {}, _at(where, "metrics"))
+    else:
+        _check_measured(cell, where)
+
+
+def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
+    """A verify cell's numbers: each a number or null."""
+    for name in _METRICS:
+        if name in metrics:
+            check_value(metrics[name], float | None, _at(where, name))
+
+
+def _check_measured(cell: Mapping[str, Any], where: str) -> None:
+    """A bench cell's counts (0 or more, finite: the roofline takes their powers and logs; NaN: unknown, as older
+    files may say) and, for a measured cell, its times (finite, above 0)."""
+    for name in ("flops", "gflops", "bytes"):
         value = cell.get(name)
-        if value is not None and (value < 0 or math.isinf(value)):  # NaN: unknown, as older files may say
+        if value is not None and (value < 0 or math.isinf(value)):
             raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
-    if cell["status"] == "ok":
-        for i, sample in enumerate(cell.get("samples_s") or ()):
-            _positive_time(sample, _at(_at(where, "samples_s"), i))
-        stats = cell.get("stats") or {}
-        for name in ("median", "min", "mean"):
-            _positive_time(stats.get(name), _at(_at(where, "stats"), name))
+    if cell["status"] != "ok":
+        return
+    for i, sample in enumerate(cell.get("samples_s") or ()):
+        _positive_time(sample, _at(_at(where, "samples_s"), i))
+    stats = cell.get("stats") or {}
+    for name in ("median", "min", "mean"):
+        _positive_time(stats.get(name), _at(_at(where, "stats"), name))
 
 
 def check_run(data: Mapping[str, Any]) -> None:

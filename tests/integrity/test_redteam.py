@@ -106,9 +106,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     return cells
 
 
+HONEST_WHEN_BLIND = {
+    # cheats that do honest work when the harness shows them nothing to tell checked calls from others: since
+    # issue 36 every call is treated alike (so the audit hook sees the same listings around every call, and the
+    # warm-up stall leaves no pick to place), so whether they cheat at all depends on the round sizes
+    "rt_proc_task_audit", "rt_warmup_stall",
+}
+
+
 def _cheat(name: str) -> Any:
-    if name in MISSED_BY_MAIN:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=f"missed before issue 36: {MISSED_BY_MAIN[name]}"))
+    if name in HONEST_WHEN_BLIND:
+        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=f"before issue 36: {MISSED_BY_MAIN[name]}; "
+                                                          "since: honest work unless it guesses a call unchecked"))
     return name
 
 

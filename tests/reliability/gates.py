@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -60,13 +59,6 @@ def wait_started(directory: Path, name: str, proc: subprocess.Popen[str]) -> int
 
 def release(directory: Path, name: str) -> None:
     (directory / f"{name}.release").write_text("go")
-
-
-def attnbench(*args: str, cwd: Path | None = None) -> subprocess.Popen[str]:
-    """The real command in a child process (``python -m harness``), output captured."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=cwd, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def finish(proc: subprocess.Popen[str]) -> tuple[int, str, str]:

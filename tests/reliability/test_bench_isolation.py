@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gates import attnbench, finish
+from gates import finish
 
 from harness.results import load_results
 
@@ -40,11 +40,11 @@ def observer(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-def test_a_plugin_that_changes_global_state_does_not_change_the_next_ones_cells(tmp_path: Path) -> None:
+def test_a_plugin_that_changes_global_state_does_not_change_the_next_ones_cells(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "stateful.py"
     plugin.write_text(PLUGINS)
     out = tmp_path / "run.json"
-    code, _, err = finish(attnbench("bench", "--plugin", str(plugin), "--only", "poisoner,observer", "--T", "16", "32",
+    code, _, err = finish(attnbench.start("bench", "--plugin", str(plugin), "--only", "poisoner,observer", "--T", "16", "32",
                                     "--heads", "1", "--d", "8", "--budget", "0.01", "--min-samples", "2", "--quiet",
                                     "--threads", "2", "--out", str(out)))
     cells = load_results(out)["cells"]

@@ -4,8 +4,6 @@ or an "improvement"."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -57,11 +55,10 @@ def test_nonsense_times_are_refused(median: float, tmp_path: Path, capsys: pytes
     _one_line_error(capsys.readouterr().err, str(path), "damaged", "cells[0].samples_s[0]", "not a time")
 
 
-def test_in_a_real_process(tmp_path: Path) -> None:
+def test_in_a_real_process(tmp_path: Path, attnbench) -> None:
     base = write(tmp_path / "base.json", bench_document())
     half = bench_document()
     half["complete"] = False
     new = write(tmp_path / "new.json", half)
-    done = subprocess.run([sys.executable, "-m", "harness", "compare", str(base), str(new)], capture_output=True,
-                          text=True, timeout=300)
+    done = attnbench("compare", str(base), str(new), timeout=300)
     assert done.returncode == 2 and "incomplete" in done.stderr, done.stderr

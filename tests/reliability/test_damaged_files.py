@@ -4,8 +4,6 @@ never a traceback and exit 3 (docs/results.md, "Untrusted result files")."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -127,11 +125,10 @@ def test_old_files_with_nan_errors_still_read(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("name", ["coverage.covered a string", "deep nesting", "pytest-benchmark [1]"])
-def test_a_damaged_file_in_a_real_process_is_exit_2(name: str, tmp_path: Path) -> None:
+def test_a_damaged_file_in_a_real_process_is_exit_2(name: str, tmp_path: Path, attnbench) -> None:
     document, names = DAMAGES[name]
     path = write(tmp_path / "damaged.json", document)
-    done = subprocess.run([sys.executable, "-m", "harness", "report", str(path), "--out", str(tmp_path / "r")],
-                          capture_output=True, text=True, timeout=300)
+    done = attnbench("report", str(path), "--out", str(tmp_path / "r"), timeout=300)
     _expect_damaged(done.returncode, done.stderr, path, names)
 
 

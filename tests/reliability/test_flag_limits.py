@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from gates import attnbench, finish
+from gates import finish
 
 from harness.cases import AttentionCase
 from harness.cli import main
@@ -34,7 +34,7 @@ def zeros(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-def test_verify_fuzz_takes_a_million_examples(tmp_path: Path) -> None:
+def test_verify_fuzz_takes_a_million_examples(tmp_path: Path, attnbench) -> None:
     """The search's time limit grows with N; past what a wait can express it is no limit, not an OverflowError.
     A saved failing case is replayed first, so the search ends at once whatever N is."""
     plugin = tmp_path / "zeros.py"
@@ -43,7 +43,7 @@ def test_verify_fuzz_takes_a_million_examples(tmp_path: Path) -> None:
     database.mkdir()
     (database / "zeros.json").write_text(json.dumps([AttentionCase(tq=8, d=8).to_dict()]))
     out = tmp_path / "fuzz.json"
-    code, _, err = finish(attnbench("verify", "--plugin", str(plugin), "--only", "zeros", "--fuzz", "1000000",
+    code, _, err = finish(attnbench.start("verify", "--plugin", str(plugin), "--only", "zeros", "--fuzz", "1000000",
                                     "--json", str(out)))
     assert "Traceback" not in err and "OverflowError" not in err, err
     assert code == 1, err  # found a problem: the replayed case fails
@@ -51,9 +51,9 @@ def test_verify_fuzz_takes_a_million_examples(tmp_path: Path) -> None:
     assert cell["status"] == "fail" and cell["metrics"]["replayed"], cell
 
 
-def test_min_samples_above_the_usual_cap_is_honoured(tmp_path: Path) -> None:
+def test_min_samples_above_the_usual_cap_is_honoured(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "many.json"
-    code, _, err = finish(attnbench("bench", "--only", "numpy_naive", "--T", "16", "--heads", "1", "--d", "8",
+    code, _, err = finish(attnbench.start("bench", "--only", "numpy_naive", "--T", "16", "--heads", "1", "--d", "8",
                                     "--budget", "0.01", "--min-samples", "2000", "--no-memory", "--quiet",
                                     "--threads", "1", "--out", str(out)))
     assert code == 0, err

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 BAD = [
@@ -19,8 +16,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("argv", BAD, ids=[" ".join(a) for a in BAD])
-def test_a_nonsense_value_is_a_usage_error_naming_the_flag(argv: tuple[str, ...]) -> None:
-    out = subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=120)
+def test_a_nonsense_value_is_a_usage_error_naming_the_flag(argv: tuple[str, ...], attnbench) -> None:
+    out = attnbench(*argv, timeout=120)
     assert out.returncode == 2, out.stderr
     message = [line for line in out.stderr.splitlines() if "error:" in line]
     assert len(message) == 1 and argv[1] in message[0] and argv[2] in message[0], out.stderr

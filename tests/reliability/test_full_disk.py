@@ -13,8 +13,7 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -107,13 +106,12 @@ def _plugin(tmp_path: Path, how: str, where: Path, at_t: int = -1, at_call: int 
     return path
 
 
-def _attnbench(*argv: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
-    def lower_limit() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-
-    return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=BOUND_S,
-                          preexec_fn=lower_limit)
+def _file_size_limit(limit: int | None) -> Callable[[], None] | None:
+    """The child's file-size limit (``ulimit -f``), lowered before it starts: every file it writes past
+    ``limit`` bytes fails with EFBIG, as on a full quota."""
+    if limit is None:
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
 
 
 def _one_error_line(err: str) -> str:
@@ -128,11 +126,11 @@ def _no_debris(directory: Path) -> None:
     assert left == [], f"left behind: {left}"
 
 
-def test_bench_on_a_full_disk_keeps_what_it_wrote_and_says_how_to_resume(tmp_path: Path, disk: tuple[str, Path]) -> None:
+def test_bench_on_a_full_disk_keeps_what_it_wrote_and_says_how_to_resume(tmp_path: Path, disk: tuple[str, Path], attnbench) -> None:
     how, where = disk
     out = where / "run.json"
     plugin = _plugin(tmp_path, how, where, at_t=32)
-    done = _attnbench("bench", "--plugin", str(plugin), "--only", "fills_disk", "--T", "16", "32", "--heads", "1",
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "fills_disk", "--T", "16", "32", "--heads", "1",
                       "--d", "8", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "1",
                       "--out", str(out))
     assert done.returncode == 2, done.stderr
@@ -143,11 +141,11 @@ def test_bench_on_a_full_disk_keeps_what_it_wrote_and_says_how_to_resume(tmp_pat
     _no_debris(where)
 
 
-def test_verify_on_a_full_disk_keeps_what_it_wrote(tmp_path: Path, disk: tuple[str, Path]) -> None:
+def test_verify_on_a_full_disk_keeps_what_it_wrote(tmp_path: Path, disk: tuple[str, Path], attnbench) -> None:
     how, where = disk
     out = where / "v.json"
     plugin = _plugin(tmp_path, how, where, at_call=60)
-    done = _attnbench("verify", "--plugin", str(plugin), "--only", "fills_disk", "--suite", "small", "--json", str(out))
+    done = attnbench("verify", "--plugin", str(plugin), "--only", "fills_disk", "--suite", "small", "--json", str(out))
     assert done.returncode == 2, done.stderr
     line = _one_error_line(done.stderr)
     assert str(out) in line and "checks are in" in line and "run the same command again" in line, line
@@ -157,7 +155,7 @@ def test_verify_on_a_full_disk_keeps_what_it_wrote(tmp_path: Path, disk: tuple[s
 
 @pytest.mark.parametrize("how", ["tmpfs", "fsize"])
 def test_report_on_a_full_disk_writes_no_partial_set(tmp_path: Path, how: str,
-                                                     request: pytest.FixtureRequest) -> None:
+                                                     request: pytest.FixtureRequest, attnbench) -> None:
     bench = tmp_path / "bench.json"
     shutil.copy(DATA / "main-job-bench.json", bench)
     if how == "tmpfs":
@@ -169,7 +167,7 @@ def test_report_on_a_full_disk_writes_no_partial_set(tmp_path: Path, how: str,
         where, limit = tmp_path / "disk", 20_000  # a table fits under the file-size limit, a figure does not
         where.mkdir()
     out = where / "report"
-    done = _attnbench("report", str(bench), "--out", str(out), limit=limit)
+    done = attnbench("report", str(bench), "--out", str(out), preexec_fn=_file_size_limit(limit))
     assert done.returncode == 2, done.stderr
     line = _one_error_line(done.stderr)
     assert str(out) in line and "not changed" in line, line

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -51,14 +49,13 @@ if {marker!r} in _command_line():
 FORKSERVER = "from multiprocessing.forkserver import main"
 
 
-def _group_interrupted(tmp_path: Path, *argv: str) -> tuple[int, str, str]:
+def _group_interrupted(attnbench, tmp_path: Path, *argv: str) -> tuple[int, str, str]:
     """Run attnbench in its own process group, SIGINT the group while its forkserver starts up."""
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(gates=str(tmp_path), marker=FORKSERVER, bound=BOUND_S))
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
-    proc = subprocess.Popen([sys.executable, "-m", "harness", *argv], env={**os.environ, "PYTHONPATH": path},
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = attnbench.start(*argv, env={"PYTHONPATH": path}, new_session=True)
     try:
         wait_started(tmp_path, "helper", proc)
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal does: every process of the group gets it
@@ -71,18 +68,18 @@ def _interrupted_lines(err: str) -> list[str]:
     return [line for line in err.splitlines() if "interrupted" in line]
 
 
-def test_ctrl_c_to_the_group_while_verify_starts_its_helpers_is_one_clean_line(tmp_path: Path) -> None:
+def test_ctrl_c_to_the_group_while_verify_starts_its_helpers_is_one_clean_line(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "v.json"
-    code, _, err = _group_interrupted(tmp_path, "verify", "--only", "numpy_naive", "--suite", "small",
+    code, _, err = _group_interrupted(attnbench, tmp_path, "verify", "--only", "numpy_naive", "--suite", "small",
                                       "--json", str(out))
     assert code == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert len(_interrupted_lines(err)) == 1, err
 
 
-def test_ctrl_c_to_the_group_during_runs_verify_is_one_line_with_the_real_paths(tmp_path: Path) -> None:
+def test_ctrl_c_to_the_group_during_runs_verify_is_one_line_with_the_real_paths(tmp_path: Path, attnbench) -> None:
     results = tmp_path / "results"
-    code, _, err = _group_interrupted(tmp_path, "run", "--only", "numpy_naive", "--results-dir", str(results),
+    code, _, err = _group_interrupted(attnbench, tmp_path, "run", "--only", "numpy_naive", "--results-dir", str(results),
                                       "--reports-dir", str(tmp_path / "reports"))
     assert code == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err

@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from gates import attnbench, finish, plugin_file, release, wait_started
+from gates import finish, plugin_file, release, wait_started
 
 from harness.results import load_results
 
@@ -61,10 +61,10 @@ BENCH = ["bench", "--only", "gated", "--T", "64", "128", "--heads", "1", "--d", 
          "--min-samples", "2", "--no-memory", "--quiet", "--threads", "1"]
 
 
-def test_ctrl_c_mid_cell_stops_bench_with_130_once_and_resume_finishes(tmp_path: Path) -> None:
+def test_ctrl_c_mid_cell_stops_bench_with_130_once_and_resume_finishes(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_T128)
     out = tmp_path / "run.json"
-    proc = attnbench(*BENCH, "--plugin", str(plugin), "--out", str(out))
+    proc = attnbench.start(*BENCH, "--plugin", str(plugin), "--out", str(out))
     wait_started(tmp_path, "cell", proc)  # the T=64 cell is recorded; T=128 is running
     proc.send_signal(signal.SIGINT)
     code, stdout, err = finish(proc)
@@ -75,16 +75,16 @@ def test_ctrl_c_mid_cell_stops_bench_with_130_once_and_resume_finishes(tmp_path:
     assert not data["complete"] and [c["case"]["tq"] for c in data["cells"]] == [64]
 
     release(tmp_path, "cell")
-    code, _, err = finish(attnbench("bench", "--resume", str(out), "--plugin", str(plugin), "--quiet"))
+    code, _, err = finish(attnbench.start("bench", "--resume", str(out), "--plugin", str(plugin), "--quiet"))
     assert code == 0, err
     finished = load_results(out)
     assert finished["complete"] and [c["case"]["tq"] for c in finished["cells"]] == [64, 128]
     assert finished["cells"][0]["samples_s"] == data["cells"][0]["samples_s"]  # kept, not measured again
 
 
-def test_ctrl_c_stops_run_at_once_and_says_how_to_finish(tmp_path: Path) -> None:
+def test_ctrl_c_stops_run_at_once_and_says_how_to_finish(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
-    proc = attnbench("run", "--plugin", str(plugin), "--only", "gated", "--results-dir", str(tmp_path / "results"),
+    proc = attnbench.start("run", "--plugin", str(plugin), "--only", "gated", "--results-dir", str(tmp_path / "results"),
                      "--reports-dir", str(tmp_path / "reports"))
     wait_started(tmp_path, "cell", proc)  # verify is checking a case
     proc.send_signal(signal.SIGINT)
@@ -100,9 +100,9 @@ def test_ctrl_c_stops_run_at_once_and_says_how_to_finish(tmp_path: Path) -> None
     release(tmp_path, "cell")
 
 
-def test_ctrl_c_during_a_plugin_import_exits_130_without_a_traceback(tmp_path: Path) -> None:
+def test_ctrl_c_during_a_plugin_import_exits_130_without_a_traceback(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, 'gate("import")\n' + GATED_AT_T128)
-    proc = attnbench("verify", "--plugin", str(plugin), "--only", "gated", "--json", str(tmp_path / "v.json"))
+    proc = attnbench.start("verify", "--plugin", str(plugin), "--only", "gated", "--json", str(tmp_path / "v.json"))
     wait_started(tmp_path, "import", proc)
     proc.send_signal(signal.SIGINT)
     code, _, err = finish(proc)
@@ -118,10 +118,10 @@ except KeyboardInterrupt:
 '''
 
 
-def test_a_ctrl_c_that_library_code_swallows_still_stops_the_command(tmp_path: Path) -> None:
+def test_a_ctrl_c_that_library_code_swallows_still_stops_the_command(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, SWALLOWS + GATED_AT_T128)
     out = tmp_path / "v.json"
-    proc = attnbench("verify", "--plugin", str(plugin), "--only", "gated", "--json", str(out))
+    proc = attnbench.start("verify", "--plugin", str(plugin), "--only", "gated", "--json", str(out))
     wait_started(tmp_path, "import", proc)
     proc.send_signal(signal.SIGINT)  # raised inside the plugin's import, and swallowed there
     release(tmp_path, "import")
@@ -130,10 +130,10 @@ def test_a_ctrl_c_that_library_code_swallows_still_stops_the_command(tmp_path: P
     assert "checks in" not in stdout and not out.exists(), "verify ran although Ctrl-C was pressed"
 
 
-def test_verify_interrupted_says_where_the_partial_file_is(tmp_path: Path) -> None:
+def test_verify_interrupted_says_where_the_partial_file_is(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
     out = tmp_path / "v.json"
-    proc = attnbench("verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small", "--json", str(out))
+    proc = attnbench.start("verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small", "--json", str(out))
     wait_started(tmp_path, "cell", proc)
     proc.send_signal(signal.SIGINT)
     code, _, err = finish(proc)
@@ -152,9 +152,9 @@ atexit.register(gate, "exit")  # runs after attnbench printed its answer, while 
 '''
 
 
-def test_ctrl_c_after_the_answer_is_printed_exits_130_not_a_signal_death(tmp_path: Path) -> None:
+def test_ctrl_c_after_the_answer_is_printed_exits_130_not_a_signal_death(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, AFTER_ANSWER)
-    proc = attnbench("list", "--plugin", str(plugin), "--json")
+    proc = attnbench.start("list", "--plugin", str(plugin), "--json")
     wait_started(tmp_path, "exit", proc)
     proc.send_signal(signal.SIGINT)
     code, stdout, err = finish(proc)

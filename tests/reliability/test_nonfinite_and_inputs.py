@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +14,6 @@ from harness.cases import AttentionCase
 from harness.registry import register
 from harness.tolerance import compare
 from harness.verify.properties import slices
-
-BOUND_S = 300.0
 
 PLUGIN = '''
 import torch
@@ -41,10 +37,6 @@ def writes_q(q, k, v, causal=False, mask=None, scale=None):
     q[0, 0, 0, 0] += 1.0
     return out
 '''
-
-
-def _attnbench(*argv: str, timeout: float = BOUND_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True, timeout=timeout)
 
 
 def test_an_all_nan_reference_fails_with_its_reason() -> None:
@@ -83,11 +75,11 @@ def test_the_slices_property_fails_an_all_nan_output() -> None:
 
 
 @pytest.mark.slow
-def test_bench_holds_input_writes_nan_references_and_output_dtypes(tmp_path: Path) -> None:
+def test_bench_holds_input_writes_nan_references_and_output_dtypes(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "bad_kernels.py"
     plugin.write_text(PLUGIN)
     out = tmp_path / "b.json"
-    done = _attnbench("bench", "--plugin", str(plugin), "--only", "nan_k_once,wrong_dtype,writes_q", "--T", "32",
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "nan_k_once,wrong_dtype,writes_q", "--T", "32",
                       "--d", "16", "--heads", "1", "--dtype", "float32", "--mode", "fwd", "--causal", "off",
                       "--no-memory", "--budget", "0.05", "--out", str(out), "--quiet")
     assert done.returncode == 1, done.stderr
@@ -99,20 +91,20 @@ def test_bench_holds_input_writes_nan_references_and_output_dtypes(tmp_path: Pat
 
 
 @pytest.mark.parametrize("command", ["verify", "bench", "list"])
-def test_an_empty_only_is_a_usage_error(command: str) -> None:
+def test_an_empty_only_is_a_usage_error(command: str, attnbench) -> None:
     argv = [command, "--only", ""] if command != "list" else [command, ""]
-    done = _attnbench(*argv, timeout=120)
+    done = attnbench(*argv, timeout=120)
     assert done.returncode == 2, (done.stdout, done.stderr)
     assert "names no implementation" in done.stderr and "Traceback" not in done.stderr
 
 
 @pytest.mark.slow
-def test_more_threads_than_cpus_is_said(tmp_path: Path) -> None:
+def test_more_threads_than_cpus_is_said(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "bad_kernels.py"
     plugin.write_text(PLUGIN)
     cpus = len(os.sched_getaffinity(0))
     # float64 cells of a float32-only kernel are skipped: nothing runs 1000 threads, the warning is the test
-    done = _attnbench("bench", "--plugin", str(plugin), "--only", "wrong_dtype", "--T", "16", "--dtype", "float64",
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "wrong_dtype", "--T", "16", "--dtype", "float64",
                       "--threads", str(cpus + 1000), "--out", str(tmp_path / "b.json"), "--quiet")
     assert done.returncode == 0, done.stderr
     assert f"--threads {cpus + 1000} but this process may use {cpus} CPU(s)" in done.stderr

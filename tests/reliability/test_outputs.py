@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gates import BOUND_S, attnbench, finish, pid_alive, plugin_file, release, wait_started
+from gates import BOUND_S, finish, pid_alive, plugin_file, release, wait_started
 
 from harness.results import load_results
 
@@ -21,45 +21,41 @@ FAST = ["--T", "16", "--heads", "1", "--d", "8", "--budget", "0.01", "--min-samp
 QUICK_BENCH = ["bench", "--only", "numpy_naive", *FAST]
 
 
-def _run(*args: str) -> tuple[int, str, str]:
-    return finish(attnbench(*args))
-
-
 @pytest.mark.parametrize("content", ["notes I care about\n", json.dumps({"my": "config"})])
-def test_out_refuses_to_overwrite_a_file_that_is_not_a_bench_result(tmp_path: Path, content: str) -> None:
+def test_out_refuses_to_overwrite_a_file_that_is_not_a_bench_result(tmp_path: Path, content: str, attnbench) -> None:
     victim = tmp_path / "precious.json"
     victim.write_text(content)
-    code, _, err = _run(*QUICK_BENCH, "--out", str(victim))
+    code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(victim))
     assert code == 2 and "refusing to overwrite" in err and "--force" in err, err
     assert victim.read_text() == content
-    code, _, err = _run(*QUICK_BENCH, "--out", str(victim), "--force")
+    code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(victim), "--force")
     assert code == 0, err
     assert load_results(victim)["command"] == "bench"
 
 
-def test_a_verify_result_is_not_overwritten_by_bench_but_a_bench_result_is(tmp_path: Path) -> None:
+def test_a_verify_result_is_not_overwritten_by_bench_but_a_bench_result_is(tmp_path: Path, attnbench) -> None:
     verify_file = tmp_path / "verify.json"
-    code, _, err = _run("verify", "--only", "numpy_naive", "--suite", "small", "--trials", "1", "--json",
+    code, _, err = attnbench.outcome("verify", "--only", "numpy_naive", "--suite", "small", "--trials", "1", "--json",
                         str(verify_file))
     assert code == 0, err
     before = verify_file.read_bytes()
-    code, _, err = _run(*QUICK_BENCH, "--out", str(verify_file))
+    code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(verify_file))
     assert code == 2 and "is an attnbench verify result file" in err
     assert verify_file.read_bytes() == before
     bench_file = tmp_path / "bench.json"
-    assert _run(*QUICK_BENCH, "--out", str(bench_file))[0] == 0
+    assert attnbench.outcome(*QUICK_BENCH, "--out", str(bench_file))[0] == 0
     first = load_results(bench_file)["run_id"]
-    assert _run(*QUICK_BENCH, "--out", str(bench_file))[0] == 0  # a re-run replaces its own kind of file
+    assert attnbench.outcome(*QUICK_BENCH, "--out", str(bench_file))[0] == 0  # a re-run replaces its own kind of file
     assert load_results(bench_file)["complete"] and load_results(bench_file)["run_id"] == first
 
 
 @pytest.mark.parametrize("where", ["directory", "under_a_file"])
-def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path: Path, where: str) -> None:
+def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path: Path, where: str, attnbench) -> None:
     (tmp_path / "file").write_text("x")
     target = tmp_path if where == "directory" else tmp_path / "file" / "run.json"
     for args in ([*QUICK_BENCH, "--out", str(target)],
                  ["verify", "--only", "numpy_naive", "--suite", "small", "--json", str(target)]):
-        code, _, err = _run(*args)
+        code, _, err = attnbench.outcome(*args)
         assert code == 2 and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1 and str(target) in err
 
@@ -78,19 +74,19 @@ def gated(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-def test_two_runs_on_one_out_the_second_refuses_and_the_first_loses_nothing(tmp_path: Path) -> None:
+def test_two_runs_on_one_out_the_second_refuses_and_the_first_loses_nothing(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED)
     out = tmp_path / "shared.json"
-    first = attnbench("bench", "--only", "gated", *FAST, "--plugin", str(plugin), "--out", str(out))
+    first = attnbench.start("bench", "--only", "gated", *FAST, "--plugin", str(plugin), "--out", str(out))
     wait_started(tmp_path, "call", first)  # the first run holds the file and is mid-cell
-    code, _, err = _run(*QUICK_BENCH, "--out", str(out))
+    code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(out))
     assert code == 2 and "being written by another attnbench run" in err and f"pid {first.pid}" in err, err
     release(tmp_path, "call")
     code, _, err = finish(first)
     assert code == 0, err
     data = load_results(out)
     assert data["complete"] and [c["implementation"] for c in data["cells"]] == ["gated"]
-    assert _run(*QUICK_BENCH, "--out", str(out))[0] == 0  # free again once the first run ended
+    assert attnbench.outcome(*QUICK_BENCH, "--out", str(out))[0] == 0  # free again once the first run ended
 
 
 CHATTY = '''
@@ -116,24 +112,24 @@ def chatty(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-def test_a_plugins_prints_never_reach_the_json_on_stdout(tmp_path: Path) -> None:
+def test_a_plugins_prints_never_reach_the_json_on_stdout(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, CHATTY)
-    code, stdout, err = _run("verify", "--plugin", str(plugin), "--only", "chatty", "--suite", "small",
+    code, stdout, err = attnbench.outcome("verify", "--plugin", str(plugin), "--only", "chatty", "--suite", "small",
                              "--trials", "1", "--json", "-")
     assert code == 0, err
     assert json.loads(stdout)["cells"] and "chatty: called" in err and "chatty: raw write" in err
-    code, stdout, err = _run("bench", "--only", "chatty", *FAST, "--plugin", str(plugin), "--json",
+    code, stdout, err = attnbench.outcome("bench", "--only", "chatty", *FAST, "--plugin", str(plugin), "--json",
                              "--out", str(tmp_path / "b.json"))
     assert code == 0, err
     assert json.loads(stdout)["cells"][0]["status"] == "ok" and "chatty: imported" in err
-    code, stdout, err = _run("list", "--plugin", str(plugin), "--json")
+    code, stdout, err = attnbench.outcome("list", "--plugin", str(plugin), "--json")
     assert code == 0 and "chatty: checking availability" in err
     json.loads(stdout)
 
 
-def test_a_worker_dies_quietly_with_its_killed_parent(tmp_path: Path) -> None:
+def test_a_worker_dies_quietly_with_its_killed_parent(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED)
-    proc = attnbench("bench", "--only", "gated", *FAST, "--plugin", str(plugin), "--out", str(tmp_path / "k.json"))
+    proc = attnbench.start("bench", "--only", "gated", *FAST, "--plugin", str(plugin), "--out", str(tmp_path / "k.json"))
     worker = wait_started(tmp_path, "call", proc)
     assert worker != proc.pid
     proc.send_signal(signal.SIGKILL)
@@ -146,11 +142,11 @@ def test_a_worker_dies_quietly_with_its_killed_parent(tmp_path: Path) -> None:
     release(tmp_path, "call")
 
 
-def test_help_everywhere_and_a_bare_command_is_usage() -> None:
+def test_help_everywhere_and_a_bare_command_is_usage(attnbench) -> None:
     for args in (["--help"], *([name, "--help"] for name in ("list", "verify", "bench", "report", "compare", "run"))):
-        code, stdout, err = _run(*args)
+        code, stdout, err = attnbench.outcome(*args)
         assert code == 0 and "usage: attnbench" in stdout, (args, err)
-    code, stdout, err = _run()
+    code, stdout, err = attnbench.outcome()
     assert code == 2 and "usage: attnbench" in err
 
 
@@ -165,14 +161,14 @@ def test_help_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-def test_a_malformed_result_file_is_never_reported_as_a_regression(tmp_path: Path) -> None:
+def test_a_malformed_result_file_is_never_reported_as_a_regression(tmp_path: Path, attnbench) -> None:
     good = tmp_path / "good.json"
-    assert _run(*QUICK_BENCH, "--out", str(good))[0] == 0
+    assert attnbench.outcome(*QUICK_BENCH, "--out", str(good))[0] == 0
     data = json.loads(good.read_text())
     for cell in data["cells"]:
         cell["stats"] = "garbage"
         cell["samples_s"] = {"not": "a list"}
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(data))
-    code, _, err = _run("compare", str(good), str(broken))
+    code, _, err = attnbench.outcome("compare", str(good), str(broken))
     assert code not in (0, 1), err  # 1 means "regression found": a crash must never say that

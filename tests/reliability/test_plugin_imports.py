@@ -7,13 +7,12 @@ implementations' workers, the exit status and the bytes on stdout.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from gates import BOUND_S, attnbench, finish
+from gates import BOUND_S, finish
 
 from harness.results import load_results
 
@@ -74,15 +73,9 @@ def _plugins(tmp_path: Path) -> list[str]:
     return ["--plugin", str(tmp_path / "badimport.py"), "--plugin", str(tmp_path / "observer.py")]
 
 
-def _run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    out = subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=BOUND_S,
-                         env={**os.environ, **(env or {})})
-    return out.returncode, out.stdout, out.stderr
-
-
-def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_verify(tmp_path: Path) -> None:
+def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_verify(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "v.json"
-    code, _, err = _run("verify", *_plugins(tmp_path), "--only", "numpy_naive,observer", "--suite", "small",
+    code, _, err = attnbench.outcome("verify", *_plugins(tmp_path), "--only", "numpy_naive,observer", "--suite", "small",
                         "--trials", "1", "--json", str(out))
     bad = [(c["implementation"], c["check"], c["reason"]) for c in load_results(out)["cells"]
            if c["status"] not in ("pass", "skipped")]
@@ -90,9 +83,9 @@ def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_verify
     assert code == 0, err
 
 
-def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_bench(tmp_path: Path) -> None:
+def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_bench(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "b.json"
-    code, _, err = _run("bench", *_plugins(tmp_path), "--only", "observer", "--T", "16", "--heads", "1", "--d", "8",
+    code, _, err = attnbench.outcome("bench", *_plugins(tmp_path), "--only", "observer", "--T", "16", "--heads", "1", "--d", "8",
                         "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "2",
                         "--out", str(out), env={"PROBE_THREADS": "2"})
     cells = load_results(out)["cells"]
@@ -118,11 +111,11 @@ def test_the_command_process_keeps_its_state_when_a_plugin_changes_it_at_import(
 
 
 @pytest.mark.parametrize("call", ["sys.exit(0)", "sys.exit('bye')", "raise SystemExit(3)"])
-def test_a_plugin_that_exits_at_import_is_a_load_error_of_that_plugin(tmp_path: Path, call: str) -> None:
+def test_a_plugin_that_exits_at_import_is_a_load_error_of_that_plugin(tmp_path: Path, call: str, attnbench) -> None:
     plugin = tmp_path / "quitter.py"
     plugin.write_text(f"import sys\n{call}\n")
     for args in (["list"], ["verify", "--only", "numpy_naive", "--suite", "small", "--json", str(tmp_path / "v.json")]):
-        code, stdout, err = _run(*args, "--plugin", str(plugin))
+        code, stdout, err = attnbench.outcome(*args, "--plugin", str(plugin))
         assert code == 2, (args, code, err)
         lines = [line for line in err.splitlines() if "error:" in line]
         assert len(lines) == 1 and "quitter.py" in lines[0] and "exit" in lines[0], err
@@ -148,10 +141,10 @@ def rawwriter(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
-def test_a_plugin_writing_to_fd_1_at_import_leaves_verify_json_on_stdout_intact(tmp_path: Path) -> None:
+def test_a_plugin_writing_to_fd_1_at_import_leaves_verify_json_on_stdout_intact(tmp_path: Path, attnbench) -> None:
     plugin = tmp_path / "rawwriter.py"
     plugin.write_text(RAW_WRITER)
-    code, stdout, err = finish(attnbench("verify", "--plugin", str(plugin), "--only", "rawwriter", "--suite", "small",
+    code, stdout, err = finish(attnbench.start("verify", "--plugin", str(plugin), "--only", "rawwriter", "--suite", "small",
                                          "--trials", "1", "--json", "-"))
     assert code == 0, err
     assert json.loads(stdout)["cells"], stdout[:200]

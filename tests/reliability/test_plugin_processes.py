@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -16,7 +14,6 @@ import pytest
 
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
-BOUND_S = 300.0
 
 KERNEL = '''
 import ctypes, os, subprocess, sys, time
@@ -98,14 +95,6 @@ def _plugin(tmp_path: Path, code: str, mark: str = "") -> Path:
     return path
 
 
-def _attnbench(*argv: str, timeout: float = BOUND_S) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run([sys.executable, "-m", "harness", *argv], capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnbench {' '.join(argv[:2])} did not end within {timeout:g} s (a pipe held open?)")
-
-
 def _marked(mark: str) -> list[int]:
     """Live processes whose command line holds ``mark``."""
     found = []
@@ -129,10 +118,10 @@ def _kill(pids: list[int]) -> None:
 
 
 @pytest.mark.parametrize("name", ["avail_exits", "avail_segfaults", "avail_hangs"])
-def test_verify_records_an_available_check_that_exits_crashes_or_hangs(tmp_path: Path, name: str) -> None:
+def test_verify_records_an_available_check_that_exits_crashes_or_hangs(tmp_path: Path, name: str, attnbench) -> None:
     plugin = _plugin(tmp_path, AVAILABLE)
     out = tmp_path / "v.json"
-    done = _attnbench("verify", "--plugin", str(plugin), "--only", name, "--suite", "small", "--trials", "1",
+    done = attnbench("verify", "--plugin", str(plugin), "--only", name, "--suite", "small", "--trials", "1",
                       "--timeout", "5", "--json", str(out))
     assert done.returncode == 1, (done.returncode, done.stderr[-2000:])  # a problem found, never 0 or 139
     data = json.loads(out.read_text())
@@ -142,28 +131,28 @@ def test_verify_records_an_available_check_that_exits_crashes_or_hangs(tmp_path:
     assert "Traceback" not in done.stderr
 
 
-def test_bench_records_an_available_check_that_segfaults(tmp_path: Path) -> None:
+def test_bench_records_an_available_check_that_segfaults(tmp_path: Path, attnbench) -> None:
     plugin = _plugin(tmp_path, AVAILABLE)
     out = tmp_path / "b.json"
-    done = _attnbench("bench", "--plugin", str(plugin), "--only", "avail_segfaults", *BENCH, "--out", str(out))
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "avail_segfaults", *BENCH, "--out", str(out))
     assert done.returncode == 1, done.stderr[-2000:]
     (cell,) = json.loads(out.read_text())["cells"]
     assert cell["status"] == "crash" and "available= check" in cell["reason"] and "SIGSEGV" in cell["reason"]
 
 
-def test_list_survives_an_available_check_that_exits(tmp_path: Path) -> None:
+def test_list_survives_an_available_check_that_exits(tmp_path: Path, attnbench) -> None:
     plugin = _plugin(tmp_path, AVAILABLE)
-    done = _attnbench("list", "--plugin", str(plugin), "avail_exits", "--json")
+    done = attnbench("list", "--plugin", str(plugin), "avail_exits", "--json")
     assert done.returncode == 0, done.stderr[-2000:]
     (entry,) = json.loads(done.stdout)["implementations"]
     assert entry["available"] is False and "crash" in entry["reason"]
 
 
-def test_verify_ends_with_no_process_of_the_plugin_left_and_no_pipe_held(tmp_path: Path) -> None:
+def test_verify_ends_with_no_process_of_the_plugin_left_and_no_pipe_held(tmp_path: Path, attnbench) -> None:
     mark = f"attnbench-orphan-{uuid.uuid4().hex}"
     plugin = _plugin(tmp_path, FORKS, mark)
     try:
-        done = _attnbench("verify", "--plugin", str(plugin), "--only", "leaves_children", "--suite", "small",
+        done = attnbench("verify", "--plugin", str(plugin), "--only", "leaves_children", "--suite", "small",
                           "--trials", "1", "--json", str(tmp_path / "v.json"))  # output captured: pipes a child holds
         assert done.returncode in (0, 1), done.stderr[-2000:]
         assert _marked(mark) == [], "processes the plugin started outlived the command"
@@ -171,12 +160,12 @@ def test_verify_ends_with_no_process_of_the_plugin_left_and_no_pipe_held(tmp_pat
         _kill(_marked(mark))
 
 
-def test_bench_makes_leftover_processes_a_violation_and_kills_them(tmp_path: Path) -> None:
+def test_bench_makes_leftover_processes_a_violation_and_kills_them(tmp_path: Path, attnbench) -> None:
     mark = f"attnbench-orphan-{uuid.uuid4().hex}"
     plugin = _plugin(tmp_path, FORKS, mark)
     out = tmp_path / "b.json"
     try:
-        done = _attnbench("bench", "--plugin", str(plugin), "--only", "leaves_children", *BENCH, "--out", str(out))
+        done = attnbench("bench", "--plugin", str(plugin), "--only", "leaves_children", *BENCH, "--out", str(out))
         assert done.returncode == 1, done.stderr[-2000:]
         (cell,) = json.loads(out.read_text())["cells"]
         assert cell["status"] == "violation" and "still running after the task" in cell["reason"], cell["reason"]
@@ -185,10 +174,10 @@ def test_bench_makes_leftover_processes_a_violation_and_kills_them(tmp_path: Pat
         _kill(_marked(mark))
 
 
-def test_an_allocation_past_the_worker_cap_is_out_of_memory_in_the_cell(tmp_path: Path) -> None:
+def test_an_allocation_past_the_worker_cap_is_out_of_memory_in_the_cell(tmp_path: Path, attnbench) -> None:
     plugin = _plugin(tmp_path, GREEDY)
     out = tmp_path / "b.json"
-    done = _attnbench("bench", "--plugin", str(plugin), "--only", "greedy", *BENCH, "--memory-budget", "1",
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "greedy", *BENCH, "--memory-budget", "1",
                       "--out", str(out))
     assert done.returncode == 1, done.stderr[-2000:]
     (cell,) = json.loads(out.read_text())["cells"]
@@ -196,9 +185,9 @@ def test_an_allocation_past_the_worker_cap_is_out_of_memory_in_the_cell(tmp_path
     assert "4.00 GiB" in cell["reason"], cell["reason"]  # the cap: the 1 GiB budget, 1 GiB of input sets, 2 GiB base
 
 
-def test_list_bounds_an_available_check_that_hangs(tmp_path: Path) -> None:
+def test_list_bounds_an_available_check_that_hangs(tmp_path: Path, attnbench) -> None:
     plugin = _plugin(tmp_path, AVAILABLE)
-    done = _attnbench("list", "--plugin", str(plugin), "avail_hangs", "--json", "--timeout", "5")
+    done = attnbench("list", "--plugin", str(plugin), "avail_hangs", "--json", "--timeout", "5")
     assert done.returncode == 0, done.stderr[-2000:]
     (entry,) = json.loads(done.stdout)["implementations"]
     assert entry["available"] is False and "timeout" in entry["reason"]

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,14 +15,11 @@ BOUND_S = 120.0
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
 @pytest.mark.parametrize("command", ["verify", "bench"])
-def test_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path: Path, command: str) -> None:
+def test_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path: Path, command: str, attnbench) -> None:
     out = tmp_path / "r.json"
     where = ["--json", str(out)] if command == "verify" else ["--out", str(out), "--T", "16", "--quiet"]
-    try:
-        done = subprocess.run([sys.executable, "-m", "harness", command, "--executor", "ray", "--address", "127.0.0.1:1",
-                               "--only", "numpy_naive", *where], capture_output=True, text=True, timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnbench {command} --address 127.0.0.1:1 still waiting after {BOUND_S:g} s")
+    done = attnbench(command, "--executor", "ray", "--address", "127.0.0.1:1", "--only", "numpy_naive", *where,
+                     timeout=BOUND_S)
     assert done.returncode == 2, done.stderr
     errors = [line for line in done.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "127.0.0.1:1" in errors[0], done.stderr
@@ -33,7 +28,7 @@ def test_an_address_where_nothing_listens_is_one_line_and_exit_2(tmp_path: Path,
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
-def test_an_address_where_something_else_listens_is_refused_at_once(tmp_path: Path) -> None:
+def test_an_address_where_something_else_listens_is_refused_at_once(tmp_path: Path, attnbench) -> None:
     """A dashboard (HTTP) where the cluster's GCS (gRPC) should be: Ray would retry it until killed."""
     import http.server
     import threading
@@ -43,11 +38,8 @@ def test_an_address_where_something_else_listens_is_refused_at_once(tmp_path: Pa
     address = f"127.0.0.1:{server.server_address[1]}"
     out = tmp_path / "r.json"
     try:
-        done = subprocess.run([sys.executable, "-m", "harness", "verify", "--executor", "ray", "--address", address,
-                               "--only", "numpy_naive", "--json", str(out)], capture_output=True, text=True,
-                              timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnbench verify --address {address} (an HTTP server) still waiting after {BOUND_S:g} s")
+        done = attnbench("verify", "--executor", "ray", "--address", address, "--only", "numpy_naive", "--json", str(out),
+                         timeout=BOUND_S)
     finally:
         server.shutdown()
     assert done.returncode == 2, done.stderr

@@ -5,8 +5,6 @@ flags are (exit 2 naming the setting, never exit 3)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,10 +48,9 @@ def _interrupted(done: dict[str, Any], tmp_path: Path, **config: Any) -> Path:
     return path
 
 
-def test_a_resume_never_imports_a_plugin_the_command_line_did_not_name(done: dict[str, Any], tmp_path: Path) -> None:
+def test_a_resume_never_imports_a_plugin_the_command_line_did_not_name(done: dict[str, Any], tmp_path: Path, attnbench) -> None:
     path = _interrupted(done, tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "--resume", str(path), "--quiet"],
-                          capture_output=True, text=True, timeout=300)
+    proc = attnbench("bench", "--resume", str(path), "--quiet", timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert f"--plugin {done['plugin']}" in proc.stderr and "never loads code" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -94,6 +91,7 @@ def test_executor_address_and_memory_budget_come_from_this_machine(done: dict[st
     ("timing", {"budget_s": 0.1, "turbo": True}, "unknown setting(s) turbo"),
     ("timing", {"budget_s": -1}, "config.timing.budget_s -1"),
     ("timing", {"min_samples": 1.5}, "config.timing.min_samples 1.5"),
+    ("timing", {"clock": "sundial"}, "config.timing.clock 'sundial'"),
     ("timing", [1], "config.timing [1]"),
     ("overrides", {"T": ["x"]}, "config.overrides.T"),
     ("overrides", {"colour": [1]}, "config.overrides.colour"),

@@ -5,10 +5,7 @@ conventional status 128 + the signal's number (143, 129). The signal lands mid-c
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,12 +17,6 @@ from harness.results import load_results
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 SIGNALS = [(signal.SIGTERM, 143), (signal.SIGHUP, 129)]
-
-
-def _attnbench(tmp_path: Path, *argv: str) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TMPDIR": str(_tmp(tmp_path))}
-    return subprocess.Popen([sys.executable, "-m", "harness", *argv], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def _tmp(tmp_path: Path) -> Path:
@@ -40,10 +31,10 @@ def _leftovers(directory: Path) -> list[str]:
 
 @pytest.mark.parametrize(("signum", "code"), SIGNALS, ids=["SIGTERM", "SIGHUP"])
 def test_bench_stopped_by_a_signal_keeps_its_cells_and_says_how_to_finish(tmp_path: Path, signum: int,
-                                                                          code: int) -> None:
+                                                                          code: int, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_T128)
     out = tmp_path / "run.json"
-    proc = _attnbench(tmp_path, *BENCH, "--plugin", str(plugin), "--out", str(out))
+    proc = attnbench.start(*BENCH, "--plugin", str(plugin), "--out", str(out), env={"TMPDIR": str(_tmp(tmp_path))})
     try:
         wait_started(tmp_path, "cell", proc)  # the T=64 cell is recorded; T=128 is running
         proc.send_signal(signum)
@@ -61,10 +52,10 @@ def test_bench_stopped_by_a_signal_keeps_its_cells_and_says_how_to_finish(tmp_pa
 
 @pytest.mark.parametrize(("signum", "code"), SIGNALS, ids=["SIGTERM", "SIGHUP"])
 def test_verify_to_stdout_stopped_by_a_signal_leaves_no_temporary_result(tmp_path: Path, signum: int,
-                                                                         code: int) -> None:
+                                                                         code: int, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
-    proc = _attnbench(tmp_path, "verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small",
-                      "--json", "-")
+    proc = attnbench.start("verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small",
+                      "--json", "-", env={"TMPDIR": str(_tmp(tmp_path))})
     try:
         wait_started(tmp_path, "cell", proc)
         proc.send_signal(signum)
@@ -77,11 +68,11 @@ def test_verify_to_stdout_stopped_by_a_signal_leaves_no_temporary_result(tmp_pat
     assert not [p for p in _tmp(tmp_path).iterdir() if p.name.startswith("attnbench-")], "temporary result left"
 
 
-def test_verify_to_a_file_stopped_by_sigterm_keeps_its_checks(tmp_path: Path) -> None:
+def test_verify_to_a_file_stopped_by_sigterm_keeps_its_checks(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_CALL_60)
     out = tmp_path / "v.json"
-    proc = _attnbench(tmp_path, "verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small",
-                      "--json", str(out))
+    proc = attnbench.start("verify", "--plugin", str(plugin), "--only", "gated", "--suite", "small",
+                      "--json", str(out), env={"TMPDIR": str(_tmp(tmp_path))})
     try:
         wait_started(tmp_path, "cell", proc)
         proc.send_signal(signal.SIGTERM)
@@ -97,12 +88,10 @@ def test_verify_to_a_file_stopped_by_sigterm_keeps_its_checks(tmp_path: Path) ->
 
 
 
-def test_a_hang_up_ignored_by_nohup_stays_ignored(tmp_path: Path) -> None:
+def test_a_hang_up_ignored_by_nohup_stays_ignored(tmp_path: Path, attnbench) -> None:
     plugin = plugin_file(tmp_path, GATED_AT_T128)
     out = tmp_path / "run.json"
-    proc = subprocess.Popen(["nohup", sys.executable, "-m", "harness", *BENCH, "--plugin", str(plugin), "--out", str(out)],
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, text=True, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=tmp_path)
+    proc = attnbench.start(*BENCH, "--plugin", str(plugin), "--out", str(out), cwd=tmp_path, prefix=("nohup",))
     try:
         wait_started(tmp_path, "cell", proc)
         proc.send_signal(signal.SIGHUP)

@@ -14,16 +14,15 @@ pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not
 PLUGINS = Path(__file__).parent / "plugins"
 
 
-def _fuzz(tmp: Path, plugin: str, *extra: str) -> tuple[int, dict, str]:
+def _fuzz(attnbench, tmp: Path, plugin: str, *extra: str) -> tuple[int, dict, str]:
     out = tmp / "fuzz.json"
-    run = subprocess.run([sys.executable, "-m", "harness", "verify", "--plugin", str(PLUGINS / f"{plugin}.py"),
-                          "--only", plugin, "--fuzz", "200", "--json", str(out), "--force", *extra],
-                         capture_output=True, text=True, timeout=900)
+    run = attnbench("verify", "--plugin", str(PLUGINS / f"{plugin}.py"), "--only", plugin, "--fuzz", "200",
+                    "--json", str(out), "--force", *extra, timeout=900)
     return run.returncode, json.loads(out.read_text()), run.stderr
 
 
-def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path: Path) -> None:
-    code, data, err = _fuzz(tmp_path, "broken_query_tail_from_keys")
+def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path: Path, attnbench) -> None:
+    code, data, err = _fuzz(attnbench, tmp_path, "broken_query_tail_from_keys")
     assert code == 1, err
     [cell] = data["cells"]
     assert cell["check"] == "fuzz" and cell["status"] == "fail"
@@ -39,21 +38,21 @@ def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path:
     assert shown.stdout.startswith(cell["case_id"]) and "max|err|" in shown.stdout and "> bound" in shown.stdout
 
 
-def test_the_search_is_seeded_and_a_found_case_is_replayed_first(tmp_path: Path) -> None:
+def test_the_search_is_seeded_and_a_found_case_is_replayed_first(tmp_path: Path, attnbench) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     first.mkdir()
     second.mkdir()
-    _, a, _ = _fuzz(first, "broken_pointer_cache", "--fuzz-seed", "7")
-    _, b, _ = _fuzz(second, "broken_pointer_cache", "--fuzz-seed", "7")
+    _, a, _ = _fuzz(attnbench, first, "broken_pointer_cache", "--fuzz-seed", "7")
+    _, b, _ = _fuzz(attnbench, second, "broken_pointer_cache", "--fuzz-seed", "7")
     assert a["cells"][0]["case_id"] == b["cells"][0]["case_id"]
     assert "property:stateful" in a["cells"][0]["reason"]
     assert json.loads((first / ".hypothesis" / "broken_pointer_cache.json").read_text()) == [a["cells"][0]["case"]]
-    _, again, _ = _fuzz(first, "broken_pointer_cache", "--fuzz-seed", "7")
+    _, again, _ = _fuzz(attnbench, first, "broken_pointer_cache", "--fuzz-seed", "7")
     assert again["cells"][0]["metrics"]["replayed"] is True and again["cells"][0]["metrics"]["examples"] == 0
 
 
-def test_a_correct_implementation_survives_the_search(tmp_path: Path) -> None:
-    code, data, err = _fuzz(tmp_path, "unusual_logsumexp")
+def test_a_correct_implementation_survives_the_search(tmp_path: Path, attnbench) -> None:
+    code, data, err = _fuzz(attnbench, tmp_path, "unusual_logsumexp")
     assert code == 0, err
     [cell] = data["cells"]
     assert cell["status"] == "pass" and cell["metrics"]["examples"] >= 100
@@ -61,11 +60,10 @@ def test_a_correct_implementation_survives_the_search(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("plugin", "field"), [("broken_window_left_off_by_one", "window"),
                                                ("broken_cache_len_off_by_one", "cache_seqlens")])
-def test_the_search_draws_the_structures_an_implementation_declares(tmp_path: Path, plugin: str, field: str) -> None:
+def test_the_search_draws_the_structures_an_implementation_declares(tmp_path: Path, plugin: str, field: str, attnbench) -> None:
     out = tmp_path / "fuzz.json"
-    run = subprocess.run([sys.executable, "-m", "harness", "verify", "--plugin", str(PLUGINS / f"{plugin}.py"),
-                          "--only", plugin, "--fuzz", "150", "--json", str(out), "--force"],
-                         capture_output=True, text=True, timeout=900)
+    run = attnbench("verify", "--plugin", str(PLUGINS / f"{plugin}.py"), "--only", plugin, "--fuzz", "150",
+                    "--json", str(out), "--force", timeout=900)
     assert run.returncode == 1, run.stderr
     [cell] = json.loads(out.read_text())["cells"]
     assert cell["status"] == "fail" and cell["case"][field] is not None, cell["case_id"]

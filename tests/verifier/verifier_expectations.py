@@ -1,7 +1,7 @@
 """What `attnbench verify` must find in each plugin of ``plugins/``, and the run that finds it.
 
-The plugins are verified in two shards (``test_verifier.py``, ``test_verifier_shard2.py``), one
-verify run each, so that the two test workers share the work; :func:`shard` splits them.
+The plugins are verified in :data:`SHARDS` shards, one verify run each (``test_verifier.py``'s tests are
+parametrised by shard), so that the test processes share the work; :func:`shard` splits them.
 """
 
 from __future__ import annotations
@@ -115,9 +115,18 @@ def verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any
 
 
 
+SHARDS = 2
+"""Verify runs the plugins are split into (test_verifier.py's tests are parametrised by shard)."""
+
+
 def shard(index: int) -> list[str]:
-    """Half the plugins, alternating, so each shard has crashes, hangs and slow plugins of its own."""
-    return (BROKEN + UNUSUAL)[index::2]
+    """One shard's plugins: every :data:`SHARDS`-th, alternating, so each has crashes, hangs and slow plugins."""
+    return (BROKEN + UNUSUAL)[index::SHARDS]
+
+
+def shard_of(name: str) -> int:
+    """The shard whose run verifies the plugin ``name``."""
+    return (BROKEN + UNUSUAL).index(name) % SHARDS
 
 
 def cells_of(run: tuple[int, dict[str, Any]], name: str) -> list[dict[str, Any]]:

@@ -1,0 +1,197 @@
+"""The plugin contract as data: the Capabilities record, register_module, available(case), the old spellings."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import Capabilities, Conventions, PluginError, register, register_module
+from harness.capabilities import CapabilityError, field_names
+from harness.cases import AttentionCase
+from harness.modules.cases import ModuleCase
+from harness.registry import make_implementation
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
+
+
+def _kernel(q, k, v, *, causal=False, mask=None, scale=None):
+    return q
+
+
+def _tiled(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+    return q
+
+
+def _module(x, *, heads, weights, mask=None, causal=False):
+    return x
+
+
+def test_every_field_is_documented_in_the_plugins_page() -> None:
+    text = DOCS.read_text()
+    section = text.split("## The `Capabilities` record", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.M))
+    assert listed == set(field_names()) == {f.name for f in dataclasses.fields(Capabilities)}
+
+
+def test_the_record_is_frozen_plain_data_that_pickles() -> None:
+    caps = Capabilities(backend="torch", dtypes=["float32", "bfloat16"], causal=True, kv_dtypes="float16",
+                        conventions=Conventions(layout="BTHD"), block_q=16, block_k=(16, 32))
+    assert caps.dtypes == ("float32", "bfloat16") and caps.kv_dtypes == ("float16",)  # normalised to tuples
+    assert caps.block_q == (16,)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        caps.causal = False  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(caps)) == caps
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"backend": "jax"}, "backend='jax'; choose one of ('numpy', 'torch')"),
+    ({"backend": "torch", "dtypes": ("float8",)}, "unknown values ['float8']"),
+    ({"backend": "torch", "dtypes": ()}, "dtypes=()"),
+    ({"backend": "torch", "causal": 1}, "causal=1 must be True or False"),
+    ({"backend": "numpy", "devices": ("cuda",)}, "devices=('cpu',) only"),
+    ({"backend": "numpy", "grad": True}, "grad=True needs backend='torch'"),
+    ({"backend": "torch", "memory": "cubic"}, "memory='cubic'"),
+    ({"backend": "torch", "block_q": (16,)}, "declare block_q and block_k together"),
+    ({"backend": "torch", "block_q": (0,), "block_k": (16,)}, "must be positive integers"),
+    ({"backend": "torch", "layers": ("mha",)}, "layers describe a module: declare it with register_module"),
+    ({"backend": "torch", "kind": "module", "rope": ("sideways",)}, "rope=('sideways',) has unknown values"),
+    ({"backend": "numpy", "conventions": Conventions(layout="BTHD")}, "conventions= are declared by torch"),
+    ({"backend": "torch", "structures": ("spiral",)}, "unknown value(s) ['spiral']"),
+])
+def test_a_bad_value_says_what_is_allowed(fields: dict, words: str) -> None:
+    with pytest.raises(CapabilityError) as info:
+        Capabilities(**fields)
+    assert words in str(info.value)
+
+
+def test_reasons_come_from_the_record_alone() -> None:
+    caps = Capabilities(backend="torch", dtypes=("float32",))
+    case = AttentionCase(heads=4, kv_heads=2, dtype="float16", causal=True, mask="random", grad=True)
+    text = " | ".join(caps.not_supported_reasons(case))
+    for words in ("dtype float16", "causal", "boolean masks", "grouped-query", "gradients"):
+        assert words in text
+    assert caps.not_supported_reasons(AttentionCase()) == []
+    everything = dataclasses.replace(caps, dtypes=("float16",), causal=True, mask=True, gqa=True, grad=True)
+    assert everything.not_supported_reasons(case) == []
+
+
+def test_a_record_declares_a_kernel_and_the_keywords_build_the_same_record() -> None:
+    record = Capabilities(backend="torch", causal=True, mask=True, block_q=(16,), block_k=(16,))
+    whole = register("whole_record", record)(_tiled).__attnbench__
+    assert whole.declared == record and whole.options == {"block_q": (16,), "block_k": (16,)}
+    spelled = make_implementation("spelled", _kernel, backend="torch", causal=True, mask=True)
+    assert spelled.declared == Capabilities(backend="torch", causal=True, mask=True)
+    assert spelled.capabilities() == spelled.declared.describe()
+
+
+def test_a_record_and_keywords_together_is_an_error_naming_the_source() -> None:
+    with pytest.raises(PluginError) as info:
+        make_implementation("twice", _kernel, Capabilities(backend="torch"), causal=True)
+    assert "twice" in str(info.value) and "test_capabilities.py" in str(info.value)
+    assert "move them into the record" in str(info.value)
+    with pytest.raises(TypeError, match="second argument is a harness.Capabilities"):
+        register("positional", "torch")  # type: ignore[arg-type]
+
+
+def test_the_signature_is_checked_against_the_record() -> None:
+    with pytest.raises(PluginError) as info:
+        register("no_tiles", Capabilities(backend="torch", block_q=(16,), block_k=(16,)))(_kernel)
+    assert "`block_k` (block_k= is declared)" in str(info.value) and "test_capabilities.py" in str(info.value)
+
+
+def test_register_module_declares_a_module_without_switching_register() -> None:
+    impl = register_module("plain_module", backend="numpy", causal=True, mask=True, layers=("mha",),
+                           rope=("rotate_half",))(
+        lambda x, *, heads, weights, mask=None, causal=False, rope=None: x).__attnbench__
+    assert impl.kind == "module" and impl.declared.layers == ("mha",)
+    assert impl.options == {"layers": ("mha",), "rope": ("rotate_half",)}
+    from_record = register_module("record_module", Capabilities(backend="numpy", causal=True))(_module).__attnbench__
+    assert from_record.kind == "module"
+    reasons = impl.not_supported_reasons(AttentionCase())
+    assert reasons and "module implementation does not run kernel cases" in reasons[0]
+    assert impl.not_supported_reasons(ModuleCase(dtype="float32")) == []
+    with pytest.raises(PluginError, match="kv_cache=True is declared"):
+        register_module("no_cache", backend="numpy", kv_cache=True)(_module)
+    with pytest.raises(PluginError, match="takes 1 positional"):
+        register("module_shaped", backend="numpy")(_module)
+
+
+def test_available_takes_the_case() -> None:
+    seen: list[object] = []
+
+    def small_only(case) -> str | None:
+        seen.append(case)
+        return "too long for this kernel" if case.tk > 64 else None
+
+    impl = make_implementation("small_only", _kernel, backend="torch", available=small_only)
+    assert impl.available_per_case and impl.availability() is None
+    assert impl.not_supported_reasons(AttentionCase(tq=16, tk=16)) == []
+    assert impl.not_supported_reasons(AttentionCase(tq=16, tk=128)) == ["too long for this kernel"]
+    assert [c.tk for c in seen] == [16, 128]  # type: ignore[attr-defined]
+
+
+def test_the_old_spellings_still_load_warn_and_map_into_the_record() -> None:
+    with pytest.warns(DeprecationWarning) as caught:
+        old = register("old_module", backend="numpy", kind="module", options={"layers": ("mha",), "kv_cache": True},
+                       available=lambda: None)(
+            lambda x, *, heads, weights, mask=None, causal=False, past_key=None, past_value=None: x).__attnbench__
+    message = str(caught[0].message)
+    assert "old_module" in message and "test_capabilities.py" in message
+    for fix in ("@register_module", "Capabilities fields", "available=lambda case"):
+        assert fix in message
+    assert old.declared == Capabilities(backend="numpy", kind="module", layers=("mha",), kv_cache=True)
+    assert not old.available_per_case and old.availability() is None
+    with pytest.raises(PluginError, match="declared twice"):
+        make_implementation("both", _tiled, backend="torch", block_q=(8,), options={"block_q": (8,), "block_k": (8,)})
+
+
+def test_an_old_style_plugin_file_loads_through_discovery(tmp_path: Path) -> None:
+    plugin = tmp_path / "old_style.py"
+    plugin.write_text(textwrap.dedent("""
+        from harness import register
+
+        @register("old_style", backend="torch", causal=True, available=lambda: None,
+                  options={"block_q": (8,), "block_k": (8,)})
+        def old_style(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+            return q
+    """))
+    script = ("import warnings; warnings.simplefilter('ignore')\n"
+              "from harness.discovery import load_registry\n"
+              f"r = load_registry([{str(plugin)!r}])\n"
+              "i = r.get('old_style'); print(r.errors, i.declared.block_q, i.available_per_case)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[] (8,) False"
+
+
+def test_bench_catalogue_ships_the_record_as_plain_data(tmp_path: Path) -> None:
+    from harness.bench.catalogue import catalogue_task
+
+    plugin = tmp_path / "shipped.py"
+    plugin.write_text(textwrap.dedent("""
+        from harness import Capabilities, register
+
+        @register("shipped", Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,)),
+                  available=lambda case: "too long" if case.tk > 64 else None)
+        def shipped(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
+            return q
+    """))
+    records = catalogue_task([str(plugin)])
+    shipped = pickle.loads(pickle.dumps(records.get("shipped")))  # what the worker sends bench's parent
+    assert shipped.declared == Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,))
+    assert shipped.available_per_case
+    assert shipped.declared_gaps(AttentionCase(grad=True)) == ["gradients not supported"]
+
+
+def test_a_keyword_equal_to_its_default_but_of_another_type_is_still_checked() -> None:
+    with pytest.raises(PluginError, match="causal=0 must be True or False"):
+        register("zero", backend="torch", causal=0)(_kernel)  # type: ignore[arg-type]
+    with pytest.raises(PluginError, match="capabilities given twice"):
+        register("record_and_kind", Capabilities(backend="torch"), kind="module")(_module)

@@ -395,7 +395,7 @@ class BenchRunner:
             and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
         ticket = self.keeper.ticket if stamped else None
         if stamped:
-            self.keeper.take()  # nothing left over from another task
+            self.keeper.take(wait=False)  # nothing left over from another task
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
                                                                       ticket), end_leftovers=True))
         if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
@@ -450,7 +450,7 @@ class BenchRunner:
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
                         settings.threads, None if index == 0 else total, self.keeper.ticket)
-                self.keeper.take()  # nothing left over from another task
+                self.keeper.take(wait=False)  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 if outcome.status == OK:
                     latency, spans = null_and_calls(self.keeper.take())

@@ -94,12 +94,13 @@ class Timekeeper:
             self.stamps.append((data[KEY_BYTES:], stamp[0] + stamp[1] / 1e9))
             flushed = flushed or data[KEY_BYTES:] == FLUSH
 
-    def take(self) -> list[tuple[bytes, float]]:
+    def take(self, wait: bool = True) -> list[tuple[bytes, float]]:
         """The stamps queued since the last take. Read only now, after the task answered (its worker sent them
         all before): a reader blocked on the socket during the calls would be woken by every message, and a
-        woken reader can take the sender's core between its stamp and its clock read."""
+        woken reader can take the sender's core between its stamp and its clock read. ``wait``: for the task's
+        last message, up to :data:`FLUSH_WAIT_S` (False: what is there now, to clear leftovers)."""
         with self.lock:
-            deadline = FLUSH_WAIT_S
+            deadline = FLUSH_WAIT_S if wait else 0.0
             flushed = False
             while True:
                 for conn in list(self.connections):

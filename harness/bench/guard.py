@@ -136,7 +136,7 @@ def after_call(index: int, s: InputSet, seed: int | None, out: Any, threads: fro
     exact = _exact(out)
     problem = guard.problem()
     if not exact:  # nothing of a wrapper is read: reading it would run its code
-        return Print(index, -1, seed, (), (), (), problem or "returned something other than an exact "
+        return Print(index, -1, seed, (), (), (), problem or "returned something that is not an exact "
                      "torch.Tensor / numpy.ndarray", untyped=True)
     problem = problem or result_problem(out, s.named, backend)
     try:

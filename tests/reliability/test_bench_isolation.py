@@ -75,16 +75,16 @@ def checked(q, k, v, *, causal=False, mask=None, scale=None):
 
 @pytest.mark.parametrize("rounds", ["1", "3"])
 def test_an_available_check_in_the_timing_worker_leaves_the_timed_task_its_own_clock(tmp_path: Path,
-                                                                                     rounds: str) -> None:
+                                                                                     rounds: str, attnbench) -> None:
     """The ``available=`` check is the first task of the implementation's timing worker; the worker must still be
     warmed up (torch and the bench modules imported) before the first timed task, else that task's wall time holds
     seconds of imports its worker's account cannot show and an honest cell is read ``implausible``."""
     plugin = tmp_path / "checked_plugin.py"
     plugin.write_text(CHECKED)
     out = tmp_path / "b.json"
-    code, _, err = finish(attnbench("bench", "--only", "checked", "--T", "16", "--heads", "1", "--d", "8",
-                                    "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
-                                    "--threads", "1", "--rounds", rounds, "--plugin", str(plugin), "--out", str(out)))
+    code, _, err = attnbench.outcome("bench", "--only", "checked", "--T", "16", "--heads", "1", "--d", "8",
+                                     "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
+                                     "--threads", "1", "--rounds", rounds, "--plugin", str(plugin), "--out", str(out))
     cell = load_results(out)["cells"][0]
     assert code == 0 and cell["status"] == "ok", (cell.get("reason"), err)
     accounting = cell["integrity"]["accounting"]

@@ -191,6 +191,8 @@ class RoundedLoop:
         self.expected = 0
         self.profiled: Any = None
         self.per_call_s = 0.0
+        self.warm_written: str | None = None
+        """What a warm-up call wrote into its inputs (the first such call), said as the loop's violation."""
         self.state = state.StateGuard((("the timing loop's timer", self, "timer"), ("the timing loop's sets", self, "sets"),
                                        ("the timing loop's samples", self, "samples")))
 
@@ -211,6 +213,11 @@ class RoundedLoop:
             else:
                 out = sets[calls % n].call()
                 del out
+            fresh = sets[calls % n].fresh
+            written = fresh.written() if fresh is not None else []
+            if written and self.warm_written is None:  # untimed, yet a call may never write its inputs
+                self.warm_written = f"a warm-up call wrote into its input(s) {', '.join(written)}: a call may read " \
+                    "its inputs, never write them"
             calls += 1
         spent = CLOCK() - started
         self.warm_s += spent
@@ -292,6 +299,11 @@ class RoundedLoop:
             if p.problem and p.problem not in seen:
                 seen.add(p.problem)
                 kept.append(p)
+        if self.warm_written is not None and self.prints and self.warm_written not in seen:
+            if self.prints[0] not in kept:
+                kept.append(self.prints[0])
+            if self.prints[0].problem is None:
+                self.prints[0].problem = self.warm_written
         kept.sort(key=lambda p: p.index)
         return Loop(samples=self.samples, kept=kept, untyped=self.untyped, warmup_s=self.warm_s,
                     loop_s=self.loop_s, captures_s=self.captured, expected=self.expected,

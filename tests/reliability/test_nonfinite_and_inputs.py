@@ -85,8 +85,8 @@ def test_bench_holds_input_writes_nan_references_and_output_dtypes(tmp_path: Pat
     assert done.returncode == 1, done.stderr
     cells = {c["implementation"]: c for c in json.loads(out.read_text())["cells"]}
     assert cells["nan_k_once"]["status"] == "violation", cells["nan_k_once"]
-    assert "wrote into the input(s) k" in cells["nan_k_once"]["reason"]
-    assert cells["writes_q"]["status"] == "violation" and "wrote into its input q" in cells["writes_q"]["reason"]
+    assert "wrote into its input(s) k" in cells["nan_k_once"]["reason"]
+    assert cells["writes_q"]["status"] == "violation" and "wrote into its input(s) q" in cells["writes_q"]["reason"]
     assert cells["wrong_dtype"]["status"] == "wrong" and "output dtype float64" in cells["wrong_dtype"]["reason"]
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -25,6 +24,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from harness.cluster.node import cpu_model  # noqa: E402  (the checkout's harness, run as a script)
+
 PLUGIN = '''import torch
 from harness import register
 
@@ -49,16 +51,6 @@ while True:
     else:
         time.sleep(until - time.monotonic())
 '''
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _plugin(root: Path, reps: int) -> Path:
@@ -98,7 +90,7 @@ def main() -> None:
                         help="attnbench ab --clock (auto: cpu here, one thread)")
     args = parser.parse_args()
     slow_reps = round(args.reps * 1.3)
-    print(f"CPU: {_cpu()}, {os.cpu_count()} cores; clock {args.clock}; load before: "
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} cores; clock {args.clock}; load before: "
           f"{open('/proc/loadavg').read().split()[:3]}")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stop still ends the load below
     load = subprocess.Popen([sys.executable, "-c", LOAD])

@@ -219,12 +219,9 @@ class BenchRunner:
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`_warm_up`)."""
 
-    def _stamp_clock(self, device: str) -> str:
-        """The clock the parent stamps a cell's calls on: the one its samples are timed on (CPU cells only)."""
-        return self._clock(device)
-
     def _clock(self, device: str) -> str:
-        """The clock the roofs of ``device`` are timed on: the cells' (a GPU's roofs: always the wall clock)."""
+        """The clock a cell of ``device`` is timed, stamped and has its roofs read on: the cells' own (a GPU's: always
+        the wall clock)."""
         return self.settings.timing.clock if device == "cpu" else "wall"
 
     def learn_from_done(self) -> set[CellKey]:
@@ -363,13 +360,13 @@ class BenchRunner:
         self._warm_up(cell, timing_pool)
         stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and self.settings.timing.checks \
             and self.keeper is not None  # a module's calls run on the module cells' own loop, unstamped
-        ticket = self.keeper.ticket_for(self._stamp_clock(cell.case.device)) if stamped else None
+        ticket = self.keeper.ticket_for(self._clock(cell.case.device)) if stamped else None
         if stamped:
             self.keeper.clear()  # nothing left over from another task
         outcome = timing_pool.run(Task(cell.key, timing_task, args + (self.settings.timing, self.settings.threads,
                                                                       ticket), end_leftovers=True))
         if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
-            clock = self._stamp_clock(cell.case.device)
+            clock = self._clock(cell.case.device)
             latency, spans = null_and_calls(self.keeper.take(), clock)
             outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]),
                                      clock)
@@ -428,11 +425,11 @@ class BenchRunner:
                 key = f"{first.case.id}/{first.mode}/{name}"
                 args = (key, name, self.registry.sources[name], first.case.to_dict(), first.mode, settings.timing,
                         settings.threads, None if index == 0 else total,
-                        self.keeper.ticket_for(self._stamp_clock(first.case.device)))
+                        self.keeper.ticket_for(self._clock(first.case.device)))
                 self.keeper.clear()  # nothing left over from another task
                 outcome = pools_of(name)[0].run(Task(state.cell.key, round_task, args, end_leftovers=True))
                 if outcome.status == OK:
-                    latency, spans = null_and_calls(self.keeper.take(), self._stamp_clock(first.case.device))
+                    latency, spans = null_and_calls(self.keeper.take(), self._clock(first.case.device))
                     state.spans += spans
                     state.latency.append(latency)
                 state.seconds += outcome.seconds
@@ -469,7 +466,7 @@ class BenchRunner:
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
                 mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
                 seconds += mem.seconds
-            final = Outcome(OK, value=_stamped(state.final.value, state, self._stamp_clock(cell.case.device)),
+            final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
                             seconds=state.seconds, leftovers=state.leftovers)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,

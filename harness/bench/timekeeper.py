@@ -76,8 +76,8 @@ class Timekeeper:
         self.stamps: list[Stamp] = []
         self.connections: list[socket.socket] = []
         self.lock = threading.Condition()
-        for target in (self._accept, self._accept_cpu):
-            threading.Thread(target=target, daemon=True, name="attnbench-timekeeper").start()
+        for sock, take in ((self.sock, self._keep), (self.cpu_sock, self._serve_in_thread)):
+            threading.Thread(target=self._accept, args=(sock, take), daemon=True, name="attnbench-timekeeper").start()
 
     @property
     def ticket(self) -> tuple[str, bytes, str]:
@@ -88,25 +88,25 @@ class Timekeeper:
         """A ticket whose calls are stamped on ``clock`` too: "cpu" has the parent read the worker's CPU clock."""
         return (self.cpu_address, self.key, "cpu") if clock == "cpu" else self.ticket
 
-    def _accept(self) -> None:
+    def _accept(self, sock: socket.socket, take: Callable[[socket.socket], None]) -> None:
+        """Accept ``sock``'s connections, kernel stamps on, and hand each to ``take``."""
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            with self.lock:
-                self.connections.append(conn)
-                self.lock.notify_all()
+            take(conn)
 
-    def _accept_cpu(self) -> None:
-        while True:
-            try:
-                conn, _ = self.cpu_sock.accept()
-            except OSError:
-                return
-            conn.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-            threading.Thread(target=self._serve_cpu, args=(conn,), daemon=True).start()
+    def _keep(self, conn: socket.socket) -> None:
+        """A wall-clock connection: drained after its task answered (:meth:`take`)."""
+        with self.lock:
+            self.connections.append(conn)
+            self.lock.notify_all()
+
+    def _serve_in_thread(self, conn: socket.socket) -> None:
+        """A CPU-clock connection: read as its messages arrive (:meth:`_serve_cpu`)."""
+        threading.Thread(target=self._serve_cpu, args=(conn,), daemon=True).start()
 
     def _stamped(self, data: bytes, ancillary: list[tuple[int, int, bytes]]) -> tuple[bytes, float] | None:
         """(tag, the kernel's send stamp) of a message sent with this run's key; None for anything else."""

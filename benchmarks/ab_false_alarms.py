@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from harness.cluster.node import cpu_model  # noqa: E402  (the checkout's harness, run as a script)
+from harness.runtime.cluster.node import cpu_model  # noqa: E402  (the checkout's harness, run as a script)
 
 PLUGIN = '''import torch
 from harness import register

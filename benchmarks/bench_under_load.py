@@ -27,8 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from harness.cluster.node import cpu_model
 from harness.results import read_run
+from harness.runtime.cluster.node import cpu_model
 
 BUSY_LOOP = """
 import os, random, time

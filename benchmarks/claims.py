@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.claims_record import FORMAT, cpu_family_model, cpu_flags
-from harness.cluster.node import cpu_model
+from harness.runtime.cluster.node import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = {  # name -> (script, extra arguments)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.node import cpu_model
+from harness.runtime.cluster.node import cpu_model
 
 FORMAT = "attnbench-claims/1"
 FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16")

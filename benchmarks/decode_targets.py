@@ -45,7 +45,7 @@ from benchmarks.claims_record import Claims, cpu_heading
 from harness.analysis.scaling import fit_exponent
 from harness.bench.bandwidth import STREAM_BYTES
 from harness.bench.peak import measure_gemm_peak
-from harness.paging import make_pages
+from harness.case.paging import make_pages
 from implementations.tiled_decode import decode_attention, default_tier, in_cache_gbps, tiers, use_isa
 
 D = 128

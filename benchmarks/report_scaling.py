@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.results import BenchCell, ResultWriter
 
 
@@ -42,8 +42,8 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 400])
     parser.add_argument("--no-plots", action="store_true", help="time reading and analysing only")
     args = parser.parse_args()
-    from harness.report.analysis import analyse
     from harness.report.builder import build_report
+    from harness.report.findings import analyse
     from harness.report.load import load
 
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")

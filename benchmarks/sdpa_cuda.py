@@ -8,7 +8,7 @@ Every figure is attnbench's own measure, the one bench uses (:mod:`harness.bench
 each call after a device-wide synchronize, the L2 flushed before it): the GEMM peak of the dtype
 (:func:`harness.bench.peak.measure_gemm_peak`, an 8192 x 8192 bf16 product on a GPU), the read bandwidth
 (:func:`harness.bench.bandwidth.measure_bandwidth`), and the median time of an empty call, which is what the
-synchronize inside the bracket adds to every sample. FLOPs are attnbench's count (:mod:`harness.flops`: causal
+synchronize inside the bracket adds to every sample. FLOPs are attnbench's count (:mod:`harness.reference.flops`: causal
 counts only the attended pairs). A backend PyTorch refuses for a shape is printed with PyTorch's reason.
 """
 
@@ -31,8 +31,8 @@ from harness.analysis.stats import summarize
 from harness.bench.bandwidth import measure_bandwidth
 from harness.bench.peak import measure_gemm_peak
 from harness.bench.timing import TimingConfig, time_call
-from harness.cases import AttentionCase
-from harness.flops import attention_flops
+from harness.case.attention import AttentionCase
+from harness.reference.flops import attention_flops
 
 BACKENDS = (None, "FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")
 """None: PyTorch's own choice."""

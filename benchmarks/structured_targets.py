@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from benchmarks.claims_record import Claims
 from harness.analysis.scaling import fit_exponent
 from harness.bench.sweeps import WINDOW, ragged
-from harness.oracle import packed_allowed, structure_allowed
+from harness.reference.oracle import packed_allowed, structure_allowed
 from implementations._flash_cpu import flash_attention
 from implementations._fused_kernels import tier
 from implementations.tiled_fused import fused_flash_attention

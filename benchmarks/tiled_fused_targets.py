@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from benchmarks.claims_record import Claims
 from harness.cli import main as attnbench
-from harness.cluster.node import cpu_model
+from harness.runtime.cluster.node import cpu_model
 from implementations._fused_kernels import tier
 from implementations.tiled_fused import fused_flash_attention
 

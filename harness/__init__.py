@@ -4,10 +4,10 @@ The public API for plugin authors is :func:`register` (kernels), :func:`register
 :class:`Capabilities` (what either declares); see docs/plugins.md.
 """
 
-from harness.capabilities import Capabilities
-from harness.conventions import Conventions
+from harness.contract.capabilities import Capabilities
+from harness.contract.conventions import Conventions
+from harness.contract.registry import Implementation, register, register_module
 from harness.errors import AttnbenchError, PluginError, UsageError
-from harness.registry import Implementation, register, register_module
 
 __version__ = "0.1.0"
 

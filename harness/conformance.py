@@ -8,7 +8,7 @@ own repository (the ``pytest11`` plugin, :mod:`harness.pytest_plugin`, collects 
 
 The test id is ``<implementation>-<case id>``; a case the implementation cannot run here is
 skipped with its reason. The checks and the rule are those of ``attnbench verify`` (see
-harness.verify.checks and harness.verify.tolerance), run in this process: a plugin that crashes
+harness.verify.checks and harness.reference.tolerance), run in this process: a plugin that crashes
 takes pytest down with it, so use ``attnbench verify`` (worker isolation) to triage a crash.
 """
 
@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import torch
 
+from harness.contract.registry import Implementation
 from harness.pytest_plugin import selected_implementations
-from harness.registry import Implementation
 from harness.verify.worker import kind_functions
 
 DEFAULT_SUITE = "small"

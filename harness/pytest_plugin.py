@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from harness.discovery import Registry
-    from harness.registry import Implementation
+    from harness.contract.discovery import Registry
+    from harness.contract.registry import Implementation
 
 CONFORMANCE_MODULE = "harness.conformance"
 SUITES = ("small", "quick", "full")
@@ -81,7 +81,7 @@ _REGISTRY: Registry | None = None
 
 def suite_registry(config: pytest.Config) -> Registry:
     """The registry for this pytest run, loaded once; a broken ``--attnbench-plugin`` stops the run with its error."""
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
 
     global _REGISTRY
     if _REGISTRY is None:

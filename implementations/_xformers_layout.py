@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from harness.oracle import allowed_keys
+from harness.reference.oracle import allowed_keys
 from implementations.flex_attention import key_ranges
 
 

@@ -38,7 +38,7 @@ import torch
 from harness import register
 
 if TYPE_CHECKING:
-    from harness.cases import AttentionCase
+    from harness.case.attention import AttentionCase
 
 _STATE: dict[str, torch.Tensor] = {}
 """The running case's ``lo``, ``hi`` (and ``mask``): read by the mask_mods, so no graph holds a case."""

@@ -19,7 +19,7 @@ import torch
 from harness import register
 
 if TYPE_CHECKING:
-    from harness.cases import AttentionCase
+    from harness.case.attention import AttentionCase
 
 BLOCKS = (16, 32, 64, 128)
 """``tl.dot`` needs at least 16 rows and columns; powers of two."""

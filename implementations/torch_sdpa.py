@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from harness import register
 
 if TYPE_CHECKING:
-    from harness.cases import AttentionCase
+    from harness.case.attention import AttentionCase
 
 _TRIGGERED = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
 ALL_DTYPES = ("float64", "float32", "bfloat16", "float16")

@@ -25,7 +25,7 @@ from harness import register
 from implementations._xformers_layout import _import_fmha, additive_bias, from_xformers, structure_bias, to_xformers
 
 if TYPE_CHECKING:
-    from harness.cases import AttentionCase
+    from harness.case.attention import AttentionCase
 
 __all__ = ["additive_bias", "from_xformers", "structure_bias", "to_xformers", "xformers_memeff"]
 

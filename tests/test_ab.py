@@ -26,7 +26,7 @@ from harness.analysis.paired import (
 )
 from harness.bench.ab import ABRun, ABSettings, CellRounds
 from harness.bench.ab_files import side_cell, write_sides
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.cli import main
 from harness.report.ab import NEWLY_FAILING, NOT_COMPARED, judge, judge_cell, markdown
 from harness.report.compare import compare_files

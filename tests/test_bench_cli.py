@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.analysis.scaling import fit_exponent
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.cli import main
-from harness.flops import attention_flops
+from harness.reference.flops import attention_flops
 from harness.results import Run, load_results
 from harness.results.schema import cell_from_json
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from harness.bench.runner import memory_task
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.isolation import OK, Task, run_isolated
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.runtime.isolation import OK, Task, run_isolated
 
 
 def _measure(cells: list[tuple[str, AttentionCase]]) -> list[dict[str, Any]]:

@@ -10,12 +10,12 @@ import pytest
 from harness.bench.model_sweeps import model_plan
 from harness.bench.module_cells import case_of, module_case_for, module_cells
 from harness.bench.sweeps import plan
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.case.decode import decode_fields
 from harness.cli import main
-from harness.decode import decode_fields
-from harness.discovery import load_registry
-from harness.flops import attention_flops, compulsory_bytes, work_g
+from harness.contract.discovery import load_registry
 from harness.modules.cases import ModuleCase
+from harness.reference.flops import attention_flops, compulsory_bytes, work_g
 
 
 def test_kernel_calls_map_to_the_layers_that_make_them() -> None:

@@ -9,9 +9,9 @@ import pytest
 from harness.analysis.scaling import cell_fits, fit_complexity, fit_exponent
 from harness.analysis.stats import is_noisy, summarize
 from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.errors import UsageError
-from harness.flops import attended_pairs, attention_flops
+from harness.reference.flops import attended_pairs, attention_flops
 from harness.results import BenchCell
 
 

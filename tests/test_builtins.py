@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.oracle import reference_attention
-from harness.tensors import dtype_name, make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import dtype_name, make_inputs, to_float64
 
 REGISTRY = load_registry()
 BUILTINS = ["numpy_naive", "torch_eager", "torch_sdpa", "torch_sdpa_math", "torch_sdpa_flash", "tiled"]

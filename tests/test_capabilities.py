@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from harness import Capabilities, Conventions, PluginError, register, register_module
-from harness.capabilities import CapabilityError, field_names
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.contract.capabilities import CapabilityError, field_names
+from harness.contract.registry import make_implementation
 from harness.modules.cases import ModuleCase
-from harness.registry import make_implementation
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
@@ -163,7 +163,7 @@ def test_an_old_style_plugin_file_loads_through_discovery(tmp_path: Path) -> Non
             return q
     """))
     script = ("import warnings; warnings.simplefilter('ignore')\n"
-              "from harness.discovery import load_registry\n"
+              "from harness.contract.discovery import load_registry\n"
               f"r = load_registry([{str(plugin)!r}])\n"
               "i = r.get('old_style'); print(r.errors, i.declared.block_q, i.available_per_case)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

@@ -1,4 +1,4 @@
-"""Declared conventions (harness.conventions), gradients by .backward(), and the 2025 case space (sinks, soft-cap, dv).
+"""Declared conventions (harness.contract.conventions), gradients by .backward(), and the 2025 case space (sinks, soft-cap, dv).
 
 Kernels here are written in their own conventions, as a third-party package would be, and must pass once those
 are declared; the same kernel declared with the contract's conventions must fail (the declaration is what the
@@ -20,10 +20,10 @@ import torch.utils.checkpoint
 from harness import Conventions, register
 from harness.bench.runner import timing_task
 from harness.bench.timing import TimingConfig
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.errors import PluginError
-from harness.flops import attention_flops, compulsory_bytes
-from harness.oracle import reference_attention
+from harness.reference.flops import attention_flops, compulsory_bytes
+from harness.reference.oracle import reference_attention
 from harness.verify.checks import check_grad, check_output, guarded
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,8 +14,8 @@ from harness.bench import audit, guard
 from harness.bench.memory import measure_cuda
 from harness.bench.peak import CUDA_GEMM_SIZE, measure_gemm_peak
 from harness.bench.timing import TimingConfig, cuda_timed
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason=f"needs a CUDA device ({torch.__version__})")]
@@ -97,7 +97,7 @@ def _returns_v(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: boo
 
 
 def test_a_wrong_cuda_output_is_found() -> None:
-    from harness.registry import make_implementation
+    from harness.contract.registry import make_implementation
 
     impl = make_implementation("cuda_returns_v", _returns_v, backend="torch", devices=("cuda",), dtypes=("bfloat16",))
     sets = [audit.build_set(impl, CASE, "fwd", inputs, seed, shift=True)

@@ -11,15 +11,16 @@ import pytest
 import torch
 
 from harness.bench.sweeps import DECODE_MAIN, plan, sweep_cases
-from harness.cases import AttentionCase
-from harness.decode import compulsory_keys, decode_fields, ragged_lengths
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.case.decode import compulsory_keys, decode_fields, ragged_lengths
+from harness.case.paging import gather_pages
+from harness.contract.discovery import load_registry
+from harness.contract.registry import make_implementation
 from harness.errors import PluginError, UsageError
-from harness.flops import attention_flops, compulsory_bytes
-from harness.oracle import gather_pages, reference_attention
-from harness.registry import make_implementation
+from harness.reference.flops import attention_flops, compulsory_bytes
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs, to_float64
 from harness.results.schema import BenchCell, Run, Status
-from harness.tensors import make_inputs, to_float64
 
 REGISTRY = load_registry()
 

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 from harness.errors import UsageError
-from harness.flops import compulsory_bytes
-from harness.tensors import make_inputs, to_float64
+from harness.reference.flops import compulsory_bytes
+from harness.reference.tensors import make_inputs, to_float64
+from harness.reference.tolerance import OUTPUT_M, compare
 from harness.verify.checks import oracle_and_base
-from harness.verify.tolerance import OUTPUT_M, compare
 
 REGISTRY = load_registry(entry_points=False)
 

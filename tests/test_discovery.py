@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.discovery import load_registry
+from harness.contract.discovery import load_registry
 
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 

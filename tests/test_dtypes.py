@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.dtypes import DTYPES, ITEMSIZE, NUMPY_DTYPES, TABLE
-from harness.registry import make_implementation
-from harness.tensors import TORCH_DTYPES
+from harness.case.dtypes import DTYPES, ITEMSIZE, NUMPY_DTYPES, TABLE
+from harness.contract.registry import make_implementation
+from harness.reference.tensors import TORCH_DTYPES
 
 
 @pytest.mark.parametrize("name", DTYPES)

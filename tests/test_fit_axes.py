@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from harness.analysis.scaling import AXES, cell_fits
-from harness.cases import AttentionCase
-from harness.flops import work_g
+from harness.case.attention import AttentionCase
+from harness.reference.flops import work_g
 from harness.report import complexity
 from harness.report.load import BENCH_COLUMNS, bench_row
 from harness.results import BenchCell, Config, Environment, Run, read_run

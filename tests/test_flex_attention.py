@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.oracle import packed_allowed, reference_attention, structure_allowed
-from harness.tensors import make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.reference.oracle import packed_allowed, reference_attention, structure_allowed
+from harness.reference.tensors import make_inputs, to_float64
 from implementations.flex_attention import key_ranges
 
 pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from harness.isolation import CRASH, ERROR, OK, OUT_OF_MEMORY, TIMEOUT, Task, WorkerPool, run_isolated
+from harness.runtime.isolation import CRASH, ERROR, OK, OUT_OF_MEMORY, TIMEOUT, Task, WorkerPool, run_isolated
 
 
 def square(x: int) -> int:

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from harness import Conventions, register
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.errors import PluginError
-from harness.oracle import reference_lse
+from harness.reference.oracle import reference_lse
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.lse import check_lse
 

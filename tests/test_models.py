@@ -1,4 +1,4 @@
-"""The model catalogue (harness/models.json) and ``--model`` in verify and bench: real shapes as data."""
+"""The model catalogue (harness/case/models.json) and ``--model`` in verify and bench: real shapes as data."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.bench.model_sweeps import model_plan, model_sweep
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.case.models import FEATURES, case_bytes, catalogue, fitting_length, model_cases, model_named
 from harness.cli import main
 from harness.errors import UsageError
-from harness.models import FEATURES, case_bytes, catalogue, fitting_length, model_cases, model_named
 from harness.verify.model_cases import model_plan_of
 
 HAS = AttentionCase.__dataclass_fields__
@@ -106,7 +106,7 @@ def test_bench_sweep_of_a_model() -> None:
 
 
 def test_quick_suite_holds_the_commonest_real_shapes() -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
     from harness.verify.suites import kernel_cases
 
     ids = {c.id for c in kernel_cases(load_registry([]).get("torch_sdpa"), "quick")}
@@ -164,7 +164,7 @@ def test_the_manual_lists_every_model() -> None:
 
 
 def test_module_implementations_get_the_models_layer() -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
     from harness.modules.cases import ModuleCase
     from harness.verify.model_cases import model_cases_for, model_module_cases
 
@@ -183,7 +183,7 @@ def test_module_implementations_get_the_models_layer() -> None:
 
 @pytest.mark.parametrize("name", list(catalogue()))
 def test_every_model_plans_verify_and_bench(name: str) -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
     from harness.verify.model_cases import model_kernel_cases
 
     model = model_named(name)

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from harness.discovery import load_registry
+from harness.contract.discovery import load_registry
+from harness.contract.registry import Implementation, make_implementation
 from harness.errors import PluginError, UsageError
 from harness.modules.cases import ModuleCase
 from harness.modules.lift import lift
 from harness.modules.weights import MultiheadWeights, make_module_inputs
-from harness.oracle import reference_attention
-from harness.registry import Implementation, make_implementation
+from harness.reference.oracle import reference_attention
 from harness.verify.module_reference import composed_mha, reference_output
 from harness.verify.modules import check_module_case, module_cases
 from implementations.module_numpy_encoder import layer_norm

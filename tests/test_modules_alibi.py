@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
+from harness.case.positional import alibi_bias, alibi_slopes
+from harness.contract.registry import make_implementation, register
 from harness.errors import PluginError
 from harness.modules.cases import ModuleCase
 from harness.modules.weights import make_module_inputs
-from harness.positional import alibi_bias, alibi_slopes
-from harness.registry import make_implementation, register
 from harness.verify.modules import check_module_case, module_cases
 
 BIAS_HEADS = ModuleCase(batch=2, seq=40, d_model=48, heads=6, bias="alibi", causal=True, dtype="float64")

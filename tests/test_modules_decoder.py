@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness.discovery import load_registry
+from harness.contract.discovery import load_registry
+from harness.contract.registry import make_implementation
 from harness.errors import PluginError, UsageError
 from harness.modules.cases import ModuleCase
 from harness.modules.weights import make_module_inputs
-from harness.registry import make_implementation
 from harness.verify.module_reference import reference_output
 from harness.verify.modules import check_module_case, module_cases
 from implementations.module_torch_mha import rope_torch

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.oracle import reference_attention, reference_rows, sample_rows
-from harness.tensors import make_inputs
+from harness.case.attention import AttentionCase
+from harness.reference.oracle import reference_attention, reference_rows, sample_rows
+from harness.reference.tensors import make_inputs
 
 CASES = [
     AttentionCase(tq=23, d=8),

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.discovery import load_registry
-from harness.provenance import import_roots, plugin_provenance
+from harness.contract.discovery import load_registry
 from harness.results import ResultWriter, read_run
+from harness.runtime.provenance import import_roots, plugin_provenance
 
 PLUGIN = '''import {package}
 

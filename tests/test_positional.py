@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.positional import (
+from harness.case.positional import (
     ROPE_CONVENTIONS,
     alibi_bias,
     alibi_slopes,

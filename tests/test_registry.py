@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from harness import PluginError, UsageError, register
-from harness.cases import AttentionCase
-from harness.registry import make_implementation
+from harness.case.attention import AttentionCase
+from harness.contract.registry import make_implementation
 
 
 def _fn(q, k, v, *, causal=False, mask=None, scale=None):
@@ -78,7 +78,7 @@ def test_case_ids_are_readable_and_validation_names_the_fix() -> None:
 
 
 def test_memory_growth_is_declared_data_for_reports() -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
 
     registry = load_registry()
     assert registry.get("numpy_naive").capabilities()["memory"] == "quadratic"
@@ -137,7 +137,7 @@ def test_register_is_keyword_only_and_returns_the_function() -> None:
 
 
 def test_a_plugin_file_with_a_mismatch_fails_to_load_naming_the_file(tmp_path) -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
 
     plugin = tmp_path / "mine.py"
     plugin.write_text("from harness import register\n\n"

@@ -105,7 +105,7 @@ def test_correctness_matrix_shows_pass_fail_skipped_margin_and_ratio(report_dir:
 
 
 def test_a_ratio_to_an_exact_baseline_is_never_shown(tmp_path: Path) -> None:
-    from harness.cases import AttentionCase
+    from harness.case.attention import AttentionCase
     from harness.results import ResultWriter, VerifyCell
 
     writer = ResultWriter(tmp_path / "v.json", "verify", {"suite": "synthetic"})

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from harness.analysis.stats import summarize
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.results import BenchCell, ResultWriter, VerifyCell
 from harness.results.schema import cell_from_json
 

@@ -19,8 +19,8 @@ from test_report_data import bench_cases
 
 from harness.analysis.costmodel import falls, fit_cost
 from harness.analysis.stats import summarize
-from harness.cases import AttentionCase
-from harness.report.analysis import analyse
+from harness.case.attention import AttentionCase
+from harness.report.findings import analyse
 from harness.report.load import load
 from harness.results import BenchCell, ResultWriter
 

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from harness import register
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.case.structures import DENSE_MASK_BUDGET_BYTES
+from harness.contract.discovery import load_registry
+from harness.contract.registry import make_implementation
 from harness.errors import PluginError, UsageError
-from harness.flops import attended_pairs, attention_flops, work_g
-from harness.oracle import reference_attention, structure_allowed
-from harness.registry import make_implementation
-from harness.structures import DENSE_MASK_BUDGET_BYTES
-from harness.tensors import make_inputs, to_float64
+from harness.reference.flops import attended_pairs, attention_flops, work_g
+from harness.reference.oracle import reference_attention, structure_allowed
+from harness.reference.tensors import make_inputs, to_float64
 from harness.verify.suites import kernel_cases
 from implementations._flash_cpu import _Plan
 

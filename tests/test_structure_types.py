@@ -13,13 +13,13 @@ from typing import Any, ClassVar
 import pytest
 import torch
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.case.structures import Structure, register_structure, unregister_structure
+from harness.contract.registry import make_implementation
 from harness.errors import UsageError
-from harness.flops import batch_pairs, work_g
-from harness.oracle import reference_attention
-from harness.registry import make_implementation
-from harness.structures import Structure, register_structure, unregister_structure
-from harness.tensors import make_inputs
+from harness.reference.flops import batch_pairs, work_g
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs
 from harness.verify.checks import check_output
 
 
@@ -88,7 +88,7 @@ def test_a_new_structure_has_an_id_part_and_validates_itself() -> None:
     assert case.structures == {"chunked_local"}
     with pytest.raises(UsageError, match="chunk 0 must be an integer >= 1"):
         AttentionCase(tq=10, extra_structures=(ChunkedLocal(0),))
-    with pytest.raises(UsageError, match="must hold harness.structures.Structure instances"):
+    with pytest.raises(UsageError, match="must hold harness.case.structures.Structure instances"):
         AttentionCase(tq=10, extra_structures=("chunk",))  # type: ignore[arg-type]
     # bottom-right alignment needs something to align: a new mask structure counts
     aligned = AttentionCase(tq=5, tk=9, causal_align="bottom_right", extra_structures=(ChunkedLocal(3),))

@@ -10,11 +10,11 @@ import pytest
 import torch
 from tiled_cases import CASES, check_block_sizes
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 from harness.errors import UsageError
-from harness.oracle import reference_attention
-from harness.tensors import make_inputs, to_float64
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs, to_float64
 from implementations._flash_cpu import flash_attention, pick_blocks
 
 REGISTRY = load_registry()

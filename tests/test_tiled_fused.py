@@ -19,11 +19,11 @@ import torch
 from tiled_cases import CASES as TILED_CASES
 from tiled_cases import check_block_sizes
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 from harness.errors import UsageError
-from harness.oracle import reference_attention
-from harness.tensors import make_inputs, to_float64
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs, to_float64
 from implementations import _cpp_build
 from implementations import tiled_fused as module
 from implementations._fused_kernels import forward as fused_forward
@@ -188,7 +188,7 @@ def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> No
             sources, name, flags, build_directory=Path({str(tmp_path / "build")!r}) if "bf16" in name else None, **kw)
         assert _fused_kernels.available() is None, "the float32 kernels are still available"
         print(_fused_kernels.bf16_reason())
-        from harness.discovery import load_registry
+        from harness.contract.discovery import load_registry
         impl = load_registry().get("tiled_fused")
         torch.manual_seed(0)
         q, k, v = (torch.randn(1, 2, 64, 32).to(torch.bfloat16) for _ in range(3))
@@ -235,7 +235,7 @@ def test_a_failed_build_is_a_reason_naming_the_compiler_error(tmp_path: Path) ->
 
 def test_discovery_and_import_never_compile() -> None:
     """A fresh interpreter loads every plugin and lists capabilities without building anything."""
-    code = ("from harness.discovery import load_registry\nimport implementations.tiled_fused as m\n"
+    code = ("from harness.contract.discovery import load_registry\nimport implementations.tiled_fused as m\n"
             "impl = load_registry().get('tiled_fused')\nassert impl.capabilities()['grad']\n"
             "print(sorted(m._BUILD))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 from harness.errors import UsageError
 
 pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
@@ -24,10 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
     import torch
-    from harness.cases import AttentionCase
-    from harness.discovery import load_registry
-    from harness.oracle import reference_attention
-    from harness.tensors import make_inputs, to_float64
+    from harness.case.attention import AttentionCase
+    from harness.contract.discovery import load_registry
+    from harness.reference.oracle import reference_attention
+    from harness.reference.tensors import make_inputs, to_float64
 
     impl = load_registry().get("tiled_triton")
     cases = [

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from harness.adapters.transformers_attention import attention_function, four_d, transformers_missing
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
 from harness.modules.cases import ModuleCase
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.modules import check_module_case

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.oracle import reference_attention
-from harness.tensors import make_inputs
+from harness.case.attention import AttentionCase
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs
 from implementations.xformers_memeff import _available, additive_bias, from_xformers, to_xformers
 
 fmha = pytest.importorskip("xformers.ops.fmha")
@@ -93,7 +93,7 @@ def test_structures_are_xformers_own_bias_classes(case: AttentionCase, kind: str
 
 
 def test_the_plugin_takes_every_structure() -> None:
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
 
     assert set(load_registry().get("xformers_memeff").structures) == {"window", "bottom_right", "varlen"}
 

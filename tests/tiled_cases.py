@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import torch
 
-from harness.cases import AttentionCase
-from harness.oracle import reference_attention
-from harness.tensors import dtype_name, to_float64
+from harness.case.attention import AttentionCase
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import dtype_name, to_float64
 
 CASES = [
     AttentionCase(batch=2, heads=3, tq=37, d=16),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from harness import Conventions, register_module
-from harness.positional import rope_tables
+from harness.case.positional import rope_tables
 
 try:
     from timm.layers import Attention, AttentionRope

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from harness.registry import Implementation, make_implementation
+from harness.contract.registry import Implementation, make_implementation
 
 TRANSFORMERS_PIN = "4.57.1"
 """The transformers release the adapter is tested with (the ``transformers`` extra pins it)."""

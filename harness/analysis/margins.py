@@ -1,6 +1,6 @@
 """How close a verify check came to failing, in numbers a reader can compare across checks.
 
-The pass rule (:mod:`harness.tolerance`) is ``max|err| <= bound`` with ``bound = m x base_err + floor``
+The pass rule (:mod:`harness.reference.tolerance`) is ``max|err| <= bound`` with ``bound = m x base_err + floor``
 (and a relative-L2 bound beside it). Two numbers follow from a check's metrics:
 
 - the **margin**, error / bound: 1.0 is the edge, a pass is at most 1, 0.5 is a pass with half

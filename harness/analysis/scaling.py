@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from harness.flops import work_g
+from harness.reference.flops import work_g
 from harness.results.schema import BenchCell, Cell, Status
 
 MIN_POINTS = 3
@@ -193,7 +193,7 @@ def _structure_label(case: Mapping[str, object]) -> list[str]:
 
 def _work(cell: BenchCell) -> float:
     """g of the O(g) fit: B * H * Tq * Tk * d, or with a structure that limits the pairs (a window, packed
-    sequences, cache lengths) B * H * (attended pairs) * d (:func:`harness.flops.work_g`), of the cell's typed case."""
+    sequences, cache lengths) B * H * (attended pairs) * d (:func:`harness.reference.flops.work_g`), of the cell's typed case."""
     case = cell.attention_case
     if case is None:
         raise ValueError(f"{cell.implementation} {cell.case_id}: its stored case is not an attention case")

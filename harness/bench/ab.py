@@ -2,7 +2,7 @@
 
 BASE and HEAD are usually the same plugin file (or ``ROOT::MODULE``) from two checkouts, so they
 register the same names. Each side loads in a worker of its own, with its checkout first on
-``sys.path`` (:func:`harness.discovery.load_plugin`), so two revisions of one package never share
+``sys.path`` (:func:`harness.contract.discovery.load_plugin`), so two revisions of one package never share
 imported code; this process imports neither.
 
 A cell is timed in rounds. In each round both sides run, in an order drawn at random, each one
@@ -31,12 +31,12 @@ from harness.bench import guard  # binds the clocks before any plugin is importe
 from harness.bench.settings import ABSettings as ABSettings  # its home before settings.py
 from harness.bench.sweeps import plan
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
-from harness.cases import AttentionCase
-from harness.discovery import load_implementation, load_source
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_implementation, load_source
 from harness.errors import UsageError
-from harness.isolation import OK, Outcome, Task, WorkerPool
-from harness.provenance import Provenance, plugin_provenance
 from harness.results import Bandwidth, Floor, Peak
+from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
+from harness.runtime.provenance import Provenance, plugin_provenance
 
 BASE, HEAD = "base", "head"
 ROOF_BUDGET_S = 0.3
@@ -261,7 +261,7 @@ def _roofs(known: dict[tuple[str, str], tuple[Peak | None, Bandwidth | None]], p
 
 def _floor(cell: CellRounds, roofs: tuple[Peak | None, Bandwidth | None]) -> Floor:
     from harness.bench.roofs import cpu_roofs, physics_floor
-    from harness.flops import attention_flops, compulsory_bytes
+    from harness.reference.flops import attention_flops, compulsory_bytes
 
     peak, bandwidth = roofs
     return physics_floor(attention_flops(cell.case, cell.mode), float(compulsory_bytes(cell.case, cell.mode)),

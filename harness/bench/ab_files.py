@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.analysis.stats import summarize
 from harness.bench.ab import BASE, HEAD, ABRun, CellRounds
-from harness.flops import attention_flops, compulsory_bytes
+from harness.reference.flops import attention_flops, compulsory_bytes
 from harness.results import BenchCell, ResultWriter, Status
 
 

@@ -3,8 +3,8 @@
 The fingerprints of the calls drawn after the loop (:mod:`harness.bench.fingerprint`) are compared with
 a float64 computation on the very inputs those calls saw (regenerated from their seeds,
 :mod:`harness.bench.fresh`), projected on the same random vectors, against the pass rule of verify
-(:mod:`harness.tolerance`) carried through the projection. A forward is checked on :data:`CHECK_ROWS`
-query rows drawn at random (always the first and the last) with :func:`harness.oracle.reference_rows`,
+(:mod:`harness.reference.tolerance`) carried through the projection. A forward is checked on :data:`CHECK_ROWS`
+query rows drawn at random (always the first and the last) with :func:`harness.reference.oracle.reference_rows`,
 at O(rows x Tk x d) whatever the size; all rows when the case is small. Gradients (bwd, fwd+bwd) are
 checked in full against float64 autograd up to :data:`GRAD_CHECK_PAIRS` attended pairs per cell, and
 not checked above (said in the record).
@@ -27,11 +27,11 @@ from harness.bench import state
 from harness.bench.fingerprint import Print, projected_error
 from harness.bench.fresh import fresh_for
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet
-from harness.cases import AttentionCase
-from harness.oracle import expand_kv, reference_attention, reference_rows, sample_rows
+from harness.case.attention import AttentionCase
+from harness.reference.oracle import expand_kv, reference_attention, reference_rows, sample_rows
+from harness.reference.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
+from harness.reference.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, floor_for
 from harness.results import CheckedCall
-from harness.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
-from harness.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, floor_for
 
 CHECK_ROWS = 16
 FULL_ROWS_PAIRS = 1 << 20
@@ -297,5 +297,5 @@ def profile_call(call: Any) -> list[list[Any]]:
     return [[e.key, round(min(1.0, e.self_cpu_time_total / wall_us), 4)] for e in top if wall_us > 0]
 
 
-for _name in (__name__, "harness.oracle", "harness.tolerance", "harness.tensors"):  # the check's own code
+for _name in (__name__, "harness.reference.oracle", "harness.reference.tolerance", "harness.reference.tensors"):  # the check's own code
     state.watch_module(sys.modules[_name])

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from harness.discovery import Registry, load_registry
+from harness.contract.discovery import Registry, load_registry
+from harness.contract.registry import Implementation
 from harness.errors import PluginError
-from harness.isolation import OK, Task, WorkerPool
-from harness.registry import Implementation
+from harness.runtime.isolation import OK, Task, WorkerPool
 
 LOAD_TIMEOUT_S = 600.0
 """Importing every plugin (a C++ extension may build on first import)."""

@@ -1,6 +1,6 @@
 """bench on a Ray cluster: each cell a Ray task that holds a whole node, peaks per kind of node.
 
-Placement (:func:`harness.cluster.stream.placement`): a CPU cell takes the node's whole
+Placement (:func:`harness.runtime.cluster.stream.placement`): a CPU cell takes the node's whole
 ``attnbench_node`` resource, a CUDA cell one GPU, so no two timing cells ever share a node (or a
 GPU); at most that many cells are in flight, and each is decided (capabilities, time and memory
 budget) only when a slot frees, from the cells measured before it, as on the local executor.
@@ -21,23 +21,23 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from harness.availability import checking, unsupported
 from harness.bench.runner import _cell, bandwidth_task, confirmed, higher, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
-from harness.cluster.connect import NODE_RESOURCE
-from harness.cluster.remote import run_in_pool
-from harness.cluster.stream import Submitter, placement, stream
-from harness.isolation import OK, THREAD_VARIABLES, Outcome, Task
+from harness.contract.availability import checking, unsupported
 from harness.results import Bandwidth, Node, Peak, Status, bandwidth_key, peak_key
+from harness.runtime.cluster.connect import NODE_RESOURCE
+from harness.runtime.cluster.remote import run_in_pool
+from harness.runtime.cluster.stream import Submitter, placement, stream
+from harness.runtime.isolation import OK, THREAD_VARIABLES, Outcome, Task
 
 WARM_UP_TIMEOUT_S = 300.0
 """A fresh worker on a node may compile an extension before its first cell (about a minute, more when busy)."""
 
 if TYPE_CHECKING:
     from harness.bench.runner import BenchRunner
-    from harness.cluster.connect import RayCluster
-    from harness.cluster.remote import NodeResult
+    from harness.runtime.cluster.connect import RayCluster
+    from harness.runtime.cluster.remote import NodeResult
 
 
 def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, timing: TimingConfig,

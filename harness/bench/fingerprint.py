@@ -12,7 +12,7 @@ After the last call the loop draws, from the system's entropy, which calls to ch
 (:data:`RANDOM_CHECKS` of them besides the first and the last). Each is checked on the inputs it
 saw (regenerated from its seed, :mod:`harness.bench.fresh`): the float64 reference of the chosen rows
 (all when the case is small) projected on the same ``r``, against verify's bound for the case
-(:mod:`harness.tolerance`): an element-wise bound ``b`` on the output gives ``|(out - ref) . r| <=
+(:mod:`harness.reference.tolerance`): an element-wise bound ``b`` on the output gives ``|(out - ref) . r| <=
 b sum_j |r_j|`` for every row, so an honest output never fails, and an output wrong by more than the
 bound in any element of a checked row fails with probability 1 (``r`` is continuous, drawn after the
 output existed). A plugin that cheats on a fraction p of its calls is caught with probability about
@@ -53,7 +53,7 @@ def parts(out: Any) -> tuple[Any, ...]:
 
 
 def dtypes(out: Any) -> tuple[str, ...]:
-    from harness.tensors import dtype_name
+    from harness.reference.tensors import dtype_name
 
     return tuple("none" if p is None else dtype_name(p) if hasattr(p, "dtype") else type(p).__name__ for p in parts(out))
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.tensors import to_float64
+from harness.reference.tensors import to_float64
 
 NOISE = 0.5
 """Half-width of the uniform noise added to every element: the inputs stay in the range of the case's draw."""

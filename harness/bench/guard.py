@@ -39,7 +39,7 @@ from harness.bench import (
 from harness.bench.fingerprint import Print
 from harness.bench.fresh import Fresh
 from harness.bench.timing import TimingConfig, gc_disabled
-from harness.integrity import live_threads, result_problem, thread_problem
+from harness.reference.integrity import live_threads, result_problem, thread_problem
 
 CLOCK = time.perf_counter
 CPU_CLOCK = time.process_time
@@ -65,7 +65,7 @@ class InputSet:
     named: list[tuple[str, Any]]
     """Everything the call received, by name: a result may share memory with none of it."""
     inputs: Any
-    """The :class:`~harness.tensors.Inputs` (float64 copies for the reference)."""
+    """The :class:`~harness.reference.tensors.Inputs` (float64 copies for the reference)."""
     fresh: Fresh | None = None
     """The arrays redrawn before every call (None: the set's inputs as prepared)."""
     leaves: tuple[Any, Any, Any] | None = None
@@ -372,7 +372,7 @@ def cuda_loop(sets: list[InputSet], config: TimingConfig, backend: str) -> Loop:
 
 def _watch() -> None:
     """No function or class the timed loop calls may be replaced by a call (:mod:`harness.bench.state`)."""
-    for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.integrity",
+    for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.reference.integrity",
                  "harness.bench.timing", "harness.bench.timekeeper"):
         state.watch_module(sys.modules[name])
 

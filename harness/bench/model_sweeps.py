@@ -1,4 +1,4 @@
-"""``bench --model NAME``: a catalogue model's calls (:mod:`harness.models`) as the cells to time.
+"""``bench --model NAME``: a catalogue model's calls (:mod:`harness.case.models`) as the cells to time.
 
 Prefill: a prompt of T = 512 .. 4,096 tokens (within the model's context), causal, one cell per kind of
 layer (sliding, full), so the T exponent is fitted on the model's own heads and head dims. Decode: one new
@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from harness.bench.sweeps import PlannedCell
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.case.models import ModelAttention, model_cases, model_named
 from harness.errors import UsageError
-from harness.flops import MODES, attention_flops
-from harness.models import ModelAttention, model_cases, model_named
+from harness.reference.flops import MODES, attention_flops
 
 PREFILL_T = (512, 1024, 2048, 4096)
 DECODE_T = (4096, 16384)

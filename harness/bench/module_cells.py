@@ -22,9 +22,9 @@ from typing import Any
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig, pin_threads, time_call
 from harness.bench.verdicts import Timed
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
 from harness.modules.cases import ModuleCase, module_layers
-from harness.registry import Implementation
 from harness.results import Memory
 
 

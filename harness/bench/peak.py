@@ -34,7 +34,7 @@ def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMIN
     """Time ``torch.matmul`` of two n x n matrices; GFLOP/s = 2 n^3 / median seconds."""
     import torch
 
-    from harness.tensors import TORCH_DTYPES
+    from harness.reference.tensors import TORCH_DTYPES
 
     used_threads = pin_threads(threads)
     n = (CUDA_GEMM_SIZE if device == "cuda" else GEMM_SIZE).get(dtype, 1024)

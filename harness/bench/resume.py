@@ -25,9 +25,9 @@ from typing import Any
 from harness.bench.runner import BenchSettings
 from harness.bench.sweeps import AXES, SUITES
 from harness.bench.timing import TimingConfig
-from harness.dtypes import DTYPES
+from harness.case.dtypes import DTYPES
 from harness.errors import UsageError
-from harness.flops import MODES
+from harness.reference.flops import MODES
 
 _TIMING = {f.name for f in dataclasses.fields(TimingConfig)}
 

@@ -69,8 +69,8 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
     """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
     round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
     from harness.bench import audit, timekeeper
-    from harness.cases import AttentionCase
-    from harness.discovery import load_implementation
+    from harness.case.attention import AttentionCase
+    from harness.contract.discovery import load_implementation
 
     entered = guard.CLOCK()
     stamp = timekeeper.connect(ticket)  # the parent's clock on every call: null calls first
@@ -141,7 +141,7 @@ def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "
     once per worker), timed on the cells' ``clock``. The roof beside a cell is the best of its rounds' readings."""
     import torch
 
-    from harness.tensors import TORCH_DTYPES
+    from harness.reference.tensors import TORCH_DTYPES
 
     pin_threads(threads)
     n = PROBE_GEMM.get(dtype, 1024)

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.analysis.stats import summarize
-from harness.availability import unsupported
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
@@ -31,10 +30,10 @@ from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timekeeper import null_and_calls
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
-from harness.cases import AttentionCase
-from harness.discovery import Registry, load_implementation
-from harness.flops import attention_flops, compulsory_bytes
-from harness.isolation import OK, Outcome, Task, WorkerPool, memory_cap
+from harness.case.attention import AttentionCase
+from harness.contract.availability import unsupported
+from harness.contract.discovery import Registry, load_implementation
+from harness.reference.flops import attention_flops, compulsory_bytes
 from harness.results import (
     Accounting,
     Bandwidth,
@@ -49,6 +48,7 @@ from harness.results import (
     Status,
     bandwidth_key,
 )
+from harness.runtime.isolation import OK, Outcome, Task, WorkerPool, memory_cap
 
 # ---------------------------------------------------------------- worker side
 
@@ -61,7 +61,7 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
     """The zero-argument call to time, with every bit of set-up (inputs, layout, graph) done here
     (:func:`harness.bench.audit.build_set` describes each mode)."""
     from harness.bench.audit import build_set
-    from harness.tensors import make_inputs
+    from harness.reference.tensors import make_inputs
 
     return build_set(impl, case, mode, make_inputs(case, seed, impl.backend), seed, shift=False).call
 

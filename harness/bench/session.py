@@ -19,13 +19,13 @@ from harness.bench.resume import resume_command
 from harness.bench.runner import BenchRunner
 from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import SUITES, PlannedCell, free_memory_bytes, plan
-from harness.discovery import Registry, absolute_specs
+from harness.contract.discovery import Registry, absolute_specs
 from harness.errors import DiskFull, Interrupted, PluginError, UsageError
-from harness.executor import open_executor
 from harness.results import RESULTS_DIR, BenchCell, Config, ResultWriter, Run, new_run_id
+from harness.runtime.executor import open_executor
 
 if TYPE_CHECKING:
-    from harness.cluster.connect import RayCluster
+    from harness.runtime.cluster.connect import RayCluster
 
 
 def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = False, force: bool = False,
@@ -109,7 +109,7 @@ def _config(settings: BenchSettings) -> Config:
     out (a feature the case space cannot express yet); resume reads the settings back and ignores the rest."""
     if settings.model is None:
         return settings.to_config()
-    from harness.models import model_named
+    from harness.case.models import model_named
 
     model = model_named(settings.model)
     return Config.from_json({**settings.to_dict(), "model_source": model.source, "model_left_out": list(model.left_out())})
@@ -136,7 +136,7 @@ def _why_no_cells(settings: BenchSettings, names: list[str], registry: Registry)
 
 @dataclasses.dataclass(frozen=True)
 class _BenchJob:
-    """The cells left to measure, as a :class:`~harness.executor.Job`."""
+    """The cells left to measure, as a :class:`~harness.runtime.executor.Job`."""
 
     runner: BenchRunner
     todo: list[PlannedCell]

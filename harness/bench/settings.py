@@ -39,7 +39,7 @@ class BenchSettings:
     reference: str | None = None
     """The contender each other's per-round ratio divides by (None: torch_sdpa when timed, else the first)."""
     model: str | None = None
-    """A catalogue model (``--model``, :mod:`harness.models`): its calls are the cells, instead of the suite's."""
+    """A catalogue model (``--model``, :mod:`harness.case.models`): its calls are the cells, instead of the suite's."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

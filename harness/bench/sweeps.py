@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.timing import TimingConfig
-from harness.cases import AttentionCase
-from harness.decode import decode_fields
-from harness.dtypes import itemsize
+from harness.case.attention import AttentionCase
+from harness.case.decode import decode_fields
+from harness.case.dtypes import itemsize
 from harness.errors import UsageError
-from harness.flops import MODES, attention_flops, work_g
+from harness.reference.flops import MODES, attention_flops, work_g
 from harness.results.schema import CellKey
 
 AXES = ("T", "d", "heads", "batch", "dtype", "causal", "mode")

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from harness.isolation import THREAD_VARIABLES
+from harness.runtime.isolation import THREAD_VARIABLES
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 """Bigger than any GPU's L2 (triton.testing.do_bench uses the same size)."""
@@ -104,7 +104,7 @@ def pin_threads(threads: int | None) -> int:
 
 COMPILE_IN_PROCESS = {"TORCHINDUCTOR_COMPILE_THREADS": "1"}
 """torch.compile compiles in the worker itself: no pool of compile processes runs beside the timing, or is
-left behind by a cell (a process a cell leaves running is a violation, :mod:`harness.isolation`)."""
+left behind by a cell (a process a cell leaves running is a violation, :mod:`harness.runtime.isolation`)."""
 
 
 @contextmanager

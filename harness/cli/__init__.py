@@ -7,7 +7,7 @@ not load); 3 an internal error (a bug in attnbench: never confused with "found a
 
 Start-up stays light: command modules import torch, pandas and matplotlib inside their
 ``run``, never at module level, so ``--help`` answers at once and the Ctrl-C handler
-(:mod:`harness.interrupts`) is in place before any heavy import begins.
+(:mod:`harness.runtime.interrupts`) is in place before any heavy import begins.
 """
 
 from __future__ import annotations
@@ -22,8 +22,9 @@ import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from harness import __version__, interrupts
+from harness import __version__
 from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError
+from harness.runtime import interrupts
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
 
@@ -64,7 +65,7 @@ def executor_from_args(args: argparse.Namespace) -> tuple[str, str | None]:
     if address and executor != "ray":
         raise UsageError("--address names a Ray cluster; add --executor ray")
     if executor == "ray":
-        from harness.cluster.connect import require_ray
+        from harness.runtime.cluster.connect import require_ray
 
         require_ray()
     return executor, address

@@ -73,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_source(spec: str, side: str) -> str:
-    from harness.discovery import ROOTED, absolute_specs
+    from harness.contract.discovery import ROOTED, absolute_specs
 
     if ROOTED in spec and not spec.endswith(".py"):
         root = spec.partition(ROOTED)[0]
@@ -107,8 +107,7 @@ def _write(path: Path, text: str, flag: str) -> None:
 def run(args: argparse.Namespace) -> int:
     threshold = parse_threshold(args.threshold)
     settings = settings_from_args(args)
-    from harness import interrupts
-
+    from harness.runtime import interrupts
     interrupts.import_torch()
     from harness.bench.ab import run_ab
     from harness.bench.ab_files import write_sides

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness import interrupts
 from harness.analysis.scaling import OVERHEAD_RULE
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING, SUITES
@@ -27,11 +26,12 @@ from harness.cli.case_flags import add_case_arguments, overrides_from_args
 from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.errors import UsageError
-from harness.progress import Progress
 from harness.report.terminal import fits_table, format_seconds, results_table
 from harness.results import BenchCell, Run, Status
 from harness.results.files import dumps
 from harness.results.schema import INTEGRITY
+from harness.runtime import interrupts
+from harness.runtime.progress import Progress
 
 if TYPE_CHECKING:
     from harness.bench.settings import BenchSettings
@@ -182,7 +182,7 @@ def _resumed(args: argparse.Namespace) -> BenchSettings:
     plugins, executor and memory budget from this command line and this machine (a file is data)."""
     from harness.bench import resume_settings
     from harness.bench.resume import require_same_plugins
-    from harness.discovery import absolute_specs
+    from harness.contract.discovery import absolute_specs
 
     executor, address = executor_from_args(args)
     stored = resume_settings(args.resume)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness.dtypes import DTYPES
-from harness.flops import MODES
+from harness.case.dtypes import DTYPES
+from harness.reference.flops import MODES
 
 AXES = (("T", "sequence lengths"), ("d", "head dims"), ("heads", "query heads"), ("batch", "batch sizes"))
 """The integer axes a flag replaces (``--T``, ``--d``, ``--heads``, ``--batch``), with what each holds."""

@@ -9,10 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from harness import interrupts
-from harness.discovery import Registry, load_registry
+from harness.contract.discovery import Registry, load_registry
 from harness.errors import PluginError
 from harness.report.terminal import format_table
+from harness.runtime import interrupts
 
 __all__ = ["default_of", "format_table", "positive_int", "positive_number", "probability", "registry_from_args",
            "registry_of"]

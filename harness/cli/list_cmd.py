@@ -12,12 +12,12 @@ import os
 import shutil
 import textwrap
 
-from harness.availability import checking, reasons_or_failure, unsupported
 from harness.cli import add_plugin_argument
 from harness.cli.common import format_table, positive_number, registry_from_args
-from harness.discovery import Registry
-from harness.isolation import WorkerPool
-from harness.registry import Implementation
+from harness.contract.availability import checking, reasons_or_failure, unsupported
+from harness.contract.discovery import Registry
+from harness.contract.registry import Implementation
+from harness.runtime.isolation import WorkerPool
 
 HELP = "list implementations, their capabilities and availability"
 LIST_TIMEOUT_S = 600.0
@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def availability_here(impl: Implementation, source: str, pool: WorkerPool) -> str | None:
     """None if it runs on this machine's CPU (or on CUDA when present), else the reason. Its own ``available=``
-    check runs in a worker (:mod:`harness.availability`): a check that hangs or crashes is that reason."""
-    from harness.cases import AttentionCase
+    check runs in a worker (:mod:`harness.contract.availability`): a check that hangs or crashes is that reason."""
+    from harness.case.attention import AttentionCase
 
     device = "cpu" if "cpu" in impl.devices else impl.devices[0]
     case = AttentionCase(dtype=impl.dtypes[0], device=device, kind=impl.kind)

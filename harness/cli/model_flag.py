@@ -1,6 +1,6 @@
 """``--model NAME`` and ``--model list`` for the commands that run cases (verify, bench).
 
-``--model list`` prints the catalogue (:mod:`harness.models`) and ends the command; a name not in it is a
+``--model list`` prints the catalogue (:mod:`harness.case.models`) and ends the command; a name not in it is a
 usage error (exit 2) that lists every name.
 """
 
@@ -10,8 +10,8 @@ import argparse
 import json
 import sys
 
+from harness.case.models import catalogue_rows, model_named
 from harness.cli.common import format_table
-from harness.models import catalogue_rows, model_named
 
 LIST = "list"
 

@@ -56,8 +56,8 @@ def execute(request: ReportRequest) -> int:
     """Write the report (or the history) ``request`` describes and say where it is; exit status 0."""
     if request.history:
         return _history(request)
-    from harness.progress import Progress
     from harness.report.builder import STAGES, build_report  # pandas, matplotlib: only when a report is built
+    from harness.runtime.progress import Progress
 
     progress = Progress(len(STAGES), title="report")  # a bar on a terminal, nothing on a pipe
     try:

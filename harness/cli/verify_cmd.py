@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
+from harness.contract.registry import Implementation
 from harness.errors import Interrupted
-from harness.registry import Implementation
 from harness.report.terminal import problems, verify_table
 from harness.results import Run, new_run_id
 from harness.results.files import dumps

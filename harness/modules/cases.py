@@ -4,7 +4,7 @@ A module case describes ``Y = layer(X)`` for X of shape (B, T, d_model): either 
 self-attention with its projections (``layer="mha"``, checked against
 ``nn.MultiheadAttention``) or a whole Transformer encoder layer (``layer="encoder"``,
 checked against ``nn.TransformerEncoderLayer``, post-LN or pre-LN by ``norm_first``).
-It carries the fields :meth:`harness.registry.Implementation.not_supported_reasons`
+It carries the fields :meth:`harness.contract.registry.Implementation.not_supported_reasons`
 reads (kind, dtype, device, causal, mask, heads, kv_heads, grad, bias), so the same
 capability check skips what a module did not declare (GQA needs ``gqa=True``). A case may
 also continue a sequence: ``past`` positions already in a KV cache, as a decoder's next call.
@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.cases import CaseRecord
-from harness.devices import DEVICES
-from harness.dtypes import DTYPES
+from harness.case.attention import CaseRecord
+from harness.case.devices import DEVICES
+from harness.case.dtypes import DTYPES
+from harness.case.positional import ROPE_CONVENTIONS
 from harness.errors import UsageError
-from harness.positional import ROPE_CONVENTIONS
 
 if TYPE_CHECKING:
-    from harness.registry import Implementation
+    from harness.contract.registry import Implementation
 
 LAYERS = ("mha", "encoder")
 MODULE_MASKS = ("none", "key_padding")
@@ -51,7 +51,7 @@ class ModuleCase(CaseRecord):
     causal: bool = False
     mask: str = "none"
     bias: str = "none"
-    """Additive per-head attention bias: "alibi" (-slope_h |i - j|, :func:`harness.positional.alibi_slopes`), passed
+    """Additive per-head attention bias: "alibi" (-slope_h |i - j|, :func:`harness.case.positional.alibi_slopes`), passed
     to the module as a ``bias=`` tensor, or asked for as ``positional_bias="alibi"`` from a module that declared it
     computes ALiBi itself (``options={"positional_bias": ("alibi",)}``: its slopes for the head count are checked)."""
     rope: str = "none"
@@ -81,7 +81,7 @@ class ModuleCase(CaseRecord):
         return super().with_(**changes)
 
     # What the bench's budget and result cells read of any case (tq, tk, d, structures), and the cost of one
-    # call (harness.flops asks a case for its own): projections, attention and, in an encoder layer, the
+    # call (harness.reference.flops asks a case for its own): projections, attention and, in an encoder layer, the
     # feed-forward; fwd only (module cases take no gradients).
 
     @property

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
+from harness.case.positional import ROPE_CONVENTIONS, apply_rope
+from harness.contract.registry import Implementation, make_implementation
 from harness.errors import PluginError
-from harness.positional import ROPE_CONVENTIONS, apply_rope
-from harness.registry import Implementation, make_implementation
 
 if TYPE_CHECKING:
     from harness.modules.cases import ModuleCase

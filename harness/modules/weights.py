@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from harness.case.positional import alibi_bias
 from harness.modules.cases import ModuleCase
-from harness.positional import alibi_bias
-from harness.tensors import TORCH_DTYPES
+from harness.reference.tensors import TORCH_DTYPES
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ DEFAULT_BASELINE = "torch_sdpa"
 
 _LAZY = {"Report": "harness.report.builder", "build_report": "harness.report.builder",
          "Results": "harness.report.load", "load": "harness.report.load",
-         "Analysis": "harness.report.analysis", "analyse": "harness.report.analysis"}
+         "Analysis": "harness.report.findings", "analyse": "harness.report.findings"}
 
 __all__ = ["DEFAULT_BASELINE", "Analysis", "Report", "Results", "analyse", "build_report", "load"]
 

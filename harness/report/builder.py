@@ -19,7 +19,7 @@ import pandas as pd
 
 from harness.errors import UsageError
 from harness.report import DEFAULT_BASELINE, html, markdown, plots, roofline, structure_plots, tables, verify_plots
-from harness.report.analysis import Analysis, analyse
+from harness.report.findings import Analysis, analyse
 from harness.report.headline import Line
 from harness.report.load import Results, load
 from harness.report.sources import Source

@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
-from harness.cluster.node import kind_of
 from harness.errors import UsageError
 from harness.report.compare_inputs import check_inputs
 from harness.report.sources import load_run
 from harness.results import BenchCell, Run, Status, node_kind
+from harness.runtime.cluster.node import kind_of
 
 DEFAULT_THRESHOLD = 0.25
 DEFAULT_ALPHA = 0.05

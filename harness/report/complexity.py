@@ -188,7 +188,7 @@ def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, 
 
 def _scores_bytes(group: pd.DataFrame) -> float | None:
     """One head's (Tq, Tk) score matrix at the sweep's largest size, in the cells' dtype (None when unknown)."""
-    from harness.dtypes import itemsize
+    from harness.case.dtypes import itemsize
 
     try:
         last = group.loc[pd.to_numeric(group["tq"]).idxmax()]

@@ -19,7 +19,7 @@ import pandas as pd
 from harness.analysis.growth import Row, model_text
 
 if TYPE_CHECKING:
-    from harness.report.analysis import Analysis
+    from harness.report.findings import Analysis
     from harness.report.plots import Plot
 
 CSS = """

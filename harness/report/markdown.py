@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from harness.report.html import fmt
 
 if TYPE_CHECKING:
-    from harness.report.analysis import Analysis
+    from harness.report.findings import Analysis
     from harness.report.plots import Plot
 
 ICON = {"pass": "✅", "fail": "❌", "error": "❌", "crash": "💥", "timeout": "⏱️", "skipped": "➖"}
@@ -175,7 +175,7 @@ def _bandwidth_section(report: Analysis) -> list[str]:
 def declared_conventions(implementations: Mapping[str, Mapping[str, object]]) -> list[tuple[str, str]]:
     """(implementation, plain sentence) for each unusual convention a result file records (its capabilities'
     ``conventions``); a record this attnbench cannot read is left out, not guessed at."""
-    from harness.conventions import Conventions
+    from harness.contract.conventions import Conventions
     from harness.errors import PluginError
 
     notes = []

@@ -3,7 +3,7 @@ throughput, speedup and per-case figures here with the style every figure shares
 :mod:`harness.report.roofline`, the verify figures in :mod:`harness.report.verify_plots`, the structures' in
 :mod:`harness.report.structure_plots`.
 
-Each function draws one figure from what the analysis (:mod:`harness.report.analysis`) derived,
+Each function draws one figure from what the analysis (:mod:`harness.report.findings`) derived,
 or from the tidy tables where nothing is derived, and returns a :class:`Plot` (or None when the
 results hold nothing to draw); none fits anything. Scaling plots are log-log: the measured points
 and, as a thin line, the cost model the analysis fitted, with the leading exponent and its
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.growth import Row
-from harness.report.analysis import speedup_table
 from harness.report.complexity import Sweep, SweepFit, sweep
+from harness.report.findings import speedup_table
 from harness.results import Peak, peak_key
 
 DPI = 100
@@ -207,7 +207,7 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
 
 
 def speedup_frame(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.DataFrame]:
-    """Per T in the main sweep: baseline median / implementation median (:func:`harness.report.analysis.speedup_table`)."""
+    """Per T in the main sweep: baseline median / implementation median (:func:`harness.report.findings.speedup_table`)."""
     return speedup_table(bench, baseline)
 
 

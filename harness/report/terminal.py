@@ -155,7 +155,7 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
                  conventions: Mapping[str, Sequence[str]] | None = None) -> str:
     """The summary table, then the failing cases with their numbers, then distinct skip reasons, then the unusual
     conventions implementations declared (``conventions``: name -> plain sentences), which every verdict assumed."""
-    from harness.verify.tolerance import describe_rule
+    from harness.reference.tolerance import describe_rule
 
     lines = [f"rule: {describe_rule()}", ""]
     rows = [(name, r.kind, len(r.cases), r.checks, *(r.count(s) for s in ("pass", "fail", "error", "crash", "timeout",

@@ -1,5 +1,5 @@
 """The verify figures: the correctness matrix as a coloured grid, and the error against the float64 oracle as T
-grows. Drawn from the tables the analysis built (:mod:`harness.report.analysis`); nothing is judged here."""
+grows. Drawn from the tables the analysis built (:mod:`harness.report.findings`); nothing is judged here."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, ClassVar
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.errors import UsageError
 from harness.results.evidence import Integrity, Rounds
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
@@ -86,7 +86,7 @@ class BenchCell:
     ``prepare`` (a compile, a block mask; a first cell may include a one-off build). Never timed in
     the samples. Absent in files from before it was recorded."""
     bytes: float | None = None
-    """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.flops.compulsory_bytes`);
+    """Compulsory bytes of one call (Q, K, V read once, O written once: :func:`harness.reference.flops.compulsory_bytes`);
     None in files written without the bandwidth roofline (optional in v2)."""
     node: Node | None = None
     """Where the cell ran, on a cluster (None: the run's own machine, its ``environment``)."""

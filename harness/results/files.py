@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.cluster.node import cpu_model
 from harness.errors import DISK_FULL_ERRNOS, DiskFull, UsageError
-from harness.filelock import RunLock
-from harness.provenance import Provenance, plugin_provenance
 from harness.results.records import Config, Environment
 from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
+from harness.runtime.cluster.node import cpu_model
+from harness.runtime.filelock import RunLock
+from harness.runtime.provenance import Provenance, plugin_provenance
 
 RESULTS_DIR = Path("results")
 
@@ -183,7 +183,7 @@ class ResultWriter:
 
     Cells are appended, never changed; the run's records (peaks, fits, coverage,
     implementations) are set whole with :meth:`set`. The writer holds an exclusive lock on
-    the file (:class:`~harness.filelock.RunLock`) from creation to :meth:`finish` or
+    the file (:class:`~harness.runtime.filelock.RunLock`) from creation to :meth:`finish` or
     :meth:`close`, so two runs given one ``--out`` never interleave: the second refuses at
     once. It never replaces a file that is not a result file of the same command unless
     ``force`` is given.
@@ -195,7 +195,7 @@ class ResultWriter:
                  force: bool = False, provenance: Provenance | None = None) -> None:
         """``config`` is the command's settings, a :class:`Config` or its stored form (a JSON object).
         ``provenance``: the plugins' commit and packages when they were loaded elsewhere (a worker);
-        by default they are read from this process (:func:`harness.provenance.plugin_provenance`)."""
+        by default they are read from this process (:func:`harness.runtime.provenance.plugin_provenance`)."""
         self.path = Path(path)
         self._provenance = provenance
         config = Config.coerce(config)

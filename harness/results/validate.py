@@ -40,7 +40,7 @@ _CASE_TYPES: dict[str, Any] = {
     "cache_seqlens": tuple[int, ...] | None, "page_size": int | None, "aux_layout": str, "kv_dtype": str | None,
     "growth": bool,
 }
-"""The case fields readers compute with (:class:`harness.cases.AttentionCase`); others are free-form."""
+"""The case fields readers compute with (:class:`harness.case.attention.AttentionCase`); others are free-form."""
 _SIZES = ("batch", "heads", "tq", "d", "kv_heads", "tk", "page_size")
 _METRICS = ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor", "T")
 """The verify metrics readers compute with: numbers (or null)."""

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from harness.cases import AttentionCase
-from harness.registry import Implementation
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
 from harness.verify.checks import CheckResult, check_grad, check_output, guarded, large_case
 from harness.verify.growth import CHECK, check_growth
 from harness.verify.lse import CHECK as LSE_CHECK

@@ -21,9 +21,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.cases import AttentionCase
-from harness.integrity import live_threads, result_problem, thread_problem
-from harness.oracle import (
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
+from harness.reference.integrity import live_threads, result_problem, thread_problem
+from harness.reference.oracle import (
     allowed_keys,
     allowed_rows,
     capped,
@@ -32,20 +33,19 @@ from harness.oracle import (
     reference_rows,
     sample_rows,
 )
-from harness.registry import Implementation
-from harness.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
+from harness.reference.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
+from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 from harness.verify.boundary import Watch, arguments
 from harness.verify.empty_rows import as_contract_rows as as_contract_rows
 from harness.verify.empty_rows import by_empty_row_convention, empty_query_rows
 from harness.verify.outcome import CheckResult as CheckResult
-from harness.verify.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
 SEED_BASE = 1000
 """Trial ``i`` draws its inputs with seed ``SEED_BASE + i``."""
 SAMPLE_ABOVE_SCORES = 1 << 22
 """A case with more scores (B x H x Tq x Tk) than this is checked on sampled query rows: the float64
-oracle of a whole large case is dear, that of a few rows exact and cheap (:func:`harness.oracle.reference_rows`)."""
+oracle of a whole large case is dear, that of a few rows exact and cheap (:func:`harness.reference.oracle.reference_rows`)."""
 SAMPLED_ROWS = 48
 """Query rows checked per trial of a large case: random ones, always with the first and the last."""
 LARGE_ELEMENTS = 1 << 22
@@ -186,7 +186,7 @@ _CALLED: set[str] = set()
 
 def returned_problem(impl: Implementation, inputs: Inputs, out: Any, threads: frozenset[int]) -> str | None:
     """An exact, materialised array of its own, with no thread of the call left running
-    (:mod:`harness.integrity`, the checks bench applies to its timed calls too). A first call may
+    (:mod:`harness.reference.integrity`, the checks bench applies to its timed calls too). A first call may
     start a thread pool that stays for later calls, so threads are checked from the second call on."""
     named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias),
              ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages)]

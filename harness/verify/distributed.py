@@ -19,16 +19,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from harness.availability import checking, unsupported
-from harness.cluster.node import NodeIdentity
-from harness.cluster.remote import run_in_pool
-from harness.cluster.stream import Submitter, placement, stream
-from harness.isolation import CRASH, THREAD_VARIABLES, Outcome, Task
-from harness.registry import Implementation
+from harness.contract.availability import checking, unsupported
+from harness.contract.registry import Implementation
+from harness.runtime.cluster.node import NodeIdentity
+from harness.runtime.cluster.remote import run_in_pool
+from harness.runtime.cluster.stream import Submitter, placement, stream
+from harness.runtime.isolation import CRASH, THREAD_VARIABLES, Outcome, Task
 
 if TYPE_CHECKING:
-    from harness.cluster.connect import RayCluster
-    from harness.cluster.remote import NodeResult
+    from harness.runtime.cluster.connect import RayCluster
+    from harness.runtime.cluster.remote import NodeResult
 
 MAX_CASES_PER_TASK = 32
 """At most this many cases of one implementation per Ray task (about a second of work in quick)."""

@@ -1,4 +1,4 @@
-"""Rows with no allowed key under declared conventions (:mod:`harness.conventions`).
+"""Rows with no allowed key under declared conventions (:mod:`harness.contract.conventions`).
 
 The contract gives such a row zeros; a kernel may declare the mean of V, NaN, or no specified value. The output
 check compares those rows to the declared value (:func:`by_empty_row_convention`); the properties, which are
@@ -11,11 +11,11 @@ from typing import Any
 
 import torch
 
-from harness.cases import AttentionCase
-from harness.conventions import Conventions, empty_rows
-from harness.oracle import allowed_keys, allowed_rows, expand_kv
-from harness.registry import Implementation
-from harness.tensors import Inputs
+from harness.case.attention import AttentionCase
+from harness.contract.conventions import Conventions, empty_rows
+from harness.contract.registry import Implementation
+from harness.reference.oracle import allowed_keys, allowed_rows, expand_kv
+from harness.reference.tensors import Inputs
 
 
 def empty_query_rows(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> torch.Tensor | None:

@@ -13,7 +13,7 @@ keeps no database under a fixed seed, so attnbench keeps its own: every minimal 
 to ``results/.hypothesis/<implementation>.json`` and is checked first next time, before any
 search (a fixed bug shows as a pass there, a regression at once).
 
-The whole search for one implementation runs in one worker process (:mod:`harness.isolation`):
+The whole search for one implementation runs in one worker process (:mod:`harness.runtime.isolation`):
 a crash or a hang costs that implementation's search, recorded as such.
 """
 
@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
-from harness.registry import Implementation
+from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
+from harness.contract.registry import Implementation
 from harness.results import ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
 from harness.verify.pairwise import tensor_layouts
@@ -190,11 +190,11 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], che
                        and v != AttentionCase.__dataclass_fields__[k].default)
     lines = [
         f"# attnbench verify --fuzz: the minimal failing case of {name} ({check})",
-        "from harness.cases import AttentionCase",
+        "from harness.case.attention import AttentionCase",
         "from harness.verify.checks import SEED_BASE, call, logit_max, oracle_and_base",
-        "from harness.discovery import load_registry",
-        "from harness.tensors import make_inputs, to_float64",
-        "from harness.verify.tolerance import OUTPUT_M, compare",
+        "from harness.contract.discovery import load_registry",
+        "from harness.reference.tensors import make_inputs, to_float64",
+        "from harness.reference.tolerance import OUTPUT_M, compare",
         "",
         f"impl = load_registry({json.dumps(list(plugins))}).get({name!r})",
         f"case = AttentionCase({fields})",
@@ -232,8 +232,8 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
     """One implementation's search, in a worker: its verify cell (check "fuzz")."""
     import sys
 
-    from harness.isolation import OK, Task, WorkerPool
     from harness.results import write_json_atomic
+    from harness.runtime.isolation import OK, Task, WorkerPool
 
     cell = VerifyCell(implementation=impl.name, kind=impl.kind, case=None, case_id="-", group="fuzz", check="fuzz",
                       status=Status.SKIPPED)

@@ -17,12 +17,12 @@ from typing import Any
 
 import torch
 
-from harness.cases import AttentionCase
-from harness.oracle import reference_attention
-from harness.registry import Implementation
-from harness.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
+from harness.reference.tolerance import OUTPUT_M, baseline_attention, compare
 from harness.verify.checks import SEED_BASE, CheckResult, call, cell, structure_problem
-from harness.verify.tolerance import OUTPUT_M, baseline_attention, compare
 
 CHUNK = 1024
 CHECK = "error_growth"

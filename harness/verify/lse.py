@@ -4,7 +4,7 @@ A kernel that returns ``(out, lse)`` (FlashAttention's ``softmax_lse``, xformers
 next step: split-KV decoding merges partial outputs by it, the backward pass rebuilds the softmax from it, ring
 attention combines shards with it. A wrong LSE with a right output passes every output check and breaks those, so
 the LSE is a check of its own: per query row, the log of the softmax's denominator over the allowed keys
-(:func:`harness.oracle.reference_lse`, the sink included), in the base the kernel declares (``lse_base``: a base-2
+(:func:`harness.reference.oracle.reference_lse`, the sink included), in the base the kernel declares (``lse_base``: a base-2
 LSE is the natural one over ln 2), by the output's rule: ``max|lse - oracle| <= m * max|base - oracle| + floor``,
 ``base`` the same logsumexp computed in the case's dtype. The LSE is an absolute quantity (a logit moved by
 ``delta`` moves it by at most ``delta``), so its floor is ``FLOORS[dtype] + eps * (max|logit| + ln Tk)``, the
@@ -19,13 +19,13 @@ import math
 
 import torch
 
-from harness.cases import AttentionCase
-from harness.conventions import WITH_LSE
-from harness.oracle import reference_lse
-from harness.registry import Implementation
-from harness.tensors import TORCH_DTYPES, make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.conventions import WITH_LSE
+from harness.contract.registry import Implementation
+from harness.reference.oracle import reference_lse
+from harness.reference.tensors import TORCH_DTYPES, make_inputs, to_float64
+from harness.reference.tolerance import OUTPUT_M, Verdict, compare
 from harness.verify.checks import SEED_BASE, CheckResult, call, finish, logit_max, sampled_rows
-from harness.verify.tolerance import OUTPUT_M, Verdict, compare
 
 CHECK = "lse"
 

@@ -1,4 +1,4 @@
-"""``verify --model NAME``: a catalogue model's calls (:mod:`harness.models`) as the cases to check.
+"""``verify --model NAME``: a catalogue model's calls (:mod:`harness.case.models`) as the cases to check.
 
 Each implementation gets the model's prefill (forward, and with gradients when it declares them) and
 decode cases in its primary dtype, and in bfloat16 too when it declares it (what the models run in), on
@@ -14,9 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.cases import AttentionCase
-from harness.models import ModelAttention, fitting_length, model_cases
-from harness.registry import Implementation
+from harness.case.attention import AttentionCase
+from harness.case.models import ModelAttention, fitting_length, model_cases
+from harness.contract.registry import Implementation
 from harness.verify.suites import devices_here, primary_dtype
 
 PREFILL_LENGTHS = (256, 512, 1024)

@@ -8,11 +8,11 @@ runs on the same draw tell a user where to look:
   where the layer goes wrong;
 - for ALiBi, each head alone (``out_proj`` keeps only that head's columns, so the output is that head's
   attention mapped to d_model, reference likewise): the heads that fail are the heads whose slope (or
-  distance) is wrong, named with the slope :func:`harness.positional.alibi_slopes` expects there. A layer
+  distance) is wrong, named with the slope :func:`harness.case.positional.alibi_slopes` expects there. A layer
   that computes 2^(-8 i / H) for a head count that is not a power of two, or interleaves the extra slopes
   wrongly, is off on exactly those heads.
 
-Each run is judged by the output rule itself (:func:`harness.verify.tolerance.compare`).
+Each run is judged by the output rule itself (:func:`harness.reference.tolerance.compare`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from typing import Any
 
 import torch
 
+from harness.case.positional import alibi_slopes
 from harness.modules.cases import ModuleCase
 from harness.modules.weights import ModuleInputs, MultiheadWeights, make_module_inputs
-from harness.positional import alibi_slopes
-from harness.tensors import TORCH_DTYPES, to_float64
+from harness.reference.tensors import TORCH_DTYPES, to_float64
+from harness.reference.tolerance import compare
 from harness.verify.module_reference import baseline_output, reference_output, weighted_logit
-from harness.verify.tolerance import compare
 
 Run = Callable[[ModuleCase, ModuleInputs], Any]
 """Call the implementation on one trial's inputs (``harness.verify.modules.run_module`` bound to it)."""

@@ -8,7 +8,7 @@ nested tensors), so the reference is the plain math path. The same function run 
 case's dtype is the *baseline*, the error yardstick of the pass rule.
 
 RoPE, grouped-query attention and a KV cache have no place in ``nn.MultiheadAttention``: for
-those cases the reference is the same computation written out (``F.linear`` projections, :func:`harness.positional.apply_rope`
+those cases the reference is the same computation written out (``F.linear`` projections, :func:`harness.case.positional.apply_rope`
 on each head's q and k, the float64 oracle, ``F.linear``); tests check that this
 composition equals ``nn.MultiheadAttention`` to float64 rounding when there is no RoPE.
 """
@@ -18,11 +18,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from harness.case.positional import apply_rope
 from harness.modules.cases import ModuleCase
 from harness.modules.weights import EncoderLayerWeights, ModuleInputs, MultiheadWeights
-from harness.oracle import expand_kv, reference_attention
-from harness.positional import apply_rope
-from harness.tensors import TORCH_DTYPES
+from harness.reference.oracle import expand_kv, reference_attention
+from harness.reference.tensors import TORCH_DTYPES
 
 
 def attention_masks(case: ModuleCase, mask: torch.Tensor | None, bias: torch.Tensor | None,
@@ -84,7 +84,7 @@ def composed_mha(case: ModuleCase, x: torch.Tensor, w: MultiheadWeights, mask: t
     Grouped-query attention splits the packed projection into Q (D rows), K and V (kv_heads x head_dim rows
     each); a KV cache ``past`` (keys, values) goes before the new keys, the new tokens are rotated at their
     positions after it, and causal masking is bottom-right."""
-    from harness.verify.tolerance import baseline_attention
+    from harness.reference.tolerance import baseline_attention
 
     b, t = case.batch, case.seq
     q, k, v = _heads(case, x, w, past)

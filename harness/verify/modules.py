@@ -2,7 +2,7 @@
 
 The verify runner dispatches on ``impl.kind`` and calls :func:`module_cases` and
 :func:`check_module_case` for ``kind="module"``. The pass rule is the kernels' rule
-(:func:`harness.verify.tolerance.compare`): ``max|out - ref| <= m * max|base - ref| + floor(dtype)``,
+(:func:`harness.reference.tolerance.compare`): ``max|out - ref| <= m * max|base - ref| + floor(dtype)``,
 with ``ref`` the PyTorch module in float64 and ``base`` the same module in the case's
 dtype (e.g. ``nn.MultiheadAttention`` in float32), and the kernels' ``m`` (2) and floors.
 Measured over the full module suite, correct modules stay within 1.7x PyTorch's own error
@@ -22,15 +22,15 @@ from typing import Any
 
 import torch
 
+from harness.contract.registry import Implementation
 from harness.modules.cases import ModuleCase, module_layers, module_positional_biases
 from harness.modules.weights import ModuleInputs, make_module_inputs
-from harness.registry import Implementation
-from harness.tensors import dtype_name, to_float64
+from harness.reference.tensors import dtype_name, to_float64
+from harness.reference.tolerance import OUTPUT_M, compare
 from harness.verify.module_positional import positional_diagnosis
 from harness.verify.module_reference import baseline_output, reference_output, weighted_logit
 from harness.verify.outcome import CheckResult
 from harness.verify.suites import SUITES
-from harness.verify.tolerance import OUTPUT_M, compare
 
 MODULE_M = OUTPUT_M
 
@@ -216,7 +216,7 @@ def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bo
 
 def _like(x64: torch.Tensor, template: Any, case: ModuleCase) -> Any:
     """``x64`` rounded to the case's dtype, as the implementation's backend takes it."""
-    from harness.tensors import TORCH_DTYPES
+    from harness.reference.tensors import TORCH_DTYPES
 
     x = x64.to(TORCH_DTYPES[case.dtype])
     if isinstance(template, torch.Tensor):

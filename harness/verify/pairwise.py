@@ -21,8 +21,8 @@ from typing import Any, cast
 
 from allpairspy import AllPairs
 
-from harness.cases import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
-from harness.registry import Implementation
+from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
+from harness.contract.registry import Implementation
 from harness.results import Coverage
 from harness.verify.structured import apply_structure, expressible, invalid, structure_kinds, structure_label
 

@@ -10,7 +10,7 @@
 - ``block_sizes``: an implementation that declares ``options={"block_q": (...),
   "block_k": (...)}`` gives a result within the rule for several block sizes.
 
-Tolerances come from the same rule as the output check (:mod:`harness.verify.tolerance`): a
+Tolerances come from the same rule as the output check (:mod:`harness.reference.tolerance`): a
 difference between two calls of the implementation may be the sum of two allowed errors,
 ``2 * (m * baseline error + floor)``. Properties run on one seeded trial, and only on
 cases small enough (B*H*Tq*Tk <= PROPERTY_MAX_SCORES) to keep the suites fast.
@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.cases import AttentionCase
-from harness.oracle import allowed_keys, expand_kv
-from harness.registry import Implementation
-from harness.tensors import Inputs, make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
+from harness.reference.oracle import allowed_keys, expand_kv
+from harness.reference.tensors import Inputs, make_inputs, to_float64
+from harness.reference.tolerance import OUTPUT_M, compare, floor_for
 from harness.verify.checks import (
     FAIL,
     PASS,
@@ -43,7 +44,6 @@ from harness.verify.checks import (
     oracle_and_base,
     structure_problem,
 )
-from harness.verify.tolerance import OUTPUT_M, compare, floor_for
 
 PROPERTY_MAX_SCORES = 300_000
 HULL_MAX_ELEMENTS = 3_000_000

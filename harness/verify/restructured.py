@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from harness.cases import AttentionCase
-from harness.registry import Implementation
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
 from harness.verify.checks import PASS, CheckResult, cell, check_output
 
 NAME = "property:restructured"

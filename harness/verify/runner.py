@@ -1,6 +1,6 @@
 """Orchestration of a verify run: cases per implementation, checks in worker processes, cells on disk.
 
-Each implementation gets its own :class:`~harness.isolation.WorkerPool`: its plugin code
+Each implementation gets its own :class:`~harness.runtime.isolation.WorkerPool`: its plugin code
 only ever runs there, one case per task, so a crash or a hang costs that case (recorded
 as ``crash`` or ``timeout``) and a fresh worker takes the rest. A worker loads only the
 source that declares its implementation (once per process), so no other plugin's import
@@ -24,10 +24,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.availability import unsupported
-from harness.cluster.node import NodeIdentity
-from harness.executor import Executor, LocalExecutor
-from harness.isolation import (
+from harness.contract.availability import unsupported
+from harness.contract.registry import Implementation
+from harness.results import Node, ResultWriter, Status, VerifyCell
+from harness.runtime.cluster.node import NodeIdentity
+from harness.runtime.executor import Executor, LocalExecutor
+from harness.runtime.isolation import (
     CRASH,
     ERROR,
     OK,
@@ -40,14 +42,12 @@ from harness.isolation import (
     kill_all_workers,
     memory_cap,
 )
-from harness.progress import Progress
-from harness.registry import Implementation
-from harness.results import Node, ResultWriter, Status, VerifyCell
+from harness.runtime.progress import Progress
 from harness.verify.outcome import CheckResult
 from harness.verify.worker import WARM_UP_TIMEOUT_S, kind_functions, run_case, warm_up
 
 if TYPE_CHECKING:
-    from harness.cluster.connect import RayCluster
+    from harness.runtime.cluster.connect import RayCluster
     from harness.verify.model_cases import ModelPlan
 
 # ---- parent side ----------------------------------------------------------------------------
@@ -74,7 +74,7 @@ class VerifyRun:
 
     impls: list[Implementation]
     sources: Mapping[str, str]
-    """Implementation name -> the source that declares it (:attr:`harness.discovery.Registry.sources`)."""
+    """Implementation name -> the source that declares it (:attr:`harness.contract.discovery.Registry.sources`)."""
     suite: str
     trials: int
     timeout: float
@@ -88,7 +88,7 @@ class VerifyRun:
     flush_every_s: float = 2.0
     """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
     model: ModelPlan | None = None
-    """A catalogue model (:mod:`harness.models`) and its lengths: its calls are the cases, instead of the suite's."""
+    """A catalogue model (:mod:`harness.case.models`) and its lengths: its calls are the cases, instead of the suite's."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -251,7 +251,7 @@ class VerifyRun:
 
 @dataclass(frozen=True)
 class _VerifyJob:
-    """A verify run's plans, as a :class:`~harness.executor.Job`."""
+    """A verify run's plans, as a :class:`~harness.runtime.executor.Job`."""
 
     run: VerifyRun
     plans: list[tuple[Implementation, list[Any], str | None]]

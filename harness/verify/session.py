@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.discovery import Registry, absolute_specs, load_registry
+from harness.contract.discovery import Registry, absolute_specs, load_registry
 from harness.errors import DiskFull, Interrupted, PluginError, UsageError
-from harness.executor import open_executor
-from harness.isolation import DEFAULT_TIMEOUT_S
 from harness.results import RESULTS_DIR, Config, ResultWriter, Run, new_run_id
+from harness.runtime.executor import open_executor
+from harness.runtime.isolation import DEFAULT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class VerifySettings:
     """"local" (worker processes here) or "ray" (every case a Ray task on the cluster at ``address``)."""
     address: str | None = None
     model: str | None = None
-    """A catalogue model (``--model``, :mod:`harness.models`): check its calls instead of the suite's cases."""
+    """A catalogue model (``--model``, :mod:`harness.case.models`): check its calls instead of the suite's cases."""
 
 
 def default_out() -> Path:
@@ -53,8 +53,8 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     A Ctrl-C leaves a valid file (``complete: false``) and raises
     :class:`~harness.errors.Interrupted` saying where it is.
     """
+    from harness.reference.tolerance import rule_config
     from harness.verify.runner import VerifyRun
-    from harness.verify.tolerance import rule_config
 
     plugins = absolute_specs(settings.plugins)
     if registry is None:
@@ -73,7 +73,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
         raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
     model_plan = None
     if settings.model is not None:
-        from harness.models import model_named
+        from harness.case.models import model_named
         from harness.verify.model_cases import model_config, model_plan_of
 
         if settings.fuzz:

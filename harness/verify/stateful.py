@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.cases import AttentionCase
-from harness.registry import Implementation
-from harness.tensors import Inputs, make_inputs, to_float64
+from harness.case.attention import AttentionCase
+from harness.contract.registry import Implementation
+from harness.reference.tensors import Inputs, make_inputs, to_float64
+from harness.reference.tolerance import OUTPUT_M, compare
 from harness.verify.boundary import shares_storage
 from harness.verify.checks import (
     PASS,
@@ -37,7 +38,6 @@ from harness.verify.checks import (
     oracle_and_base,
     structure_problem,
 )
-from harness.verify.tolerance import OUTPUT_M, compare
 
 
 def _write_in_place(target: Any, source: Any) -> None:

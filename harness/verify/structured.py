@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.cases import CaseFields
-from harness.registry import Implementation
+from harness.case.attention import CaseFields
+from harness.contract.registry import Implementation
 
 KINDS = ("none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache", "cache_window",
          "cache_tl", "paged", "paged_div")

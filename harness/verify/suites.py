@@ -26,9 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from harness.cases import AttentionCase, CaseFields
+from harness.case.attention import AttentionCase, CaseFields
+from harness.contract.registry import Implementation
 from harness.errors import UsageError
-from harness.registry import Implementation
 from harness.verify.pairwise import SUITE_AXES, pairwise_cases
 
 SUITES = ("small", "quick", "full")
@@ -178,7 +178,7 @@ def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
 
 
 def _decode(tiny: bool) -> list[Template]:
-    """Decode steps against a KV cache (:mod:`harness.decode`): ragged lengths (one of 0, one shorter than
+    """Decode steps against a KV cache (:mod:`harness.case.decode`): ragged lengths (one of 0, one shorter than
     Tq: rows with no key), GQA and MQA, Tq 1..16 at the end of each sequence, paged caches (a page size that
     does not divide Tk), KV caches stored in bf16/fp16 beside fp32 queries (``kv_dtype``, for implementations
     that declare ``kv_dtypes``), and, beyond the tiny suite, a cache long enough to be split across pieces."""
@@ -307,11 +307,11 @@ def _plan(suite: str) -> list[Template]:
 
 
 def _real_models() -> list[Template]:
-    """The commonest real shapes, from the model catalogue (:mod:`harness.models`; ``verify --model`` runs any
+    """The commonest real shapes, from the model catalogue (:mod:`harness.case.models`; ``verify --model`` runs any
     entry whole): Llama 3.1 8B's prefill (32 query / 8 KV heads, d 128, causal, a prompt of 300 tokens) and
     gpt-oss's decode step (64 / 8 heads, d 64, a batch of 4 ragged caches of up to 1,030 keys) in both its
     layer kinds: the sliding window of 128 (bottom-right) and full attention."""
-    from harness.models import model_cases, model_named
+    from harness.case.models import model_cases, model_named
 
     cases = (*model_cases(model_named("llama-3.1-8b"), "prefill", length=300).cases,
              *model_cases(model_named("gpt-oss-20b"), "decode", length=1030, batch=4).cases)
@@ -327,7 +327,7 @@ def primary_dtype(impl: Implementation) -> str:
 
 def devices_here(impl: Implementation) -> tuple[str, ...]:
     """The declared devices this machine has; all declared ones when it has none (they are then skipped)."""
-    from harness.registry import _cuda_available
+    from harness.contract.registry import _cuda_available
 
     present = tuple(d for d in impl.devices if d == "cpu" or _cuda_available())
     return present or impl.devices

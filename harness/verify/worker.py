@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from harness.registry import Implementation
+from harness.contract.registry import Implementation
 from harness.verify.outcome import CheckResult
 
 CasesFn = Callable[[Implementation, str], list[Any]]
@@ -51,7 +51,7 @@ WARM_UP_TIMEOUT_S = 300.0
 def _worker_impl(source: str, name: str, threads: int) -> tuple[Implementation, CheckFn]:
     import torch
 
-    from harness.discovery import load_implementation
+    from harness.contract.discovery import load_implementation
 
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)

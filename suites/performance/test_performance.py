@@ -13,10 +13,10 @@ from __future__ import annotations
 import pytest
 
 from harness.bench.timing import synchronized_perf_counter
-from harness.cases import AttentionCase
-from harness.flops import attention_flops
+from harness.case.attention import AttentionCase
 from harness.pytest_plugin import selected_implementations
-from harness.tensors import make_inputs
+from harness.reference.flops import attention_flops
+from harness.reference.tensors import make_inputs
 
 SHAPES = (
     AttentionCase(batch=1, heads=4, tq=256, d=64),

@@ -256,7 +256,7 @@ def test_a_node_lost_mid_run_loses_no_recorded_cell(cluster: Cluster, tmp_path: 
 
 def _small_case_ids(name: str) -> set[str]:
     """Every case id of the small suite for a built-in: what a run that lost nothing holds."""
-    from harness.discovery import load_registry
+    from harness.contract.discovery import load_registry
     from harness.verify.suites import kernel_cases
 
     return {c.id for c in kernel_cases(load_registry().get(name), "small")}

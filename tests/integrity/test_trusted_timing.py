@@ -20,7 +20,7 @@ from harness.bench.guard import InputSet, RoundedLoop, timed_loop
 from harness.bench.timekeeper import END, START, Timekeeper, connect, flush, null_and_calls
 from harness.bench.timing import TimingConfig
 from harness.bench.verdicts import Timed, judge
-from harness.capabilities import Capabilities
+from harness.contract.capabilities import Capabilities
 from harness.results import Integrity, Stamped, Status
 
 ONE_ROUND = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=6)
@@ -174,8 +174,8 @@ def test_the_parent_stamps_each_call_and_a_slowed_worker_clock_is_implausible() 
 def test_the_worker_check_finds_a_wrong_call_among_fresh_inputs(mode: str) -> None:
     """A real implementation through build_set and check_kept: honest passes; every-other-row fails."""
     from harness.bench.audit import build_set, check_kept, draw_sets
-    from harness.cases import AttentionCase
-    from harness.registry import Implementation
+    from harness.case.attention import AttentionCase
+    from harness.contract.registry import Implementation
 
     case = AttentionCase(batch=1, heads=2, tq=32, tk=32, d=16)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.integrity import live_threads, result_problem, thread_problem
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.reference.integrity import live_threads, result_problem, thread_problem
 from harness.verify.checks import check_output
 
 HERE = Path(__file__).parent

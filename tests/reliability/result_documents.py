@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.results import Run
 from harness.results.cells import BenchCell, VerifyCell, cell_to_json
 

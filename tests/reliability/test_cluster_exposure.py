@@ -1,11 +1,11 @@
-"""Reading which ports listen on every interface (harness.cluster.exposure): the kernel's table format, and a
+"""Reading which ports listen on every interface (harness.runtime.cluster.exposure): the kernel's table format, and a
 real listener on 127.0.0.1."""
 
 from __future__ import annotations
 
 import socket
 
-from harness.cluster.exposure import RECIPE, exposed, exposure_warning, listening, read_tables
+from harness.runtime.cluster.exposure import RECIPE, exposed, exposure_warning, listening, read_tables
 
 HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 TCP = HEADER + (

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gates import finish
 
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.cli import main
 from harness.results import load_results
 

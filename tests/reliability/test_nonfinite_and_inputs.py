@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.registry import register
-from harness.tolerance import compare
+from harness.case.attention import AttentionCase
+from harness.contract.registry import register
+from harness.reference.tolerance import compare
 from harness.verify.properties import slices
 
 PLUGIN = '''

@@ -98,7 +98,7 @@ def test_the_command_process_keeps_its_state_when_a_plugin_changes_it_at_import(
     (tmp_path / "badimport.py").write_text(BAD_IMPORT)
     probe = (
         "import os, numpy as np, torch\n"
-        "from harness.discovery import load_registry\n"
+        "from harness.contract.discovery import load_registry\n"
         "before = (np.geterr(), torch.get_default_dtype(), torch.get_num_threads(), dict(os.environ))\n"
         f"registry = load_registry([{str(tmp_path / 'badimport.py')!r}])\n"
         "assert 'badimport' in registry, registry.errors\n"

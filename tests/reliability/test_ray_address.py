@@ -58,7 +58,7 @@ def test_an_address_that_accepts_and_never_answers_is_refused_within_the_connect
     import threading
     import time
 
-    from harness.cluster.connect import CONNECT_TIMEOUT_S
+    from harness.runtime.cluster.connect import CONNECT_TIMEOUT_S
 
     listener = socket.create_server(("127.0.0.1", 0))
     held: list[socket.socket] = []

@@ -20,8 +20,8 @@ ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'attn
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from harness.cluster.connect import CONNECT_LIMIT_S  # noqa: E402
-from harness.cluster.exposure import listening, read_tables  # noqa: E402
+from harness.runtime.cluster.connect import CONNECT_LIMIT_S  # noqa: E402
+from harness.runtime.cluster.exposure import listening, read_tables  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(420), pytest.mark.slow]
 BOUND_S = CONNECT_LIMIT_S + 90.0
@@ -62,7 +62,7 @@ def _one_error(done: subprocess.CompletedProcess[str], address: str) -> str:
 
 def test_a_grpc_server_that_is_not_the_gcs_is_refused_in_bounded_time(cluster: Cluster, tmp_path: Path) -> None:
     """The head's raylet port answers HTTP/2 as the GCS does, but is not it: Ray's own attempts at the cluster id
-    are cut (harness.cluster.connect.RAY_LIMITS), so its error comes, as exit 2, well within the connect limit."""
+    are cut (harness.runtime.cluster.connect.RAY_LIMITS), so its error comes, as exit 2, well within the connect limit."""
     address = f"127.0.0.1:{cluster.head_node.node_manager_port}"
     done, took = _verify(address, tmp_path / "r.json")
     assert "cannot reach a Ray cluster" in _one_error(done, address)
@@ -103,7 +103,7 @@ def test_connecting_keeps_the_commands_stop_signal_handler_and_warns_of_nothing_
     handler stays; and a cluster started on loopback draws no warning about listening on every interface."""
     import signal
 
-    from harness.cluster.connect import _cluster_ports, connect
+    from harness.runtime.cluster.connect import _cluster_ports, connect
 
     def ours(signum: int, frame: object) -> None:
         raise AssertionError("not expected to run")
@@ -130,7 +130,7 @@ def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(tmp_path: 
     probe waits CONNECT_TIMEOUT_S for the server's SETTINGS, then exit 2; Ray itself would retry for minutes."""
     import signal
 
-    from harness.cluster.connect import CONNECT_TIMEOUT_S
+    from harness.runtime.cluster.connect import CONNECT_TIMEOUT_S
 
     c = _cluster()
     address = c.address

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.stats import summarize
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.report.compare import NOT_COMPARABLE, compare_files
 from harness.report.load import load
 from harness.report.plots import speedup_frame

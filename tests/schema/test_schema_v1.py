@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.report.analysis import analyse
+from harness.report.findings import analyse
 from harness.report.load import load
 from harness.report.markdown import HEADLINE
 

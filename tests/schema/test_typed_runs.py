@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench.sweeps import PlannedCell
-from harness.cases import AttentionCase
+from harness.case.attention import AttentionCase
 from harness.errors import UsageError
 from harness.results import BenchCell, CellKey, Run, Status, VerifyCell, read_run
 from harness.results.schema import cell_from_json, cell_to_json

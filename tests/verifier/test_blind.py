@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.registry import Implementation
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.contract.registry import Implementation
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.suites import kernel_cases
 

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 
-from harness.discovery import load_registry
-from harness.registry import Implementation
+from harness.contract.discovery import load_registry
+from harness.contract.registry import Implementation
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.modules import check_module_case, module_cases
 from harness.verify.suites import kernel_cases

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.tensors import make_inputs
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.reference.tensors import make_inputs
 from harness.verify.boundary import Watch, shares_storage
 from harness.verify.checks import SAMPLE_ABOVE_SCORES, check_grad, check_output, large_case
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.contract.registry import Implementation
 from harness.errors import UsageError
 from harness.modules.cases import ModuleCase
-from harness.registry import Implementation
-from harness.tensors import HUGE_LOGIT, make_inputs
+from harness.reference.tensors import HUGE_LOGIT, make_inputs
 from harness.verify.modules import module_cases
 from harness.verify.pairwise import pairwise_cases
 from harness.verify.properties import permutation

@@ -7,9 +7,9 @@ from pathlib import Path
 import torch
 
 from harness import register
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.registry import make_implementation
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.contract.registry import make_implementation
 from harness.report.builder import build_report
 from harness.results import ResultWriter, VerifyCell
 from harness.verify.case_checks import check_kernel_case

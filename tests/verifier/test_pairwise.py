@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import itertools
 
-from harness.cases import AttentionCase
-from harness.registry import make_implementation
-from harness.tensors import make_inputs
+from harness.case.attention import AttentionCase
+from harness.contract.registry import make_implementation
+from harness.reference.tensors import make_inputs
 from harness.verify.pairwise import GQA, axes_for, case_values, coverage, pairwise_cases
 from harness.verify.suites import kernel_cases
 

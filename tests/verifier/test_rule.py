@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.cases import AttentionCase
-from harness.discovery import load_registry
-from harness.oracle import reference_attention
-from harness.registry import make_implementation
-from harness.tensors import make_inputs
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_registry
+from harness.contract.registry import make_implementation
+from harness.reference.oracle import reference_attention
+from harness.reference.tensors import make_inputs
+from harness.reference.tolerance import FLOORS, baseline_attention, compare
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.suites import SUITES, kernel_cases
-from harness.verify.tolerance import FLOORS, baseline_attention, compare
 from harness.verify.worker import kind_functions
 
 REGISTRY = load_registry()

@@ -59,7 +59,7 @@ def _timed(fn) -> float:
 
 
 def floor_s(q, k, v) -> float:
-    """The harness's physics floor of a forward call on these inputs (harness.flops' count, roofs above)."""
+    """The harness's physics floor of a forward call on these inputs (harness.reference.flops' count, roofs above)."""
     gflops, gbps = _roofs()
     b, h, tq, d = q.shape
     tk = k.shape[-2]

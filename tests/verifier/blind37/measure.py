@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from harness.discovery import load_registry
+from harness.contract.discovery import load_registry
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.modules import check_module_case, module_cases
 from harness.verify.suites import kernel_cases

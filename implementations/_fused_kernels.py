@@ -8,6 +8,9 @@ is one query block of one sequence and head, and visits only the key blocks its 
 backward item is one key block of one sequence and kv head, and visits only the query rows that see it.
 The work is O(T * window) under a window and the sum of the sequences' own under packing; nothing is
 O(T^2) unless the structure is, and memory stays O(T).
+
+It stays one module (a little past 300 lines): the forward and the backward share the extension it loads, the
+tier it picks per dtype and ISA, and the band of each sequence, and each reads as the mirror of the other.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ import math
 import os
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import torch
 
@@ -255,29 +260,19 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tenso
     lse2 = torch.where(lse == -math.inf, math.inf, lse.float() * LOG2E).contiguous()  # empty rows: P = 0
     delta = (dout.float() * out.float()).sum(-1).contiguous()  # D_i = rowsum(dO * O)
     m = _uint8(mask, b, h, tq, tk)
+    level, kernel = _backward_kernel(ext, q, k, v, dout, isa)
+    block_q, block_k = _backward_tiles(level, block_q, block_k)
     # The kernels with their own GEMMs read q, k, v, dO in their dtype (float32, or bf16 converted as
     # they load it); MKL's (generic) need float32 copies.
-    level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
-    if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
-        level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
-    kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
-               "avx2": getattr(ext, "backward_item_avx2", None)}
-    kernel = kernels.get(level) or ext.backward_item  # type: ignore[union-attr]
-    # Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
-    # bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
-    # The AVX2 kernel's GEMMs take rows six at a time (its 6 x 16 register block): 120 query rows, not 128
-    # (21 blocks and 2 rows left over), made its backward 5-10% faster at B1-H8-T4096, d = 64 and 128.
     own = level != "generic"
-    rows = 120 if level == "avx2" else 128
-    block_q, block_k = (min(block_q, rows), block_k if level == "avx512_bf16" else min(block_k, 256)) if own \
-        else (min(block_q, 256), min(block_k, 256))
     q2, k2, v2, do2 = ((x if x.stride(-1) == 1 else x.contiguous()) if own else x.float() for x in (q, k, v, dout))
     # dK and dV uninitialised: each item zeroes its own key block on its worker (see _clear_uncovered).
     dk = torch.empty(b, hk, tk, d)
     dv = torch.empty(b, hk, tk, d)
-    items = [(bi, hi, k0, min(k0 + block_k, ke), qs, qe, band) for qs, qe, ks, ke, band in seqs if qe > qs
+    spans = [(qs, qe, ks, ke, band) for qs, qe, ks, ke, band in seqs if qe > qs]  # sequences with queries
+    items = [(bi, hi, k0, min(k0 + block_k, ke), qs, qe, band) for qs, qe, ks, ke, band in spans
              for k0 in range(ks, ke, block_k) for bi in range(b) for hi in range(hk)]
-    for a, e in _gaps([(ks, ke) for qs, qe, ks, ke, _ in seqs if qe > qs], tk):  # keys no item owns: zero
+    for a, e in _gaps([(ks, ke) for _, _, ks, ke, _ in spans], tk):  # keys no item owns: zero
         dk[:, :, a:e].zero_()
         dv[:, :, a:e].zero_()
 
@@ -292,3 +287,29 @@ def backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tenso
     for other in dqs[1:]:
         dqs[0].add_(other)
     return dqs[0], dk, dv
+
+
+def _backward_kernel(ext: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torch.Tensor,
+                     isa: str | None) -> tuple[str, Callable[..., None]]:
+    """The backward's tier and its per-item kernel: the tier's own where it has one, else MKL's ("generic",
+    also for inputs of mixed dtypes)."""
+    level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
+    if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
+        level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
+    kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
+               "avx2": getattr(ext, "backward_item_avx2", None)}
+    kernel: Callable[..., None] = kernels.get(level) or ext.backward_item
+    return level, kernel
+
+
+def _backward_tiles(level: str, block_q: int, block_k: int) -> tuple[int, int]:
+    """The backward's (query, key) tile for its tier, no larger than the one asked.
+
+    Tiles with two float32 score blocks (P, dS) to keep in L2: at T = 4096, float32 256 x 256 and
+    bf16 128 x 512 were 5-15% faster than the forward's 512 x 512 (noisy; within 5% at d = 64 bf16).
+    The AVX2 kernel's GEMMs take rows six at a time (its 6 x 16 register block): 120 query rows, not 128
+    (21 blocks and 2 rows left over), made its backward 5-10% faster at B1-H8-T4096, d = 64 and 128."""
+    if level == "generic":
+        return min(block_q, 256), min(block_k, 256)
+    rows = 120 if level == "avx2" else 128
+    return min(block_q, rows), block_k if level == "avx512_bf16" else min(block_k, 256)

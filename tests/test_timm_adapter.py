@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import Conventions, register
-from harness.contract.conventions import module_mask
+from harness.contract.adaptation import module_mask
 from harness.errors import PluginError
 from harness.modules.cases import ModuleCase
 from harness.verify.modules import check_module_case

@@ -124,20 +124,37 @@ def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Pe
     roofs = None if theory is None or device != "cpu" else Roofs.coerce(theory)
     measured_gflops = SAFETY * max(gemm.fastest_call_gflops or 0.0, gemm.gflops or 0.0)
     measured_gbps = SAFETY * max(stream.read_gbps or 0.0, stream.copy_gbps or 0.0)
-    theory_gflops = roofs.gflops.get(dtype, 0.0) if roofs is not None else 0.0
-    theory_gbps = roofs.load_gbps if roofs is not None else 0.0
+    theory_gflops, theory_gbps = (roofs.gflops.get(dtype, 0.0), roofs.load_gbps) if roofs is not None else (0.0, 0.0)
     compute = max(measured_gflops, theory_gflops)
-    beside = None
-    if beside_gflops:
-        beside = max(beside_gflops, gemm.fastest_call_gflops or 0.0) * max(1.0, headroom or 1.0) * BESIDE_MARGIN
+    beside = _beside_roof(beside_gflops, gemm, headroom)
+    if beside is not None:
         compute = min(compute, beside) if compute else beside
     memory = max(measured_gbps, theory_gbps)
-    compute_s = flops / (compute * 1e9) if compute and flops else 0.0
-    memory_s = nbytes / (memory * 1e9) if memory and nbytes else 0.0
+    compute_s, memory_s = _seconds(flops, compute), _seconds(nbytes, memory)
+    how = (f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s"
+           + _beside_words(beside_gflops, headroom, beside) + "; "
+           f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
+           + (f"; theory: {roofs.method}" if roofs is not None else ""))
     return Floor(floor_s=max(compute_s, memory_s), compute_roof_gflops=compute, memory_roof_gbps=memory,
-                 compute_s=compute_s, memory_s=memory_s,
-                 how=f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s"
-                     + (f", at most the GEMM beside the cell {beside_gflops:.4g} x headroom {max(1.0, headroom or 1.0):g} "
-                        f"x {BESIDE_MARGIN:g} = {beside:.4g}" if beside is not None and beside_gflops else "") + "; "
-                     f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
-                     + (f"; theory: {roofs.method}" if roofs is not None else ""))
+                 compute_s=compute_s, memory_s=memory_s, how=how)
+
+
+def _beside_roof(beside_gflops: float | None, gemm: Peak, headroom: float | None) -> float | None:
+    """The compute roof the GEMM read beside the cell sets (None when none was read): the faster of it and the
+    run's fastest peak call, x the vector headroom x :data:`BESIDE_MARGIN`."""
+    if not beside_gflops:
+        return None
+    return max(beside_gflops, gemm.fastest_call_gflops or 0.0) * max(1.0, headroom or 1.0) * BESIDE_MARGIN
+
+
+def _beside_words(beside_gflops: float | None, headroom: float | None, beside: float | None) -> str:
+    """How the GEMM beside the cell capped the compute roof, for the floor's ``how`` (empty when it did not)."""
+    if beside is None or not beside_gflops:
+        return ""
+    return (f", at most the GEMM beside the cell {beside_gflops:.4g} x headroom {max(1.0, headroom or 1.0):g} "
+            f"x {BESIDE_MARGIN:g} = {beside:.4g}")
+
+
+def _seconds(work: float, per_second_e9: float) -> float:
+    """``work`` (FLOPs or bytes) at ``per_second_e9`` (GFLOP/s or GB/s); 0 when either is 0."""
+    return work / (per_second_e9 * 1e9) if per_second_e9 and work else 0.0

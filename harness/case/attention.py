@@ -4,12 +4,16 @@ The id is the pytest id and the report label, so it is short, stable and says wh
 differs from the defaults (``B3-H8/2-T113x203-d59-float32-causal-mask=random``).
 Suites of cases are generated from an implementation's declared capabilities
 elsewhere (:mod:`harness.verify.suites`); this module only defines what a case is.
+
+It stays one module (past 300 lines) because it is one record: the vocabulary its fields draw on, each field
+with the docstring that says what it means, the rules a case obeys and its id read those fields together, and
+a reader checking one rule needs the field's meaning beside it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import Field, dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar, TypedDict, TypeVar
@@ -225,40 +229,65 @@ class AttentionCase(CaseRecord):
         self.validate()
 
     def validate(self) -> None:
-        def need(ok: bool, message: str) -> None:
-            if not ok:
-                raise UsageError(f"invalid case {self.id}: {message}")
+        """Raise a :class:`UsageError` naming the first rule this case breaks (:meth:`problems`)."""
+        problem = next(self.problems(), None)
+        if problem is not None:
+            raise UsageError(f"invalid case {self.id}: {problem}")
 
-        for name in ("batch", "heads", "tq", "d", "kv_heads", "tk"):
-            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
-        need(self.heads % self.kv_heads == 0, f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}")
-        for name, allowed in _VOCABULARY:
-            need(getattr(self, name) in allowed, f"{name} {getattr(self, name)!r} is not one of {allowed}")
-        need(self.mask_rank == "full" or self.mask != "none", "a mask rank needs a mask")
-        need(not self.self_attention or (self.tq == self.tk and self.kv_heads == self.heads),
-             "self-attention needs tq == tk and kv_heads == heads")
-        need(isinstance(self.dv, int) and self.dv >= 0, "dv must be an integer >= 1 (or 0: equal to d)")
-        need(self.softcap is None or (isinstance(self.softcap, (int, float)) and math.isfinite(self.softcap)
-                                      and self.softcap > 0), "softcap must be a finite number > 0 (or None)")
-        need(not (self.softcap is not None and self.bias != "none"),
-             "softcap with a bias: where the bias joins relative to the cap differs between kernels; pick one")
-        need(not (self.self_attention and (self.dv or self.sinks)), "self-attention has q = k = v: no dv, no sinks")
-        need(self.scale is None or (math.isfinite(self.scale) and self.scale >= 0), "scale must be a finite number >= 0")
-        if self.kv_dtype is not None:
-            need(self.kv_dtype in DTYPES and self.kv_dtype != self.dtype,
-                 f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)")
-            need(not self.grad and not self.self_attention, "a KV cache in another dtype is forward-only, never self")
-        need(all(isinstance(p, tuple) and len(p) == 2 and p[0] in TENSORS and p[1] in LAYOUTS for p in self.layouts)
-             and len({p[0] for p in self.layouts}) == len(self.layouts),
-             f"layouts {self.layouts!r} must be distinct (tensor, layout) pairs: tensors {TENSORS}, layouts {LAYOUTS}")
-        need(not (self.self_attention and any(p[0] in ("q", "k", "v") for p in self.layouts)),
-             "self-attention passes q, k and v as one tensor: it has one layout")
-        need(not (self.inputs == "huge" and self.self_attention), "huge logits need q and k drawn apart (no self)")
-        need(all(isinstance(s, Structure) for s in self.extra_structures),
-             f"extra_structures {self.extra_structures!r} must hold harness.case.structures.Structure instances")
+    def problems(self) -> Iterator[str]:
+        """Each rule this case breaks, lazily and in a fixed order (a later rule may assume an earlier one holds:
+        ``heads % kv_heads`` needs integer heads)."""
+        yield from self._shape_problems()
+        yield from self._value_problems()
+        yield from self._array_problems()
         for part in self.structure_parts:
             problem = part.problem(self)
-            need(problem is None, problem or "")
+            if problem is not None:
+                yield problem
+
+    def _shape_problems(self) -> Iterator[str]:
+        """Sizes, the vocabulary fields, and the shapes self-attention needs."""
+        for name in ("batch", "heads", "tq", "d", "kv_heads", "tk"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                yield f"{name} must be an integer >= 1"
+        if self.heads % self.kv_heads != 0:
+            yield f"heads={self.heads} must be a multiple of kv_heads={self.kv_heads}"
+        for name, allowed in _VOCABULARY:
+            if getattr(self, name) not in allowed:
+                yield f"{name} {getattr(self, name)!r} is not one of {allowed}"
+        if self.mask_rank != "full" and self.mask == "none":
+            yield "a mask rank needs a mask"
+        if self.self_attention and not (self.tq == self.tk and self.kv_heads == self.heads):
+            yield "self-attention needs tq == tk and kv_heads == heads"
+
+    def _value_problems(self) -> Iterator[str]:
+        """dv, softcap, scale and the KV cache's dtype, alone and with what they cannot be combined with."""
+        if not (isinstance(self.dv, int) and self.dv >= 0):
+            yield "dv must be an integer >= 1 (or 0: equal to d)"
+        if not _positive_finite_or_none(self.softcap):
+            yield "softcap must be a finite number > 0 (or None)"
+        if self.softcap is not None and self.bias != "none":
+            yield "softcap with a bias: where the bias joins relative to the cap differs between kernels; pick one"
+        if self.self_attention and (self.dv or self.sinks):
+            yield "self-attention has q = k = v: no dv, no sinks"
+        if not (self.scale is None or (math.isfinite(self.scale) and self.scale >= 0)):
+            yield "scale must be a finite number >= 0"
+        if self.kv_dtype is not None and not (self.kv_dtype in DTYPES and self.kv_dtype != self.dtype):
+            yield f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)"
+        if self.kv_dtype is not None and (self.grad or self.self_attention):
+            yield "a KV cache in another dtype is forward-only, never self"
+
+    def _array_problems(self) -> Iterator[str]:
+        """How the arrays are laid out and drawn, and the structure types carried beyond the built-ins."""
+        if not _distinct_layout_pairs(self.layouts):
+            yield (f"layouts {self.layouts!r} must be distinct (tensor, layout) pairs: tensors {TENSORS}, "
+                   f"layouts {LAYOUTS}")
+        if self.self_attention and any(p[0] in ("q", "k", "v") for p in self.layouts):
+            yield "self-attention passes q, k and v as one tensor: it has one layout"
+        if self.inputs == "huge" and self.self_attention:
+            yield "huge logits need q and k drawn apart (no self)"
+        if not all(isinstance(s, Structure) for s in self.extra_structures):
+            yield f"extra_structures {self.extra_structures!r} must hold harness.case.structures.Structure instances"
 
     @cached_property
     def structure_parts(self) -> tuple[Structure, ...]:
@@ -314,6 +343,17 @@ class AttentionCase(CaseRecord):
     def effective_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / float(self.d) ** 0.5
 
+
+
+def _positive_finite_or_none(value: object) -> bool:
+    """A soft-cap's value: None, or a finite number > 0."""
+    return value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value > 0)
+
+
+def _distinct_layout_pairs(layouts: tuple[tuple[str, str], ...]) -> bool:
+    """``layouts`` as a case holds it: (tensor, layout) pairs of known names, one per tensor."""
+    return all(isinstance(p, tuple) and len(p) == 2 and p[0] in TENSORS and p[1] in LAYOUTS for p in layouts) \
+        and len({p[0] for p in layouts}) == len(layouts)
 
 
 _ID_OPTIONS: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (

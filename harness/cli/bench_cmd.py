@@ -9,7 +9,6 @@ the ratios within one run, and heed the IQR/median warnings.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -17,19 +16,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.analysis.scaling import OVERHEAD_RULE
-from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING, SUITES
 from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
+from harness.cli.bench_output import present
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
 from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.errors import UsageError
-from harness.report.terminal import fits_table, format_seconds, results_table
-from harness.results import BenchCell, Run, Status
-from harness.results.files import dumps
-from harness.results.schema import INTEGRITY
+from harness.report.terminal import format_seconds
+from harness.results import BenchCell, Status
 from harness.runtime import interrupts
 from harness.runtime.progress import Progress
 
@@ -241,7 +237,7 @@ def execute(request: BenchRequest) -> int:
     finally:
         if progress:
             progress[0].close()
-    return _present(request, result)
+    return present(result, request.out, request.json)
 
 
 def usable_cpus() -> int:
@@ -273,57 +269,3 @@ def _warn_if_loaded(threads: int, quiet: bool) -> None:
               f"for the CPU, so absolute times are noisy (multi-threaded BLAS suffers most"
               f"{'; --threads 1 is steadier' if threads > 1 else ''}); compare ratios within this run",
               file=sys.stderr)
-
-
-def _present(request: BenchRequest, run: Run) -> int:
-    path = request.out
-    cells = run.bench_cells()
-    problems = [c for c in cells if c.status.is_problem]
-    if request.json:
-        print(dumps({"path": str(path), **run.to_json()}, indent=1))
-        return 1 if problems else 0
-    for key, peak in sorted(run.peaks.items()):
-        if peak.gflops:
-            readings = ""
-            if peak.confirmed_gflops:
-                readings = f"; higher of {peak.first_gflops or 0.0:.1f} before and {peak.confirmed_gflops:.1f} after the cells"
-            print(f"peak {key}: {peak.gflops:.1f} GFLOP/s ({peak.method}{readings})")
-        else:
-            print(f"peak {key}: not measured ({peak.error})")
-    for key, record in sorted((run.bandwidth or {}).items()):
-        if record.read_gbps:
-            print(f"bandwidth {key}: read {record.read_gbps:.1f} GB/s, copy {record.copy_gbps or 0.0:.1f} GB/s "
-                  f"({record.method}; higher of the readings before and after the cells)")
-        else:
-            print(f"bandwidth {key}: not measured ({record.error})")
-    print()
-    print(results_table(run))
-    skipped: dict[tuple[str, str | None], int] = {}
-    for c in cells:
-        if c.status == Status.SKIPPED:
-            skipped[(c.implementation, c.reason)] = skipped.get((c.implementation, c.reason), 0) + 1
-    if skipped:
-        print("\nskipped:")
-        for (name, reason), n in skipped.items():
-            print(f"  {name} ({n} cell{'s' if n > 1 else ''}): {reason}")
-    if run.fits:
-        print("\nscaling fits (log-log least squares; " + OVERHEAD_RULE + "):")
-        print(fits_table(run.fits))
-    measured = [c for c in cells if c.status == Status.OK and c.stats]
-    noisy = [c for c in measured if is_noisy(c.stats)]
-    if noisy:
-        print(f"attnbench bench: warning: {len(noisy)} of {len(measured)} cells have "
-              f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): the machine is noisy; compare ratios "
-              f"within one run, or re-run with a larger --budget", file=sys.stderr)
-    spreads = sorted(c.stats.iqr_over_median for c in measured if c.stats and c.stats.iqr_over_median is not None)
-    if spreads and not math.isnan(max(spreads)):
-        print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
-    print(f"results: {path}")
-    for c in problems:
-        if c.status in INTEGRITY:
-            print(f"attnbench bench: {c.status}: {c.implementation} {c.case_id} {c.mode}: {c.reason}", file=sys.stderr)
-    if problems:
-        print(f"attnbench bench: {len(problems)} cell(s) failed: "
-              + ", ".join(f"{c.implementation} {c.case_id} {c.mode}: {c.status}" for c in problems[:5]),
-              file=sys.stderr)
-    return 1 if problems else 0

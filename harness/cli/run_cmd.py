@@ -120,53 +120,74 @@ def _stop_here(step: str, verify: Path | None, bench: Path | None, args: argpars
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.verify import VerifySettings
-
     executor, address = executor_from_args(args)  # no Ray: say how to install it before any step starts
     run_id = new_run_id("run")
-    results: list[Path] = []
     codes: dict[str, int] = {}
     verify_path = None if args.skip_verify else args.results_dir / f"{run_id}-verify.json"
     bench_path = None if args.skip_bench else args.results_dir / f"{run_id}-bench.json"
     if verify_path is not None:
-        checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
-                                                       executor=executor, address=address), str(verify_path))
-        codes["verify"] = _step("verify", _verify_line(args, verify_path), lambda: verify_cmd.execute(checks))
-        if codes["verify"] == EXIT_INTERRUPTED:
-            raise _stop_here("verify", verify_path, bench_path, args)
-        if verify_path.exists():
-            results.append(verify_path)
+        codes["verify"] = _verify_step(args, verify_path, bench_path, executor, address)
     if bench_path is not None:
-        def bench() -> int:  # its settings need torch (threads): mapped inside the step, as bench maps its own
-            settings = bench_cmd.settings_for(SUITE, only=args.only, plugins=args.plugin, threads=args.threads,
-                                              executor=executor, address=address)
-            return bench_cmd.execute(bench_cmd.BenchRequest(settings, bench_path))
-
-        codes["bench"] = _step("bench", _bench_line(args, bench_path), bench)
-        if codes["bench"] == EXIT_INTERRUPTED:
-            raise _stop_here("bench", verify_path, bench_path, args)
-        if bench_path.exists():
-            results.append(bench_path)
+        codes["bench"] = _bench_step(args, verify_path, bench_path, executor, address)
+    results = [path for path in (verify_path, bench_path) if path is not None and path.exists()]
     if not results:
         print("attnbench run: error: no step wrote a result file; nothing to report", file=sys.stderr)
         return 2
-    out = args.reports_dir / run_id
-    report = report_cmd.ReportRequest(tuple(results), out, args.baseline)
-    shown = " ".join(["report", *map(str, results), "--out", str(out),
-                      *(["--baseline", args.baseline] if args.baseline != DEFAULT_BASELINE else [])])
-    codes["report"] = _step("report", shown, lambda: report_cmd.execute(report), quiet=True)  # run says where, once
-    if codes["report"] == EXIT_INTERRUPTED:
-        raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {shown}")
-    written = [path for path in (out / "index.html", out / "summary.md") if path.is_file()]
-    if codes["report"] == 0 and len(written) == 2:  # never a path the report step did not write
-        print(f"report: {written[0]}")
-        print(f"summary: {written[1]}")
-    else:
-        print(f"attnbench run: no report was written (report exited {codes['report']}); the result files are "
-              f"kept; to write it: attnbench {shown}", file=sys.stderr)
+    codes["report"] = _report_step(args, args.reports_dir / run_id, results)
     for name, code in codes.items():
         if code != 0:
             print(f"attnbench run: {name} exited {code}", file=sys.stderr)
+    return _exit_status(codes)
+
+
+def _verify_step(args: argparse.Namespace, verify_path: Path, bench_path: Path | None, executor: str,
+                 address: str | None) -> int:
+    """verify --suite quick into ``verify_path``; a Ctrl-C stops the run, saying how to finish it."""
+    from harness.verify import VerifySettings
+
+    checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
+                                                   executor=executor, address=address), str(verify_path))
+    code = _step("verify", _verify_line(args, verify_path), lambda: verify_cmd.execute(checks))
+    if code == EXIT_INTERRUPTED:
+        raise _stop_here("verify", verify_path, bench_path, args)
+    return code
+
+
+def _bench_step(args: argparse.Namespace, verify_path: Path | None, bench_path: Path, executor: str,
+                address: str | None) -> int:
+    """bench --suite quick into ``bench_path``; a Ctrl-C stops the run, saying how to finish it."""
+    def bench() -> int:  # its settings need torch (threads): mapped inside the step, as bench maps its own
+        settings = bench_cmd.settings_for(SUITE, only=args.only, plugins=args.plugin, threads=args.threads,
+                                          executor=executor, address=address)
+        return bench_cmd.execute(bench_cmd.BenchRequest(settings, bench_path))
+
+    code = _step("bench", _bench_line(args, bench_path), bench)
+    if code == EXIT_INTERRUPTED:
+        raise _stop_here("bench", verify_path, bench_path, args)
+    return code
+
+
+def _report_step(args: argparse.Namespace, out: Path, results: list[Path]) -> int:
+    """The report of ``results`` into ``out``; says where it is only when the step wrote both pages."""
+    report = report_cmd.ReportRequest(tuple(results), out, args.baseline)
+    shown = " ".join(["report", *map(str, results), "--out", str(out),
+                      *(["--baseline", args.baseline] if args.baseline != DEFAULT_BASELINE else [])])
+    code = _step("report", shown, lambda: report_cmd.execute(report), quiet=True)  # run says where, once
+    if code == EXIT_INTERRUPTED:
+        raise Interrupted(f"the report in {out} is incomplete; to finish: attnbench {shown}")
+    written = [path for path in (out / "index.html", out / "summary.md") if path.is_file()]
+    if code == 0 and len(written) == 2:  # never a path the report step did not write
+        print(f"report: {written[0]}")
+        print(f"summary: {written[1]}")
+    else:
+        print(f"attnbench run: no report was written (report exited {code}); the result files are "
+              f"kept; to write it: attnbench {shown}", file=sys.stderr)
+    return code
+
+
+def _exit_status(codes: dict[str, int]) -> int:
+    """The run's exit status from its steps': an internal bug in any wins, then a step that could not run (2),
+    then a problem verify or bench found (1)."""
     if EXIT_INTERNAL in codes.values():
         return EXIT_INTERNAL
     if any(code not in (0, 1) for code in codes.values()):

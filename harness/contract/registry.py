@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+from harness.contract.adaptation import adapt, adapt_module
 from harness.contract.capabilities import (
     BACKENDS,
     Capabilities,
@@ -35,7 +36,7 @@ from harness.contract.capabilities import (
     fields_from_options,
     options_of,
 )
-from harness.contract.conventions import Conventions, adapt, adapt_module
+from harness.contract.conventions import Conventions
 from harness.contract.signatures import check_signature
 from harness.errors import PluginError
 

@@ -20,6 +20,7 @@ from harness.case.dtypes import TABLE
 from harness.case.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
 from harness.case.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
 from harness.case.structures.base import StructureKeywords
+from harness.reference.masks import make_mask
 from harness.reference.oracle import allowed_keys
 
 __all__ = ["GRAD_VIA", "OFFSET", "TORCH_DTYPES", "Inputs", "backward_grads", "dtype_name", "make_inputs", "to_float64"]
@@ -165,102 +166,6 @@ def _to_backend(x: torch.Tensor, backend: str, layout: str) -> Any:
     return numpy_layout(x.cpu().numpy(), layout, QKV_SWAP)
 
 
-def _key_validity(groups: int, tk: int, kind: str, gen: torch.Generator) -> torch.Tensor:
-    """(groups, Tk) booleans: which keys each group (batch element, or head) keeps.
-
-    The first group keeps every key (padding shows by contrast) and, with two groups or more,
-    the last keeps one key only (padding of length Tk - 1).
-    """
-    lengths = torch.randint(1, tk + 1, (groups,), generator=gen)
-    lengths[0] = tk
-    if groups > 1:
-        lengths[-1] = 1
-    keys = torch.arange(tk)[None, :]
-    if kind == "key_padding":
-        return keys < lengths[:, None]
-    if kind == "key_padding_left":
-        return keys >= (tk - lengths)[:, None]
-    holes = torch.rand(groups, tk, generator=gen, dtype=torch.float64) < 0.3  # key_padding_holes
-    holes[0] = False
-    if groups > 1:
-        holes[-1] = True
-        holes[-1, int(torch.randint(0, tk, (1,), generator=gen))] = False
-    return ~holes
-
-
-def _late_padding(groups: int, tk: int, gen: torch.Generator) -> torch.Tensor:
-    """(groups, Tk) key padding where group 0 keeps the fewest keys (about a third), the last every key and the
-    others random lengths: padding on elements other than 0, and an element 0 unlike the rest."""
-    lengths = torch.randint(1, tk + 1, (groups,), generator=gen)
-    lengths[0] = tk // 3 + 1
-    if groups > 1:
-        lengths[-1] = tk
-    return torch.arange(tk)[None, :] < lengths[:, None]
-
-
-FIRST_BLOCK = 520
-"""Keys a ``first_block`` mask masks at the start of its rows once Tk passes it: more than one 512-key block."""
-
-
-def _first_block(bm: int, hm: int, tq: int, tk: int, gen: torch.Generator) -> torch.Tensor:
-    """(bm, hm, Tq, Tk): about half the rows (always the first) have their first max(Tk // 2, 520) keys masked (at
-    most Tk - 1: a key stays); the other rows mask a random 10% of keys."""
-    prefix = min(tk - 1, max(tk // 2, FIRST_BLOCK))
-    mask = torch.rand(bm, hm, tq, tk, generator=gen, dtype=torch.float64) >= 0.1
-    rows = torch.rand(bm, hm, tq, generator=gen, dtype=torch.float64) < 0.5
-    rows.view(-1)[0] = True
-    mask[..., :prefix] &= ~rows[..., None]
-    mask[..., prefix:] |= rows[..., None]
-    return mask
-
-
-def _shaped_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor:
-    """Any mask kind at the case's rank: drawn as (Bm, Hm, Tq, Tk), leading dims dropped for 2d/3d."""
-    b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
-    bm, hm = {"full": (b, h), "2d": (1, 1), "3d": (1, h), "bcast_heads": (b, 1)}[case.mask_rank]
-    if case.mask.startswith("key_padding"):
-        if case.mask_rank == "full":  # as key padding is usually given: (B, 1, 1, Tk)
-            return _key_validity(b, tk, case.mask, gen).reshape(b, 1, 1, tk)
-        mask = _key_validity(bm * hm, tk, case.mask, gen).reshape(bm, hm, 1, tk).expand(bm, hm, tq, tk)
-    elif case.mask == "key_padding_late":
-        mask = _late_padding(b, tk, gen).reshape(b, 1, 1, tk).expand(bm, hm, tq, tk) if bm == b else \
-            _late_padding(bm * hm, tk, gen).reshape(bm, hm, 1, tk).expand(bm, hm, tq, tk)
-    elif case.mask == "first_block":
-        mask = _first_block(bm, hm, tq, tk, gen)
-    elif case.mask == "one_masked":
-        masked = torch.randint(0, tk, (bm, hm, tq, 1), generator=gen)
-        mask = torch.ones(bm, hm, tq, tk, dtype=torch.bool).scatter_(-1, masked, False)
-    else:
-        mask = torch.rand(bm, hm, tq, tk, generator=gen, dtype=torch.float64) < 0.7
-        if case.mask == "empty_rows":
-            empty = torch.rand(bm, hm, tq, generator=gen, dtype=torch.float64) < 0.25
-            empty.view(-1)[0] = True
-            mask &= ~empty[..., None]
-    mask = mask.contiguous()
-    return {"2d": mask[0, 0], "3d": mask[0]}.get(case.mask_rank, mask)
-
-
-def make_mask(case: AttentionCase, gen: torch.Generator) -> torch.Tensor | None:
-    """The boolean mask of the case (True = may attend), shaped to broadcast to (B, H, Tq, Tk)."""
-    b, h, tq, tk = case.batch, case.heads, case.tq, case.tk
-    if case.mask == "none":
-        return None
-    if case.mask == "key_padding_late" and case.mask_rank == "full":  # as key padding is usually given: (B, 1, 1, Tk)
-        return _late_padding(b, tk, gen).reshape(b, 1, 1, tk)
-    if case.mask_rank != "full" or case.mask not in ("random", "key_padding", "empty_rows"):
-        return _shaped_mask(case, gen)
-    if case.mask == "key_padding":
-        lengths = torch.randint(1, tk + 1, (b,), generator=gen)
-        lengths[0] = tk  # one batch element unpadded, so padding is visible by contrast
-        return (torch.arange(tk)[None, :] < lengths[:, None]).reshape(b, 1, 1, tk)
-    mask = torch.rand(b, h, tq, tk, generator=gen, dtype=torch.float64) < 0.7
-    if case.mask == "empty_rows":
-        empty = torch.rand(b, h, tq, generator=gen, dtype=torch.float64) < 0.25
-        empty.view(-1)[0] = True
-        mask &= ~empty[..., None]
-    return mask
-
-
 def wide_scale(dtype: torch.dtype) -> float:
     """V's scale for ``inputs="wide"``: the power of two nearest the square root of the dtype's largest value."""
     return 2.0 ** round(math.log2(torch.finfo(dtype).max) / 2)
@@ -299,8 +204,31 @@ def huge_logits(q: torch.Tensor, k: torch.Tensor, case: AttentionCase, gen: torc
 
 
 def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Inputs:
-    """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind)."""
+    """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind). The generator is read
+    in a fixed order (q, k, v, the mask, the structures, the sinks), so adding a later kind of input leaves every
+    earlier one as it was."""
     gen = torch.Generator().manual_seed(seed)
+    dtype = TORCH_DTYPES[case.dtype]
+    kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
+    q, k, v = _drawn_qkv(case, gen, kv_dtype)
+    mask = make_mask(case, gen)
+    q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
+    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
+    qb, kb, vb, mb = _placed(case, q, k, v, mask, backend)
+    bias, bias64 = _alibi(case, dtype, backend) if case.bias == "alibi" else (None, None)
+    inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
+    for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
+        part.draw(inputs, case, k, v, gen, backend)
+    if case.sinks:  # after everything else, for the same reason
+        sinks = torch.randn(case.heads, generator=gen, dtype=torch.float64).to(dtype)
+        inputs.sinks64 = sinks.to(torch.float64)
+        inputs.sinks = sinks.to(case.device) if backend == "torch" else sinks.numpy().astype(case.dtype)
+    return inputs
+
+
+def _drawn_qkv(case: AttentionCase, gen: torch.Generator, kv_dtype: torch.dtype,
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k and v in float64 as the case's ``inputs`` asks (self-attention: one tensor for all three)."""
     b, h, hkv, tq, tk, d = case.batch, case.heads, case.kv_heads, case.tq, case.tk, case.d
 
     def draw(*shape: int) -> torch.Tensor:
@@ -309,46 +237,41 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
         return torch.randn(*shape, generator=gen, dtype=torch.float64)
 
     q = draw(b, h, tq, d)
-    if case.self_attention:
+    if case.self_attention:  # V is Q, whose logits must stay finite: never "wide"
         q = q * 5.0 if case.inputs == "large" else q
-        k = v = q
-    else:
-        k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, case.value_dim)
-        if case.inputs == "large":
-            q, k = q * 5.0, k * 3.0
-        elif case.inputs == "huge":
-            q, k = huge_logits(q, k, case, gen)
-        elif case.inputs == "tiny":
-            q, k = q * TINY, k * TINY
-    dtype = TORCH_DTYPES[case.dtype]
-    kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
-    if case.inputs == "wide" and not case.self_attention:  # self-attention: V is Q, whose logits must stay finite
+        return q, q, q
+    k, v = draw(b, hkv, tk, d), draw(b, hkv, tk, case.value_dim)
+    if case.inputs == "large":
+        q, k = q * 5.0, k * 3.0
+    elif case.inputs == "huge":
+        q, k = huge_logits(q, k, case, gen)
+    elif case.inputs == "tiny":
+        q, k = q * TINY, k * TINY
+    elif case.inputs == "wide":
         v = v * wide_scale(kv_dtype)
-    mask = make_mask(case, gen)
-    q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
-    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
-    device = case.device
-    if backend == "torch":
-        qb = _to_backend(q.to(device), "torch", case.layout_of("q"))
-        kb = qb if case.self_attention else _to_backend(k.to(device), "torch", case.layout_of("k"))
-        vb = qb if case.self_attention else _to_backend(v.to(device), "torch", case.layout_of("v"))
-        mb = None if mask is None else aux(mask.to(device), case)
-    else:
-        qb = _to_backend(q, "numpy", case.layout_of("q"))
-        kb = qb if case.self_attention else _to_backend(k, "numpy", case.layout_of("k"))
-        vb = qb if case.self_attention else _to_backend(v, "numpy", case.layout_of("v"))
-        mb = None if mask is None else aux(mask.numpy(), case)  # numpy backend: arrays throughout
-    bias = bias64 = None
-    if case.bias == "alibi":
-        from harness.case.positional import alibi_bias
+    return q, k, v
 
-        bias64 = alibi_bias(h, tq, tk).to(dtype).to(torch.float64)
-        bias = aux(bias64.to(dtype).to(device) if backend == "torch" else bias64.numpy().astype(case.dtype), case, "bias")
-    inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
-    for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
-        part.draw(inputs, case, k, v, gen, backend)
-    if case.sinks:  # after everything else, for the same reason
-        sinks = torch.randn(h, generator=gen, dtype=torch.float64).to(dtype)
-        inputs.sinks64 = sinks.to(torch.float64)
-        inputs.sinks = sinks.to(device) if backend == "torch" else sinks.numpy().astype(case.dtype)
-    return inputs
+
+def _placed(case: AttentionCase, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+            backend: str) -> tuple[Any, Any, Any, Any]:
+    """q, k, v and the mask as the call receives them: on the case's device (torch) or as arrays (numpy), each in
+    its layout; self-attention passes q as all three."""
+    if backend == "torch":
+        q, k, v = (x.to(case.device) for x in (q, k, v))
+        mask_here: Any = None if mask is None else mask.to(case.device)
+    else:
+        mask_here = None if mask is None else mask.numpy()  # numpy backend: arrays throughout
+    mb = None if mask_here is None else aux(mask_here, case)
+    qb = _to_backend(q, backend, case.layout_of("q"))
+    if case.self_attention:
+        return qb, qb, qb, mb
+    return qb, _to_backend(k, backend, case.layout_of("k")), _to_backend(v, backend, case.layout_of("v")), mb
+
+
+def _alibi(case: AttentionCase, dtype: torch.dtype, backend: str) -> tuple[Any, torch.Tensor]:
+    """The ALiBi bias as the call receives it, and its float64 copy (rounded through the case's dtype first)."""
+    from harness.case.positional import alibi_bias
+
+    bias64 = alibi_bias(case.heads, case.tq, case.tk).to(dtype).to(torch.float64)
+    bias = bias64.to(dtype).to(case.device) if backend == "torch" else bias64.numpy().astype(case.dtype)
+    return aux(bias, case, "bias"), bias64

@@ -20,6 +20,10 @@ to ``on_outcome`` as they arrive, so the caller can write them to disk at once a
 measured before is lost. Task functions must be importable top-level functions and their
 arguments picklable (workers are spawned, not forked: forking a process with torch's
 thread pools running is unsafe).
+
+The worker's process tree is :mod:`harness.runtime.process_tree`. The rest stays one module (past 300 lines):
+the worker's side (its start, memory cap, task loop and out-of-memory note) and the parent's (the pool, the
+waits, how a death is described) are the two ends of one pipe protocol, read together.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from harness.runtime.process_tree import die_with_parent, kill_tree, lead_own_group
+
 _CLOCK = time.perf_counter
 """Bound when this module is imported, before any plugin is: the wall time of a task (bench holds the
 worker's own account of its time against it) cannot be changed by a plugin patching ``time``."""
@@ -51,7 +57,6 @@ LONGEST_SCAN_S = 0.05
 """The most a worker's scan for leftover processes is taken off a task's time (it takes ~10 ms on a busy machine)."""
 OUT_OF_MEMORY = "out of memory"
 """How an outcome's error begins when the task failed to allocate past the worker's memory cap."""
-_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 #: The environment variables that set BLAS/OpenMP thread counts in a worker (read at its start).
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -103,31 +108,6 @@ def _short_socket_dir() -> None:
     process.current_process()._config["tempdir"] = short  # type: ignore[attr-defined]  # util.get_temp_dir()'s cache
 
 
-def _prctl(option: int, value: int) -> bool:
-    try:
-        import ctypes
-
-        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
-    except (OSError, AttributeError):  # not Linux
-        return False
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
-    if not _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):
-        return  # not Linux: the broken pipe below ends the worker instead
-    if os.getppid() == 1:  # the parent died before the request took effect
-        os._exit(0)
-
-
-def _own_group() -> None:
-    """Lead a process group of its own (killed whole when the worker stops) and adopt every orphan of the
-    plugin's (Linux: a child subreaper), so nothing the plugin starts leaves the worker's tree."""
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
 def _cap_memory(limit_bytes: int | None) -> None:
     """At most ``limit_bytes`` of data (heap and anonymous mappings; not the address space torch reserves)."""
     if not limit_bytes:
@@ -162,64 +142,6 @@ def available_ram_bytes() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def _stat(pid: int) -> tuple[int, str, str] | None:
-    """(parent pid, state, command name) of process ``pid`` from /proc, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    name, _, rest = text.partition(" (")[2].rpartition(") ")
-    fields = rest.split()
-    return (int(fields[1]), fields[0], name) if len(fields) > 1 else None
-
-
-def descendants(root: int) -> dict[int, str]:
-    """Every live process below ``root`` (zombies excepted), pid -> command name; empty where /proc is missing."""
-    try:
-        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    except OSError:
-        return {}
-    children: dict[int, list[tuple[int, str]]] = {}
-    for pid in pids:
-        info = _stat(pid)
-        if info is not None and info[1] != "Z":
-            children.setdefault(info[0], []).append((pid, info[2]))
-    found: dict[int, str] = {}
-    todo = [root]
-    while todo:
-        for pid, name in children.get(todo.pop(), []):
-            if pid not in found:
-                found[pid] = name
-                todo.append(pid)
-    return found
-
-
-def kill_tree(root: int, *, include_root: bool, group: bool = False) -> dict[int, str]:
-    """Stop, then kill, every process below ``root`` (and ``root`` itself, and the process group it leads, if
-    asked); return what was found below it. Stopped first, so none forks a new child while the others die.
-    Ask for ``root`` only while it is alive or unreaped: a reaped pid may be someone else's by now."""
-    found: dict[int, str] = {}
-    for _ in range(10):  # each round stops what the round before missed (a child forked meanwhile)
-        new = {pid: name for pid, name in descendants(root).items() if pid not in found}
-        if not new:
-            break
-        for pid in new:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGSTOP)
-        found.update(new)
-    for pid in found:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    if group:
-        with contextlib.suppress(OSError):
-            os.killpg(root, signal.SIGKILL)  # the group outlives its leader: members a crash left behind
-    if include_root:
-        with contextlib.suppress(OSError):
-            os.kill(root, signal.SIGKILL)
-    return found
 
 
 def _end_leftovers() -> tuple[str, ...]:
@@ -263,8 +185,8 @@ def _stdout_to_stderr() -> None:
 
 def _worker_main(conn: Connection, memory_limit: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    _die_with_parent()
-    _own_group()
+    die_with_parent()
+    lead_own_group()
     _cap_memory(memory_limit)
     _stdout_to_stderr()
     try:

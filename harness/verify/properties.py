@@ -64,19 +64,37 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
         props.append(("restructured", restructured))
     if case.pairwise or case.batch * case.heads * case.tq * case.tk > PROPERTY_MAX_SCORES:
         return props
-    if (case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention and case.tk > 1
-            and not case.structures):  # positions matter under a mask, causality, a bias or a structure
+    if _keys_unordered(case):
         props.append(("permutation", permutation))
     if case.page_size is not None:  # the properties below pass K and V of their own, contiguous
         return props
-    if not case.self_attention and not case.sinks and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS:
-        # (a sink takes a share of each row's weight and gives no value: the output is inside the hull of V and 0)
+    if _hull_holds(case):
         props.append(("convex_hull", convex_hull))
-    if ((case.batch > 1 and case.cache_seqlens is None) or case.heads > 1) and not case.sinks:  # sinks: per head
+    if _sliceable(case):
         props.append(("slices", slices))
     if {"block_q", "block_k"} <= set(impl.options):
         props.append(("block_sizes", block_sizes))
     return props
+
+
+def _keys_unordered(case: AttentionCase) -> bool:
+    """Whether permuting the keys (with their values) may leave the output unchanged: positions matter under a
+    mask, causality, a bias or a structure, and self-attention cannot permute K apart from Q."""
+    return (case.mask == "none" and not case.causal and case.bias == "none" and not case.self_attention
+            and case.tk > 1 and not case.structures)
+
+
+def _hull_holds(case: AttentionCase) -> bool:
+    """Whether the output must lie in the hull of V's allowed rows and the check fits in memory (a sink takes a
+    share of each row's weight and gives no value: the output is inside the hull of V and 0)."""
+    return not case.self_attention and not case.sinks \
+        and case.batch * case.heads * case.tq * case.tk * case.d <= HULL_MAX_ELEMENTS
+
+
+def _sliceable(case: AttentionCase) -> bool:
+    """Whether the case has a batch element or a head to compute alone: batch elements not with cache lengths
+    (given per batch element), and nothing with sinks (given per head)."""
+    return ((case.batch > 1 and case.cache_seqlens is None) or case.heads > 1) and not case.sinks
 
 
 def _inputs(impl: Implementation, case: AttentionCase) -> Inputs:

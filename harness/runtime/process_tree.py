@@ -1,0 +1,96 @@
+"""A worker's process tree (Linux, through ``prctl`` and ``/proc``): the worker dies with its parent, leads a
+process group of its own and adopts every orphan of the plugin's, so whatever a plugin starts can be found
+(:func:`descendants`) and ended (:func:`kill_tree`) with the worker. Elsewhere each call is a no-op or finds
+nothing, and :mod:`harness.runtime.isolation`'s broken pipe ends a worker instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        import ctypes
+
+        return int(ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):  # not Linux
+        return False
+
+
+def die_with_parent() -> None:
+    """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
+    if not _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):
+        return  # not Linux: the worker's pipe to its parent breaks and ends it instead
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(0)
+
+
+def lead_own_group() -> None:
+    """Lead a process group of its own (killed whole when the worker stops) and adopt every orphan of the
+    plugin's (Linux: a child subreaper), so nothing the plugin starts leaves the worker's tree."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _stat(pid: int) -> tuple[int, str, str] | None:
+    """(parent pid, state, command name) of process ``pid`` from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    name, _, rest = text.partition(" (")[2].rpartition(") ")
+    fields = rest.split()
+    return (int(fields[1]), fields[0], name) if len(fields) > 1 else None
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (zombies excepted), pid -> command name; empty where /proc is missing."""
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return {}
+    children: dict[int, list[tuple[int, str]]] = {}
+    for pid in pids:
+        info = _stat(pid)
+        if info is not None and info[1] != "Z":
+            children.setdefault(info[0], []).append((pid, info[2]))
+    found: dict[int, str] = {}
+    todo = [root]
+    while todo:
+        for pid, name in children.get(todo.pop(), []):
+            if pid not in found:
+                found[pid] = name
+                todo.append(pid)
+    return found
+
+
+def kill_tree(root: int, *, include_root: bool, group: bool = False) -> dict[int, str]:
+    """Stop, then kill, every process below ``root`` (and ``root`` itself, and the process group it leads, if
+    asked); return what was found below it. Stopped first, so none forks a new child while the others die.
+    Ask for ``root`` only while it is alive or unreaped: a reaped pid may be someone else's by now."""
+    found: dict[int, str] = {}
+    for _ in range(10):  # each round stops what the round before missed (a child forked meanwhile)
+        new = {pid: name for pid, name in descendants(root).items() if pid not in found}
+        if not new:
+            break
+        for pid in new:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+        found.update(new)
+    for pid in found:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if group:
+        with contextlib.suppress(OSError):
+            os.killpg(root, signal.SIGKILL)  # the group outlives its leader: members a crash left behind
+    if include_root:
+        with contextlib.suppress(OSError):
+            os.kill(root, signal.SIGKILL)
+    return found

@@ -32,20 +32,16 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 from ray.cluster_utils import Cluster
 
+from benchmarks.measuring import load_average
 from harness.results import read_run
 
 
-def _load() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
-
-
 def _attnbench(*argv: str) -> float:
-    print(f"$ attnbench {' '.join(argv)}   [{_load()}]", flush=True)
+    print(f"$ attnbench {' '.join(argv)}   [{load_average()}]", flush=True)
     started = time.perf_counter()
     code = subprocess.run([sys.executable, "-m", "harness", *argv], stdout=subprocess.DEVNULL).returncode
     seconds = time.perf_counter() - started
-    print(f"  exit {code}, {seconds:.1f} s   [{_load()}]", flush=True)
+    print(f"  exit {code}, {seconds:.1f} s   [{load_average()}]", flush=True)
     return seconds
 
 

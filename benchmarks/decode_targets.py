@@ -31,10 +31,6 @@ With ``--more``, at the highest tier and float32:
 from __future__ import annotations
 
 import argparse
-import os
-import random
-import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.claims_record import Claims, cpu_heading
+from benchmarks.measuring import interleaved, load_average
 from harness.analysis.scaling import fit_exponent
 from harness.bench.bandwidth import STREAM_BYTES
 from harness.bench.peak import measure_gemm_peak
@@ -61,27 +58,6 @@ def _claim(claim: str, value: float, unit: str, target: str, met: bool | None, d
         CLAIMS.add(claim, value, unit, target, met, detail, tier, reachable)
 
 
-def _interleaved(calls: list[Callable[[], object]], rounds: int, best: list[float] | None = None) -> list[float]:
-    """Median seconds of each call, called in turn ``rounds`` times after one warm-up round; ``best`` (when
-    given) receives each call's fastest time: on a loaded machine, the figure least disturbed by others.
-    Each round calls them in a new order (seeded shuffle): a call can run slower for what ran just before it
-    (threads another operation left spinning on the cores, caches and TLB it emptied), so no contestant
-    always follows the same one."""
-    times: list[list[float]] = [[] for _ in calls]
-    order = list(range(len(calls)))
-    shuffle = random.Random(0).shuffle
-    for r in range(rounds + 1):
-        shuffle(order)
-        for i in order:
-            start = time.perf_counter()
-            calls[i]()
-            if r:
-                times[i].append(time.perf_counter() - start)
-    if best is not None:
-        best[:] = [min(t) for t in times]
-    return [statistics.median(t) for t in times]
-
-
 def _cache(b: int, h: int, hkv: int, tk: int, kv: torch.dtype = torch.float32
            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(0)
@@ -96,10 +72,6 @@ def _bytes(b: int, h: int, hkv: int, tk: int, kv_item: int = 4) -> int:
 
 def _gbps(b: int, h: int, hkv: int, tk: int, seconds: float, kv_item: int = 4) -> float:
     return _bytes(b, h, hkv, tk, kv_item) / seconds / 1e9
-
-
-def _load() -> str:
-    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool, batch: int = 8) -> None:
@@ -138,7 +110,7 @@ def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool, batch: int
     if sdpa:
         calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
     best: list[float] = []
-    t = _interleaved(calls, rounds, best)
+    t = interleaved(calls, rounds, best)
     bw = probe.numel() * 4 / t[0] / 1e9
     for i, isa in enumerate(isas, start=1):
         gbps = _gbps(batch, 32, 8, 32768, t[i], item)
@@ -179,11 +151,11 @@ def main() -> None:
     isas = [i for i in (args.isa or have) if i in have]
     print(f"CPU: {cpu_heading()}", flush=True)
     defaults = ", ".join(f"{kv} {default_tier(getattr(torch, kv))}" for kv in args.kv)
-    print(f"{_load()}; threads {args.threads}; tiers here {', '.join(have)} (default per cache: {defaults}); "
+    print(f"{load_average()}; threads {args.threads}; tiers here {', '.join(have)} (default per cache: {defaults}); "
           f"measuring {', '.join(isas)}", flush=True)
     headline(isas, args.kv, args.rounds, not args.no_sdpa, args.batch)
     if not args.more:
-        print(_load())
+        print(load_average())
         if CLAIMS is not None and args.claims:
             CLAIMS.write(args.claims)
         return
@@ -199,7 +171,7 @@ def main() -> None:
     caches = {tk: _cache(4, 32, 8, tk) for tk in sizes}
     # The sizes alternate with each other only: a call right after the 256 MiB read (or any pause) starts with
     # cold caches, TLB and sleeping worker threads, a fixed ~1-5 ms that would bend the fit at small Tk.
-    t = _interleaved([read], args.rounds) + _interleaved([(lambda c=caches[tk]: decode_attention(*c)) for tk in sizes],
+    t = interleaved([read], args.rounds) + interleaved([(lambda c=caches[tk]: decode_attention(*c)) for tk in sizes],
                                                          args.rounds)
     fit = fit_exponent([float(s) for s in sizes], t[1:])
     print("2. B4 H32/8 Tk sweep: " + ", ".join(f"{tk}: {1e3 * s:.2f} ms ({100 * _gbps(4, 32, 8, tk, s) / bandwidth(t[0]):.0f}%)"
@@ -214,7 +186,7 @@ def main() -> None:
     peak = measure_gemm_peak("float32", "cpu", threads=args.threads).gflops or 0.0
     for tk in (65536, 262144):
         mqa = _cache(1, 32, 1, tk)
-        t = _interleaved([read, lambda c=mqa: decode_attention(*c)], args.rounds)
+        t = interleaved([read, lambda c=mqa: decode_attention(*c)], args.rounds)
         share = 100 * _gbps(1, 32, 1, tk, t[1]) / bandwidth(t[0])
         flops = 4.0 * 32 * tk * D
         ceiling = 100 * _gbps(1, 32, 1, tk, flops / (peak * 1e9)) / bandwidth(t[0])
@@ -230,12 +202,12 @@ def main() -> None:
     q, k, v = _cache(8, 32, 8, 16384)
     k_pages, v_pages, table = make_pages(k, v, 16, torch.Generator().manual_seed(1))
     lengths = torch.full((8,), 16384, dtype=torch.int32)
-    t = _interleaved([read, lambda: decode_attention(q, k, v),
+    t = interleaved([read, lambda: decode_attention(q, k, v),
                       lambda: decode_attention(q, k_pages, v_pages, cache_seqlens=lengths, block_table=table)],
                      args.rounds)
     print(f"4. B8 H32/8 Tk16384: contiguous {1e3 * t[1]:.1f} ms, paged (16-token pages, shuffled) {1e3 * t[2]:.1f} ms: "
           f"paged / contiguous = {t[2] / t[1]:.2f} (target <= 1.15)", flush=True)
-    print(_load())
+    print(load_average())
     _claim("B8 H32/8 Tk16,384, float32: 16-token pages / contiguous cache", t[2] / t[1], "x", "<= 1.15",
            t[2] / t[1] <= 1.15, f"{1e3 * t[2]:.1f} ms against {1e3 * t[1]:.1f} ms", have[-1])
     if CLAIMS is not None and args.claims:

@@ -16,11 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks.measuring import load_average
+from harness.runtime.cluster.node import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SET = ROOT / "tests" / "integrity" / "redteam"
@@ -53,7 +55,7 @@ def main() -> int:
         for files, out in ((FILES, Path(tmp) / "set.json"), (("clock_patch.py",), Path(tmp) / "clock.json")):
             _bench(out, files, args)  # one bench at a time: neither run's figures share the cores with the other
             runs.append(json.loads(out.read_text())["cells"])
-    print(f"CPU: {platform.processor() or platform.machine()}, {os.cpu_count()} logical; load {os.getloadavg()}")
+    print(f"CPU: {cpu_model()}, {os.cpu_count()} logical; {load_average()}")
     print(f"{'implementation':22} {'status':12} {'median us':>10} {'x torch_sdpa':>13}")
     for cells in runs:
         for cell in cells:

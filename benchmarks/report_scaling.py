@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 from harness.case.attention import AttentionCase
 from harness.results import BenchCell, ResultWriter
+from harness.runtime.cluster.node import cpu_model
 
 
 def write_sweep(path: Path, implementations: int, sizes: int) -> Path:
@@ -46,7 +46,7 @@ def main() -> None:
     from harness.report.findings import analyse
     from harness.report.load import load
 
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
+    print(f"{cpu_model()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     previous = None
     with tempfile.TemporaryDirectory() as d:
         for sizes in args.sizes:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.claims_record import Claims
+from benchmarks.measuring import interleaved
 from harness.analysis.scaling import fit_exponent
 from harness.bench.sweeps import WINDOW, ragged
 from harness.reference.oracle import packed_allowed, structure_allowed
@@ -43,14 +43,7 @@ Call = Callable[[], object]
 
 
 def _interleaved(calls: dict[str, Call], rounds: int) -> dict[str, float]:
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for r in range(rounds + 1):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            if r:  # the first round warms up
-                times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return dict(zip(calls, interleaved(list(calls.values()), rounds)))
 
 
 def _inputs(t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

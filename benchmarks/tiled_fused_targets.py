@@ -26,7 +26,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -36,6 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.claims_record import Claims
+from benchmarks.measuring import interleaved, load_average
 from harness.cli import main as attnbench
 from harness.runtime.cluster.node import cpu_model
 from implementations._fused_kernels import tier
@@ -96,17 +96,6 @@ def _call(name: str, dtype: torch.dtype, d: int, causal: bool, mode: str) -> Cal
     return run
 
 
-def _interleaved(calls: list[Callable[[], None]], rounds: int) -> list[float]:
-    times: list[list[float]] = [[] for _ in calls]
-    for r in range(rounds + 1):
-        for i, call in enumerate(calls):
-            start = time.perf_counter()
-            call()
-            if r:  # the first round warms up
-                times[i].append(time.perf_counter() - start)
-    return [statistics.median(t) for t in times]
-
-
 def _bf16_peak() -> float:
     a = torch.randn(1024, 1024).bfloat16()
     best, began = math.inf, time.perf_counter()
@@ -140,7 +129,7 @@ def main() -> None:
     rows: list[dict] = []
     print(f"{info['cpu']}; tier {info['tier']}")
     print(f"B1-H8-T4096, {torch.get_num_threads()} threads, torch {torch.__version__} ({torch.backends.cpu.get_cpu_capability()}"
-          f" kernels), load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; bf16 GEMM peak: given "
+          f" kernels), {load_average()}; bf16 GEMM peak: given "
           f"{args.bf16_peak:.0f}, fastest 1024^3 matmul here {measured:.0f} GFLOP/s")
     print(f"{'tier':11} {'d':>4} {'dtype':9} {'mode':8} {'causal':6} {'sdpa ms':>9} {'ours ms':>9} {'ratio':>6}"
           f" {'target':>6} {'GFLOP/s':>8}  share of the bf16 peak (given, measured)", flush=True)
@@ -151,7 +140,7 @@ def main() -> None:
             dt = getattr(torch, dtype)
             level = tier(dt)
             goal = target(mode, causal)
-            t_sdpa, t_ours = _interleaved([_call(n, dt, d, causal, mode) for n in ("torch_sdpa", "tiled_fused")],
+            t_sdpa, t_ours = interleaved([_call(n, dt, d, causal, mode) for n in ("torch_sdpa", "tiled_fused")],
                                           args.rounds)
             flops = 4 * 8 * 4096**2 * d / (2 if causal else 1) * (3.5 if mode == "fwd+bwd" else 1)  # bwd: 2.5 x fwd
             gflops, ratio = flops / t_ours / 1e9, t_sdpa / t_ours
@@ -165,7 +154,7 @@ def main() -> None:
                          "met": ratio >= goal, "gflops": round(gflops, 1)})
             claims.add(f"{dtype} {mode} d={d}" + (" causal" if causal else ""), ratio, "x", f">= {goal:.2f}",
                        ratio >= goal, f"sdpa {1e3 * t_sdpa:.1f} ms, ours {1e3 * t_ours:.1f} ms, {gflops:.0f} GFLOP/s", level)
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{load_average()} after")
     if args.claims:
         claims.write(args.claims)
     if args.json:

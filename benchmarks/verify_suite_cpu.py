@@ -10,10 +10,11 @@ the load average before and after. A process living under 0.2 s may be missed: t
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 import time
+
+from harness.runtime.cluster.node import cpu_model
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -42,14 +43,6 @@ def _descends(pid: int, root: int, parent_of: dict[int, int]) -> bool:
     return pid == root
 
 
-def _cpu_model() -> str:
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
-
-
 def main() -> int:
     if len(sys.argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -64,7 +57,7 @@ def main() -> int:
     wall = time.perf_counter() - started
     cpu = sum(last.values())
     print(f"exit {process.returncode}; wall {wall:.1f} s; CPU {cpu:.1f} s over {len(last)} processes "
-          f"(sampled, a lower bound); {os.cpu_count()} CPUs, {_cpu_model()}; load before "
+          f"(sampled, a lower bound); {os.cpu_count()} CPUs, {cpu_model()}; load before "
           f"{' '.join(f'{x:.1f}' for x in load_before)}, after {' '.join(f'{x:.1f}' for x in os.getloadavg())}",
           file=sys.stderr)
     return process.returncode

@@ -12,7 +12,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,18 @@ class Cli:
 def attnbench() -> Cli:
     """The ``attnbench`` command (session-wide: it holds no state, and module fixtures may run it)."""
     return Cli()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One torch thread for the test, as verify's workers run (many small problems: a thread pool costs more
+    than it gains, 5x on a loaded 2-core machine); the count before is put back after."""
+    import torch  # here, not at the top: the command's tests never import torch in this process
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 SHARD = re.compile(r"[\[-](shard\d+)[\]-]")

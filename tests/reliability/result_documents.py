@@ -1,10 +1,12 @@
 """Small valid result documents (bench and verify, every record present) for the damaged-file tests and the
-fuzzer: each test damages a copy and writes it to disk."""
+fuzzer: each test damages a copy and writes it to disk; and the check that a report page built from a damaged
+or hostile one shows its strings as text."""
 
 from __future__ import annotations
 
 import copy
 import json
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,31 @@ def damaged(document: dict[str, Any], *path: Any, value: Any) -> dict[str, Any]:
         target = target[key]
     target[path[-1]] = value
     return out
+
+
+class _Tags(HTMLParser):
+    """Every element and attribute of a page, as a browser's parser sees them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+
+def page_tags(page: str) -> list[tuple[str, dict[str, str | None]]]:
+    """Every (element, attributes) of ``page`` in document order."""
+    parser = _Tags()
+    parser.feed(page)
+    return parser.tags
+
+
+def check_page(page: str) -> None:
+    """No element, attribute or link that a result file put there: every string of it was escaped."""
+    for tag, attrs in page_tags(page):
+        assert tag not in ("script", "a", "iframe", "object", "embed", "style") or (tag == "style" and not attrs), tag
+        assert not any(name.startswith("on") for name in attrs), (tag, attrs)
+        assert tag != "img" or (attrs.get("src") or "").startswith("data:image/png;base64,"), attrs
+    for raw in ("<script", "<img src=x", "</td></table><script>"):
+        assert raw not in page, raw

@@ -7,33 +7,23 @@ must flag it (a ``fail`` or ``error``) on a case that has the trigger. The ones 
 yet are strict xfails that say why; when the verifier learns to catch one, its xfail turns into an
 XPASS failure and the mark is removed. Each correct but unusual one must pass every quick case.
 
-The checks run in this process, exactly as a verify worker runs them (``kernel_cases`` for the
-cases, ``check_kernel_case`` for the checks, three trials, one torch thread), so no worker start-up
-is paid.
+The checks run in this process, exactly as a verify worker runs them (``blind_sets.py``: quick's
+cases and checks, three trials, one torch thread), so no worker start-up is paid.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from blind_sets import BlindSet, Trigger, assert_accepted, assert_flagged_on_its_trigger
 
 from harness.case.attention import AttentionCase
-from harness.contract.discovery import load_registry
-from harness.contract.registry import Implementation
-from harness.verify.case_checks import check_kernel_case
-from harness.verify.suites import kernel_cases
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-BLIND = Path(__file__).resolve().parent / "blind"
-TRIALS = 3
-"""verify's default --trials."""
-
-Trigger = Callable[[AttentionCase], bool]
+BLIND = BlindSet(Path(__file__).resolve().parent / "blind")
 
 
 def _max_klen(case: AttentionCase) -> int:
@@ -70,39 +60,9 @@ NOT_CAUGHT_BY_QUICK: dict[str, str] = {
 """Broken plugins quick misses today, and why (measured; see blind/README.md)."""
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """One torch thread, as verify's workers run (many small problems: a thread pool costs more than it
-    gains, 5x here on a loaded 2-core machine)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _names(prefix: str) -> list[str]:
-    return sorted(p.stem for p in BLIND.glob(f"{prefix}_*.py"))
-
-
-def _impl(name: str) -> Implementation:
-    registry = load_registry([str(BLIND / f"{name}.py")], builtins=False, entry_points=False)
-    assert not registry.fatal_errors, registry.fatal_errors
-    return registry.get(name)
-
-
-def _problems(impl: Implementation) -> Iterator[tuple[AttentionCase, dict[str, Any]]]:
-    """Every (case, result) of quick that is not a pass or a skip, in suite order, lazily."""
-    for case in kernel_cases(impl, "quick"):
-        if impl.not_supported_reasons(case):
-            continue
-        for result in check_kernel_case(impl, case, TRIALS):
-            if result["status"] not in ("pass", "skipped"):
-                yield case, result
-
-
 def _broken_params() -> list[Any]:
     params = []
-    for name in _names("broken"):
+    for name in BLIND.names("broken"):
         why = NOT_CAUGHT_BY_QUICK.get(name)
         marks = [pytest.mark.xfail(strict=True, reason=f"not caught yet by quick: {why}")] if why else []
         params.append(pytest.param(name, marks=marks, id=name))
@@ -110,23 +70,16 @@ def _broken_params() -> list[Any]:
 
 
 def test_every_broken_plugin_states_its_trigger() -> None:
-    assert sorted(TRIGGERS) == _names("broken")
+    assert sorted(TRIGGERS) == BLIND.names("broken")
     assert set(NOT_CAUGHT_BY_QUICK) <= set(TRIGGERS)
-    assert len(_names("broken")) >= 12 and len(_names("correct")) >= 3
+    assert len(BLIND.names("broken")) >= 12 and len(BLIND.names("correct")) >= 3
 
 
 @pytest.mark.parametrize("name", _broken_params())
 def test_quick_flags_the_broken_plugin_on_its_trigger(name: str) -> None:
-    impl = _impl(name)
-    first = next(_problems(impl), None)
-    assert first is not None, f"verify --suite quick passed {name}"
-    case, result = first
-    assert TRIGGERS[name](case), (f"{name} was flagged on {case.id} ({result['check']}: {result['reason']}), a case "
-                                  f"without its trigger: a false alarm, or the trigger is stated wrongly")
+    assert_flagged_on_its_trigger(BLIND, name, TRIGGERS[name])
 
 
-@pytest.mark.parametrize("name", _names("correct"))
+@pytest.mark.parametrize("name", BLIND.names("correct"))
 def test_quick_accepts_the_correct_plugin(name: str) -> None:
-    problems = [f"{case.id} {result['check']}: {result['status']}: {result['reason']}"
-                for case, result in _problems(_impl(name))]
-    assert not problems, "\n".join(problems)
+    assert_accepted(BLIND, name)

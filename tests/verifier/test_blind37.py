@@ -6,30 +6,21 @@ most inputs; the trigger below is the predicate a case must satisfy for it to be
 must flag every one (a ``fail`` or ``error``) on a case with its trigger; every correct one must pass every quick
 case. ``blind37/README.md`` has the before/after counts (``blind37/measure.py`` prints them).
 
-The checks run in this process as a verify worker runs them (``kernel_cases``, ``check_kernel_case``, three
+The checks run in this process as a verify worker runs them (``blind_sets.py``: quick's cases and checks, three
 trials, one torch thread).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from blind_sets import BlindSet, Trigger, assert_accepted, assert_flagged_on_its_trigger
 
-from harness.contract.discovery import load_registry
-from harness.contract.registry import Implementation
-from harness.verify.case_checks import check_kernel_case
-from harness.verify.modules import check_module_case, module_cases
-from harness.verify.suites import kernel_cases
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-pytestmark = pytest.mark.slow
-
-BLIND = Path(__file__).resolve().parent / "blind37"
-Trigger = Callable[[Any], bool]
-"""A predicate on an AttentionCase (kernel plugins) or a ModuleCase (module plugins)."""
+BLIND = BlindSet(Path(__file__).resolve().parent / "blind37", tag="37")
 
 
 def _masked(c: Any) -> bool:
@@ -57,57 +48,22 @@ TRIGGERS: dict[str, Trigger] = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def _names(prefix: str) -> list[str]:
-    return sorted(p.stem for p in BLIND.glob(f"{prefix}37_*.py"))
-
-
-def _impl(name: str) -> Implementation:
-    registry = load_registry([str(BLIND / f"{name}.py")], builtins=False, entry_points=False)
-    assert not registry.fatal_errors, registry.fatal_errors
-    return registry.get(name)
-
-
-def _problems(impl: Implementation) -> Iterator[tuple[Any, dict[str, Any]]]:
-    """Every (case, result) of quick that is not a pass or a skip, in suite order, lazily (kernels and modules)."""
-    module = impl.kind == "module"
-    for case in module_cases(impl, "quick") if module else kernel_cases(impl, "quick"):
-        if impl.not_supported_reasons(case) or (module and case.unsupported_by(impl)):
-            continue
-        for result in check_module_case(impl, case, 3) if module else check_kernel_case(impl, case, 3):
-            if result["status"] not in ("pass", "skipped"):
-                yield case, result
-
-
 def test_the_set_is_whole() -> None:
-    assert sorted(TRIGGERS) == _names("broken")
-    assert len(_names("broken")) >= 10 and len(_names("correct")) >= 4
+    assert sorted(TRIGGERS) == BLIND.names("broken")
+    assert len(BLIND.names("broken")) >= 10 and len(BLIND.names("correct")) >= 4
 
 
-@pytest.mark.parametrize("name", _names("broken"))
+@pytest.mark.parametrize("name", BLIND.names("broken"))
 def test_quick_flags_the_broken_plugin_on_its_trigger(name: str) -> None:
-    first = next(_problems(_impl(name)), None)
-    assert first is not None, f"verify --suite quick passed {name}"
-    case, result = first
-    assert TRIGGERS[name](case), (f"{name} was flagged on {case.id} ({result['check']}: {result['reason']}), a case "
-                                  f"without its trigger: a false alarm, or the trigger is stated wrongly")
+    assert_flagged_on_its_trigger(BLIND, name, TRIGGERS[name])
 
 
-@pytest.mark.parametrize("name", _names("correct"))
+@pytest.mark.parametrize("name", BLIND.names("correct"))
 def test_quick_accepts_the_correct_plugin(name: str) -> None:
-    problems = [f"{case.id} {result['check']}: {result['status']}: {result['reason']}"
-                for case, result in _problems(_impl(name))]
-    assert not problems, "\n".join(problems)
+    assert_accepted(BLIND, name)
 
 
-@pytest.mark.parametrize("name", [n for n in _names("broken") if "alibi" in n])
+@pytest.mark.parametrize("name", [n for n in BLIND.names("broken") if "alibi" in n])
 def test_a_layers_own_alibi_slopes_fail_naming_the_positional_bias(name: str) -> None:
-    case, result = next(_problems(_impl(name)))
+    _, result = assert_flagged_on_its_trigger(BLIND, name, TRIGGERS[name])
     assert "the positional bias (ALiBi, computed by the layer itself) is wrong" in str(result["reason"]), result

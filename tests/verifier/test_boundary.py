@@ -15,15 +15,9 @@ from harness.reference.tensors import make_inputs
 from harness.verify.boundary import Watch, shares_storage
 from harness.verify.checks import SAMPLE_ABOVE_SCORES, check_grad, check_output, large_case
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 PLUGINS = Path(__file__).parent / "plugins"
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _plugin(name: str):

@@ -80,14 +80,6 @@ def test_full_suite_covers_the_matrix() -> None:
     assert any(c.causal for c in cases) and any(c.bias == "alibi" for c in cases)
 
 
-@pytest.fixture
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.usefixtures("one_thread")
 def test_a_correct_builtin_passes_every_check_of_a_case() -> None:
     case = AttentionCase(batch=3, heads=4, kv_heads=2, tq=19, d=16, causal=True, mask="random", grad=True)

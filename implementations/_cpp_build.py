@@ -6,7 +6,8 @@ Instruction sets: one mechanism for every kernel. An extension is compiled whole
 level's features (asked of torch's cpuinfo, :func:`torch.cpu.get_capabilities`): code of a level the CPU
 lacks is never even loaded, so nothing in it (static initialisers included) can fault. No source selects
 an instruction set itself (no ``#pragma GCC target``, no target attributes); a source compiled at a lower
-level than its kernels need compiles them out and the loader does not offer them.
+level than its kernels need compiles them out and the loader does not offer them. Code shared by several
+levels is a template over a traits type (a kernel's, a lane type's), instantiated in each level's build.
 
 Torch caches builds in ``TORCH_EXTENSIONS_DIR`` (default ``~/.cache/torch_extensions``) by name. The
 name carries the level the code is compiled for, so a cache shared by different CPUs never hands one

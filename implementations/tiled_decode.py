@@ -19,8 +19,8 @@ bfloat16 or float16): rows are converted to fp32 as they are loaded (bf16 is a s
 conversion) and every sum is fp32; the output has q's dtype. Mixed cases are declared as data
 (``kv_dtypes``) and named ``kv=bfloat16`` in case ids (see docs/decode.md).
 
-The loops are C++ (:file:`kernels/_decode.cpp`, :file:`kernels/_decode_kernel.h`: register tiles written once
-over the vector width; one build per tier, compiled whole for AVX2 + FMA + F16C or for AVX-512F and loaded only
+The loops are C++ (:file:`kernels/_decode.cpp`, :file:`kernels/_decode_kernel.h`: register tiles written once,
+templates over a lane type of 8 or 16 floats; one build per tier, compiled whole for AVX2 + FMA + F16C or for AVX-512F and loaded only
 on a CPU that has it (:data:`implementations._cpp_build.ISAS`); built on first use and cached like
 ``tiled_fused``'s; a failed build is the availability reason). The threads are torch's
 own (``at::parallel_for``, items pulled from a shared counter): a step right after another torch operation

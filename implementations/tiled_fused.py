@@ -17,7 +17,9 @@ FlashAttention-2's dQ, dK, dV recomputed from the saved log-sum-exp; work items 
 kv head (dK, dV private, GQA without copies, causal blocks skipped), dQ in one float32 buffer per
 worker, summed at the end. float64 keeps ``tiled``'s torch-ops backward.
 Structures (windows, bottom-right causal, packed sequences) are native: each row's allowed keys are one
-range, and no key block outside it is computed (:mod:`implementations._fused_kernels`).
+range, and no key block outside it is computed (:mod:`implementations._fused_kernels`). The forward and the
+backward work item are each written once (:file:`kernels/_flash_forward.h`, :file:`kernels/_flash_backward.h`),
+templates over the kernel traits each tier's file defines (docs/kernels.md).
 
 Built on first use, never at import (:mod:`implementations._cpp_build`): discovery works without a
 compiler, and a failed build becomes this plugin's availability reason. Each tier above avx2 is an

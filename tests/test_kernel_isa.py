@@ -1,10 +1,13 @@
 """The compiled kernels choose their instruction set one way: each extension is compiled whole for one level of
-``ISAS`` and loaded only where the CPU has that level's features. No compiler needed here."""
+``ISAS`` and loaded only where the CPU has that level's features; code shared across instruction sets is a
+template over a traits type. No compiler needed here."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
+import pytest
 import torch
 
 from implementations._cpp_build import ISAS, KERNELS, Isa, baseline, cpu_runs, missing
@@ -45,3 +48,35 @@ def test_the_baseline_is_the_best_of_generic_and_avx2_this_cpu_runs() -> None:
     assert baseline().name == expect
     for isa in ISAS.values():  # the answer follows torch's cpuinfo, feature by feature
         assert cpu_runs(isa) is all(have.get(f, False) for f in isa.features)
+
+
+def _code(path: Path) -> str:
+    """A source's code without its ``//`` comments (which may name what the code must not do)."""
+    return "\n".join(line.split("//")[0] for line in path.read_text().splitlines())
+
+
+def test_every_kernel_header_is_included_once_and_no_macro_generates_code() -> None:
+    """An instruction set or a vector width is a type the shared code is a template over (a lane or kernel
+    traits struct), never a header included twice under another macro value nor a macro that writes code."""
+    headers = sorted(KERNELS.glob("*.h"))
+    assert len(headers) > 5
+    assert [h.name for h in headers if "#pragma once" not in _code(h)] == []
+    defines = [f"{p.name}:{n}" for p in [*headers, *KERNELS.glob("*.cpp")]
+               for n, text in enumerate(_code(p).splitlines(), 1) if re.match(r"\s*#\s*define\b", text)]
+    assert defines == []
+
+
+@pytest.mark.parametrize(("skeleton", "kernels"), [
+    ("_flash_backward.h", ["_flash_backward.cpp", "_flash_avx2_backward.cpp", "_flash_bf16_backward.cpp"]),
+    ("_flash_forward.h", ["_flash_avx2.cpp", "_flash_f32.cpp", "_flash_bf16.cpp"]),
+])
+def test_each_kernel_instantiates_the_one_skeleton_and_writes_no_loop_of_its_own(skeleton: str,
+                                                                                 kernels: list[str]) -> None:
+    """The loop over query heads and row blocks (backward) or key blocks (forward) is the skeleton's alone; a
+    kernel supplies its traits and instantiates it."""
+    entry = "backward_item<Kernel>" if "backward" in skeleton else "forward_item<Kernel>"
+    assert re.search(r"for \(int64_t (h|kb) = ", _code(KERNELS / skeleton))
+    for name in kernels:
+        code = _code(KERNELS / name)
+        assert f'#include "{skeleton}"' in code and entry in code, name
+        assert not re.search(r"for \(int64_t (h|q0|kb) = ", code), f"{name} loops over heads or blocks itself"

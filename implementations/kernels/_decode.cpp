@@ -16,10 +16,11 @@
 // Threads: ``work`` runs on torch's own threads (at::parallel_for); each pulls items from a shared counter
 // (fetch-and-add), so ragged caches balance themselves.
 //
-// The inner loops (_decode_kernel.h) are written once over the vector width. This file is compiled whole
+// The inner loops (_decode_kernel.h) are templates over the vector width. This file is compiled whole
 // once per tier, as an extension of its own (implementations/_cpp_build.py: ISAS; never -march=native):
-// at the avx2 level it holds the 256-bit loops, at the avx512f level the 512-bit ones beside them. The
-// Python side loads a tier's build only on a CPU that has its features.
+// at the avx2 level it holds the 256-bit loops, at the avx512f level the 512-bit ones beside them (float32
+// caches may run on either: tiled_decode.FLOAT32_512). The Python side loads a tier's build only on a CPU
+// that has its features.
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -253,25 +254,10 @@ void softmax_block(const Problem& P, Scratch& w, int64_t kb, int64_t nk, int64_t
 #error "compile at the avx2 level or above (implementations/_cpp_build.py: ISAS)"
 #endif
 
-// The inner loops, once per vector width (see _decode_kernel.h); internal linkage, so calls between them
-// are direct (no PLT) and the compiler inlines what it sees fit.
-namespace {
-namespace isa_avx2 {
-#define DECODE_WIDTH 8
+// The inner loops, written once over the vector width (_decode_kernel.h): run<Vec8> (256-bit) in every build,
+// run<Vec16> (512-bit) in the build at the avx512f level. Internal linkage, so calls between them are direct
+// (no PLT) and the compiler inlines what it sees fit.
 #include "_decode_kernel.h"
-#undef DECODE_WIDTH
-}  // namespace isa_avx2
-}  // namespace
-
-#ifdef __AVX512F__
-namespace {
-namespace isa_avx512 {
-#define DECODE_WIDTH 16
-#include "_decode_kernel.h"
-#undef DECODE_WIDTH
-}  // namespace isa_avx512
-}  // namespace
-#endif
 
 namespace {
 
@@ -376,11 +362,11 @@ void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch
       float* o = po + i * rows * P.d;
 #ifdef __AVX512F__
       if (wide) {
-        isa_avx512::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+        run<Vec16>(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
         continue;
       }
 #endif
-      isa_avx2::run(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
+      run<Vec8>(P, it[4 * i], it[4 * i + 1], it[4 * i + 2], it[4 * i + 3], o, pl + i * rows, w);
     }
   });
 }

@@ -1,9 +1,10 @@
-// tiled_decode's inner loops, written once over the vector width and compiled once per instruction set.
+// tiled_decode's inner loops, written once over the vector width V and compiled for the level of the build
+// that includes them (_decode.cpp; implementations/_cpp_build.py: ISAS, never -march=native).
 //
-// _decode.cpp includes this file once per vector width, each time inside its own namespace: DECODE_WIDTH 8
-// (256-bit loops) and, in its build at the avx512f level, DECODE_WIDTH 16 (512-bit loops). The instruction
-// set is the build's (implementations/_cpp_build.py: ISAS), never -march=native; the Python side loads a
-// build only on a CPU that has its features. No include guard: that is the point.
+// V is a lane type: Vec8 (256-bit registers, AVX2 + FMA + F16C) or Vec16 (512-bit, AVX-512F; only where the
+// build is compiled at that level, which the Python side loads only on a CPU that has it). It gives the
+// vector type, W lanes, the load/fma/add/convert operations, its register-tile shapes (SCORE_KEYS,
+// SCORES_BY_ROW, PV_ROWS, PV_CHUNKS) and its horizontal sums. The entry is run<V>(...), one work item.
 //
 // K and V rows are read in chunks of 2W elements (W floats per register), converted on load to two fp32
 // registers, and every product is accumulated in fp32:
@@ -14,170 +15,194 @@
 // The bfloat16 chunk thus arrives as (even elements, odd elements). The query rows and the output
 // accumulators are kept in that same order (the "kernel layout", `layout_index`), so dot products and
 // P V updates need no permutation at all; only loading q and writing the output translate.
+//
+// It uses what _decode.cpp defines before including it (Problem, Scratch, Spread's prefetch_row, the
+// softmax): the other half of one translation unit, not a header of its own.
+#pragma once
 
-#if DECODE_WIDTH == 16
-using vec = __m512;
-using ivec = __m512i;
-constexpr int W = 16;
-inline vec vzero() { return _mm512_setzero_ps(); }
-inline vec vload(const float* p) { return _mm512_loadu_ps(p); }
-inline void vstore(float* p, vec x) { _mm512_storeu_ps(p, x); }
-inline vec vfma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline vec vadd(vec a, vec b) { return _mm512_add_ps(a, b); }
-inline vec vset1(float x) { return _mm512_set1_ps(x); }
-inline ivec iload(const char* p) { return _mm512_loadu_si512(reinterpret_cast<const void*>(p)); }
-inline vec bf16_even(ivec x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
-inline vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
-inline vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
-inline float vsum(vec x) { return _mm512_reduce_add_ps(x); }
-constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
-constexpr bool SCORES_BY_ROW = false;  // the tile's chunk of each key in turn (see scores_by_row)
-template <int KIND> constexpr int PV_ROWS = 2;    // P V tile: 2 rows x 4 chunks (128 columns): each V row streams
-template <int KIND> constexpr int PV_CHUNKS = 4;  // once per row pair
+#include <immintrin.h>
 
-// Lane i of the result is the sum of the lanes of input i: 16 horizontal sums by a transpose tree.
-inline __m512 pair_sum(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }
-inline __m512 quad_sum(__m512 a, __m512 b) {
-  const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
-  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-}
-inline void reduce_all(const vec* a, float* out) {  // 16 registers -> 16 sums
-  const __m512 u0 = quad_sum(pair_sum(a[0], a[1]), pair_sum(a[2], a[3]));
-  const __m512 u1 = quad_sum(pair_sum(a[4], a[5]), pair_sum(a[6], a[7]));
-  const __m512 u2 = quad_sum(pair_sum(a[8], a[9]), pair_sum(a[10], a[11]));
-  const __m512 u3 = quad_sum(pair_sum(a[12], a[13]), pair_sum(a[14], a[15]));
-  const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
-  const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x44), _mm512_shuffle_f32x4(u2, u3, 0xEE));
-  _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD)));
-}
-#else
-using vec = __m256;
-using ivec = __m256i;
-constexpr int W = 8;
-inline vec vzero() { return _mm256_setzero_ps(); }
-inline vec vload(const float* p) { return _mm256_loadu_ps(p); }
-inline void vstore(float* p, vec x) { _mm256_storeu_ps(p, x); }
-inline vec vfma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline vec vadd(vec a, vec b) { return _mm256_add_ps(a, b); }
-inline vec vset1(float x) { return _mm256_set1_ps(x); }
-inline ivec iload(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
-inline vec bf16_even(ivec x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
-inline vec bf16_odd(ivec x) { return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))); }
-inline vec f16_load(const char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
-inline float vsum(vec x) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-constexpr int SCORE_KEYS = 2;  // scores: up to 4 rows x 2 keys
-constexpr bool SCORES_BY_ROW = true;  // each key's row read whole before the next (see scores_by_row)
-// P V tile, 8 accumulators: float32 1 row x 4 chunks (64 columns, 256 bytes of each V row per pass); 16-bit
-// caches 2 rows x 2 chunks (32 columns, 64 bytes), which converts each loaded chunk for two rows, not one.
-template <int KIND> constexpr int PV_ROWS = KIND == KV_F32 ? 1 : 2;
-template <int KIND> constexpr int PV_CHUNKS = KIND == KV_F32 ? 4 : 2;
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 
-inline void reduce_all(const vec* a, float* out) {  // 8 registers -> 8 sums by hadd (a transpose tree)
-  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
-  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
-  const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
-  _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)));
-}
+namespace {
+
+struct Vec8 {
+  using vec = __m256;
+  using ivec = __m256i;
+  static constexpr int W = 8;
+  static vec zero() { return _mm256_setzero_ps(); }
+  static vec load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, vec x) { _mm256_storeu_ps(p, x); }
+  static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
+  static vec set1(float x) { return _mm256_set1_ps(x); }
+  static ivec iload(const char* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static vec bf16_even(ivec x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
+  static vec bf16_odd(ivec x) { return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))); }
+  static vec f16_load(const char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static float sum(vec x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static constexpr int SCORE_KEYS = 2;  // scores: up to 4 rows x 2 keys
+  static constexpr bool SCORES_BY_ROW = true;  // each key's row read whole before the next (see scores_by_row)
+  // P V tile, 8 accumulators: float32 1 row x 4 chunks (64 columns, 256 bytes of each V row per pass); 16-bit
+  // caches 2 rows x 2 chunks (32 columns, 64 bytes), which converts each loaded chunk for two rows, not one.
+  template <int KIND>
+  static constexpr int PV_ROWS = KIND == KV_F32 ? 1 : 2;
+  template <int KIND>
+  static constexpr int PV_CHUNKS = KIND == KV_F32 ? 4 : 2;
+
+  static void reduce_all(const vec* a, float* out) {  // 8 registers -> 8 sums by hadd (a transpose tree)
+    const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+    const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+    const __m256 lo = _mm256_hadd_ps(h01, h23), hi = _mm256_hadd_ps(h45, h67);
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31)));
+  }
+};
+
+#ifdef __AVX512F__
+struct Vec16 {
+  using vec = __m512;
+  using ivec = __m512i;
+  static constexpr int W = 16;
+  static vec zero() { return _mm512_setzero_ps(); }
+  static vec load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, vec x) { _mm512_storeu_ps(p, x); }
+  static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
+  static vec set1(float x) { return _mm512_set1_ps(x); }
+  static ivec iload(const char* p) { return _mm512_loadu_si512(reinterpret_cast<const void*>(p)); }
+  static vec bf16_even(ivec x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
+  static vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
+  static vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static float sum(vec x) { return _mm512_reduce_add_ps(x); }
+  static constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
+  static constexpr bool SCORES_BY_ROW = false;  // the tile's chunk of each key in turn (see scores_by_row)
+  // P V tile: 2 rows x 4 chunks (128 columns): each V row streams once per row pair.
+  template <int KIND>
+  static constexpr int PV_ROWS = 2;
+  template <int KIND>
+  static constexpr int PV_CHUNKS = 4;
+
+  // Lane i of the result is the sum of the lanes of input i: 16 horizontal sums by a transpose tree.
+  static __m512 pair_sum(__m512 x, __m512 y) { return _mm512_add_ps(_mm512_unpacklo_ps(x, y), _mm512_unpackhi_ps(x, y)); }
+  static __m512 quad_sum(__m512 a, __m512 b) {
+    const __m512d x = _mm512_castps_pd(a), y = _mm512_castps_pd(b);
+    return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  static void reduce_all(const vec* a, float* out) {  // 16 registers -> 16 sums
+    const __m512 u0 = quad_sum(pair_sum(a[0], a[1]), pair_sum(a[2], a[3]));
+    const __m512 u1 = quad_sum(pair_sum(a[4], a[5]), pair_sum(a[6], a[7]));
+    const __m512 u2 = quad_sum(pair_sum(a[8], a[9]), pair_sum(a[10], a[11]));
+    const __m512 u3 = quad_sum(pair_sum(a[12], a[13]), pair_sum(a[14], a[15]));
+    const __m512 w01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
+    const __m512 w23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, 0x44), _mm512_shuffle_f32x4(u2, u3, 0xEE));
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(w01, w23, 0x88), _mm512_shuffle_f32x4(w01, w23, 0xDD)));
+  }
+};
 #endif
 
-constexpr int CH = 2 * W;  // elements per chunk
+
+template <class V>
+constexpr int CH = 2 * V::W;  // elements per chunk of a row: two registers
 
 // Elements [c, c + CH) of a row (`row` points at element c) as two fp32 registers in the kernel layout.
-template <int KIND>
-inline void load_chunk(const char* row, vec& lo, vec& hi) {
+template <class V, int KIND>
+inline void load_chunk(const char* row, typename V::vec& lo, typename V::vec& hi) {
   if constexpr (KIND == KV_F32) {
-    lo = vload(reinterpret_cast<const float*>(row));
-    hi = vload(reinterpret_cast<const float*>(row) + W);
+    lo = V::load(reinterpret_cast<const float*>(row));
+    hi = V::load(reinterpret_cast<const float*>(row) + V::W);
   } else if constexpr (KIND == KV_BF16) {
-    const ivec x = iload(row);
-    lo = bf16_even(x);
-    hi = bf16_odd(x);
+    const typename V::ivec x = V::iload(row);
+    lo = V::bf16_even(x);
+    hi = V::bf16_odd(x);
   } else {
-    lo = f16_load(row);
-    hi = f16_load(row + 2 * W);
+    lo = V::f16_load(row);
+    hi = V::f16_load(row + 2 * V::W);
   }
 }
 
 // Where column c of a row sits in the kernel layout (chunks of CH; bfloat16: even elements, then odd).
-template <int KIND>
+template <class V, int KIND>
 inline int64_t layout_index(int64_t c) {
   if constexpr (KIND != KV_BF16) return c;
-  const int64_t base = c - c % CH, i = c % CH;
-  return base + (i % 2 ? W + i / 2 : i / 2);
+  const int64_t base = c - c % CH<V>, i = c % CH<V>;
+  return base + (i % 2 ? V::W + i / 2 : i / 2);
 }
 
 // The last, partial chunk of a row (columns c.. of d), zero-padded into `buf` (CH elements).
-template <int KIND>
+template <class V, int KIND>
 inline const char* padded(const char* row, int64_t c, int64_t d, char* buf) {
   const int64_t size = kv_size(KIND);
-  std::memset(buf, 0, CH * size);
+  std::memset(buf, 0, CH<V> * size);
   std::memcpy(buf, row + c * size, (d - c) * size);
   return buf;
 }
 
 // One chunk of the scores tile: acc[r][j] += Q[r] . K_j over the chunk's columns (rows point at the chunk).
-template <int KIND, int RR, int KK>
-__attribute__((always_inline)) inline void scores_step(const float* q, int64_t dp, const char* const* rows, vec (&acc)[RR][KK]) {
-  vec klo[KK], khi[KK];
+template <class V, int KIND, int RR, int KK>
+__attribute__((always_inline)) inline void scores_step(const float* q, int64_t dp, const char* const* rows, typename V::vec (&acc)[RR][KK]) {
+  typename V::vec klo[KK], khi[KK];
   #pragma GCC unroll 16
-  for (int j = 0; j < KK; ++j) load_chunk<KIND>(rows[j], klo[j], khi[j]);
+  for (int j = 0; j < KK; ++j) load_chunk<V, KIND>(rows[j], klo[j], khi[j]);
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r) {
-    const vec qlo = vload(q + r * dp), qhi = vload(q + r * dp + W);
+    const typename V::vec qlo = V::load(q + r * dp), qhi = V::load(q + r * dp + V::W);
     #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) acc[r][j] = vfma(qhi, khi[j], vfma(qlo, klo[j], acc[r][j]));
+    for (int j = 0; j < KK; ++j) acc[r][j] = V::fma(qhi, khi[j], V::fma(qlo, klo[j], acc[r][j]));
   }
 }
 
 // The last d % CH columns of a scores tile, from zero-padded copies (never a read past a row). Out of line:
 // its buffers would otherwise make every call of the hot tile realign its stack.
-template <int KIND, int RR, int KK>
+template <class V, int KIND, int RR, int KK>
 __attribute__((noinline)) void scores_tail(const float* q, int64_t dp, const char* const* kp, int64_t full, int64_t d,
-                                           vec (&acc)[RR][KK]) {
-  alignas(64) char buf[KK][CH * 4];
+                                           typename V::vec (&acc)[RR][KK]) {
+  alignas(64) char buf[KK][CH<V> * 4];
   const char* at[KK];
-  for (int j = 0; j < KK; ++j) at[j] = padded<KIND>(kp[j], full, d, buf[j]);
-  scores_step<KIND, RR, KK>(q + full, dp, at, acc);
+  for (int j = 0; j < KK; ++j) at[j] = padded<V, KIND>(kp[j], full, d, buf[j]);
+  scores_step<V, KIND, RR, KK>(q + full, dp, at, acc);
 }
 
 // s[r * ld + j] = the sum of acc[r][j]'s lanes; a full tile (RR x KK = W) does every horizontal sum at once.
-template <int RR, int KK>
-__attribute__((always_inline)) inline void store_sums(const vec (&acc)[RR][KK], float* s, int64_t ld) {
-  if constexpr (RR * KK == W) {
-    alignas(64) float sums[W];
-    reduce_all(&acc[0][0], sums);
+template <class V, int RR, int KK>
+__attribute__((always_inline)) inline void store_sums(const typename V::vec (&acc)[RR][KK], float* s, int64_t ld) {
+  if constexpr (RR * KK == V::W) {
+    alignas(64) float sums[V::W];
+    V::reduce_all(&acc[0][0], sums);
     for (int r = 0; r < RR; ++r)
       for (int j = 0; j < KK; ++j) s[r * ld + j] = sums[r * KK + j];
   } else {
     for (int r = 0; r < RR; ++r)
-      for (int j = 0; j < KK; ++j) s[r * ld + j] = vsum(acc[r][j]);
+      for (int j = 0; j < KK; ++j) s[r * ld + j] = V::sum(acc[r][j]);
   }
 }
 
 // S[r][j] = Q[r] . K_j for RR rows x KK keys; each K chunk is loaded (and converted) once for all rows.
-template <int KIND, int RR, int KK>
+template <class V, int KIND, int RR, int KK>
 __attribute__((always_inline)) inline void scores_tile(const float* q, int64_t dp, const char* const* kp, int64_t d,
                                                        float* s, int64_t ld) {
   const int64_t size = kv_size(KIND);
-  vec acc[RR][KK];
+  typename V::vec acc[RR][KK];
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
     #pragma GCC unroll 16
-    for (int j = 0; j < KK; ++j) acc[r][j] = vzero();
-  const int64_t full = d - d % CH;
+    for (int j = 0; j < KK; ++j) acc[r][j] = V::zero();
+  const int64_t full = d - d % CH<V>;
   const char* at[KK];
-  for (int64_t c = 0; c < full; c += CH) {
+  for (int64_t c = 0; c < full; c += CH<V>) {
     #pragma GCC unroll 16
     for (int j = 0; j < KK; ++j) at[j] = kp[j] + c * size;
-    scores_step<KIND, RR, KK>(q + c, dp, at, acc);
+    scores_step<V, KIND, RR, KK>(q + c, dp, at, acc);
   }
-  if (full < d) scores_tail<KIND, RR, KK>(q, dp, kp, full, d, acc);
-  store_sums(acc, s, ld);
+  if (full < d) scores_tail<V, KIND, RR, KK>(q, dp, kp, full, d, acc);
+  store_sums<V>(acc, s, ld);
 }
 
 // Prefetches spread evenly over the passes of a phase: pass `pass` of `passes` prefetches the rows of keys
@@ -194,149 +219,149 @@ struct Spread {
 // a time, which on AVX2 (64-byte chunks) they follow poorly: from memory this reads 7-10% faster there (in
 // cache, the same). A key's products go to two sets of accumulators (even and odd chunks), so each chain of
 // dependent FMAs is half as long.
-template <int KIND, int RR, int KK>
+template <class V, int KIND, int RR, int KK>
 __attribute__((always_inline)) inline void scores_by_row(const float* q, int64_t dp, const char* const* kp, int64_t d,
                                                          float* s, int64_t ld) {
   const int64_t size = kv_size(KIND);
-  const int64_t full = d - d % CH;
-  vec sums[RR][KK];
+  const int64_t full = d - d % CH<V>;
+  typename V::vec sums[RR][KK];
   #pragma GCC unroll 16
   for (int j = 0; j < KK; ++j) {
-    vec acc[RR][2], rest[RR][1];
+    typename V::vec acc[RR][2], rest[RR][1];
     #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = rest[r][0] = vzero();
+    for (int r = 0; r < RR; ++r) acc[r][0] = acc[r][1] = rest[r][0] = V::zero();
     int64_t c = 0;
-    for (; c + 2 * CH <= full; c += 2 * CH) {
-      vec k0, k1, k2, k3;
-      load_chunk<KIND>(kp[j] + c * size, k0, k1);
-      load_chunk<KIND>(kp[j] + (c + CH) * size, k2, k3);
+    for (; c + 2 * CH<V> <= full; c += 2 * CH<V>) {
+      typename V::vec k0, k1, k2, k3;
+      load_chunk<V, KIND>(kp[j] + c * size, k0, k1);
+      load_chunk<V, KIND>(kp[j] + (c + CH<V>) * size, k2, k3);
       #pragma GCC unroll 16
       for (int r = 0; r < RR; ++r) {
         const float* qr = q + r * dp + c;
-        acc[r][0] = vfma(vload(qr), k0, acc[r][0]);
-        acc[r][1] = vfma(vload(qr + W), k1, acc[r][1]);
-        acc[r][0] = vfma(vload(qr + 2 * W), k2, acc[r][0]);
-        acc[r][1] = vfma(vload(qr + 3 * W), k3, acc[r][1]);
+        acc[r][0] = V::fma(V::load(qr), k0, acc[r][0]);
+        acc[r][1] = V::fma(V::load(qr + V::W), k1, acc[r][1]);
+        acc[r][0] = V::fma(V::load(qr + 2 * V::W), k2, acc[r][0]);
+        acc[r][1] = V::fma(V::load(qr + 3 * V::W), k3, acc[r][1]);
       }
     }
     if (c < full) {  // an odd number of whole chunks
       const char* at[1] = {kp[j] + c * size};
-      scores_step<KIND, RR, 1>(q + c, dp, at, rest);
+      scores_step<V, KIND, RR, 1>(q + c, dp, at, rest);
     }
-    if (full < d) scores_tail<KIND, RR, 1>(q, dp, kp + j, full, d, rest);
+    if (full < d) scores_tail<V, KIND, RR, 1>(q, dp, kp + j, full, d, rest);
     #pragma GCC unroll 16
-    for (int r = 0; r < RR; ++r) sums[r][j] = vadd(vadd(acc[r][0], acc[r][1]), rest[r][0]);
+    for (int r = 0; r < RR; ++r) sums[r][j] = V::add(V::add(acc[r][0], acc[r][1]), rest[r][0]);
   }
-  store_sums(sums, s, ld);
+  store_sums<V>(sums, s, ld);
 }
 
-template <int KIND, int RR>
+template <class V, int KIND, int RR>
 inline void scores_rows(const float* q, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
                         const Spread& pf) {
   int64_t j = 0, next = pf.k || pf.v ? pf.pass : nk;
-  for (; j + SCORE_KEYS <= nk; j += SCORE_KEYS) {
-    for (; next < j + SCORE_KEYS; next += pf.passes) {
+  for (; j + V::SCORE_KEYS <= nk; j += V::SCORE_KEYS) {
+    for (; next < j + V::SCORE_KEYS; next += pf.passes) {
       if (pf.k) prefetch_row(pf.k[next], pf.bytes);
       if (pf.v) prefetch_row(pf.v[next], pf.bytes);
     }
-    if constexpr (SCORES_BY_ROW) scores_by_row<KIND, RR, SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
-    else scores_tile<KIND, RR, SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
+    if constexpr (V::SCORES_BY_ROW) scores_by_row<V, KIND, RR, V::SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
+    else scores_tile<V, KIND, RR, V::SCORE_KEYS>(q, dp, kp + j, d, s + j, BLOCK);
   }
   for (; next < nk; next += pf.passes) {
     if (pf.k) prefetch_row(pf.k[next], pf.bytes);
     if (pf.v) prefetch_row(pf.v[next], pf.bytes);
   }
-  for (; j < nk; ++j) scores_tile<KIND, RR, 1>(q, dp, kp + j, d, s + j, BLOCK);
+  for (; j < nk; ++j) scores_tile<V, KIND, RR, 1>(q, dp, kp + j, d, s + j, BLOCK);
 }
 
-template <int KIND>
+template <class V, int KIND>
 void scores(const float* q, int64_t rows, int64_t dp, const char* const* kp, int64_t nk, int64_t d, float* s,
             Spread pf) {
   pf.passes = (rows + 3) / 4;
   int64_t r = 0;
-  for (pf.pass = 0; r + 4 <= rows; r += 4, ++pf.pass) scores_rows<KIND, 4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf);
+  for (pf.pass = 0; r + 4 <= rows; r += 4, ++pf.pass) scores_rows<V, KIND, 4>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf);
   switch (rows - r) {
-    case 3: scores_rows<KIND, 3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
-    case 2: scores_rows<KIND, 2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
-    case 1: scores_rows<KIND, 1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 3: scores_rows<V, KIND, 3>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 2: scores_rows<V, KIND, 2>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
+    case 1: scores_rows<V, KIND, 1>(q + r * dp, dp, kp, nk, d, s + r * BLOCK, pf); break;
     default: break;
   }
 }
 
 // acc[r][chunks c0 .. c0 + CW) += sum_j P[r][j] V_j: RR rows x CW chunks of accumulators in registers over the
 // block. TAIL: the last chunk is partial (read from a zero-padded copy).
-template <int KIND, int RR, int CW, bool TAIL>
+template <class V, int KIND, int RR, int CW, bool TAIL>
 __attribute__((always_inline)) inline void pv_tile(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
                     const Spread& pf) {
   const int64_t size = kv_size(KIND);
-  vec a[RR][2 * CW];
+  typename V::vec a[RR][2 * CW];
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
     #pragma GCC unroll 16
-    for (int c = 0; c < 2 * CW; ++c) a[r][c] = vload(acc + r * dp + c0 + W * c);
-  alignas(64) char buf[TAIL ? CH * 4 : 1];  // the partial chunk, zero-padded (TAIL only)
+    for (int c = 0; c < 2 * CW; ++c) a[r][c] = V::load(acc + r * dp + c0 + V::W * c);
+  alignas(64) char buf[TAIL ? CH<V> * 4 : 1];  // the partial chunk, zero-padded (TAIL only)
   int64_t next = pf.v ? pf.pass : nk;
   for (int64_t j = 0; j < nk; ++j) {
     if (j == next) {
       prefetch_row(pf.v[j], pf.bytes);
       next += pf.passes;
     }
-    vec vv[2 * CW];
+    typename V::vec vv[2 * CW];
     #pragma GCC unroll 16
     for (int c = 0; c < CW; ++c) {
-      const char* at = vp[j] + (c0 + c * CH) * size;
-      if (TAIL && c == CW - 1) at = padded<KIND>(vp[j], c0 + c * CH, d, buf);
-      load_chunk<KIND>(at, vv[2 * c], vv[2 * c + 1]);
+      const char* at = vp[j] + (c0 + c * CH<V>) * size;
+      if (TAIL && c == CW - 1) at = padded<V, KIND>(vp[j], c0 + c * CH<V>, d, buf);
+      load_chunk<V, KIND>(at, vv[2 * c], vv[2 * c + 1]);
     }
     #pragma GCC unroll 16
     for (int r = 0; r < RR; ++r) {
-      const vec pr = vset1(p[r * BLOCK + j]);
+      const typename V::vec pr = V::set1(p[r * BLOCK + j]);
       #pragma GCC unroll 16
-      for (int c = 0; c < 2 * CW; ++c) a[r][c] = vfma(pr, vv[c], a[r][c]);
+      for (int c = 0; c < 2 * CW; ++c) a[r][c] = V::fma(pr, vv[c], a[r][c]);
     }
   }
   #pragma GCC unroll 16
   for (int r = 0; r < RR; ++r)
     #pragma GCC unroll 16
-    for (int c = 0; c < 2 * CW; ++c) vstore(acc + r * dp + c0 + W * c, a[r][c]);
+    for (int c = 0; c < 2 * CW; ++c) V::store(acc + r * dp + c0 + V::W * c, a[r][c]);
 }
 
-template <int KIND, int RR, int CW>
+template <class V, int KIND, int RR, int CW>
 inline void pv_chunks(const float* p, const char* const* vp, int64_t nk, int64_t c0, int64_t d, float* acc, int64_t dp,
                       const Spread& pf) {
-  if (c0 + CW * CH > d) pv_tile<KIND, RR, CW, true>(p, vp, nk, c0, d, acc, dp, pf);
-  else pv_tile<KIND, RR, CW, false>(p, vp, nk, c0, d, acc, dp, pf);
+  if (c0 + CW * CH<V> > d) pv_tile<V, KIND, RR, CW, true>(p, vp, nk, c0, d, acc, dp, pf);
+  else pv_tile<V, KIND, RR, CW, false>(p, vp, nk, c0, d, acc, dp, pf);
 }
 
-template <int KIND, int RR>
+template <class V, int KIND, int RR>
 inline void pv_rows(const float* p, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread& pf) {
-  const int64_t chunks = (d + CH - 1) / CH;
-  constexpr int group = PV_CHUNKS<KIND>;
+  const int64_t chunks = (d + CH<V> - 1) / CH<V>;
+  constexpr int group = V::template PV_CHUNKS<KIND>;
   static_assert(group == 2 || group == 4);
   for (int64_t c = 0; c < chunks; c += group, ++pf.pass) {
     switch (std::min<int64_t>(group, chunks - c)) {
-      case 4: pv_chunks<KIND, RR, group == 4 ? 4 : 2>(p, vp, nk, c * CH, d, acc, dp, pf); break;
-      case 3: pv_chunks<KIND, RR, group == 4 ? 3 : 2>(p, vp, nk, c * CH, d, acc, dp, pf); break;
-      case 2: pv_chunks<KIND, RR, 2>(p, vp, nk, c * CH, d, acc, dp, pf); break;
-      default: pv_chunks<KIND, RR, 1>(p, vp, nk, c * CH, d, acc, dp, pf); break;
+      case 4: pv_chunks<V, KIND, RR, group == 4 ? 4 : 2>(p, vp, nk, c * CH<V>, d, acc, dp, pf); break;
+      case 3: pv_chunks<V, KIND, RR, group == 4 ? 3 : 2>(p, vp, nk, c * CH<V>, d, acc, dp, pf); break;
+      case 2: pv_chunks<V, KIND, RR, 2>(p, vp, nk, c * CH<V>, d, acc, dp, pf); break;
+      default: pv_chunks<V, KIND, RR, 1>(p, vp, nk, c * CH<V>, d, acc, dp, pf); break;
     }
   }
 }
 
-template <int KIND>
+template <class V, int KIND>
 void pv(const float* p, int64_t rows, const char* const* vp, int64_t nk, int64_t d, int64_t dp, float* acc, Spread pf) {
-  const int64_t chunks = (d + CH - 1) / CH;
-  constexpr int PR = PV_ROWS<KIND>, PC = PV_CHUNKS<KIND>;
+  const int64_t chunks = (d + CH<V> - 1) / CH<V>;
+  constexpr int PR = V::template PV_ROWS<KIND>, PC = V::template PV_CHUNKS<KIND>;
   pf.passes = (rows + PR - 1) / PR * ((chunks + PC - 1) / PC);
   pf.pass = 0;
   int64_t r = 0;
   static_assert(PR == 1 || PR == 2);
-  for (; r + PR <= rows; r += PR) pv_rows<KIND, PR>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
-  if (r < rows) pv_rows<KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
+  for (; r + PR <= rows; r += PR) pv_rows<V, KIND, PR>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
+  if (r < rows) pv_rows<V, KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
 }
 
 // One work item (b, h, keys [k0, k1)): its normalised partial output (rows, d) and log-sum-exp (base 2).
-template <int KIND>
+template <class V, int KIND>
 void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse,
               Scratch& w) {
   const int64_t rows = P.g * P.tq, dp = P.dp, d = P.d;
@@ -346,13 +371,13 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
     for (int64_t t = 0; t < P.tq; ++t) {
       const float* src = P.q + b * P.qs[0] + (h * P.g + gi) * P.qs[1] + t * P.qs[2];
       float* dst = w.q.data() + (gi * P.tq + t) * dp;
-      for (int64_t c = 0; c < d; ++c) dst[layout_index<KIND>(c)] = src[c * P.qs[3]] * P.scale_log2;
+      for (int64_t c = 0; c < d; ++c) dst[layout_index<V, KIND>(c)] = src[c * P.qs[3]] * P.scale_log2;
     }
   k0 = bounds.k0;
   k1 = bounds.k1;
   const int64_t row_bytes = d * kv_size(KIND);
   const int64_t ahead = std::max<int64_t>(1, g_ahead_bytes / row_bytes);  // keys between a prefetch and its use
-  const bool v_early = W == 16 && g_v_in_scores;  // the 256-bit loops prefetch V during P V (see tiled_decode.py)
+  const bool v_early = V::W == 16 && g_v_in_scores;  // the 256-bit loops prefetch V during P V (see tiled_decode.py)
   if (k0 < k1) fill_rows(P, b, h, k0, k1, w.kp.data(), w.vp.data());
   for (int64_t kb = k0; kb < k1; kb += g_block) {
     const int64_t nk = std::min<int64_t>(g_block, k1 - kb);
@@ -362,23 +387,26 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
       warm_pages(P, b, h, kb + ahead + g_warm_blocks * g_block, std::min(k1, kb + ahead + (g_warm_blocks + 1) * g_block));
     const char* const* ka = g_prefetch ? w.ka.data() : nullptr;
     const char* const* va = g_prefetch ? w.va.data() : nullptr;
-    scores<KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), Spread{ka, v_early ? va : nullptr, row_bytes, 0, 1});
+    scores<V, KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), Spread{ka, v_early ? va : nullptr, row_bytes, 0, 1});
     softmax_block(P, w, kb, nk, rows, bounds);
-    pv<KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), Spread{nullptr, v_early ? nullptr : va, row_bytes, 0, 1});
+    pv<V, KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), Spread{nullptr, v_early ? nullptr : va, row_bytes, 0, 1});
     if (kb + g_block < k1) fill_rows(P, b, h, kb + g_block, k1, w.kp.data(), w.vp.data());
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float l = w.l[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + layout_index<KIND>(c)] * inv;
+    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + layout_index<V, KIND>(c)] * inv;
     out_lse[r] = l > 0.0f ? w.m[r] + std::log2(l) : NEG_INF;
   }
 }
 
+template <class V>
 void run(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse, Scratch& w) {
   switch (P.kind) {
-    case KV_BF16: run_item<KV_BF16>(P, b, h, k0, k1, out_o, out_lse, w); break;
-    case KV_F16: run_item<KV_F16>(P, b, h, k0, k1, out_o, out_lse, w); break;
-    default: run_item<KV_F32>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    case KV_BF16: run_item<V, KV_BF16>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    case KV_F16: run_item<V, KV_F16>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    default: run_item<V, KV_F32>(P, b, h, k0, k1, out_o, out_lse, w); break;
   }
 }
+
+}  // namespace

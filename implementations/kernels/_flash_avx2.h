@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
@@ -26,38 +27,31 @@ using attnbench_pack::hmax;
 using attnbench_pack::hsum;
 using attnbench_pack::round_up;
 
-// C[0:R, 0:16] (+)= A[0:R, 0:kk] * panel (kk rows of 16 floats), R <= 6. Accumulators are named
-// variables, not an array, so that all 2R stay in registers (with the two B vectors and the
-// broadcast: at most 15 of 16; GCC keeps an array in memory and reloads it every step).
-template <int R>
-inline void micro(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add) {
+// C[0:R, 0:16] (+)= A[0:R, 0:kk] * panel (kk rows of 16 floats), R <= 6: row I of C in lo[I], hi[I]. Every
+// index is a constant of the pack expansion, never a loop variable, so GCC replaces the arrays by 2R
+// registers (with the two B vectors and the broadcast: at most 15 of 16); an array indexed in a loop it
+// keeps in memory and reloads every step. Rows 3.. are addressed from a + 3 lda: two base registers.
+template <int R, int... I>
+inline void micro_rows(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add,
+                       std::integer_sequence<int, I...>) {
   const __m256 z = _mm256_setzero_ps();
-#define ATTNBENCH_ACC(i)                                                                 \
-  __m256 c##i##0 = z, c##i##1 = z;                                                       \
-  if constexpr (R > i) {                                                                 \
-    if (add) c##i##0 = _mm256_loadu_ps(c + i * ldc), c##i##1 = _mm256_loadu_ps(c + i * ldc + 8); \
-  }
-  ATTNBENCH_ACC(0) ATTNBENCH_ACC(1) ATTNBENCH_ACC(2) ATTNBENCH_ACC(3) ATTNBENCH_ACC(4) ATTNBENCH_ACC(5)
-#undef ATTNBENCH_ACC
-  const float* a0 = a;
+  __m256 lo[R], hi[R];
+  ((lo[I] = add ? _mm256_loadu_ps(c + I * ldc) : z, hi[I] = add ? _mm256_loadu_ps(c + I * ldc + 8) : z), ...);
   const float* a3 = a + 3 * lda;
   for (int64_t p = 0; p < kk; ++p) {
     const __m256 b0 = _mm256_loadu_ps(panel + p * NR);
     const __m256 b1 = _mm256_loadu_ps(panel + p * NR + 8);
-#define ATTNBENCH_ROW(i, base, off)                          \
-  if constexpr (R > i) {                                     \
-    const __m256 x = _mm256_broadcast_ss(base + off + p);    \
-    c##i##0 = _mm256_fmadd_ps(x, b0, c##i##0);               \
-    c##i##1 = _mm256_fmadd_ps(x, b1, c##i##1);               \
+    __m256 x;
+    ((x = _mm256_broadcast_ss((I < 3 ? a : a3) + (I % 3) * lda + p), lo[I] = _mm256_fmadd_ps(x, b0, lo[I]),
+      hi[I] = _mm256_fmadd_ps(x, b1, hi[I])),
+     ...);
   }
-    ATTNBENCH_ROW(0, a0, 0) ATTNBENCH_ROW(1, a0, lda) ATTNBENCH_ROW(2, a0, 2 * lda)
-    ATTNBENCH_ROW(3, a3, 0) ATTNBENCH_ROW(4, a3, lda) ATTNBENCH_ROW(5, a3, 2 * lda)
-#undef ATTNBENCH_ROW
-  }
-#define ATTNBENCH_STORE(i) \
-  if constexpr (R > i) _mm256_storeu_ps(c + i * ldc, c##i##0), _mm256_storeu_ps(c + i * ldc + 8, c##i##1);
-  ATTNBENCH_STORE(0) ATTNBENCH_STORE(1) ATTNBENCH_STORE(2) ATTNBENCH_STORE(3) ATTNBENCH_STORE(4) ATTNBENCH_STORE(5)
-#undef ATTNBENCH_STORE
+  ((_mm256_storeu_ps(c + I * ldc, lo[I]), _mm256_storeu_ps(c + I * ldc + 8, hi[I])), ...);
+}
+
+template <int R>
+inline void micro(const float* a, int64_t lda, const float* panel, int64_t kk, float* c, int64_t ldc, bool add) {
+  micro_rows<R>(a, lda, panel, kk, c, ldc, add, std::make_integer_sequence<int, R>{});
 }
 
 constexpr int64_t KC = 256;  // k per pass: a B panel of KC x 16 floats (16 KiB) stays in L1 beside A's rows
@@ -99,7 +93,15 @@ inline __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, i
 // The lane type of softmax_row (_flash_softmax.h): 8 lanes, P in float32, masks as all-ones lanes.
 struct Lanes {
   using P = float;
-  ATTNBENCH_LANE_OPS(8, __m256, _mm256, hmax, hsum)
+  using Vec = __m256;
+  static constexpr int64_t W = 8;
+  static float reduce_max(__m256 x) { return hmax(x); }
+  static float reduce_add(__m256 x) { return hsum(x); }
+  static __m256 load(const float* s) { return _mm256_loadu_ps(s); }
+  static __m256 set1(float x) { return _mm256_set1_ps(x); }
+  static __m256 mul(__m256 a, __m256 b) { return _mm256_mul_ps(a, b); }
+  static __m256 fma(__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); }
+  static __m256 add(__m256 a, __m256 b) { return _mm256_add_ps(a, b); }
   static int64_t padded(int64_t n) { return n; }
   static __m256 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, int64_t ms) {
     return attnbench_avx2::allowed(j, lo, lim, mrow, ms);

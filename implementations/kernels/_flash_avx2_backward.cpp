@@ -1,35 +1,36 @@
 // attnbench's FlashAttention-2 backward on AVX2 + FMA with its own tile GEMMs (tiled_fused's avx2 tier),
 // for float32 input and for bf16 input converted to float32 as it is loaded; float32 arithmetic.
 //
-// The work item and the partition are those of _flash_backward.cpp (keys [k0, k1) of kv head hk: dK, dV
-// private to the item, dQ into the worker's own float32 buffer); the GEMMs are those of the bf16
-// backward (_flash_bf16_backward.cpp) on the 6 x 16 kernel of _flash_avx2.h:
+// The work item is _flash_backward.h's; its GEMMs run on the 6 x 16 kernel of _flash_avx2.h, as the bf16
+// kernel's on its own (_flash_bf16_backward.cpp):
 //   S = Q K^T, dP = dO V^T (B = K^T, V^T packed once per item), dQ += dS K (B = K packed once),
 //   dV^T += dO^T P, dK^T += Q^T dS (B = P, dS written straight into the packed layout; computing the
 //   transposes avoids a strided scatter of P^T and dS^T), transposed at the end.
 // Why not MKL (the generic tier): each of the five GEMMs of a tile packs its operands on every call.
+// Part of the baseline extension, compiled at the avx2 level where the CPU has it (_cpp_build.ISAS);
+// elsewhere it compiles to a stub the loader never offers, and the caller takes the generic path.
 #include <torch/extension.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <vector>
 
 #include "_flash_avx2.h"
-#include "_flash_band.h"
+#include "_flash_backward.h"
 #include "_flash_exp2.h"
 #include "_flash_items.h"
 #include "_flash_pack.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
-using namespace attnbench_avx2;  // NOLINT: the kernel's other half
-using attnbench_pack::base;
-using attnbench_pack::mask_row;
-using attnbench_pack::to_float;
-using attnbench_band::Band;
-using attnbench_band::clip;
 
 namespace {
+
+using attnbench_avx2::NR;
+using attnbench_backward::Geometry;
+using attnbench_backward::QueryRow;
+using attnbench_pack::base;
+using attnbench_pack::round_up;
+using attnbench_pack::to_float;
 
 // Row r: p = 2^(c s - lse2) on allowed keys (lo <= j < lim and the mask), else 0; ds = p (dp - delta)
 // written over dp; both also into column block j / 16 of the packed B operands (row r of panels of
@@ -42,7 +43,7 @@ void p_and_ds(const float* s, float* dp, int64_t sw, int64_t lo, int64_t lim, co
     __m256 p = zero, ds = zero;
     if (j + 8 > lo && j < lim) {
       const __m256 x = _mm256_min_ps(_mm256_fmsub_ps(_mm256_loadu_ps(s + j), cv, lv), zero);
-      p = _mm256_and_ps(allowed(j, lo, lim, mrow, ms), exp2_nonpositive(x));
+      p = _mm256_and_ps(attnbench_avx2::allowed(j, lo, lim, mrow, ms), exp2_nonpositive(x));
       ds = _mm256_mul_ps(p, _mm256_sub_ps(_mm256_loadu_ps(dp + j), dv));
     }
     _mm256_storeu_ps(dp + j, ds);
@@ -52,101 +53,107 @@ void p_and_ds(const float* s, float* dp, int64_t sw, int64_t lo, int64_t lim, co
   }
 }
 
-template <typename T>
-void backward_rows(const attnbench_items::BackwardParams& p) {
-  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &dout = p.dout, &lse2 = p.lse2, &delta = p.delta;
-  const c10::optional<at::Tensor>& mask = p.mask;
-  at::Tensor &dq = p.dq, &dk = p.dk, &dv = p.dv;
-  const Band& band = p.band;
-  const int64_t b = p.b, hk = p.hk, k0 = p.k0, k1 = p.k1, block_q = p.block_q;
-  const int64_t qmin = p.qmin, qmax = p.qmax;
-  const float c = p.c, scale = p.scale;
-  const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), d = q.size(3), cols = k1 - k0;
-  const int64_t dw = round_up(d, NR), sw = round_up(cols, NR), panels = sw / NR;
-  const int64_t first = band.first_row(qmin, k0), last = band.last_row(qmax, k1);  // the rows that see these keys
-  thread_local std::vector<float> kt, vt, kv, p_pack, ds_pack, qbuf, dobuf, qt, dot, sbuf, dpbuf, dqt, dkt, dvt;
-  kt.resize(sw * d), vt.resize(sw * d), kv.resize(dw * cols);
-  p_pack.resize(sw * block_q), ds_pack.resize(sw * block_q);
-  qbuf.resize(block_q * d), dobuf.resize(block_q * d), qt.resize(d * block_q), dot.resize(d * block_q);
-  sbuf.resize(block_q * sw), dpbuf.resize(block_q * sw), dqt.resize(block_q * dw);
-  dkt.assign(d * sw, 0.0f), dvt.assign(d * sw, 0.0f);  // dK^T and dV^T (d x keys)
-  const T* kp = base<T>(k, b, hk) + k0 * k.stride(2);
-  const T* vp = base<T>(v, b, hk) + k0 * v.stride(2);
-  attnbench_pack::pack_kt<NR>(kp, k.stride(2), cols, d, kt.data());
-  attnbench_pack::pack_kt<NR>(vp, v.stride(2), cols, d, vt.data());
-  attnbench_pack::pack_v<NR>(kp, k.stride(2), cols, d, kv.data());
-  const __m256 sv = _mm256_set1_ps(scale);
-  const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
-  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-    const float* lse_p = lse2.data_ptr<float>() + (b * heads + h) * tq;
-    const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
-    for (int64_t q0 = first; q0 < last; q0 += block_q) {
-      const int64_t rows = std::min(block_q, last - q0);
-      const int64_t lq = q.stride(2), lo_ = dout.stride(2);
-      const T* qp = base<T>(q, b, h) + q0 * lq;
-      const T* dop = base<T>(dout, b, h) + q0 * lo_;
-      // The rows as float32, and Q^T, dO^T (d x rows); raw pointers: through the thread_local vectors
-      // and Tensor::stride, GCC reloaded both on every element (a tenth of the backward).
-      float *qb = qbuf.data(), *gb = dobuf.data(), *qtb = qt.data(), *gtb = dot.data();
-      for (int64_t r = 0; r < rows; ++r) {
+// Per worker thread, reused across items: no fresh pages per item.
+struct Buffers {
+  std::vector<float> kt, vt, kv, p_pack, ds_pack, qbuf, dobuf, qt, dot, sbuf, dpbuf, dqt, dkt, dvt;
+};
+
+struct Kernel {
+  static constexpr bool float32_input = true, bf16_input = true, contiguous_rows = true;
+  static constexpr int row_step = 1;
+
+  template <typename T>
+  struct Item {
+    const attnbench_items::BackwardParams& p;
+    const Geometry& g;
+    Buffers& w;
+    const int64_t dw, sw, panels;
+    int64_t rows = 0;
+
+    static Buffers& buffers() {
+      thread_local Buffers b;
+      return b;
+    }
+
+    Item(const attnbench_items::BackwardParams& p_, const Geometry& g_)
+        : p(p_), g(g_), w(buffers()), dw(round_up(g.d, NR)), sw(round_up(g.cols, NR)), panels(sw / NR) {
+      const int64_t d = g.d, cols = g.cols, block_q = p.block_q;
+      w.kt.resize(sw * d), w.vt.resize(sw * d), w.kv.resize(dw * cols);
+      w.p_pack.resize(sw * block_q), w.ds_pack.resize(sw * block_q);
+      w.qbuf.resize(block_q * d), w.dobuf.resize(block_q * d), w.qt.resize(d * block_q), w.dot.resize(d * block_q);
+      w.sbuf.resize(block_q * sw), w.dpbuf.resize(block_q * sw), w.dqt.resize(block_q * dw);
+      w.dkt.assign(d * sw, 0.0f), w.dvt.assign(d * sw, 0.0f);  // dK^T and dV^T (d x keys)
+      const T* kp = base<T>(p.k, p.b, p.hk) + p.k0 * p.k.stride(2);
+      const T* vp = base<T>(p.v, p.b, p.hk) + p.k0 * p.v.stride(2);
+      attnbench_pack::pack_kt<NR>(kp, p.k.stride(2), cols, d, w.kt.data());
+      attnbench_pack::pack_kt<NR>(vp, p.v.stride(2), cols, d, w.vt.data());
+      attnbench_pack::pack_v<NR>(kp, p.k.stride(2), cols, d, w.kv.data());
+    }
+
+    // The rows as float32, and Q^T, dO^T (d x rows); raw pointers: through the thread_local vectors and
+    // Tensor::stride, GCC reloaded both on every element (a tenth of the backward).
+    void load_rows(int64_t h, int64_t q0, int64_t n) {
+      rows = n;
+      const int64_t d = g.d, lq = p.q.stride(2), lo = p.dout.stride(2);
+      const T* qp = base<T>(p.q, p.b, h) + q0 * lq;
+      const T* dop = base<T>(p.dout, p.b, h) + q0 * lo;
+      float *qb = w.qbuf.data(), *gb = w.dobuf.data(), *qtb = w.qt.data(), *gtb = w.dot.data();
+      for (int64_t r = 0; r < n; ++r) {
         for (int64_t u = 0; u < d; ++u) {
-          const float qv = to_float(qp[r * lq + u]), gv = to_float(dop[r * lo_ + u]);
+          const float qv = to_float(qp[r * lq + u]), gv = to_float(dop[r * lo + u]);
           qb[r * d + u] = qv, gb[r * d + u] = gv;
-          qtb[u * rows + r] = qv, gtb[u * rows + r] = gv;
+          qtb[u * n + r] = qv, gtb[u * n + r] = gv;
         }
       }
-      gemm(rows, panels, d, d, qbuf.data(), d, kt.data(), sbuf.data(), sw, false);
-      gemm(rows, panels, d, d, dobuf.data(), d, vt.data(), dpbuf.data(), sw, false);
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = q0 + r;
-        int64_t lo = 0, lim = 0;
-        clip(band, i, k0, cols, lo, lim);
-        p_and_ds(&sbuf[r * sw], &dpbuf[r * sw], sw, lo, lim, mask_row(mask, b, h, i, k0), ms, c, lse_p[i], delta_p[i], p_pack.data(),
-                 ds_pack.data(), r, rows);
-      }
-      gemm(d, panels, rows, rows, dot.data(), rows, p_pack.data(), dvt.data(), sw, true);
-      gemm(d, panels, rows, rows, qt.data(), rows, ds_pack.data(), dkt.data(), sw, true);
-      gemm(rows, dw / NR, cols, cols, dpbuf.data(), sw, kv.data(), dqt.data(), dw, false);
-      float* dq_p = dq.data_ptr<float>() + ((b * heads + h) * tq + q0) * d;
+    }
+    void scores() {
+      attnbench_avx2::gemm(rows, panels, g.d, g.d, w.qbuf.data(), g.d, w.kt.data(), w.sbuf.data(), sw, false);
+      attnbench_avx2::gemm(rows, panels, g.d, g.d, w.dobuf.data(), g.d, w.vt.data(), w.dpbuf.data(), sw, false);
+    }
+    void probabilities_and_ds(const QueryRow& row) {
+      p_and_ds(&w.sbuf[row.r * sw], &w.dpbuf[row.r * sw], sw, row.lo, row.lim, row.mrow, g.ms, p.c, row.lse2,
+               row.delta, w.p_pack.data(), w.ds_pack.data(), row.r, rows);
+    }
+    void gradients() {
+      attnbench_avx2::gemm(g.d, panels, rows, rows, w.dot.data(), rows, w.p_pack.data(), w.dvt.data(), sw, true);
+      attnbench_avx2::gemm(g.d, panels, rows, rows, w.qt.data(), rows, w.ds_pack.data(), w.dkt.data(), sw, true);
+    }
+    void add_dq(int64_t h, int64_t q0) {
+      const int64_t d = g.d;
+      attnbench_avx2::gemm(rows, dw / NR, g.cols, g.cols, w.dpbuf.data(), sw, w.kv.data(), w.dqt.data(), dw, false);
+      float* dq_p = p.dq.data_ptr<float>() + ((p.b * g.heads + h) * g.tq + q0) * d;
+      const float* dqt = w.dqt.data();
+      const __m256 sv = _mm256_set1_ps(p.scale);
       for (int64_t r = 0; r < rows; ++r) {
         int64_t j = 0;
         for (; j + 8 <= d; j += 8) {
           const __m256 x = _mm256_fmadd_ps(_mm256_loadu_ps(&dqt[r * dw + j]), sv, _mm256_loadu_ps(dq_p + r * d + j));
           _mm256_storeu_ps(dq_p + r * d + j, x);
         }
-        for (; j < d; ++j) dq_p[r * d + j] += scale * dqt[r * dw + j];
+        for (; j < d; ++j) dq_p[r * d + j] += p.scale * dqt[r * dw + j];
       }
     }
-  }
-  float* dk_p = dk.data_ptr<float>() + ((b * k.size(1) + hk) * k.size(2) + k0) * d;
-  float* dv_p = dv.data_ptr<float>() + ((b * k.size(1) + hk) * k.size(2) + k0) * d;
-  const float *dkb = dkt.data(), *dvb = dvt.data();
-  for (int64_t j = 0; j < cols; ++j) {
-    for (int64_t u = 0; u < d; ++u) {
-      dk_p[j * d + u] = scale * dkb[u * sw + j];
-      dv_p[j * d + u] = dvb[u * sw + j];
+    void finish() {
+      const int64_t d = g.d, at = ((p.b * p.k.size(1) + p.hk) * p.k.size(2) + p.k0) * d;
+      float* dk_p = p.dk.data_ptr<float>() + at;
+      float* dv_p = p.dv.data_ptr<float>() + at;
+      const float *dkb = w.dkt.data(), *dvb = w.dvt.data();
+      const float scale = p.scale;
+      for (int64_t j = 0; j < g.cols; ++j) {
+        for (int64_t u = 0; u < d; ++u) {
+          dk_p[j * d + u] = scale * dkb[u * sw + j];
+          dv_p[j * d + u] = dvb[u * sw + j];
+        }
+      }
     }
-  }
-}
+  };
+};
 
 }  // namespace
 
-// q, k, v, dout: float32 or bf16 (one dtype) with contiguous rows; lse2 (base 2), delta, dq, dk, dv:
-// contiguous float32.
+// q, k, v, dout: float32 or bf16 (converted to float32 as it loads); see backward_item in _flash_backward.h.
 void backward_avx2(const attnbench_items::BackwardParams& p) {
-  const auto dt = p.q.scalar_type();
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p.q, &p.k, &p.v, &p.dout}) {
-    TORCH_CHECK(t->scalar_type() == dt && (dt == at::kFloat || dt == at::kBFloat16) && t->stride(3) == 1,
-                "backward_avx2: q, k, v, dout float32 or bf16 (one dtype) with contiguous rows");
-  }
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&p.lse2, &p.delta, &p.dq, &p.dk, &p.dv}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat && t->is_contiguous(), "backward_avx2: contiguous float32");
-  }
-  if (dt == at::kFloat) {
-    backward_rows<float>(p);
-  } else {
-    backward_rows<uint16_t>(p);
-  }
+  attnbench_backward::backward_item<Kernel>("backward_avx2", p);
 }
 
 #else  // no AVX2 + FMA in this build: the caller takes the generic path

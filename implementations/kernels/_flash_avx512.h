@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "_flash_exp2.h"
 #include "_flash_pack.h"
@@ -75,43 +76,44 @@ inline void micro(const typename Op::A* a, int64_t lda, const typename Op::B* pa
   }
 }
 
-// The full 8-row case, the hot one: A's element (F32) or pair of bf16 (Bf16) is broadcast by the FMA or
-// dot-product instruction itself ({1to16}, as oneDNN's kernels do), where GCC emits a separate broadcast
-// per row. Accumulators are named variables: GCC keeps an array of them in memory around inline assembly.
+// acc += *w broadcast to every lane times b, by the FMA (F32) or dot-product (Bf16) instruction itself
+// ({1to16}, as oneDNN's kernels do), where GCC emits a separate broadcast per row. W is the type A's memory
+// was written with where it was float32: an int32_t view of it would let the compiler move the asm before
+// the stores of A it reads.
 template <class Op>
-inline void micro8(const typename Op::A* a, int64_t lda, const typename Op::B* panel, int64_t kk, float* c,
-                   int64_t ldc, bool add) {
-#define ATTNBENCH_ACC(i) \
-  __m512 c##i##0 = add ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps(); \
-  __m512 c##i##1 = add ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
-  ATTNBENCH_ACC(0) ATTNBENCH_ACC(1) ATTNBENCH_ACC(2) ATTNBENCH_ACC(3)
-  ATTNBENCH_ACC(4) ATTNBENCH_ACC(5) ATTNBENCH_ACC(6) ATTNBENCH_ACC(7)
-#undef ATTNBENCH_ACC
+inline void broadcast_madd(__m512& acc, const typename Op::A* a, __m512 b) {
+  if constexpr (std::is_same_v<Op, F32>) {
+    asm("vfmadd231ps %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(b), [w] "m"(*a));
+  } else {
+    const int32_t* w = reinterpret_cast<const int32_t*>(a);
+    asm("vdpbf16ps %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(acc) : [b] "v"(b), [w] "m"(*w));
+  }
+}
+
+// The full 8-row case, the hot one: A's element (F32) or pair of bf16 (Bf16) broadcast by the instruction
+// (broadcast_madd). Row I of C in lo[I], hi[I]; every index is a constant of the pack expansion, never a loop
+// variable, so GCC keeps the 16 accumulators in registers (an array indexed in a loop it keeps in memory
+// around inline assembly).
+template <class Op, int... I>
+inline void micro8_rows(const typename Op::A* a, int64_t lda, const typename Op::B* panel, int64_t kk, float* c,
+                        int64_t ldc, bool add, std::integer_sequence<int, I...>) {
+  __m512 lo[sizeof...(I)], hi[sizeof...(I)];
+  ((lo[I] = add ? _mm512_loadu_ps(c + I * ldc) : _mm512_setzero_ps(),
+    hi[I] = add ? _mm512_loadu_ps(c + I * ldc + 16) : _mm512_setzero_ps()),
+   ...);
   for (int64_t p = 0; p < kk; ++p) {
     const __m512 b0 = _mm512_castsi512_ps(_mm512_loadu_si512(panel + p * NR));
     const __m512 b1 = _mm512_castsi512_ps(_mm512_loadu_si512(panel + p * NR + 16));
-// (w: the element the instruction broadcasts, as the type A's memory was written with where it was float32:
-// an int32_t view of it would let the compiler move the asm before the stores of A it reads.)
-#define ATTNBENCH_BROADCAST_FMA(insn, W, i)                                                               \
-  {                                                                                                     \
-    const W* w = reinterpret_cast<const W*>(a + i * lda + Op::step * p);                                \
-    asm(insn " %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(c##i##0) : [b] "v"(b0), [w] "m"(*w));             \
-    asm(insn " %[w]%{1to16%}, %[b], %[c]" : [c] "+v"(c##i##1) : [b] "v"(b1), [w] "m"(*w));             \
+    ((broadcast_madd<Op>(lo[I], a + I * lda + Op::step * p, b0), broadcast_madd<Op>(hi[I], a + I * lda + Op::step * p, b1)),
+     ...);
   }
-#define ATTNBENCH_ROW(i)                                                                 \
-  if constexpr (std::is_same_v<Op, F32>) ATTNBENCH_BROADCAST_FMA("vfmadd231ps", float, i) \
-  else ATTNBENCH_BROADCAST_FMA("vdpbf16ps", int32_t, i)
-    ATTNBENCH_ROW(0) ATTNBENCH_ROW(1) ATTNBENCH_ROW(2) ATTNBENCH_ROW(3)
-    ATTNBENCH_ROW(4) ATTNBENCH_ROW(5) ATTNBENCH_ROW(6) ATTNBENCH_ROW(7)
-#undef ATTNBENCH_ROW
-#undef ATTNBENCH_BROADCAST_FMA
-  }
-#define ATTNBENCH_STORE(i) \
-  _mm512_storeu_ps(c + i * ldc, c##i##0); \
-  _mm512_storeu_ps(c + i * ldc + 16, c##i##1);
-  ATTNBENCH_STORE(0) ATTNBENCH_STORE(1) ATTNBENCH_STORE(2) ATTNBENCH_STORE(3)
-  ATTNBENCH_STORE(4) ATTNBENCH_STORE(5) ATTNBENCH_STORE(6) ATTNBENCH_STORE(7)
-#undef ATTNBENCH_STORE
+  ((_mm512_storeu_ps(c + I * ldc, lo[I]), _mm512_storeu_ps(c + I * ldc + 16, hi[I])), ...);
+}
+
+template <class Op>
+inline void micro8(const typename Op::A* a, int64_t lda, const typename Op::B* panel, int64_t kk, float* c,
+                   int64_t ldc, bool add) {
+  micro8_rows<Op>(a, lda, panel, kk, c, ldc, add, std::make_integer_sequence<int, MR>{});
 }
 
 // C (m x 32*panels, row stride ldc) (+)= A (m x kk, row stride lda) * packed B, whose panels hold
@@ -146,7 +148,8 @@ inline __m512 exp2_masked(__mmask16 keep, __m512 x) {
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p;
   if constexpr (Degree == 5) {
-    p = ATTNBENCH_EXP2_POLY5(_mm512_fmadd_ps, _mm512_set1_ps, f);
+    p = exp2_poly5(f, [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); },
+                   [](float x) { return _mm512_set1_ps(x); });
   } else {
     p = _mm512_set1_ps(5.508876591920853e-2f);
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4260465800762177e-1f));
@@ -167,7 +170,15 @@ inline __m512 exp2_nonpositive(__m512 x) {
 template <typename PT>
 struct Lanes {
   using P = PT;
-  ATTNBENCH_LANE_OPS(16, __m512, _mm512, _mm512_reduce_max_ps, _mm512_reduce_add_ps)
+  using Vec = __m512;
+  static constexpr int64_t W = 16;
+  static float reduce_max(__m512 x) { return _mm512_reduce_max_ps(x); }
+  static float reduce_add(__m512 x) { return _mm512_reduce_add_ps(x); }
+  static __m512 load(const float* s) { return _mm512_loadu_ps(s); }
+  static __m512 set1(float x) { return _mm512_set1_ps(x); }
+  static __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+  static __m512 fma(__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); }
+  static __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
   static int64_t padded(int64_t n) { return std::is_same_v<PT, float> ? n : (n + 1) / 2 * 2; }
   static __mmask16 allowed(int64_t j, int64_t lo, int64_t lim, const uint8_t* mrow, int64_t ms) {
     __mmask16 ok = tail(lim - j);

@@ -1,33 +1,24 @@
-// attnbench's compiled FlashAttention-2 backward for the CPU (tiled_fused), float32 arithmetic.
-//
-// One call is one work item: keys [k0, k1) of kv head hk of batch b. For each query head of the
-// group (GQA: K and V are read in place, never repeated) and each query block that may see these
-// keys (causal: blocks wholly above the diagonal are skipped), it recomputes the probability tile
-// from Q, K and the saved base-2 log-sum-exp, and accumulates
-//   dV_j += P^T dO_i,  dS = P * (dO_i V_j^T - D_i),  dK_j += scale dS^T Q_i,  dQ_i += scale dS K_j.
-// dK_j and dV_j belong to this item alone; dQ goes to a buffer private to the calling worker thread
-// (the caller sums the workers' buffers): no atomics. The GEMMs are MKL's via ATen; the elementwise
-// work between them is one pass per tile row here. The bf16 version is in _flash_bf16_backward.cpp.
+// attnbench's compiled FlashAttention-2 backward for the CPU (tiled_fused's generic tier), float32
+// arithmetic: the work item of _flash_backward.h with its tile GEMMs on MKL's via ATen (at::mm_out, addmm_)
+// and the elementwise work between them (P and dS) one pass per tile row here. dK_j and dV_j accumulate in
+// place in dk and dv (the caller zeroes the item's keys first); q, k, v, dout may have any strides.
 #include <torch/extension.h>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cstdint>
-#include <limits>
 
-#include "_flash_band.h"
+#include "_flash_backward.h"
 #include "_flash_exp2.h"
 #include "_flash_items.h"
-#include "_flash_pack.h"
-
-using attnbench_band::Band;
-using attnbench_band::clip;
 
 namespace {
 
-// Row r of the tile in place: s = P = 2^(c s - lse2) on allowed keys [lo, hi) (and mask), 0 elsewhere;
-// dp = P * (dp - delta).
-void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t hi, const uint8_t* mrow,
+using attnbench_backward::Geometry;
+using attnbench_backward::QueryRow;
+
+// One row of the tile in place: s = P = 2^(c s - lse2) on allowed keys [lo, hi) (and the mask), 0 elsewhere;
+// dp = P * (dp - delta). Eight lanes at a time where the extension is compiled at the avx2 level.
+void p_and_ds_row(float* s, float* dp, int64_t cols, int64_t lo, int64_t hi, const uint8_t* mrow,
                           int64_t mstride, float c, float lse2, float delta) {
   int64_t j = lo;
 #ifdef __AVX2__
@@ -55,46 +46,52 @@ void probabilities_and_ds(float* s, float* dp, int64_t cols, int64_t lo, int64_t
   std::fill(dp + hi, dp + cols, 0.0f);
 }
 
-}  // namespace
+struct Kernel {
+  static constexpr bool float32_input = true, bf16_input = false, contiguous_rows = false;
+  static constexpr int row_step = 1;
 
-void backward_generic(const attnbench_items::BackwardParams& p) {
-  const at::Tensor &q = p.q, &k = p.k, &v = p.v, &dout = p.dout, &lse2 = p.lse2, &delta = p.delta;
-  const c10::optional<at::Tensor>& mask = p.mask;
-  at::Tensor &dq = p.dq, &dk = p.dk, &dv = p.dv;
-  const Band& band = p.band;
-  const int64_t b = p.b, hk = p.hk, k0 = p.k0, k1 = p.k1, block_q = p.block_q;
-  const float c = p.c, scale = p.scale;
-  for (const at::Tensor* t : std::initializer_list<const at::Tensor*>{&q, &k, &v, &dout, &lse2, &delta, &dq, &dk, &dv}) {
-    TORCH_CHECK(t->scalar_type() == at::kFloat, "backward_generic: float32 tensors");
-  }
-  TORCH_CHECK(lse2.is_contiguous() && delta.is_contiguous(), "lse2 and delta must be contiguous");
-  const int64_t heads = q.size(1), group = heads / k.size(1), tq = q.size(2), cols = k1 - k0;
-  const int64_t first = band.first_row(p.qmin, k0), last = band.last_row(p.qmax, k1);  // the rows that see these keys
-  at::Tensor kj = k[b][hk].narrow(0, k0, cols), vj = v[b][hk].narrow(0, k0, cols);
-  at::Tensor dk_j = dk[b][hk].narrow(0, k0, cols), dv_j = dv[b][hk].narrow(0, k0, cols);
-  at::Tensor s = at::empty({block_q, cols}, q.options()), dp = at::empty({block_q, cols}, q.options());
-  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
-    const float* lse_p = lse2.data_ptr<float>() + (b * heads + h) * tq;
-    const float* delta_p = delta.data_ptr<float>() + (b * heads + h) * tq;
-    for (int64_t q0 = first; q0 < last; q0 += block_q) {
-      const int64_t rows = std::min(block_q, last - q0);
-      at::Tensor qi = q[b][h].narrow(0, q0, rows), doi = dout[b][h].narrow(0, q0, rows);
-      at::Tensor st = s.narrow(0, 0, rows), dpt = dp.narrow(0, 0, rows);
+  template <typename T>
+  struct Item {
+    const attnbench_items::BackwardParams& p;
+    const Geometry& g;
+    at::Tensor kj, vj, dk_j, dv_j;  // the item's keys: views of k, v, dk, dv
+    at::Tensor s, dp;               // (block_q, cols) tiles
+    at::Tensor qi, doi, st, dpt;    // the block's rows and their part of the tiles
+    float* s_p = nullptr;
+    float* dp_p = nullptr;
+    at::Tensor dq_rows;
+
+    Item(const attnbench_items::BackwardParams& p_, const Geometry& g_) : p(p_), g(g_) {
+      kj = p.k[p.b][p.hk].narrow(0, p.k0, g.cols), vj = p.v[p.b][p.hk].narrow(0, p.k0, g.cols);
+      dk_j = p.dk[p.b][p.hk].narrow(0, p.k0, g.cols), dv_j = p.dv[p.b][p.hk].narrow(0, p.k0, g.cols);
+      s = at::empty({p.block_q, g.cols}, p.q.options()), dp = at::empty({p.block_q, g.cols}, p.q.options());
+    }
+    void load_rows(int64_t h, int64_t q0, int64_t rows) {
+      qi = p.q[p.b][h].narrow(0, q0, rows), doi = p.dout[p.b][h].narrow(0, q0, rows);
+      st = s.narrow(0, 0, rows), dpt = dp.narrow(0, 0, rows);
+      dq_rows = p.dq[p.b][h].narrow(0, q0, rows);
+    }
+    void scores() {
       at::mm_out(st, qi, kj.t());
       at::mm_out(dpt, doi, vj.t());
-      float* s_p = st.data_ptr<float>();
-      float* dp_p = dpt.data_ptr<float>();
-      for (int64_t r = 0; r < rows; ++r) {
-        const int64_t i = q0 + r;
-        int64_t lo = 0, hi = 0;
-        clip(band, i, k0, cols, lo, hi);
-        const int64_t ms = mask.has_value() ? mask->stride(3) : 0;
-        probabilities_and_ds(s_p + r * cols, dp_p + r * cols, cols, lo, hi, attnbench_pack::mask_row(mask, b, h, i, k0), ms, c, lse_p[i],
-                             delta_p[i]);
-      }
-      dv_j.addmm_(st.t(), doi);
-      dk_j.addmm_(dpt.t(), qi, 1.0, scale);
-      dq[b][h].narrow(0, q0, rows).addmm_(dpt, kj, 1.0, scale);
+      s_p = st.data_ptr<float>(), dp_p = dpt.data_ptr<float>();
     }
-  }
+    void probabilities_and_ds(const QueryRow& row) {
+      p_and_ds_row(s_p + row.r * g.cols, dp_p + row.r * g.cols, g.cols, row.lo, row.lim, row.mrow, g.ms, p.c, row.lse2,
+                   row.delta);
+    }
+    void gradients() {
+      dv_j.addmm_(st.t(), doi);
+      dk_j.addmm_(dpt.t(), qi, 1.0, p.scale);
+    }
+    void add_dq(int64_t, int64_t) { dq_rows.addmm_(dpt, kj, 1.0, p.scale); }
+    void finish() {}
+  };
+};
+
+}  // namespace
+
+// q, k, v, dout: float32, any strides; see backward_item in _flash_backward.h.
+void backward_generic(const attnbench_items::BackwardParams& p) {
+  attnbench_backward::backward_item<Kernel>("backward_generic", p);
 }

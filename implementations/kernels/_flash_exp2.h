@@ -26,14 +26,17 @@ inline float exp2_nonpositive(float x) {
 
 inline double exp2_nonpositive(double x) { return std::exp2(x); }
 
-// The same degree-5 polynomial in f on a vector of any width, FMA and SET1 being the ISA's intrinsics
-// (_mm256_fmadd_ps, _mm256_set1_ps; the 512-bit ones).
-#define ATTNBENCH_EXP2_POLY5(FMA, SET1, f)                                                                 \
-  FMA(FMA(FMA(FMA(FMA(SET1(1.3266970636323094e-3f), f, SET1(9.675459936261177e-3f)), f,                    \
-                  SET1(5.550742521882057e-2f)),                                                            \
-              f, SET1(2.4022121727466583e-1f)),                                                            \
-          f, SET1(6.931469440460205e-1f)),                                                                 \
-      f, SET1(1.0000001192092896e0f))
+// The same degree-5 polynomial in f on a vector of any width: fma(a, b, c) = a * b + c and set1(x) are the
+// ISA's (_mm256_fmadd_ps and _mm256_set1_ps, or the 512-bit ones), passed as lambdas the compiler inlines.
+template <typename Vec, typename Fma, typename Set1>
+inline Vec exp2_poly5(Vec f, Fma fma, Set1 set1) {
+  Vec p = set1(1.3266970636323094e-3f);
+  p = fma(p, f, set1(9.675459936261177e-3f));
+  p = fma(p, f, set1(5.550742521882057e-2f));
+  p = fma(p, f, set1(2.4022121727466583e-1f));
+  p = fma(p, f, set1(6.931469440460205e-1f));
+  return fma(p, f, set1(1.0000001192092896e0f));
+}
 
 #ifdef __AVX2__
 #include <immintrin.h>
@@ -46,7 +49,8 @@ inline __m256 exp2_nonpositive(__m256 x) {
   const __m256 xc = _mm256_max_ps(x, lo);
   const __m256 n = _mm256_round_ps(xc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m256 f = _mm256_sub_ps(xc, n);
-  const __m256 p = ATTNBENCH_EXP2_POLY5(_mm256_fmadd_ps, _mm256_set1_ps, f);
+  const __m256 p = exp2_poly5(f, [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); },
+                              [](float x) { return _mm256_set1_ps(x); });
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }

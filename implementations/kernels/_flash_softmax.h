@@ -5,8 +5,7 @@
 //   allowed(j, lo, lim, mrow, ms): the lanes j .. j + W - 1 in [lo, lim) that the mask row allows;
 //   load, set1, mul, fma, add; max_where(mx, ok, x); exp2_where(ok, x) (2^x, 0 off ok);
 //   reduce_max, reduce_add; store_p(dst, p) (W elements); padded(n) (the P columns the P V GEMM reads).
-// The kernels' lane types: _flash_avx2.h (8 lanes), _flash_avx512.h (16 lanes, float32 or bf16 P); the
-// arithmetic of both is ATTNBENCH_LANE_OPS.
+// The kernels' lane types: _flash_avx2.h (8 lanes), _flash_avx512.h (16 lanes, float32 or bf16 P).
 // In an anonymous namespace: each translation unit compiles its copy for its own instruction set.
 #pragma once
 
@@ -14,19 +13,6 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-
-// W, Vec, load, set1, mul, fma, add of a lane type on the intrinsics named PREFIX##_loadu_ps etc., and
-// its reductions to one float, RMAX and RADD.
-#define ATTNBENCH_LANE_OPS(LANES, VEC, PREFIX, RMAX, RADD)                           \
-  static constexpr int64_t W = LANES;                                                \
-  using Vec = VEC;                                                                   \
-  static float reduce_max(VEC x) { return RMAX(x); }                                 \
-  static float reduce_add(VEC x) { return RADD(x); }                                 \
-  static VEC load(const float* s) { return PREFIX##_loadu_ps(s); }                   \
-  static VEC set1(float x) { return PREFIX##_set1_ps(x); }                           \
-  static VEC mul(VEC a, VEC b) { return PREFIX##_mul_ps(a, b); }                     \
-  static VEC fma(VEC a, VEC b, VEC c) { return PREFIX##_fmadd_ps(a, b, c); }         \
-  static VEC add(VEC a, VEC b) { return PREFIX##_add_ps(a, b); }
 
 namespace attnbench_softmax {
 namespace {

@@ -290,12 +290,12 @@ def _present(request: BenchRequest, run: Run) -> int:
             print(f"peak {key}: {peak.gflops:.1f} GFLOP/s ({peak.method}{readings})")
         else:
             print(f"peak {key}: not measured ({peak.error})")
-    for key, record in sorted((run.bandwidth or {}).items()):
+    for where, record in sorted((run.bandwidth or {}).items()):
         if record.read_gbps:
-            print(f"bandwidth {key}: read {record.read_gbps:.1f} GB/s, copy {record.copy_gbps or 0.0:.1f} GB/s "
+            print(f"bandwidth {where}: read {record.read_gbps:.1f} GB/s, copy {record.copy_gbps or 0.0:.1f} GB/s "
                   f"({record.method}; higher of the readings before and after the cells)")
         else:
-            print(f"bandwidth {key}: not measured ({record.error})")
+            print(f"bandwidth {where}: not measured ({record.error})")
     print()
     print(results_table(run))
     skipped: dict[tuple[str, str | None], int] = {}

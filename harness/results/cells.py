@@ -130,11 +130,11 @@ class CellCase(Record):
     @cached_property
     def typed(self) -> AttentionCase | ModuleCase | None:
         """The typed case, built once from the stored fields (a module's :class:`ModuleCase`, any other an
-        :class:`AttentionCase`); None for one that no valid case has."""
+        :class:`AttentionCase`); None for one that no valid case has, or whose structure no loaded plugin defines."""
         kind: type[AttentionCase] | type[ModuleCase] = ModuleCase if self.is_module else AttentionCase
         try:
             return kind.from_dict(self.to_json())
-        except (TypeError, ValueError, UsageError):
+        except (TypeError, ValueError, KeyError, UsageError):
             return None
 
     @property

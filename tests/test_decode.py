@@ -241,9 +241,12 @@ def test_a_cluster_runs_roofline_takes_its_own_kinds_roofs() -> None:
     from harness.report.roofline import roofs
 
     cells = pd.DataFrame({"node_kind": ["EPYC x2", "EPYC x2", "Xeon x64"], "device": ["cpu"] * 3, "flops": [1.0] * 3})
-    peaks = {"float32/cpu@EPYC x2": {"gflops": 190.0}, "float32/cpu@Xeon x64": {"gflops": 3000.0}, "float32/cpu": {"gflops": 1.0}}
-    bandwidth = {"cpu/threads=1@EPYC x2": {"read_gbps": 30.0}, "cpu/threads=1@Xeon x64": {"read_gbps": 200.0},
-                 "cpu/threads=1": {"read_gbps": 5.0}}
+    from harness.results import Bandwidth, BandwidthKey, Peak, PeakKey
+
+    peaks = {PeakKey("float32", "cpu", "EPYC x2"): Peak(gflops=190.0), PeakKey("float32", "cpu", "Xeon x64"): Peak(gflops=3000.0),
+             PeakKey("float32", "cpu"): Peak(gflops=1.0)}
+    bandwidth = {BandwidthKey("cpu", 1, "EPYC x2"): Bandwidth(read_gbps=30.0),
+                 BandwidthKey("cpu", 1, "Xeon x64"): Bandwidth(read_gbps=200.0), BandwidthKey("cpu", 1): Bandwidth(read_gbps=5.0)}
     kept, kind, peak, read = roofs(cells, "float32", peaks, bandwidth)
     assert (kind, peak, read, len(kept)) == ("EPYC x2", 190.0, 30.0, 2)
     local = pd.DataFrame({"device": ["cpu"], "flops": [1.0]})

@@ -5,7 +5,6 @@ Synthetic cells with known costs: nothing here is timed, so nothing depends on t
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -76,4 +75,4 @@ def test_a_case_that_is_not_a_kernels_attention_case_has_no_typed_case() -> None
     invalid = BenchCell(implementation="i", case={"tq": 64, "d": 16, "heads": 3, "kv_heads": 2}, case_id="i",
                         mode="fwd", status="ok")
     assert module.attention_case is None and invalid.attention_case is None
-    assert json.loads(json.dumps(invalid.case)) == {"tq": 64, "d": 16, "heads": 3, "kv_heads": 2}  # stored form untouched
+    assert invalid.case.to_json() == {"tq": 64, "d": 16, "heads": 3, "kv_heads": 2}  # stored form untouched

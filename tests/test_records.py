@@ -25,6 +25,7 @@ from harness.results import (
     Memory,
     Node,
     Peak,
+    PeakKey,
     Record,
     Run,
     Stats,
@@ -170,6 +171,6 @@ def test_a_bench_run_read_back_writes_its_own_file_again(tmp_path: Path) -> None
     assert encode_json(run.to_json()) == path.read_text()
     cell = run.bench_cells()[0]
     assert isinstance(cell.integrity, Integrity) and isinstance(cell.integrity.floor, Floor)
-    peak = run.peaks["float32/cpu"]
+    peak = run.peaks[PeakKey("float32", "cpu")]
     assert peak.gflops == max(peak.first_gflops or 0.0, peak.confirmed_gflops or 0.0)
     assert cell.stats is not None and math.isclose(cell.gflops or 0.0, (cell.flops or 0.0) / (cell.stats.median or 1.0) / 1e9)

@@ -13,10 +13,11 @@ to the mean time (google-benchmark prints it as a percentage).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from harness.reference.flops import work_g
+from harness.results.cells import CellCase
 from harness.results.schema import BenchCell, Cell, Status
 
 MIN_POINTS = 3
@@ -146,18 +147,17 @@ FITTED_AXES = ("T", "d", "heads", "Tk")
 """The axes bench's stored fits run along (a window's width is the report's alone: its size is derived)."""
 
 
-def _size(case: Mapping[str, object], key: str) -> int:
-    """An integer field of a stored case (a size: batch, heads, tq, tk, d)."""
-    value = case[key]
+def _size(case: CellCase, key: str) -> int:
+    """An integer field of a stored case (a size: batch, heads, tq, tk, d), named as an axis names it."""
+    value = getattr(case, key)
     if not isinstance(value, (int, float)):
         raise TypeError(f"case field {key}={value!r} is not a number")
     return int(value)
 
 
-def _on_axis(case: Mapping[str, object], axis: Axis) -> bool:
+def _on_axis(case: CellCase, axis: Axis) -> bool:
     heads = _size(case, "heads")
-    kv_heads = case.get("kv_heads")
-    return axis.holds(_size(case, "tq"), _size(case, "tk"), heads, heads if kv_heads is None else _size(case, "kv_heads"))
+    return axis.holds(_size(case, "tq"), _size(case, "tk"), heads, heads if case.kv_heads is None else case.kv_heads)
 
 
 GroupKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -172,23 +172,22 @@ def _group_key(cell: BenchCell, axis_fields: tuple[str, ...]) -> GroupKey:
     return (cell.implementation, cell.mode, fixed)
 
 
-def _fixed_label(case: Mapping[str, object], axis_fields: tuple[str, ...]) -> str:
+def _fixed_label(case: CellCase, axis_fields: tuple[str, ...]) -> str:
     parts = {"batch": "B", "heads": "H", "tq": "T", "d": "d"}
-    label = [f"{p}{case[k]}" for k, p in parts.items() if k not in axis_fields]
-    label.append(str(case["dtype"]))
-    if case.get("causal"):
+    label = [f"{p}{getattr(case, k)}" for k, p in parts.items() if k not in axis_fields]
+    label.append(str(case.dtype))
+    if case.causal:
         label.append("causal")
     label += _structure_label(case)
     return "-".join(label)
 
 
-def _structure_label(case: Mapping[str, object]) -> list[str]:
+def _structure_label(case: CellCase) -> list[str]:
     """``window=L,R``, ``bottom_right``, ``varlen``: what a case's structure adds to a label (nothing without)."""
-    window = case.get("window")
-    parts = ["window=" + ",".join(map(str, window))] if isinstance(window, (list, tuple)) else []
-    if case.get("causal_align") not in (None, "top_left"):
-        parts.append(str(case["causal_align"]))
-    return parts + (["varlen"] if case.get("varlen") is not None else [])
+    parts = [] if case.window is None else ["window=" + ",".join(map(str, case.window))]
+    if case.causal_align not in (None, "top_left"):
+        parts.append(str(case.causal_align))
+    return parts + (["varlen"] if case.varlen is not None else [])
 
 
 def _work(cell: BenchCell) -> float:
@@ -221,7 +220,7 @@ def cell_fits(cells: Iterable[Cell]) -> list[dict[str, object]]:
     """Every fit the ok bench cells allow: time along each of :data:`FITTED_AXES`, memory along T; time vs g
     (the O(g) coefficient). A fit needs at least three distinct sizes along its axis with everything else fixed."""
     ok = [c for c in cells if isinstance(c, BenchCell) and c.status == Status.OK and c.median
-          and c.case.get("kind", "kernel") == "kernel"]  # module cells (whole layers) are not fitted
+          and (c.case.kind or "kernel") == "kernel"]  # module cells (whole layers) are not fitted
     fits = [fit for name in FITTED_AXES for fit in _axis_fits(ok, AXES[name])]
     return fits + _work_fits(ok)
 
@@ -250,7 +249,7 @@ def _work_fits(cells: list[BenchCell]) -> list[dict[str, object]]:
     groups: dict[tuple[str, str, str, bool, str], list[BenchCell]] = {}
     for cell in cells:
         case = cell.case
-        key = (cell.implementation, cell.mode, str(case["dtype"]), bool(case["causal"]), "-".join(_structure_label(case)))
+        key = (cell.implementation, cell.mode, str(case.dtype), bool(case.causal), "-".join(_structure_label(case)))
         groups.setdefault(key, []).append(cell)
     fits: list[dict[str, object]] = []
     for (impl, mode, dtype, causal, structure), members in groups.items():

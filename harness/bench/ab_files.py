@@ -13,7 +13,7 @@ from pathlib import Path
 from harness.analysis.stats import summarize
 from harness.bench.ab import BASE, HEAD, ABRun, CellRounds
 from harness.reference.flops import attention_flops, compulsory_bytes
-from harness.results import BenchCell, ResultWriter, Status
+from harness.results import BenchCell, CellCase, ResultWriter, Status
 
 
 def side_cell(cell: CellRounds, side: str, threads: int) -> BenchCell:
@@ -25,7 +25,7 @@ def side_cell(cell: CellRounds, side: str, threads: int) -> BenchCell:
     flops = attention_flops(cell.case, cell.mode)
     stats = summarize(samples) if samples and status == Status.OK else None
     return BenchCell(
-        implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id, mode=cell.mode,
+        implementation=cell.implementation, case=CellCase.of(cell.case), case_id=cell.case.id, mode=cell.mode,
         status=status, reason=cell.reason, flops=flops, bytes=float(compulsory_bytes(cell.case, cell.mode)),
         samples_s=samples if status == Status.OK else (), stats=stats, threads=threads,
         gflops=flops / stats.median / 1e9 if stats is not None and stats.median else None,

@@ -25,7 +25,7 @@ from harness.bench.runner import _cell, bandwidth_task, confirmed, higher, memor
 from harness.bench.sweeps import PlannedCell
 from harness.bench.timing import TimingConfig
 from harness.contract.availability import checking, unsupported
-from harness.results import Bandwidth, Node, Peak, Status, bandwidth_key, peak_key
+from harness.results import Bandwidth, BandwidthKey, Node, Peak, PeakKey, Status
 from harness.runtime.cluster.connect import NODE_RESOURCE
 from harness.runtime.cluster.remote import run_in_pool
 from harness.runtime.cluster.stream import Submitter, placement, stream
@@ -56,18 +56,16 @@ def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, tim
     return outcomes, {"load_average": os.getloadavg()[0]}
 
 
-BANDWIDTH_PREFIX = "bandwidth:"
-"""Marks a bandwidth reading among :func:`peaks_on_node`'s outcomes."""
-
-
-def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float) -> tuple[dict[str, Outcome], dict[str, object]]:
+def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float
+                  ) -> tuple[dict[PeakKey | BandwidthKey, Outcome], dict[str, object]]:
     """On a node: the GEMM peak of each (dtype, device) and the memory bandwidth of each device, in a
-    worker that never runs plugin code."""
-    outcomes = {peak_key(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
-                                                     timeout=timeout, start_method="spawn")
-                for dtype, device in keys}
+    worker that never runs plugin code; keyed by their records' keys on no kind (the caller knows the node's)."""
+    outcomes: dict[PeakKey | BandwidthKey, Outcome] = {
+        PeakKey(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
+                                            timeout=timeout, start_method="spawn")
+        for dtype, device in keys}
     for device in sorted({device for _, device in keys}):
-        outcomes[BANDWIDTH_PREFIX + bandwidth_key(device, threads)] = run_in_pool(
+        outcomes[BandwidthKey(device, threads)] = run_in_pool(
             ("peak",), Task(device, bandwidth_task, (device, threads)), timeout=timeout, start_method="spawn")
     return outcomes, {}
 
@@ -100,11 +98,10 @@ class ClusterPeaks:
         peaks = dict(self.runner.writer.run.peaks)
         bandwidth = dict(self.runner.writer.run.bandwidth or {})
         for base, outcome in result.outcomes.items():
-            if base.startswith(BANDWIDTH_PREFIX):
-                self._record_bandwidth(bandwidth, f"{base.removeprefix(BANDWIDTH_PREFIX)}@{kind}", outcome, node,
-                                       confirm=confirm)
+            if isinstance(base, BandwidthKey):
+                self._record_bandwidth(bandwidth, base.on(kind), outcome, node, confirm=confirm)
                 continue
-            key = f"{base}@{kind}"
+            key = base.on(kind)
             reading: Peak | None = outcome.value if outcome.status == OK else None
             peak = peaks.get(key)
             if peak is None or not peak.gflops:
@@ -117,7 +114,7 @@ class ClusterPeaks:
             self.runner.writer.set("bandwidth", bandwidth)
 
     @staticmethod
-    def _record_bandwidth(records: dict[str, Bandwidth], key: str, outcome: Outcome, node: Node, *,
+    def _record_bandwidth(records: dict[BandwidthKey, Bandwidth], key: BandwidthKey, outcome: Outcome, node: Node, *,
                           confirm: bool) -> None:
         """As the local runner keeps it: the first reading, then the higher of it and a confirming one."""
         reading: Bandwidth | None = outcome.value if outcome.status == OK else None
@@ -131,8 +128,8 @@ class ClusterPeaks:
 
     def slowest(self, dtype: str, device: str) -> float | None:
         """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""
-        prefix = peak_key(dtype, device) + "@"
-        found = [p.gflops for k, p in self.runner.writer.run.peaks.items() if k.startswith(prefix) and p.gflops]
+        found = [p.gflops for k, p in self.runner.writer.run.peaks.items()
+                 if (k.dtype, k.device) == (dtype, device) and k.kind is not None and p.gflops]
         return min(found) if found else None
 
 

@@ -60,13 +60,6 @@ def module_cells(cells: Iterable[PlannedCell], impls: Mapping[str, Implementatio
     return out
 
 
-def case_of(data: Mapping[str, Any]) -> Any:
-    """The case of a stored bench cell: a :class:`ModuleCase` for a module's, an :class:`AttentionCase` otherwise."""
-    if data.get("kind") == "module":
-        return ModuleCase.from_dict(dict(data))
-    return AttentionCase.from_dict(dict(data))
-
-
 def _module_call(impl: Implementation, case: ModuleCase, seed: int = 0) -> Any:
     from harness.modules.cases import module_positional_biases
     from harness.modules.weights import make_module_inputs

@@ -22,7 +22,7 @@ from typing import Any
 from harness.analysis.stats import summarize
 from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
-from harness.bench.module_cells import case_of, module_memory_task, module_timing_task
+from harness.bench.module_cells import module_memory_task, module_timing_task
 from harness.bench.peak import PEAK_TIMING, measure_gemm_peak, peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.settings import BenchSettings as BenchSettings  # its home before settings.py
@@ -38,6 +38,7 @@ from harness.results import (
     Accounting,
     Bandwidth,
     BenchCell,
+    CellCase,
     CellKey,
     Integrity,
     Memory,
@@ -189,7 +190,7 @@ def skipped_cell(cell: PlannedCell, reason: str) -> BenchCell:
 def _cell(cell: PlannedCell, status: Status, reason: str | None, **measured: Any) -> BenchCell:
     node: Node | None = measured.get("node")
     kind = None if node is None else node.kind  # on a cluster: the peak of the node's kind
-    return BenchCell(implementation=cell.implementation, case=cell.case.to_dict(), case_id=cell.case.id,
+    return BenchCell(implementation=cell.implementation, case=CellCase.of(cell.case), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
                      peak_key=peak_key(cell.case.dtype, cell.case.device, kind),
                      bytes=float(compulsory_bytes(cell.case, cell.mode)), **measured)
@@ -227,8 +228,9 @@ class BenchRunner:
     def learn_from_done(self) -> set[CellKey]:
         """Feed the budget with the cells already in the file (a resumed run); return their keys."""
         for done_cell in self.writer.cells:  # a resumed run predicts from what it measured before
-            if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median:
-                planned = PlannedCell(done_cell.implementation, case_of(done_cell.case), done_cell.mode)
+            case = done_cell.case.typed if isinstance(done_cell, BenchCell) else None
+            if isinstance(done_cell, BenchCell) and done_cell.status == Status.OK and done_cell.median and case:
+                planned = PlannedCell(done_cell.implementation, case, done_cell.mode)  # type: ignore[arg-type]
                 self.budget.record(planned, done_cell.median, done_cell.peak_extra_bytes)
         return self.writer.done_keys()
 
@@ -291,8 +293,7 @@ class BenchRunner:
         for key, peak in peaks.items():
             if not peak.gflops or peak.confirmed_gflops is not None:
                 continue
-            dtype, device = key.split("/")
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.settings.threads, self._clock(device))))
+            outcome = pool.run(Task(key, peak_task, (key.dtype, key.device, self.settings.threads, self._clock(key.device))))
             reading: Peak | None = outcome.value if outcome.status == OK else None
             peaks[key] = confirmed(peak, reading)
         self.writer.set("peaks", peaks)
@@ -304,8 +305,7 @@ class BenchRunner:
         for key, record in records.items():
             if not record.read_gbps or record.confirmed_read_gbps is not None:
                 continue
-            outcome = pool.run(Task(key, bandwidth_task, (key.split("/")[0], self.settings.threads,
-                                                         self._clock(key.split("/")[0]))))
+            outcome = pool.run(Task(key, bandwidth_task, (key.device, self.settings.threads, self._clock(key.device))))
             if outcome.status != OK:
                 continue
             records[key] = record.higher(outcome.value, confirm=True)
@@ -508,12 +508,11 @@ class BenchRunner:
         """The cell held against the physics floor and its worker's checks (:mod:`harness.bench.verdicts`)."""
         from harness.bench.verdicts import judge
 
-        case = cell.case
-        device = str(case.get("device", "cpu"))
+        device = cell.case.device or "cpu"
         kind = None if cell.node is None else cell.node.kind
         bandwidth = (self.writer.run.bandwidth or {}).get(bandwidth_key(device, cell.threads, kind))
-        floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(case.get("dtype")), device,
-                              self.writer.run.peaks.get(cell.peak_key or ""), bandwidth,
+        peak = None if cell.peak_key is None else self.writer.run.peaks.get(cell.peak_key)
+        floor = physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(cell.case.dtype), device, peak, bandwidth,
                               None if cell.node else self.roofs, *self.beside)  # a node's own CPUs are not this machine's
         status, reason = judge(timed, wall_s, floor)
         integrity = replace(timed.integrity or Integrity(), floor=floor, wall_s=wall_s)

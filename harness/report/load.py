@@ -20,10 +20,13 @@ from harness.errors import UsageError
 from harness.report.sources import Source, load_run, source_of
 from harness.results import (
     Bandwidth,
+    BandwidthKey,
     BenchCell,
+    CellCase,
     Coverage,
     Memory,
     Peak,
+    PeakKey,
     Stats,
     VerifyCell,
     node_kind,
@@ -56,10 +59,11 @@ class Results:
 
     bench: pd.DataFrame
     verify: pd.DataFrame
-    peaks: dict[str, Peak] = field(default_factory=dict)
-    """Measured peak per "dtype/device", e.g. {"float32/cpu": Peak(gflops=175.0)}."""
-    bandwidth: dict[str, Bandwidth] = field(default_factory=dict)
-    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": Bandwidth(read_gbps=48.0)}."""
+    peaks: dict[PeakKey, Peak] = field(default_factory=dict)
+    """Measured peak per dtype and device (and node kind), e.g. {PeakKey("float32", "cpu"): Peak(gflops=175.0)}."""
+    bandwidth: dict[BandwidthKey, Bandwidth] = field(default_factory=dict)
+    """Measured memory bandwidth per device and threads (and node kind), e.g.
+    {BandwidthKey("cpu", 2): Bandwidth(read_gbps=48.0)}."""
     sources: list[Source] = field(default_factory=list)
     """One entry per file, in the order given."""
     implementations: dict[str, Mapping[str, object]] = field(default_factory=dict)
@@ -81,13 +85,13 @@ def _stats(cell: BenchCell) -> Stats:
 
 def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
               ) -> dict[str, object]:
-    case = cell.case or {}
+    case = cell.case
     stats = _stats(cell)
     memory = cell.memory or Memory()
     row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
     row.update(_case_columns(case))
-    varlen = case.get("varlen")  # how many packed sequences (their lengths grow with T: the sweep's axis)
+    varlen = case.varlen  # how many packed sequences (their lengths grow with T: the sweep's axis)
     row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
     row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
                 "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
@@ -97,8 +101,8 @@ def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidt
                 "memory_method": memory.method,
                 "threads": cell.threads, "samples_s": list(cell.samples_s),
                 "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
-                "cache_seqlens": None if case.get("cache_seqlens") is None else ",".join(map(str, case["cache_seqlens"])),
-                "page_size": case.get("page_size"),
+                "cache_seqlens": None if case.cache_seqlens is None else ",".join(map(str, case.cache_seqlens)),
+                "page_size": case.page_size,
                 "node_kind": node_kind(cell),  # a cluster cell's machine: sweeps and ratios stay within one kind
                 "profile": profile_text(cell)})
     row.update(rounds_columns(cell))
@@ -140,10 +144,10 @@ def profile_text(cell: BenchCell) -> str | None:
     return "; ".join(f"{100 * share:.0f}% {name}" for name, share in cell.profile)
 
 
-def _case_columns(case: Mapping[str, Any]) -> dict[str, object]:
-    """The case's fields as columns; a window as "left,right" (hashable), files from before structures
-    read as their defaults (no window, top-left)."""
-    row = {c: case.get(c) for c in CASE_COLUMNS}
+def _case_columns(case: CellCase | None) -> dict[str, object]:
+    """The case's fields as columns (None for a cell of no case, or a field its file lacks); a window as
+    "left,right" (hashable), files from before structures read as their defaults (no window, top-left)."""
+    row: dict[str, Any] = {c: None if case is None else getattr(case, c) for c in CASE_COLUMNS}
     window = row["window"]
     row["window"] = None if window is None else f"{window[0]},{window[1]}"
     row["causal_align"] = row["causal_align"] or "top_left"
@@ -151,12 +155,11 @@ def _case_columns(case: Mapping[str, Any]) -> dict[str, object]:
 
 
 def verify_row(cell: VerifyCell, source: str) -> dict[str, object]:
-    case = cell.case or {}
     metrics = cell.metrics or {}
     row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "group": cell.group or "default", "check": cell.check or "output",
                            "status": cell.status.value, "reason": cell.reason}
-    row.update(_case_columns(case))
+    row.update(_case_columns(cell.case))
     row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor")})
     row["margin"] = margin(metrics)
     row["baseline_led"] = baseline_led(metrics)  # False: the floor sets the bound and the ratio measures nothing
@@ -186,8 +189,8 @@ def load(paths: Iterable[Path]) -> Results:
     bench_rows: list[dict[str, object]] = []
     verify_rows: list[dict[str, object]] = []
     growth_rows: list[dict[str, object]] = []
-    peaks: dict[str, Peak] = {}
-    bandwidth: dict[str, Bandwidth] = {}
+    peaks: dict[PeakKey, Peak] = {}
+    bandwidth: dict[BandwidthKey, Bandwidth] = {}
     sources: list[Source] = []
     implementations: dict[str, Mapping[str, object]] = {}
     coverage: dict[str, Coverage] = {}
@@ -208,8 +211,8 @@ def load(paths: Iterable[Path]) -> Results:
             else:
                 verify_rows.append(verify_row(cell, meta.run_id or str(path)))
                 if cell.check == "error_growth" and cell.case:
-                    growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.get("dtype"),
-                                        "T": cell.metrics.get("T", cell.case.get("tk")), "status": cell.status.value,
+                    growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.dtype,
+                                        "T": cell.metrics.get("T", cell.case.tk), "status": cell.status.value,
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
                                         "base_err": cell.metrics.get("base_err")})
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])

@@ -28,7 +28,7 @@ import pandas as pd
 from harness.analysis.growth import Row
 from harness.report.complexity import Sweep, SweepFit, sweep
 from harness.report.findings import speedup_table
-from harness.results import Peak, peak_key
+from harness.results import Peak, PeakKey
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
@@ -174,7 +174,7 @@ def scaling_plot(sf: SweepFit, out: Path) -> Plot:
     return _save(fig, out, sf.name, f"{what} vs {axis}", caption)
 
 
-def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -> Plot | None:
+def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[PeakKey, Peak]) -> Plot | None:
     """GFLOP/s and % of the measured peak against T."""
     s = sweep(bench, "T", "gflops")
     if s is None:
@@ -188,8 +188,8 @@ def throughput_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak]) -
         if group["pct_peak"].notna().any():
             right.plot(group["tq"], group["pct_peak"], label=_text(name), **_style(i))
     kind = s.fixed.get("node_kind")
-    peak = _gflops(peaks.get(peak_key(str(s.fixed.get("dtype")), str(s.fixed.get("device")),
-                                      kind if isinstance(kind, str) else None)))
+    peak = _gflops(peaks.get(PeakKey(str(s.fixed.get("dtype")), str(s.fixed.get("device")),
+                                     kind if isinstance(kind, str) else None)))
     if isinstance(peak, (int, float)):
         left.axhline(peak, color="0.4", linestyle="--", label=f"measured peak {peak:.0f} GFLOP/s")
     right.axhline(100, color="0.4", linestyle="--", label="100% of peak")

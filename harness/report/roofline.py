@@ -10,10 +10,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.report.plots import Plot, _gflops, _save, _style, _text
-from harness.results import Bandwidth, Peak, peak_key
+from harness.results import Bandwidth, BandwidthKey, Peak, PeakKey
 
 
-def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[str, Peak], bandwidth: Mapping[str, Bandwidth]
+def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[PeakKey, Peak], bandwidth: Mapping[BandwidthKey, Bandwidth]
           ) -> tuple[pd.DataFrame, str | None, float | None, float | None]:
     """The cells of one kind of machine (a cluster run's most common; all cells of a local run), that
     kind, and its two roofs: GEMM GFLOP/s for ``dtype`` and read GB/s. Never one kind's roof over
@@ -22,15 +22,14 @@ def roofs(cells: pd.DataFrame, dtype: str, peaks: Mapping[str, Peak], bandwidth:
     kind = str(kinds.value_counts().index[0]) if not kinds.empty else None
     if kind is not None:
         cells = cells[cells["node_kind"] == kind]
-    peak = _gflops(peaks.get(peak_key(dtype, str(cells["device"].iloc[0]), kind)))
+    peak = _gflops(peaks.get(PeakKey(dtype, str(cells["device"].iloc[0]), kind)))
     measured = ((key, Bandwidth.coerce(r).read_gbps) for key, r in bandwidth.items())
-    reads = [float(r) for key, r in measured
-             if isinstance(r, (int, float)) and key.split("@", 1)[1:] == ([kind] if kind else [])]
+    reads = [float(r) for key, r in measured if isinstance(r, (int, float)) and key.kind == kind]
     return cells, kind, peak, (max(reads) if reads else None)
 
 
-def roofline_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[str, Peak],
-                  bandwidth: Mapping[str, Bandwidth]) -> Plot | None:
+def roofline_plot(bench: pd.DataFrame, out: Path, peaks: Mapping[PeakKey, Peak],
+                  bandwidth: Mapping[BandwidthKey, Bandwidth]) -> Plot | None:
     """Every timed cell with compulsory bytes at (FLOPs / byte, GFLOP/s) under both roofs of its dtype: the
     GEMM peak and the read bandwidth x intensity (Williams, Waterman and Patterson's roofline)."""
     if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():

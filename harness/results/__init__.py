@@ -1,6 +1,7 @@
 """Result files: their typed schema (:mod:`.schema` the run, :mod:`.cells` its cells, :mod:`.records` and
 :mod:`.evidence` the records inside them) and reading and writing them (:mod:`.files`)."""
 
+from harness.results.cells import CellCase
 from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds, Stamped
 from harness.results.files import (
     RESULTS_DIR,
@@ -13,6 +14,7 @@ from harness.results.files import (
     refuse_to_overwrite,
     write_json_atomic,
 )
+from harness.results.keys import BandwidthKey, PeakKey
 from harness.results.records import Bandwidth, Config, Coverage, Environment, Memory, Node, Peak, Record, Stats
 from harness.results.schema import (
     PROBLEMS,
@@ -33,4 +35,4 @@ __all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Envi
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
            "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite", "write_json_atomic",
-           "node_kind", "peak_key", "bandwidth_key"]
+           "node_kind", "peak_key", "bandwidth_key", "BandwidthKey", "CellCase", "PeakKey"]

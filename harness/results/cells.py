@@ -1,6 +1,7 @@
-"""A result file's cells: the statuses, the key that names what a cell measured, bench and verify cells,
-and their stored form (:func:`cell_to_json`, :func:`cell_from_json`). The run that holds them is
-:mod:`harness.results.schema`'s; the records inside them are :mod:`harness.results.records`'."""
+"""A result file's cells: the statuses, the key that names what a cell measured, the case a cell ran
+(:class:`CellCase`), bench and verify cells, and their stored form (:func:`cell_to_json`,
+:func:`cell_from_json`). The run that holds them is :mod:`harness.results.schema`'s; the records inside
+them are :mod:`harness.results.records`'."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from enum import Enum
 from functools import cached_property
 from typing import Any, ClassVar
 
-from harness.case.attention import AttentionCase
+from harness.case.attention import AttentionCase, CaseRecord
 from harness.errors import UsageError
+from harness.modules.cases import ModuleCase
 from harness.results.evidence import Integrity, Rounds
+from harness.results.keys import PeakKey
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
 
 
@@ -57,21 +60,106 @@ class CellKey:
     """bench: the mode (fwd, bwd, fwd+bwd); verify: the check (output, grad, property:NAME, fuzz)."""
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class CellCase(Record):
+    """The case a cell ran, as its result file stores it: the fields readers compute with, typed (the rest, a
+    module case's layer, newer fields, in ``extra``), read and written back whole like every record.
+
+    A file may hold a case that no valid case has (heads not a multiple of kv_heads, a hand edit) or a newer
+    attnbench's: it still reads. :meth:`typed` is the one place a stored case becomes the typed case that ran,
+    an :class:`~harness.case.attention.AttentionCase` or a :class:`~harness.modules.cases.ModuleCase`."""
+
+    NULLABLE: ClassVar[frozenset[str]] = frozenset({"scale", "window", "varlen", "causal_align", "cache_seqlens",
+                                                   "page_size", "kv_dtype"})
+    """Fields a case may store as null (none set); the others are absent or of their type."""
+    TUPLES = frozenset({"window", "varlen", "cache_seqlens"})
+
+    batch: int | None = None
+    heads: int | None = None
+    tq: int | None = None
+    d: int | None = None
+    kv_heads: int | None = None
+    tk: int | None = None
+    dtype: str | None = None
+    device: str | None = None
+    causal: bool | None = None
+    mask: str | None = None
+    mask_rank: str | None = None
+    scale: float | None = None
+    inputs: str | None = None
+    layout: str | None = None
+    self_attention: bool | None = None
+    grad: bool | None = None
+    bias: str | None = None
+    kind: str | None = None
+    """"kernel" (or absent): an attention call; "module": a module's layer call."""
+    pairwise: bool | None = None
+    window: tuple[int, ...] | None = None
+    varlen: tuple[tuple[int, ...], ...] | None = None
+    causal_align: str | None = None
+    cache_seqlens: tuple[int, ...] | None = None
+    page_size: int | None = None
+    aux_layout: str | None = None
+    kv_dtype: str | None = None
+    growth: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.varlen is not None:  # JSON's nested lists, held as tuples (frozen all the way down)
+            object.__setattr__(self, "varlen", tuple(tuple(pair) for pair in self.varlen))
+
+    @classmethod
+    def of(cls, case: CaseRecord) -> CellCase:
+        """The stored form of a typed case a writer ran (its :meth:`typed` is that case, never rebuilt)."""
+        stored = cls.from_json(case.to_dict())
+        stored.__dict__["typed"] = case  # the cached_property's slot: what typed() would build
+        return stored
+
+    @classmethod
+    def coerce_case(cls, value: CellCase | CaseRecord | Mapping[str, Any]) -> CellCase:
+        """``value`` as a cell's case: itself, a typed case's stored form, or a stored object read."""
+        if isinstance(value, CellCase):
+            return value
+        if isinstance(value, CaseRecord):
+            return cls.of(value)
+        return cls.from_json(value)
+
+    @property
+    def is_module(self) -> bool:
+        return self.kind == "module"
+
+    @cached_property
+    def typed(self) -> AttentionCase | ModuleCase | None:
+        """The typed case, built once from the stored fields (a module's :class:`ModuleCase`, any other an
+        :class:`AttentionCase`); None for one that no valid case has, or whose structure no loaded plugin defines."""
+        kind: type[AttentionCase] | type[ModuleCase] = ModuleCase if self.is_module else AttentionCase
+        try:
+            return kind.from_dict(self.to_json())
+        except (TypeError, ValueError, KeyError, UsageError):
+            return None
+
+    @property
+    def attention_case(self) -> AttentionCase | None:
+        """:meth:`typed` when it is a kernel's attention case (None for a module's layers, or an invalid case)."""
+        case = self.typed
+        return case if isinstance(case, AttentionCase) and case.kind == "kernel" else None
+
+
 @dataclass(frozen=True)
 class BenchCell:
     """One (implementation, case, mode) timed, with its memory run."""
 
     type: ClassVar[str] = "bench"
     implementation: str
-    case: Mapping[str, Any]
-    """The case's stored fields; :attr:`attention_case` is the typed case."""
+    case: CellCase
+    """The case it timed (given as a typed case or its stored object, held as its record); :attr:`attention_case`
+    is the typed attention case."""
     case_id: str
     mode: str
     status: Status
     reason: str | None = None
     flops: float | None = None
-    peak_key: str | None = None
-    """Which record of ``Run.peaks`` this cell's % of peak divides by ("float32/cpu")."""
+    peak_key: PeakKey | None = None
+    """Which record of ``Run.peaks`` this cell's % of peak divides by (stored "float32/cpu")."""
     samples_s: tuple[float, ...] = ()
     stats: Stats | None = None
     gflops: float | None = None
@@ -107,7 +195,10 @@ class BenchCell:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
-        # a record given as its stored form (a JSON object) is read as the record
+        # a record given as its stored form (a JSON object) is read as the record, a key as its key
+        object.__setattr__(self, "case", CellCase.coerce_case(self.case))
+        if isinstance(self.peak_key, str):
+            object.__setattr__(self, "peak_key", PeakKey.from_json(self.peak_key))
         object.__setattr__(self, "stats", coerce_optional(Stats, self.stats))
         object.__setattr__(self, "memory", coerce_optional(Memory, self.memory))
         object.__setattr__(self, "node", coerce_optional(Node, self.node))
@@ -120,17 +211,12 @@ class BenchCell:
     def key(self) -> CellKey:
         return CellKey("bench", self.implementation, self.case_id, self.mode)
 
-    @cached_property
+    @property
     def attention_case(self) -> AttentionCase | None:
-        """The typed case the cell timed, built once from the stored fields. None for a case that is not a
+        """The typed case the cell timed (:meth:`CellCase.typed`, built once). None for a case that is not a
         kernel's attention case (a module's layers), or one no valid case has (heads not a multiple of
         kv_heads, say, in a file written by hand)."""
-        if self.case.get("kind", "kernel") != "kernel":
-            return None
-        try:
-            return AttentionCase.from_dict(dict(self.case))
-        except (TypeError, ValueError, UsageError):
-            return None
+        return self.case.attention_case
 
     @property
     def gbps(self) -> float | None:
@@ -153,7 +239,8 @@ class VerifyCell:
 
     type: ClassVar[str] = "verify"
     implementation: str
-    case: Mapping[str, Any] | None
+    case: CellCase | None
+    """The case it checked (given as a typed case or its stored object); None for a check of no one case."""
     case_id: str
     check: str
     status: Status
@@ -167,6 +254,8 @@ class VerifyCell:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
+        if self.case is not None:
+            object.__setattr__(self, "case", CellCase.coerce_case(self.case))
         object.__setattr__(self, "node", coerce_optional(Node, self.node))
 
     @property
@@ -195,7 +284,7 @@ def cell_to_json(cell: Cell) -> dict[str, Any]:
         if f.name == "profile":
             value = [list(pair) for pair in value]
         stored[f.name] = (value.value if isinstance(value, Status) else list(value) if isinstance(value, tuple)
-                          else value.to_json() if isinstance(value, Record) else value)
+                          else value.to_json() if isinstance(value, (Record, PeakKey)) else value)
     return stored
 
 

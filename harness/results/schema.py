@@ -34,14 +34,20 @@ so a local run's cells look as in version 2; every v1 and v2 file reads unchange
 rounds beside other contenders may carry a ``rounds`` record (:class:`~harness.results.Rounds`: per-round
 medians, the paired ratio to the reference with its interval, the roofs read beside it), written only when
 present, so cells without it read and write as before. A peak
-measured on a cluster is keyed per node kind (``"float32/cpu@<kind>"``, :func:`peak_key`).
+measured on a cluster is keyed per node kind (``"float32/cpu@<kind>"``).
+
+In memory every key is typed: ``peaks`` is keyed by :class:`~harness.results.keys.PeakKey`, ``bandwidth`` by
+:class:`~harness.results.keys.BandwidthKey`, a bench cell's ``peak_key`` is a ``PeakKey``, and a cell's case
+is a :class:`~harness.results.cells.CellCase`. The stored text of a key is read in one place
+(:meth:`PeakKey.from_json <harness.results.keys.PeakKey.from_json>`, :meth:`BandwidthKey.from_json
+<harness.results.keys.BandwidthKey.from_json>`), when a run is read or built from its stored form.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from harness.results.cells import (
     INTEGRITY,
@@ -57,28 +63,46 @@ from harness.results.cells import (
     problems,
     with_,
 )
-from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak
-from harness.results.validate import check_run
+from harness.results.keys import BandwidthKey, PeakKey
+from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak, Record
+from harness.results.validate import Damaged, check_run
 
-__all__ = ["INTEGRITY", "PROBLEMS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "BenchCell", "Cell", "CellKey", "Run",
-           "Status", "VerifyCell", "bandwidth_key", "cell_from_json", "cell_to_json", "node_kind", "peak_key", "problems",
-           "with_"]
+__all__ = ["INTEGRITY", "PROBLEMS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "BandwidthKey", "BenchCell", "Cell",
+           "CellKey", "PeakKey", "Run", "Status", "VerifyCell", "bandwidth_key", "cell_from_json", "cell_to_json",
+           "node_kind", "peak_key", "problems", "with_"]
 
 SCHEMA = "attnbench.results"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 
 
-def peak_key(dtype: str, device: str, kind: str | None = None) -> str:
-    """The key in a result file's ``peaks``: "float32/cpu", or per node kind "float32/cpu@<kind>"."""
-    return f"{dtype}/{device}" if kind is None else f"{dtype}/{device}@{kind}"
+def peak_key(dtype: str, device: str, kind: str | None = None) -> PeakKey:
+    """The key of a record in ``Run.peaks`` (stored "float32/cpu", or per node kind "float32/cpu@<kind>")."""
+    return PeakKey(dtype, device, kind)
 
 
-def bandwidth_key(device: str, threads: int | None, kind: str | None = None) -> str:
-    """The key in a result file's ``bandwidth``: "cpu/threads=2" (bandwidth depends on the threads
-    reading), or per node kind "cpu/threads=2@<kind>"."""
-    key = f"{device}/threads={threads if threads is not None else 'default'}"
-    return key if kind is None else f"{key}@{kind}"
+def bandwidth_key(device: str, threads: int | None, kind: str | None = None) -> BandwidthKey:
+    """The key of a record in ``Run.bandwidth`` (stored "cpu/threads=2": bandwidth depends on the threads
+    reading, or per node kind "cpu/threads=2@<kind>")."""
+    return BandwidthKey(device, threads, kind)
+
+
+KeyT = TypeVar("KeyT", PeakKey, BandwidthKey)
+RecordT = TypeVar("RecordT", bound=Record)
+
+
+def _keyed(records: Mapping[Any, Any], key: Callable[[str], KeyT], record: Callable[[Any], RecordT],
+           where: str) -> dict[KeyT, RecordT]:
+    """A run's records by typed key, from typed keys or their stored text (read here, by the key's own
+    ``from_json``); a key that is neither is damage named where it is."""
+    out: dict[KeyT, RecordT] = {}
+    for name, value in records.items():
+        try:
+            typed = name if isinstance(name, (PeakKey, BandwidthKey)) else key(name)
+        except ValueError as exc:
+            raise Damaged(f"{where}[{name!r}]", str(exc)) from None
+        out[typed] = record(value)  # type: ignore[index]
+    return out
 
 
 @dataclass(frozen=True)
@@ -92,21 +116,23 @@ class Run:
     config: Config
     cells: tuple[Cell, ...] = ()
     implementations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    peaks: Mapping[str, Peak] = field(default_factory=dict)
+    peaks: Mapping[PeakKey, Peak] = field(default_factory=dict)
     fits: tuple[Mapping[str, Any], ...] | None = None
     coverage: Mapping[str, Coverage] | None = None
     schema_version: int = SCHEMA_VERSION
-    bandwidth: Mapping[str, Bandwidth] | None = None
-    """bench: measured memory bandwidth per "device/threads=N" (read_gbps, copy_gbps, ...); None in files that lack it."""
+    bandwidth: Mapping[BandwidthKey, Bandwidth] | None = None
+    """bench: measured memory bandwidth per device and thread count (read_gbps, copy_gbps, ...); None in files that
+    lack it."""
 
     def __post_init__(self) -> None:  # records given as their stored form (JSON objects) are read as records
         object.__setattr__(self, "environment", Environment.coerce(self.environment))
         object.__setattr__(self, "config", Config.coerce(self.config))
-        object.__setattr__(self, "peaks", {k: Peak.coerce(v) for k, v in self.peaks.items()})
+        object.__setattr__(self, "peaks", _keyed(self.peaks, PeakKey.from_json, Peak.coerce, "peaks"))
         if self.coverage is not None:
             object.__setattr__(self, "coverage", {k: Coverage.coerce(v) for k, v in self.coverage.items()})
         if self.bandwidth is not None:
-            object.__setattr__(self, "bandwidth", {k: Bandwidth.coerce(v) for k, v in self.bandwidth.items()})
+            object.__setattr__(self, "bandwidth", _keyed(self.bandwidth, BandwidthKey.from_json, Bandwidth.coerce,
+                                                         "bandwidth"))
 
     def bench_cells(self) -> list[BenchCell]:
         return [c for c in self.cells if isinstance(c, BenchCell)]
@@ -116,15 +142,15 @@ class Run:
 
     def pct_peak(self, cell: BenchCell) -> float | None:
         """The cell's GFLOP/s as a percentage of its dtype's measured GEMM peak (None if either is missing)."""
-        record = self.peaks.get(cell.peak_key or "")
+        record = None if cell.peak_key is None else self.peaks.get(cell.peak_key)
         peak = None if record is None else record.gflops
         return None if not peak or cell.gflops is None else 100.0 * cell.gflops / peak
 
     def read_bandwidth(self, cell: BenchCell) -> float | None:
         """The read bandwidth (GB/s) measured for the cell's device and thread count, on its own kind of
         machine for a cluster cell (never another kind's), if any."""
-        device = str(cell.case.get("device") or "cpu")  # the cell's own case: nothing read back out of a key
-        record = (self.bandwidth or {}).get(bandwidth_key(device, cell.threads, node_kind(cell)))
+        device = cell.case.device or "cpu"  # the cell's own case: nothing read back out of a key
+        record = (self.bandwidth or {}).get(BandwidthKey(device, cell.threads, node_kind(cell)))
         return None if record is None else record.read_gbps
 
     def pct_bandwidth(self, cell: BenchCell) -> float | None:
@@ -135,7 +161,7 @@ class Run:
     def to_json(self) -> dict[str, Any]:
         stored = self._to_json()
         if self.bandwidth is not None:  # appended: files without it read as before
-            stored["bandwidth"] = {key: record.to_json() for key, record in self.bandwidth.items()}
+            stored["bandwidth"] = {key.to_json(): record.to_json() for key, record in self.bandwidth.items()}
         return stored
 
     def _to_json(self) -> dict[str, Any]:
@@ -143,7 +169,7 @@ class Run:
             "schema": SCHEMA, "schema_version": SCHEMA_VERSION, "run_id": self.run_id, "command": self.command,
             "complete": self.complete, "environment": self.environment.to_json(),
             "config": self.config.to_json(), "implementations": dict(self.implementations),
-            "peaks": {key: peak.to_json() for key, peak in self.peaks.items()},
+            "peaks": {key.to_json(): peak.to_json() for key, peak in self.peaks.items()},
             "fits": None if self.fits is None else list(self.fits),
             "coverage": None if self.coverage is None else {name: c.to_json() for name, c in self.coverage.items()},
             "cells": [cell_to_json(c) for c in self.cells],
@@ -159,12 +185,23 @@ class Run:
         return cls(
             run_id=str(data.get("run_id", "")), command=str(data.get("command", "")),
             complete=bool(data.get("complete")), environment=Environment.from_json(data.get("environment") or {}),
-            config=Config.from_json(data.get("config") or {}), cells=tuple(cell_from_json(c) for c in data.get("cells") or ()),
+            config=Config.from_json(data.get("config") or {}), cells=_cells(data.get("cells") or ()),
             implementations=data.get("implementations") or {},
-            peaks={key: Peak.from_json(peak) for key, peak in (data.get("peaks") or {}).items()},
+            peaks=_keyed(data.get("peaks") or {}, PeakKey.from_json, Peak.from_json, "peaks"),
             fits=None if data.get("fits") is None else tuple(data["fits"]),
             coverage=None if data.get("coverage") is None
             else {name: Coverage.from_json(c) for name, c in data["coverage"].items()}, schema_version=int(version),
             bandwidth=None if data.get("bandwidth") is None
-            else {key: Bandwidth.from_json(record) for key, record in data["bandwidth"].items()},
+            else _keyed(data["bandwidth"], BandwidthKey.from_json, Bandwidth.from_json, "bandwidth"),
         )
+
+
+def _cells(stored: Any) -> tuple[Cell, ...]:
+    """The stored cells, read; one that does not read (a peak key that is no key) is damage named where it is."""
+    cells = []
+    for i, cell in enumerate(stored):
+        try:
+            cells.append(cell_from_json(cell))
+        except ValueError as exc:
+            raise Damaged(f"cells[{i}]", str(exc)) from None
+    return tuple(cells)

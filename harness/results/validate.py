@@ -32,15 +32,6 @@ MAX_DEPTH = 32
 """How deep free-form JSON may nest (arrays and objects); attnbench writes at most 4."""
 MAX_INT = 2**63
 
-_CASE_TYPES: dict[str, Any] = {
-    "batch": int, "heads": int, "tq": int, "d": int, "kv_heads": int, "tk": int, "dtype": str, "device": str,
-    "causal": bool, "mask": str, "mask_rank": str, "scale": float | None, "inputs": str, "layout": str,
-    "self_attention": bool, "grad": bool, "bias": str, "kind": str, "pairwise": bool,
-    "window": tuple[int, ...] | None, "varlen": tuple[tuple[int, ...], ...] | None, "causal_align": str | None,
-    "cache_seqlens": tuple[int, ...] | None, "page_size": int | None, "aux_layout": str, "kv_dtype": str | None,
-    "growth": bool,
-}
-"""The case fields readers compute with (:class:`harness.case.attention.AttentionCase`); others are free-form."""
 _SIZES = ("batch", "heads", "tq", "d", "kv_heads", "tk", "page_size")
 _METRICS = ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor", "T")
 """The verify metrics readers compute with: numbers (or null)."""
@@ -98,6 +89,8 @@ def check_value(value: object, hint: Any, where: str) -> None:
         return check_depth(value, where, 1)
     if isinstance(hint, type) and issubclass(hint, _record_base()):
         return check_record(value, hint, where)
+    if isinstance(hint, type) and issubclass(hint, _key_base()):
+        return _check_key(value, hint, where)
     if origin is tuple:
         return _check_array(value, typing.get_args(hint), where)
     if origin in (Mapping, dict, typing.Mapping):
@@ -153,6 +146,16 @@ def _check_word(value: object, hint: Any, where: str) -> None:
         raise Damaged(where, f"{_show(value)} is not one of {allowed}")
 
 
+def _check_key(value: object, hint: Any, where: str) -> None:
+    """A typed key (:mod:`harness.results.keys`), stored as its text: text its ``from_json`` reads."""
+    if not isinstance(value, str):
+        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
+    try:
+        hint.from_json(value)
+    except ValueError as exc:
+        raise Damaged(where, str(exc)) from None
+
+
 _SCALARS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_word}
 
 
@@ -182,6 +185,13 @@ def _record_base() -> type:
     return Record
 
 
+@functools.cache
+def _key_base() -> type:
+    from harness.results.keys import RoofKey
+
+    return RoofKey
+
+
 _HINTS: dict[type, dict[str, Any]] = {}
 
 
@@ -205,6 +215,20 @@ def check_record(value: object, kind: type, where: str) -> None:
             check_depth(item, _at(where, key), 1)
 
 
+@functools.cache
+def _case_types() -> dict[str, Any]:
+    """The case fields readers compute with, as :class:`harness.results.cells.CellCase` declares them; a field
+    it may not store as null (the sizes, dtype, ...) is its type alone. Others are free-form."""
+    from harness.results.cells import CellCase
+
+    types_ = {}
+    for name, hint in _hints(CellCase).items():
+        if name not in CellCase.NULLABLE:
+            (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        types_[name] = hint
+    return types_
+
+
 def check_case(case: object, where: str) -> None:
     if case is None:
         return
@@ -212,7 +236,7 @@ def check_case(case: object, where: str) -> None:
         raise Damaged(where, f"{_show(case)} is {_kind(case)}, not an object (a case)")
     for key, item in case.items():
         at = _at(where, key)
-        hint = _CASE_TYPES.get(key)
+        hint = _case_types().get(key)
         if hint is None:
             check_depth(item, at, 1)
             continue

@@ -27,7 +27,7 @@ from typing import Any
 
 from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
 from harness.contract.registry import Implementation
-from harness.results import ResultWriter, Status, VerifyCell
+from harness.results import CellCase, ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
 from harness.verify.pairwise import tensor_layouts
 from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
@@ -256,6 +256,6 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
     if stored not in saved:
         write_json_atomic(saved_path, [*saved, stored])
     print(f"\n{impl.name}: minimal failing case {found.case.id}, reproduce with:\n\n{text}", file=sys.stderr)
-    return replace(cell, status=Status(found.result.status), case=stored, case_id=found.case.id,
+    return replace(cell, status=Status(found.result.status), case=CellCase.of(found.case), case_id=found.case.id,
                    reason=f"minimal failing case ({found.result.check}): {found.result.reason}",
                    metrics={**metrics, "reproducer": text, "replayed": found.replayed})

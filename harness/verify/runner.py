@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.contract.availability import unsupported
 from harness.contract.registry import Implementation
-from harness.results import Node, ResultWriter, Status, VerifyCell
+from harness.results import CellCase, Node, ResultWriter, Status, VerifyCell
 from harness.runtime.cluster.node import NodeIdentity
 from harness.runtime.executor import Executor, LocalExecutor
 from harness.runtime.isolation import (
@@ -232,7 +232,7 @@ class VerifyRun:
     def _add(self, impl: Implementation, case: Any, result: CheckResult, seconds: float,
              node: NodeIdentity | None = None) -> None:
         cell = VerifyCell(
-            implementation=impl.name, kind=impl.kind, case=None if case is None else case.to_dict(),
+            implementation=impl.name, kind=impl.kind, case=None if case is None else CellCase.of(case),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
             check=result.check, status=Status(result.status), reason=result.reason,
             metrics=result.metrics, seconds=round(float(seconds), 4),

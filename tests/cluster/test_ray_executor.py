@@ -29,7 +29,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from harness.bench import BenchSettings, resume_settings  # noqa: E402
 from harness.bench import run as bench  # noqa: E402
 from harness.bench.timing import TimingConfig  # noqa: E402
-from harness.results import Run, read_run  # noqa: E402
+from harness.results import BandwidthKey, PeakKey, Run, read_run  # noqa: E402
 from harness.results.schema import cell_to_json  # noqa: E402
 from harness.verify import VerifySettings  # noqa: E402
 from harness.verify import run as verify  # noqa: E402
@@ -133,16 +133,16 @@ def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_
         assert cell.node and cell.node["node_id"] in _worker_node_ids(cluster)
         assert cell.started_at is not None and cell.ended_at is not None and cell.started_at < cell.ended_at
         by_node.setdefault(cell.node["node_id"], []).append((cell.started_at, cell.ended_at))
-        assert cell.peak_key == f"{cell.case['dtype']}/cpu@{cell.node['kind']}"
+        assert cell.peak_key == PeakKey(str(cell.case.dtype), "cpu", cell.node.kind)
         assert on_ray.pct_peak(cell) is not None  # divided by its own node kind's peak
-        assert on_ray.read_bandwidth(cell) == on_ray.bandwidth[f"cpu/threads=1@{cell.node['kind']}"]["read_gbps"] > 0
+        assert on_ray.read_bandwidth(cell) == on_ray.bandwidth[BandwidthKey("cpu", 1, cell.node.kind)].read_gbps > 0
         assert on_ray.pct_bandwidth(cell) is not None  # and by its own kind's bandwidth
     for spans in by_node.values():  # no two timing cells held one node at the same time
         spans.sort()
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
-    kinds = {k for k in on_ray.peaks if "@" in k}
+    kinds = {k for k in on_ray.peaks if k.kind is not None}
     assert kinds and all(on_ray.peaks[k].get("confirmed_gflops") for k in kinds)
-    assert on_ray.bandwidth and all("@" in key and record.get("confirmed_read_gbps") for key, record in on_ray.bandwidth.items())
+    assert on_ray.bandwidth and all(key.kind is not None and record.get("confirmed_read_gbps") for key, record in on_ray.bandwidth.items())
 
     # resume on the cluster: an interrupted local file keeps its cells, the cluster measures the rest
     partial = json.loads((tmp_path / "local.json").read_text())

@@ -33,7 +33,8 @@ _POOLS: OrderedDict[tuple[Any, ...], tuple[WorkerPool, list[bool]]] = OrderedDic
 class NodeResult:
     """What a task sends back: its outcomes, where it ran, and when it held the node."""
 
-    outcomes: dict[str, Outcome]
+    outcomes: dict[Any, Outcome]
+    """Keyed as the task's body keys them (a worker's name, a record's typed key)."""
     node: NodeIdentity
     started_at: float
     ended_at: float
@@ -97,7 +98,7 @@ def _run_in_pool(group: tuple[Any, ...], task: Task, *, timeout: float, start_me
     return pool.run(task)
 
 
-Body = Callable[..., tuple[dict[str, Outcome], dict[str, object]]]
+Body = Callable[..., tuple[dict[Any, Outcome], dict[str, object]]]
 
 
 def on_node(body: Body, args: tuple[Any, ...], environment: dict[str, str]) -> NodeResult:

@@ -99,9 +99,8 @@ class CellTimer:
             timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
             self._warmed[id(timing_pool)] = timing_pool.starts
 
-    def _memory(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool) -> Outcome | None:
-        """The cell's memory measured in its memory worker, when the run and the cell measure memory (the one place
-        a cell's memory task is chosen and sent, alone or after its rounds)."""
+    def _memory(self, cell: PlannedCell, memory_pool: WorkerPool) -> Outcome | None:
+        """The cell's memory measured in its memory worker, when the run and the cell measure memory."""
         if not (self.settings.memory and cell.memory):
             return None
         args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode,
@@ -126,7 +125,7 @@ class CellTimer:
             clock = self._clock(cell.case.device)
             latency, spans = null_and_calls(self.keeper.take(), clock)
             outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]), clock)
-        mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
+        mem = self._memory(cell, memory_pool) if outcome.status == OK else None
         return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
     def rounds(self, admitted: list[tuple[PlannedCell, float | None]], pools_of: Pools,
@@ -201,7 +200,7 @@ class CellTimer:
                 failed = state.failed or Outcome("error", error="no last round answered")
                 out.append(Measured(cell, failed, None, state.predicted, state.seconds))
                 continue
-            mem = self._memory(cell, *pools_of(name))
+            mem = self._memory(cell, pools_of(name)[1])
             seconds = state.seconds + (mem.seconds if mem is not None else 0.0)
             final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
                             seconds=state.seconds, leftovers=state.leftovers)

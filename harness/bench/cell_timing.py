@@ -100,7 +100,8 @@ class CellTimer:
             self._warmed[id(timing_pool)] = timing_pool.starts
 
     def _memory(self, cell: PlannedCell, memory_pool: WorkerPool) -> Outcome | None:
-        """The cell's memory measured in its memory worker, when the run and the cell measure memory."""
+        """The cell's memory measured in its memory worker, when the run and the cell measure memory: the one place a
+        cell's memory task is sent, whether it was timed alone or in rounds."""
         if not (self.settings.memory and cell.memory):
             return None
         args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.runner import memory_task
+from harness.bench.tasks import memory_task
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_registry
 from harness.runtime.isolation import OK, Task, run_isolated

@@ -18,7 +18,7 @@ import torch
 import torch.utils.checkpoint
 
 from harness import Conventions, register
-from harness.bench.runner import timing_task
+from harness.bench.tasks import timing_task
 from harness.bench.timing import TimingConfig
 from harness.case.attention import AttentionCase
 from harness.errors import PluginError

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench import audit, guard
+from harness.bench import audit
+from harness.bench.loop import Loop, cuda_loop
 from harness.bench.memory import measure_cuda
 from harness.bench.peak import CUDA_GEMM_SIZE, measure_gemm_peak
 from harness.bench.timing import TimingConfig, cuda_timed
@@ -72,11 +73,11 @@ def test_the_gemm_peak_is_a_gpu_sized_product() -> None:
     assert peak.gflops and peak.fastest_call_gflops and peak.fastest_call_gflops >= peak.gflops
 
 
-def _loop(name: str, case: AttentionCase) -> tuple[guard.Loop, audit.OutputChecks]:
+def _loop(name: str, case: AttentionCase) -> tuple[Loop, audit.OutputChecks]:
     impl = load_registry().get(name)
     sets = [audit.build_set(impl, case, "fwd", inputs, seed, shift=True)
             for seed, inputs in enumerate(audit.draw_sets(case, 3, "torch"))]
-    loop = guard.cuda_loop(sets, QUICK, "torch")
+    loop = cuda_loop(sets, QUICK, "torch")
     return loop, audit.check_kept(loop.kept, sets, case, "fwd")
 
 
@@ -102,6 +103,6 @@ def test_a_wrong_cuda_output_is_found() -> None:
     impl = make_implementation("cuda_returns_v", _returns_v, backend="torch", devices=("cuda",), dtypes=("bfloat16",))
     sets = [audit.build_set(impl, CASE, "fwd", inputs, seed, shift=True)
             for seed, inputs in enumerate(audit.draw_sets(CASE, 3, "torch"))]
-    loop = guard.cuda_loop(sets, QUICK, "torch")
+    loop = cuda_loop(sets, QUICK, "torch")
     checks = audit.check_kept(loop.kept, sets, CASE, "fwd")
     assert checks.problems and "timed sample" in checks.problems[0], checks

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from harness.analysis.stats import median_interval
-from harness.bench.guard import InputSet, RoundedLoop, timed_loop
+from harness.bench.guard import InputSet
+from harness.bench.loop import RoundedLoop, timed_loop
 from harness.bench.rounds import Probe, choose_reference, round_medians, round_order, rounds_record
 from harness.bench.timing import TimingConfig
 from harness.results import BenchCell, Rounds

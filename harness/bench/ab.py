@@ -7,7 +7,7 @@ imported code; this process imports neither.
 
 A cell is timed in rounds. In each round both sides run, in an order drawn at random, each one
 warm-up call and ``calls`` timed calls through the bench's own timed loop
-(:func:`harness.bench.guard.timed_loop`: rotating input sets, kept calls checked); the round's
+(:func:`harness.bench.loop.timed_loop`: rotating input sets, kept calls checked); the round's
 ratio is head's fastest call over base's. A round lasts tens of milliseconds, so a load change between
 rounds hits both sides alike and the ratio cancels it (:mod:`harness.analysis.paired`).
 
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.bench import guard  # binds the clocks before any plugin is imported in a worker
+from harness.bench.loop import timed_loop
 from harness.bench.settings import ABSettings as ABSettings  # its home before settings.py
 from harness.bench.sweeps import plan
 from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
@@ -106,7 +107,7 @@ def round_task(source: str, name: str, case: dict[str, object], mode: str, calls
     if attention_case.device == "cuda":  # CUDA events around each call, as bench does (rotation only)
         turn = itertools.cycle(sets)
         return RoundTimes(samples_s=tuple(time_call(lambda: next(turn).call(), "cuda", config)))
-    loop = guard.timed_loop(sets, config, impl.backend, sample_clock=guard.CPU_CLOCK if clock == "cpu" else None)
+    loop = timed_loop(sets, config, impl.backend, sample_clock=guard.CPU_CLOCK if clock == "cpu" else None)
     problems = [k.problem for k in loop.kept if k.problem]
     if loop.untyped:
         problems.append(f"timed calls {loop.untyped[:5]} returned something other than an exact array")

@@ -21,8 +21,11 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from harness.bench.runner import _cell, bandwidth_task, confirmed, higher, memory_task, peak_task, skipped_cell, timing_task, warm_up_task
+from harness.bench.cell_timing import Measured
+from harness.bench.judging import new_cell, skipped_cell
+from harness.bench.roof_readings import confirmed, higher
 from harness.bench.sweeps import PlannedCell
+from harness.bench.tasks import bandwidth_task, memory_task, peak_task, timing_task, warm_up_task
 from harness.bench.timing import TimingConfig
 from harness.contract.availability import checking, unsupported
 from harness.results import Bandwidth, BandwidthKey, Node, Peak, PeakKey, Status
@@ -95,8 +98,8 @@ class ClusterPeaks:
         node = Node.from_json(result.node)
         kind = node.kind or ""
         self.kinds_nodes.setdefault(kind, node.node_id or "")
-        peaks = dict(self.runner.writer.run.peaks)
-        bandwidth = dict(self.runner.writer.run.bandwidth or {})
+        peaks = dict(self.runner.roofs.peaks)
+        bandwidth = dict(self.runner.roofs.bandwidth)
         for base, outcome in result.outcomes.items():
             if isinstance(base, BandwidthKey):
                 self._record_bandwidth(bandwidth, base.on(kind), outcome, node, confirm=confirm)
@@ -109,9 +112,9 @@ class ClusterPeaks:
                 peaks[key] = replace(reading, node=node) if reading is not None else failed
                 continue
             peaks[key] = confirmed(peak, reading) if confirm else higher(peak, reading)
-        self.runner.writer.set("peaks", peaks)
+        self.runner.roofs.set_peaks(peaks)
         if bandwidth:
-            self.runner.writer.set("bandwidth", bandwidth)
+            self.runner.roofs.set_bandwidth(bandwidth)
 
     @staticmethod
     def _record_bandwidth(records: dict[BandwidthKey, Bandwidth], key: BandwidthKey, outcome: Outcome, node: Node, *,
@@ -128,7 +131,7 @@ class ClusterPeaks:
 
     def slowest(self, dtype: str, device: str) -> float | None:
         """The lowest peak of any kind for this dtype: budget predictions must hold on the slowest node."""
-        found = [p.gflops for k, p in self.runner.writer.run.peaks.items()
+        found = [p.gflops for k, p in self.runner.roofs.peaks.items()
                  if (k.dtype, k.device) == (dtype, device) and k.kind is not None and p.gflops]
         return min(found) if found else None
 
@@ -151,15 +154,15 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayClu
         reasons = unsupported(impl, cell.case.with_(grad=cell.mode != "fwd"), runner.registry.sources[cell.implementation],
                               pool)  # its available= check in a worker here, as in a local run
         if isinstance(reasons, Outcome):
-            runner._finish(_cell(cell, Status(reasons.status), reasons.error))
+            runner.write(new_cell(cell, Status(reasons.status), reasons.error))
             return None
         if reasons:
-            runner._finish(skipped_cell(cell, "; ".join(reasons)))
+            runner.write(skipped_cell(cell, "; ".join(reasons)))
             return None
         peak = peaks.slowest(cell.case.dtype, cell.case.device)
         over = runner.budget.check(cell, peak)
         if over:
-            runner._finish(skipped_cell(cell, over))
+            runner.write(skipped_cell(cell, over))
             return None
         predicted[cell.key] = runner.budget.cell_seconds_predicted(cell, peak)
         source = cluster.remote_source(runner.registry.sources[cell.implementation])
@@ -168,14 +171,14 @@ def run_on_cluster(runner: BenchRunner, todo: list[PlannedCell], cluster: RayClu
 
     def on_done(cell: PlannedCell, result: NodeResult | None, lost: str | None) -> None:
         if result is None:
-            runner._finish(_cell(cell, Status.CRASH, lost))
+            runner.write(new_cell(cell, Status.CRASH, lost))
             return
         node = Node.from_json(result.node)
         peaks.kinds_nodes.setdefault(node.kind or "", node.node_id or "")
         where = {"node": node, "started_at": result.started_at, "ended_at": result.ended_at,
                  "load_average": result.extra.get("load_average")}
-        runner._finish(runner.measured(cell, result.outcomes["timing"], result.outcomes.get("memory"),
-                                       predicted.get(cell.key), result.ended_at - result.started_at, **where))
+        runner.write(runner.judge(Measured(cell, result.outcomes["timing"], result.outcomes.get("memory"),
+                                           predicted.get(cell.key), result.ended_at - result.started_at, where=where)))
 
     with checking(settings.timeout_s) as pool:
         stream(cluster.ray, todo, submit_cell, slots, on_done)

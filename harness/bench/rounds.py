@@ -9,7 +9,7 @@ are stored with the cell (:class:`~harness.results.Rounds`).
 
 Isolation is kept: each implementation is timed in its own worker (kept for the whole run, its
 state between rounds held there: inputs built once, the warm-up once, the integrity checks of
-:mod:`harness.bench.guard` spread over the rounds). A contender that crashes, hangs or raises
+:mod:`harness.bench.loop` spread over the rounds). A contender that crashes, hangs or raises
 costs its own cell only; the others finish their rounds. The roof probe (a GEMM call and a
 memory read, :func:`roof_probe_task`) is one more contender in every round, in the peak worker
 where no plugin code runs: the roofs a cell's "% of peak" and "% of bandwidth" divide by are read
@@ -25,6 +25,7 @@ from typing import Any
 
 from harness.analysis.stats import median_interval, quantile
 from harness.bench import guard
+from harness.bench.loop import RoundedLoop
 from harness.bench.timing import TimingConfig, pin_threads
 from harness.bench.verdicts import Timed
 from harness.results import Accounting, Integrity, Rounds
@@ -50,7 +51,7 @@ PROBE_BYTES = 256 * 2**20
 class _Open:
     """A cell between its rounds, in its timing worker."""
 
-    loop: guard.RoundedLoop
+    loop: RoundedLoop
     sets: list[Any]
     case: Any
     mode: str
@@ -86,7 +87,7 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             with audit.one_thread():
                 drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
             sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
-            loop = guard.RoundedLoop(sets, config, impl.backend, rounds=config.rounds,  # reads the state it guards
+            loop = RoundedLoop(sets, config, impl.backend, rounds=config.rounds,  # reads the state it guards
                                      sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None)
             setup_s = guard.CLOCK() - started
             cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)

@@ -38,15 +38,49 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     each cell as it is written. A Ctrl-C leaves a valid file and raises
     :class:`~harness.errors.Interrupted` saying how to finish it.
     """
-    if registry is None:  # read in a worker: the parent, which keeps the time and judges, runs no plugin code
-        from harness.bench.catalogue import load_catalogue
-
-        registry = load_catalogue(settings.plugins)
-        if registry.fatal_errors:
-            raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
+    registry = _catalogue(settings) if registry is None else registry
     path = Path(out) if out is not None else default_out()
     settings = dataclasses.replace(settings, plugins=list(absolute_specs(settings.plugins)),  # resume from anywhere
                                    memory_budget_bytes=memory_budget_bytes(settings))
+    names, cells = _planned(settings, registry)
+    finish = resume_command(path, settings.plugins, settings.executor, settings.address)
+    with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
+        writer = ResultWriter(path, "bench", _config(settings), resume=resume, force=force)
+        try:
+            writer.set("implementations", {  # what reports know of each implementation: they never import plugins
+                impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
+                for impl in registry if impl.name in names})
+            start = writer.run  # the file as opened: a resumed run's cells and roofs
+            done = {cell.key for cell in start.cells}
+            todo = [c for c in cells if c.key not in done]  # dropped here, once
+            on_start(len(todo))
+            executor.execute(_BenchJob(BenchRunner(settings, writer, registry, start, on_cell), todo))
+            writer.set("fits", cell_fits(writer.cells))
+            writer.finish()
+            return writer.run
+        except KeyboardInterrupt:
+            raise Interrupted(f"{len(writer.cells)} cells are in {path}; finish with: {finish}") from None
+        except DiskFull as full:
+            raise full.but(f"{writer.kept} cells are in {path} as last written",
+                           f"free some space, then finish with: {finish}") from None
+        finally:
+            writer.close()
+
+
+def _catalogue(settings: BenchSettings) -> Registry:
+    """The plugins' declarations, read in a worker: the parent, which keeps the time and judges, runs no plugin
+    code."""
+    from harness.bench.catalogue import load_catalogue
+
+    registry = load_catalogue(settings.plugins)
+    if registry.fatal_errors:
+        raise PluginError("; ".join(str(e) for e in registry.fatal_errors))
+    return registry
+
+
+def _planned(settings: BenchSettings, registry: Registry) -> tuple[list[str], list[PlannedCell]]:
+    """The implementations timed and the cells the settings plan for them; a usage error, said why, when a run
+    could measure nothing (before the result file is touched)."""
     # Module-level implementations (kind="module") are timed when named (--only): the default run times kernels.
     selected = [impl for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
     names = [impl.name for impl in selected]
@@ -60,31 +94,9 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     else:
         cells = plan(settings.suite, names, settings.overrides, settings.device)
     cells = module_cells(cells, {impl.name: impl for impl in selected})  # a module's cells: the layers making the calls
-    if not cells:  # before the file is touched: a run that can measure nothing is a usage error, said why
+    if not cells:
         raise UsageError(_why_no_cells(settings, names, registry))
-    with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
-        writer = ResultWriter(path, "bench", _config(settings), resume=resume, force=force)
-        try:
-            writer.set("implementations", {  # what reports know of each implementation: they never import plugins
-                impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
-                for impl in registry if impl.name in names})
-            done = writer.done_keys()
-            todo = [c for c in cells if c.key not in done]
-            on_start(len(todo))
-            executor.execute(_BenchJob(BenchRunner(settings, writer, registry, on_cell), todo))
-            writer.set("fits", cell_fits(writer.cells))
-            writer.finish()
-            return writer.run
-        except KeyboardInterrupt:
-            raise Interrupted(f"{len(writer.cells)} cells are in {path}; "
-                              f"finish with: {resume_command(path, settings.plugins, settings.executor, settings.address)}"
-                              ) from None
-        except DiskFull as full:
-            raise full.but(f"{writer.kept} cells are in {path} as last written",
-                           "free some space, then finish with: "
-                           f"{resume_command(path, settings.plugins, settings.executor, settings.address)}") from None
-        finally:
-            writer.close()
+    return names, cells
 
 
 def default_out() -> Path:
@@ -147,7 +159,6 @@ class _BenchJob:
     def run_on(self, cluster: RayCluster) -> None:
         from harness.bench.distributed import run_on_cluster
 
-        self.runner.learn_from_done()
         run_on_cluster(self.runner, self.todo, cluster)
 
 

@@ -55,35 +55,45 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
           floor: Floor | Mapping[str, object] | None) -> tuple[Status, str | None]:
     """OK, or the first problem status found (implausible, violation, wrong, in that order) with every reason.
     The worker's result and the floor may be given in their stored form (JSON objects)."""
-    found: dict[Status, list[str]] = {Status.IMPLAUSIBLE: [], Status.VIOLATION: [], Status.WRONG: []}
     timed = Timed.coerce(value)
     samples = list(timed.samples_s)
     record = timed.integrity or Integrity()
-    roof = None if floor is None else Floor.coerce(floor)
-    if roof is not None and roof.floor_s and samples and min(samples) < roof.floor_s:
-        found[Status.IMPLAUSIBLE].append(
-            f"fastest timed call {_s(min(samples))} is under the physics floor {_s(roof.floor_s)} "
-            f"(compute {_s(roof.compute_s or 0.0)} at {roof.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory "
-            f"{_s(roof.memory_s or 0.0)} at {roof.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates of the roofs)")
-    found[Status.IMPLAUSIBLE] += _accounting(samples, record.accounting, wall_s)
-    found[Status.IMPLAUSIBLE] += _stamps(samples, record.stamps)
-    if record.clock:
-        found[Status.VIOLATION].append(record.clock)
-    if record.untyped:
-        found[Status.VIOLATION].append(f"timed samples {list(record.untyped[:5])} returned something other than an "
-                                       "exact torch.Tensor / numpy.ndarray")
-    found[Status.VIOLATION] += list(record.kept_problems or ())
-    cpu = [c for c in record.cpu_after_s or () if c is not None]
-    spin = record.spin_s or 0.0
-    if cpu and min(cpu) > spin + CPU_MARGIN * CPU_WINDOW_S:
-        found[Status.VIOLATION].append(
-            f"the process burnt {_s(min(cpu))} of CPU in the {_s(CPU_WINDOW_S)} after each checked call returned "
-            f"(thread pools spinning burn up to {_s(spin)}; margin {CPU_MARGIN:g} core): work continued after the call")
-    found[Status.WRONG] += list(record.output_problems or ())
+    found = {
+        Status.IMPLAUSIBLE: _under_floor(samples, None if floor is None else Floor.coerce(floor))
+        + _accounting(samples, record.accounting, wall_s) + _stamps(samples, record.stamps),
+        Status.VIOLATION: _violations(record),
+        Status.WRONG: list(record.output_problems or ()),
+    }
     for status, reasons in found.items():
         if reasons:  # the first status found; every reason, so the record shows all the evidence
             return status, "; ".join(r for rs in found.values() for r in rs)
     return Status.OK, None
+
+
+def _under_floor(samples: list[float], roof: Floor | None) -> list[str]:
+    """The fastest timed call against the physics floor: faster than the roofs allow is no computation."""
+    if not (roof is not None and roof.floor_s and samples and min(samples) < roof.floor_s):
+        return []
+    return [f"fastest timed call {_s(min(samples))} is under the physics floor {_s(roof.floor_s)} "
+            f"(compute {_s(roof.compute_s or 0.0)} at {roof.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory "
+            f"{_s(roof.memory_s or 0.0)} at {roof.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates of the roofs)"]
+
+
+def _violations(record: Integrity) -> list[str]:
+    """What the worker saw the calls do that a call may not: a clock replaced, something other than an exact
+    array returned, a kept call's problem, work still burning CPU after the calls returned."""
+    found = [record.clock] if record.clock else []
+    if record.untyped:
+        found.append(f"timed samples {list(record.untyped[:5])} returned something other than an "
+                     "exact torch.Tensor / numpy.ndarray")
+    found += list(record.kept_problems or ())
+    cpu = [c for c in record.cpu_after_s or () if c is not None]
+    spin = record.spin_s or 0.0
+    if cpu and min(cpu) > spin + CPU_MARGIN * CPU_WINDOW_S:
+        found.append(
+            f"the process burnt {_s(min(cpu))} of CPU in the {_s(CPU_WINDOW_S)} after each checked call returned "
+            f"(thread pools spinning burn up to {_s(spin)}; margin {CPU_MARGIN:g} core): work continued after the call")
+    return found
 
 
 STAMP_SHARE = 0.7

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from harness.bench import state
 from harness.bench.fingerprint import choose, fingerprint, projected_error
 from harness.bench.fresh import Fresh
-from harness.bench.guard import InputSet, RoundedLoop, timed_loop
+from harness.bench.guard import InputSet
+from harness.bench.loop import RoundedLoop, timed_loop
 from harness.bench.timekeeper import END, START, Timekeeper, connect, flush, null_and_calls
 from harness.bench.timing import TimingConfig
 from harness.bench.verdicts import Timed, judge

@@ -89,12 +89,12 @@ _FOUND: list = []
 
 
 def find_loop():
-    """The harness's live timing loop object (harness.bench.guard.RoundedLoop), found among the interpreter's
+    """The harness's live timing loop object (harness.bench.loop.RoundedLoop), found among the interpreter's
     objects without touching a frame (scanned once, then remembered while it runs); None before one exists."""
     if _FOUND and not _FOUND[0].done:
         return _FOUND[0]
-    guard = sys.modules.get("harness.bench.guard")
-    kind = getattr(guard, "RoundedLoop", None)
+    loops = sys.modules.get("harness.bench.loop")
+    kind = getattr(loops, "RoundedLoop", None)
     if kind is None:
         return None
     for obj in gc.get_objects():

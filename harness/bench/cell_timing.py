@@ -1,0 +1,223 @@
+"""The parent's side of timing a cell: its tasks submitted to the implementation's workers, its outcomes kept.
+
+A cell is timed alone (one timing task, then its memory task) or, on a CPU with the checks on, in shuffled
+rounds with the other implementations of its case and the roof probe (:mod:`harness.bench.rounds`). Either
+way the parent stamps each timed call on its own clock (:mod:`harness.bench.timekeeper`) and comes back with
+a :class:`Measured` record per cell: the outcomes as the workers sent them and what the parent saw, before
+any verdict (:mod:`harness.bench.judging` gives that). Kept apart from the runner so that how a cell is timed
+reads on its own, and the runner as a pipeline: admit, time, judge, write.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from harness.bench.rounds import (
+    MAX_ROUNDS,
+    Probe,
+    choose_reference,
+    gemm_headroom,
+    roof_probe_task,
+    round_medians,
+    round_order,
+    round_task,
+    rounds_for,
+    rounds_record,
+)
+from harness.bench.settings import BenchSettings
+from harness.bench.sweeps import PlannedCell
+from harness.bench.tasks import clock_for, memory_task, timing_task, warm_up_task
+from harness.bench.timekeeper import Timekeeper, null_and_calls
+from harness.bench.verdicts import Timed
+from harness.results import Rounds, Stamped
+from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
+
+Pools = Callable[[str], tuple[WorkerPool, WorkerPool]]
+"""An implementation's (timing, memory) workers, by its name: its own, kept for the run."""
+
+_PROBE = "roof probe"
+"""The roof probe's place in a round's order (:func:`harness.bench.rounds.roof_probe_task`)."""
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A cell's outcomes as the parent received them, before any verdict."""
+
+    cell: PlannedCell
+    timing: Outcome
+    memory: Outcome | None = None
+    predicted_s: float | None = None
+    seconds: float = 0.0
+    """The parent's wall time of the cell's tasks."""
+    rounds: Rounds | None = None
+    """The cell's rounds when it was timed in rounds: the GEMM read beside it bounds its floor's compute roof."""
+    where: Mapping[str, Any] = field(default_factory=dict)
+    """Where it ran when not here (a cluster's node, when it held it, the node's load average)."""
+
+
+@dataclass
+class _Contender:
+    """One implementation's cell while its case's rounds run."""
+
+    cell: PlannedCell
+    predicted: float | None
+    seconds: float = 0.0
+    """The parent's wall time of its round tasks: what the worker's own account of its time is held against."""
+    positions: list[int] = field(default_factory=list)
+    failed: Outcome | None = None
+    final: Outcome | None = None
+    leftovers: tuple[str, ...] = ()
+    """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
+    spans: list[float] = field(default_factory=list)
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
+    latency: list[float] = field(default_factory=list)
+
+
+class CellTimer:
+    """Times planned cells in their implementations' workers; ``keeper`` stamps each timed call."""
+
+    def __init__(self, settings: BenchSettings, sources: Mapping[str, str], keeper: Timekeeper) -> None:
+        self.settings, self.sources, self.keeper = settings, sources, keeper
+        self._warmed: dict[int, int] = {}
+        """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`warm_up`)."""
+
+    def _clock(self, device: str) -> str:
+        return clock_for(self.settings.timing, device)
+
+    def warm_up(self, cell: PlannedCell, timing_pool: WorkerPool) -> None:
+        """Once per timing worker, before its first timed task: the worker imports the tasks' module (torch, the
+        guard) and the plugin's source. Otherwise the first timed task would pay those imports while its arguments
+        are unpickled, before the worker's clock starts: seconds of the parent's wall time the worker's account
+        cannot show, read as a slowed clock. A worker started by another task (the ``available=`` check) is not
+        warm."""
+        if not timing_pool.running or self._warmed.get(id(timing_pool)) != timing_pool.starts:
+            source = self.sources[cell.implementation]
+            timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
+            self._warmed[id(timing_pool)] = timing_pool.starts
+
+    def _memory(self, cell: PlannedCell, memory_pool: WorkerPool) -> Outcome | None:
+        """The cell's memory measured in its memory worker, when the run and the cell measure memory: the one place a
+        cell's memory task is sent, whether it was timed alone or in rounds."""
+        if not (self.settings.memory and cell.memory):
+            return None
+        args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode,
+                self.settings.threads)
+        return memory_pool.run(Task(cell.key, memory_task, args))
+
+    def alone(self, cell: PlannedCell, predicted_s: float | None, timing_pool: WorkerPool,
+              memory_pool: WorkerPool) -> Measured:
+        """One cell timed in one task of its timing worker, then its memory measured."""
+        started = time.perf_counter()
+        settings = self.settings
+        args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode)
+        self.warm_up(cell, timing_pool)
+        stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and settings.timing.checks
+        # a module's calls run on the module cells' own loop, unstamped
+        ticket = self.keeper.ticket_for(self._clock(cell.case.device)) if stamped else None
+        if stamped:
+            self.keeper.clear()  # nothing left over from another task
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (settings.timing, settings.threads, ticket),
+                                       end_leftovers=True))
+        if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
+            clock = self._clock(cell.case.device)
+            latency, spans = null_and_calls(self.keeper.take(), clock)
+            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]), clock)
+        mem = self._memory(cell, memory_pool) if outcome.status == OK else None
+        return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
+
+    def rounds(self, admitted: list[tuple[PlannedCell, float | None]], pools_of: Pools,
+               peak_pool: WorkerPool) -> list[Measured]:
+        """The admitted cells of one case timed in shuffled rounds with the roof probe among them; each
+        cell with its :class:`~harness.results.Rounds` record."""
+        settings, first = self.settings, admitted[0][0]
+        for cell, _ in admitted:
+            self.warm_up(cell, pools_of(cell.implementation)[0])
+        states = {cell.implementation: _Contender(cell, predicted) for cell, predicted in admitted}
+        probe = Probe()
+        # the probe opens each round and the contenders follow back to back, shuffled: the calls a round's ratio
+        # pairs are a pipe round trip apart, not a probe's tens of milliseconds (a load switching within a second
+        # then hits both sides of the pair alike)
+        orders = round_order(list(states), max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
+        probe_args = (first.case.dtype, first.case.device, settings.threads, self._clock(first.case.device))
+        total = settings.timing.rounds
+        first_calls: list[float] = []  # each contender's fastest call of the first round
+        for index, order in enumerate(orders):
+            if index == total:
+                break
+            reading = peak_pool.run(Task(_PROBE, roof_probe_task, probe_args))
+            if reading.status == OK:
+                probe.gemm_gflops.append(reading.value[0])
+                probe.read_gbps.append(reading.value[1])
+            for position, name in enumerate(order):
+                state = states[name]
+                if state.failed is None:
+                    self._round(first, state, (position, index, total), pools_of(name)[0], first_calls)
+            if index == 0 and settings.timing.rounds > 1:  # fast contenders: more, shorter rounds
+                total = rounds_for(settings.timing.budget_s, first_calls, settings.timing.rounds)
+        reference = choose_reference(list(s for s, v in states.items() if v.failed is None and v.final is not None),
+                                     settings.reference)
+        return self._rounds_measured(states, probe, reference, pools_of)
+
+    def _round(self, first: PlannedCell, state: _Contender, at: tuple[int, int, int], timing_pool: WorkerPool,
+               first_calls: list[float]) -> None:
+        """One contender's turn in a round of ``first``'s case: ``at`` is (its position in the round, the round's
+        index, the rounds in all); its outcome is folded into its state."""
+        settings, (position, index, total) = self.settings, at
+        name, clock = state.cell.implementation, self._clock(first.case.device)
+        key = f"{first.case.id}/{first.mode}/{name}"
+        args = (key, name, self.sources[name], first.case.to_dict(), first.mode, settings.timing,
+                settings.threads, None if index == 0 else total, self.keeper.ticket_for(clock))
+        self.keeper.clear()  # nothing left over from another task
+        outcome = timing_pool.run(Task(state.cell.key, round_task, args, end_leftovers=True))
+        if outcome.status == OK:
+            latency, spans = null_and_calls(self.keeper.take(), clock)
+            state.spans += spans
+            state.latency.append(latency)
+        state.seconds += outcome.seconds
+        state.leftovers += outcome.leftovers
+        state.positions.append(position)
+        if outcome.status != OK:
+            state.failed = outcome
+        elif outcome.value.integrity is not None:  # the last round: every sample and the checks
+            state.final = outcome
+        elif index == 0 and outcome.value.samples_s:
+            first_calls.append(min(outcome.value.samples_s))
+
+    def _rounds_measured(self, states: dict[str, _Contender], probe: Probe, reference: str | None,
+                         pools_of: Pools) -> list[Measured]:
+        """Each contender's :class:`Measured`: its last round's outcome with the parent's stamps, its memory, and
+        its rounds record (its medians against the reference's, the roofs the probe read)."""
+        timed = {n: s for n, s in states.items() if s.failed is None and s.final is not None}
+        medians = {n: round_medians(s.final.value.samples_s, s.final.value.round_sizes or ()) for n, s in timed.items()
+                   if s.final is not None}
+        out = []
+        for name, state in states.items():
+            cell = state.cell
+            if state.failed is not None or state.final is None:
+                failed = state.failed or Outcome("error", error="no last round answered")
+                out.append(Measured(cell, failed, None, state.predicted, state.seconds))
+                continue
+            mem = self._memory(cell, pools_of(name)[1])
+            seconds = state.seconds + (mem.seconds if mem is not None else 0.0)
+            final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
+                            seconds=state.seconds, leftovers=state.leftovers)
+            sizes = state.final.value.round_sizes or ()
+            record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
+                                   None if reference in (None, name) else medians[reference], probe,
+                                   gemm_headroom(cell.case.dtype, cell.case.device))
+            out.append(Measured(cell, final, mem, state.predicted, seconds, rounds=record))
+        return out
+
+
+def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record."""
+    if timed.integrity is None:
+        return timed
+    spans = state.spans
+    record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
+                     latency_s=statistics.median(state.latency) if state.latency else None)
+    return replace(timed, integrity=replace(timed.integrity, stamps=record))

@@ -1,0 +1,129 @@
+"""The bench's worker tasks: what runs in a timing, memory or peak worker, never in the parent.
+
+Each task is sent to its worker by reference (:mod:`harness.runtime.isolation` pickles the function by its
+module and name), so importing this module is the first thing a worker does for the bench: it imports
+:mod:`harness.bench.guard` and :mod:`harness.bench.loop`, which bind the clocks and watch the loop's
+functions before any plugin's source is imported. The parent only submits these tasks
+(:mod:`harness.bench.cell_timing`, :mod:`harness.bench.roof_readings`, :mod:`harness.bench.distributed`)
+and reads the typed records they send back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
+from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
+from harness.bench.loop import cuda_loop, timed_loop
+from harness.bench.module_cells import module_memory_task, module_timing_task
+from harness.bench.peak import PEAK_TIMING, measure_gemm_peak
+from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.bench.verdicts import Timed
+from harness.case.attention import AttentionCase
+from harness.contract.discovery import load_implementation
+from harness.results import Accounting, Bandwidth, Integrity, Memory, Peak
+
+
+def clock_for(timing: TimingConfig, device: str) -> str:
+    """The clock a cell of ``device`` is timed, stamped and has its roofs read on: the cells' own (a GPU's: always
+    the wall clock)."""
+    return timing.clock if device == "cpu" else "wall"
+
+
+def _implementation(name: str, source: str) -> Any:
+    """Implementation ``name`` from the one source that declares it: no other plugin is imported here."""
+    return load_implementation(source, name)
+
+
+def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Callable[[], Any]:
+    """The zero-argument call to time, with every bit of set-up (inputs, layout, graph) done here
+    (:func:`harness.bench.audit.build_set` describes each mode)."""
+    from harness.bench.audit import build_set
+    from harness.reference.tensors import make_inputs
+
+    return build_set(impl, case, mode, make_inputs(case, seed, impl.backend), seed, shift=False).call
+
+
+def warm_up_task(name: str, source: str) -> None:
+    """Worker: load the implementation's source and the implementation's own set-up (its availability check may build a
+    C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
+    _implementation(name, source).availability()
+def timing_task(name: str, source: str, case: dict[str, object], mode: str,
+                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
+    """Worker: time one cell; raw samples, the thread count in force, and what backs the time
+    (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
+    from harness.bench import audit
+
+    entered = guard.CLOCK()
+    if case.get("kind") == "module":
+        return module_timing_task(_implementation(name, source), case, config, threads)
+    used = pin_threads(threads)
+    impl = _implementation(name, source)
+    attention_case = AttentionCase.from_dict(case)
+    started = guard.CLOCK()
+    if not config.checks:
+        call = build_call(impl, attention_case, mode)
+        setup_s = guard.CLOCK() - started
+        return Timed(samples_s=tuple(time_call(call, attention_case.device, config)), threads=used, setup_s=setup_s)
+    shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
+    with audit.one_thread():
+        drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+    sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
+    setup_s = guard.CLOCK() - started  # inputs and the implementation's set-up (a compile, say)
+    looped = guard.CLOCK()
+    if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
+        loop = cuda_loop(sets, config, impl.backend)
+    else:
+        from harness.bench import timekeeper
+
+        stamp = timekeeper.connect(ticket)  # the parent's clock on every call
+        loop = timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
+                          sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None, stamp=stamp)
+        timekeeper.flush(stamp)
+    loop_total = guard.CLOCK() - looped
+    checked = guard.CLOCK()
+    outputs = audit.check_kept(loop.kept, sets, attention_case, mode)
+    written = tuple(audit.input_problems(sets))  # a call that writes into its inputs: a violation, as in verify
+    profile = loop.profile
+    spin = guard.spin_baseline() if loop.kept else 0.0
+    checks_s = guard.CLOCK() - checked
+    total = guard.CLOCK() - entered
+    integrity = Integrity(
+        input_sets=len(sets), shifted=shift, clock=guard.clock_problem(), untyped=tuple(loop.untyped),
+        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in loop.kept if k.problem)
+        + written,
+        output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
+        cpu_after_s=tuple(k.cpu_after_s for k in loop.kept if k.cpu_after_s is not None), spin_s=spin,
+        accounting=Accounting(total_s=total, loop_s=loop.loop_s, captures_s=loop.captures_s,
+                              phases_s=(started - entered) + setup_s + loop_total + checks_s, checks_s=checks_s),
+    )
+    return Timed(samples_s=tuple(loop.samples), threads=used, setup_s=setup_s, integrity=integrity,
+                 profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
+
+
+def memory_task(name: str, source: str, case: dict[str, object], mode: str,
+                threads: int | None) -> Memory:
+    """Worker (the memory one): peak extra bytes of one call."""
+    from harness.bench.memory import measure, prepare_process
+
+    if case.get("kind") == "module":
+        return module_memory_task(_implementation(name, source), case, threads)
+    prepare_process()
+    pin_threads(threads)
+    impl = _implementation(name, source)
+    attention_case = AttentionCase.from_dict(case)
+    call = build_call(impl, attention_case, mode)
+    return measure(call, impl.backend, attention_case.device)
+
+
+def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> Peak:
+    """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
+    under load would sit below cells timed on CPU time)."""
+    return measure_gemm_peak(dtype, device, replace(PEAK_TIMING, clock=clock), threads=threads)
+
+
+def bandwidth_task(device: str, threads: int | None, clock: str = "wall") -> Bandwidth:
+    """Worker (the peak one): the read and copy bandwidth, timed on the cells' clock."""
+    return measure_bandwidth(device, replace(BANDWIDTH_TIMING, clock=clock), threads=threads)

@@ -140,6 +140,24 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     return measure(call, impl.backend, attention_case.device)
 
 
+def traced_memory_task(name: str, source: str, case: dict[str, object], mode: str, threads: int | None) -> Memory:
+    """Worker (the implementation's timing one): peak extra bytes of one call of a NumPy kernel on the CPU, by
+    tracemalloc, which reads the arrays' own allocations whatever the allocator does: it needs none of the memory
+    worker's set-up, so a NumPy implementation is measured where it is timed, after its timed calls, and no process
+    is started for it. tracemalloc is stopped when the measure ends: the timed calls after it run untraced."""
+    from harness.bench.memory import measure_numpy
+
+    pin_threads(threads)
+    impl = _implementation(name, source)
+    return measure_numpy(build_call(impl, AttentionCase.from_dict(case), mode))
+
+
+def traced_in_timing_worker(backend: str, case: AttentionCase) -> bool:
+    """Whether a cell's memory is measured in its timing worker (:func:`traced_memory_task`): a NumPy kernel on the
+    CPU. Others need the memory worker's allocator set-up (torch's CPU bytes are read from the RSS)."""
+    return backend == "numpy" and case.device == "cpu" and case.kind == "kernel"
+
+
 def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> Peak:
     """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
     under load would sit below cells timed on CPU time)."""
@@ -372,8 +390,16 @@ class BenchRunner:
                                      clock)
         mem = None
         if outcome.status == OK and self.settings.memory and cell.memory:
-            mem = memory_pool.run(Task(cell.key, memory_task, args + (self.settings.threads,)))
+            mem = self._memory(cell, args + (self.settings.threads,), timing_pool, memory_pool)
         return self.measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
+
+    def _memory(self, cell: PlannedCell, args: tuple[Any, ...], timing_pool: WorkerPool,
+                memory_pool: WorkerPool) -> Outcome:
+        """The cell's memory measure: in its timing worker where tracemalloc reads it (a NumPy kernel), else in the
+        implementation's memory worker (only then started)."""
+        if traced_in_timing_worker(self.registry.get(cell.implementation).backend, cell.case):
+            return timing_pool.run(Task(cell.key, traced_memory_task, args))
+        return memory_pool.run(Task(cell.key, memory_task, args))
 
     def _warm_up(self, cell: PlannedCell, timing_pool: WorkerPool) -> None:
         """Once per timing worker, before its first timed task: the worker imports this module (torch, the guard)
@@ -464,7 +490,7 @@ class BenchRunner:
             if self.settings.memory and cell.memory:
                 source = self.registry.sources[name]
                 args = (name, source, cell.case.to_dict(), cell.mode, self.settings.threads)
-                mem = pools_of(name)[1].run(Task(cell.key, memory_task, args))
+                mem = self._memory(cell, args, *pools_of(name))
                 seconds += mem.seconds
             final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
                             seconds=state.seconds, leftovers=state.leftovers)

@@ -29,7 +29,7 @@ from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.settings import BenchSettings as BenchSettings  # its home before settings.py
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timekeeper import null_and_calls
-from harness.bench.timing import TimingConfig, pin_threads, thread_environment, time_call
+from harness.bench.timing import TimingConfig, freeze_imports, pin_threads, thread_environment, time_call
 from harness.bench.verdicts import Timed
 from harness.cases import AttentionCase
 from harness.discovery import Registry, load_implementation
@@ -70,6 +70,7 @@ def warm_up_task(name: str, source: str) -> None:
     """Worker: load the implementation's source and the implementation's own set-up (its availability check may build a
     C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
     _implementation(name, source).availability()
+    freeze_imports()  # each round's collection then scans the cells' objects, not torch's
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
@@ -135,6 +136,7 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     prepare_process()
     pin_threads(threads)
     impl = _implementation(name, source)
+    freeze_imports()  # the measure's own collection then scans this call's objects only
     attention_case = AttentionCase.from_dict(case)
     call = build_call(impl, attention_case, mode)
     return measure(call, impl.backend, attention_case.device)

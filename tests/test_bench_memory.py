@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.bench.tasks import memory_task
+from harness.bench.tasks import memory_task, timing_task, traced_in_timing_worker, traced_memory_task
+from harness.bench.timing import TimingConfig
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_registry
-from harness.runtime.isolation import OK, Task, run_isolated
+from harness.runtime.isolation import OK, Task, WorkerPool, run_isolated
 
 
 def _measure(cells: list[tuple[str, AttentionCase]]) -> list[dict[str, Any]]:
@@ -39,3 +40,26 @@ def test_naive_peaks_at_one_to_three_score_matrices_and_tiled_at_a_few_tiles() -
     assert big_mem["peak_extra_bytes"] < big_scores / 8
     # O(block), not O(T^2): doubling T (4x the score elements) must not grow it like the naive kernel
     assert big_mem["peak_extra_bytes"] <= 2 * max(small_mem["peak_extra_bytes"], tile), (small_mem, big_mem)
+
+
+def test_a_numpy_kernel_reads_the_same_peak_in_its_timing_worker_after_timed_calls_as_in_a_memory_worker() -> None:
+    # tracemalloc counts NumPy's own allocations whatever the allocator did before: measured where the kernel was
+    # just timed (no memory worker started for it), the bytes are the fresh memory worker's, exactly
+    case = AttentionCase(batch=1, heads=2, tq=256, d=32)
+    source = load_registry().sources["numpy_naive"]
+    args = ("numpy_naive", source, case.to_dict(), "fwd")
+    with WorkerPool(timeout=120) as timing, WorkerPool(timeout=120) as memory:
+        timed = timing.run(Task(0, timing_task, args + (TimingConfig(budget_s=0.02, min_samples=3, warmup_s=0.0), 1)))
+        here = timing.run(Task(1, traced_memory_task, args + (1,)))
+        alone = memory.run(Task(2, memory_task, args + (1,)))
+    assert (timed.status, here.status, alone.status) == (OK, OK, OK), (timed.error, here.error, alone.error)
+    assert here.value.method == alone.value.method == "tracemalloc"
+    assert here.value.peak_extra_bytes == alone.value.peak_extra_bytes > case.heads * case.tq * case.tk * 4
+    assert here.value.output_bytes == alone.value.output_bytes
+
+
+def test_only_numpy_kernels_on_the_cpu_are_measured_in_their_timing_worker() -> None:
+    cpu, cuda = AttentionCase(heads=2, tq=64, d=32), AttentionCase(heads=2, tq=64, d=32, device="cuda")
+    assert traced_in_timing_worker("numpy", cpu)
+    assert not traced_in_timing_worker("torch", cpu)  # its bytes are the RSS's: the memory worker's allocator set-up
+    assert not traced_in_timing_worker("numpy", cuda)

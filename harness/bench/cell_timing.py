@@ -30,7 +30,14 @@ from harness.bench.rounds import (
 )
 from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import PlannedCell
-from harness.bench.tasks import clock_for, memory_task, timing_task, warm_up_task
+from harness.bench.tasks import (
+    clock_for,
+    memory_task,
+    timing_task,
+    traced_in_timing_worker,
+    traced_memory_task,
+    warm_up_task,
+)
 from harness.bench.timekeeper import Timekeeper, null_and_calls
 from harness.bench.verdicts import Timed
 from harness.results import Rounds, Stamped
@@ -80,8 +87,9 @@ class _Contender:
 class CellTimer:
     """Times planned cells in their implementations' workers; ``keeper`` stamps each timed call."""
 
-    def __init__(self, settings: BenchSettings, sources: Mapping[str, str], keeper: Timekeeper) -> None:
-        self.settings, self.sources, self.keeper = settings, sources, keeper
+    def __init__(self, settings: BenchSettings, sources: Mapping[str, str], backends: Mapping[str, str],
+                 keeper: Timekeeper) -> None:
+        self.settings, self.sources, self.backends, self.keeper = settings, sources, backends, keeper
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`warm_up`)."""
 
@@ -99,13 +107,17 @@ class CellTimer:
             timing_pool.run(Task(cell.key, warm_up_task, (cell.implementation, source)))
             self._warmed[id(timing_pool)] = timing_pool.starts
 
-    def _memory(self, cell: PlannedCell, memory_pool: WorkerPool) -> Outcome | None:
-        """The cell's memory measured in its memory worker, when the run and the cell measure memory: the one place a
-        cell's memory task is sent, whether it was timed alone or in rounds."""
+    def _memory(self, cell: PlannedCell, timing_pool: WorkerPool, memory_pool: WorkerPool) -> Outcome | None:
+        """The cell's memory, when the run and the cell measure memory: the one place a cell's memory task is sent,
+        whether it was timed alone or in rounds. In its timing worker where tracemalloc reads it (a NumPy kernel,
+        :func:`~harness.bench.tasks.traced_in_timing_worker`), else in the implementation's memory worker (only then
+        started)."""
         if not (self.settings.memory and cell.memory):
             return None
         args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode,
                 self.settings.threads)
+        if traced_in_timing_worker(self.backends[cell.implementation], cell.case):
+            return timing_pool.run(Task(cell.key, traced_memory_task, args))
         return memory_pool.run(Task(cell.key, memory_task, args))
 
     def alone(self, cell: PlannedCell, predicted_s: float | None, timing_pool: WorkerPool,
@@ -126,7 +138,7 @@ class CellTimer:
             clock = self._clock(cell.case.device)
             latency, spans = null_and_calls(self.keeper.take(), clock)
             outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]), clock)
-        mem = self._memory(cell, memory_pool) if outcome.status == OK else None
+        mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
         return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
     def rounds(self, admitted: list[tuple[PlannedCell, float | None]], pools_of: Pools,
@@ -201,7 +213,7 @@ class CellTimer:
                 failed = state.failed or Outcome("error", error="no last round answered")
                 out.append(Measured(cell, failed, None, state.predicted, state.seconds))
                 continue
-            mem = self._memory(cell, pools_of(name)[1])
+            mem = self._memory(cell, *pools_of(name))
             seconds = state.seconds + (mem.seconds if mem is not None else 0.0)
             final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
                             seconds=state.seconds, leftovers=state.leftovers)

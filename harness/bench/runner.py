@@ -71,7 +71,8 @@ class BenchRunner:
                 contextlib.ExitStack() as stack:
             keeper = Timekeeper()
             stack.callback(keeper.close)
-            timer = CellTimer(self.settings, self.registry.sources, keeper)
+            timer = CellTimer(self.settings, self.registry.sources,
+                              {name: self.registry.get(name).backend for name in self.registry.sources}, keeper)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
             for group in case_groups(todo):  # smallest work first: the budget's predictions have history
                 self._measure_case(group, timer, pools_of, peak_pool)

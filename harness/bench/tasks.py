@@ -19,7 +19,7 @@ from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.loop import cuda_loop, timed_loop
 from harness.bench.module_cells import module_memory_task, module_timing_task
 from harness.bench.peak import PEAK_TIMING, measure_gemm_peak
-from harness.bench.timing import TimingConfig, pin_threads, time_call
+from harness.bench.timing import TimingConfig, freeze_imports, pin_threads, time_call
 from harness.bench.verdicts import Timed
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_implementation
@@ -50,6 +50,9 @@ def warm_up_task(name: str, source: str) -> None:
     """Worker: load the implementation's source and the implementation's own set-up (its availability check may build a
     C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
     _implementation(name, source).availability()
+    freeze_imports()  # each round's collection then scans the cells' objects, not torch's
+
+
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
                 config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
@@ -113,9 +116,28 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     prepare_process()
     pin_threads(threads)
     impl = _implementation(name, source)
+    freeze_imports()  # the measure's own collection then scans this call's objects only
     attention_case = AttentionCase.from_dict(case)
     call = build_call(impl, attention_case, mode)
     return measure(call, impl.backend, attention_case.device)
+
+
+def traced_memory_task(name: str, source: str, case: dict[str, object], mode: str, threads: int | None) -> Memory:
+    """Worker (the implementation's timing one): peak extra bytes of one call of a NumPy kernel on the CPU, by
+    tracemalloc, which reads the arrays' own allocations whatever the allocator does: it needs none of the memory
+    worker's set-up, so a NumPy implementation is measured where it is timed, after its timed calls, and no process
+    is started for it. tracemalloc is stopped when the measure ends: the timed calls after it run untraced."""
+    from harness.bench.memory import measure_numpy
+
+    pin_threads(threads)
+    impl = _implementation(name, source)
+    return measure_numpy(build_call(impl, AttentionCase.from_dict(case), mode))
+
+
+def traced_in_timing_worker(backend: str, case: AttentionCase) -> bool:
+    """Whether a cell's memory is measured in its timing worker (:func:`traced_memory_task`): a NumPy kernel on the
+    CPU. Others need the memory worker's allocator set-up (torch's CPU bytes are read from the RSS)."""
+    return backend == "numpy" and case.device == "cpu" and case.kind == "kernel"
 
 
 def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> Peak:

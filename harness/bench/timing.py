@@ -89,6 +89,18 @@ def gc_disabled() -> Iterator[None]:
             gc.enable()
 
 
+def freeze_imports() -> None:
+    """Put every object alive now out of the collector's reach (``gc.freeze``), garbage collected first.
+
+    Called once a worker has imported what it runs (torch, the harness, the plugin): their objects live as long as
+    the worker does. The full collection each timed round starts with (:func:`gc_disabled`) then scans only what
+    the cells made since, microseconds instead of ~0.1 s of CPU over torch's ~170,000 objects, paid by every
+    contender in every round. Nothing changes for the calls: objects are still freed by reference counting, and
+    a collection still precedes each round's calls."""
+    gc.collect()
+    gc.freeze()
+
+
 def pin_threads(threads: int | None) -> int:
     """Set torch's intra-op thread count (None: leave the default); return the count in force.
 

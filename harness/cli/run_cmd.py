@@ -31,7 +31,7 @@ from harness.cli import (
 )
 from harness.cli.common import positive_int
 from harness.errors import Interrupted
-from harness.report import DEFAULT_BASELINE
+from harness.report.settings import DEFAULT_BASELINE, ReportSettings
 from harness.results import RESULTS_DIR, new_run_id
 
 HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
         print("attnbench run: error: no step wrote a result file; nothing to report", file=sys.stderr)
         return 2
     out = args.reports_dir / run_id
-    report = report_cmd.ReportRequest(tuple(results), out, args.baseline)
+    report = report_cmd.ReportRequest(ReportSettings(tuple(results), out, args.baseline))
     shown = " ".join(["report", *map(str, results), "--out", str(out),
                       *(["--baseline", args.baseline] if args.baseline != DEFAULT_BASELINE else [])])
     codes["report"] = _step("report", shown, lambda: report_cmd.execute(report), quiet=True)  # run says where, once

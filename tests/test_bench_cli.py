@@ -57,7 +57,8 @@ def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> Non
 
 def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     data = load_results(run_file)
-    by = {(f["implementation"], f["mode"], f["quantity"], f["axis"]): f for f in data["fits"]}
+    by = {(f["implementation"], f["mode"], f["quantity"], f["axis"]): f for f in data["fits"]
+          if "model" not in f}  # the log-log and O(g) fits bench prints (cost-model fits beside them: the report's)
     # Times on a shared machine follow its load, so their exponents are not asserted: only that each
     # time fit is the fit of the medians the file holds (the report and compare recompute nothing else).
     for name in ("numpy_naive", "torch_sdpa"):

@@ -2,8 +2,9 @@
 
 :func:`analyse` reads the tidy tables of :mod:`harness.report.load` and derives everything a
 report says; the plots and the HTML and Markdown writers receive the :class:`Analysis` and only
-format it. Every cost model is fitted here and nowhere else (one fit per implementation and
-sweep), so the table, the plots and the summary cannot disagree about a number.
+format it. Every cost model is read from the fits bench stored, or, where no file stored it (an older file,
+several files combined), fitted by the same function (:func:`harness.analysis.sweepfits.sweep_fits`); one fit per
+implementation and sweep, so the table, the plots and the summary cannot disagree about a number.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import pandas as pd
 
 from harness.analysis.growth import Row
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
+from harness.analysis.sweepfits import Sweep, SweepFit, sorted_rows, sweep, sweep_fits
 from harness.report import tables
-from harness.report.complexity import Sweep, SweepFit, sorted_rows, sweep, sweep_fits
 from harness.report.headline import Line, headline
 from harness.report.load import Results
 
@@ -107,7 +108,8 @@ def _noise(bench: pd.DataFrame) -> Noise:
 def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
     """The whole analysis of ``results`` (``implementations``: what each declared, default the files' own)."""
     bench, verify = results.bench, results.verify
-    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations))
+    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations,
+                            results.stored_fits))
     margins = tables.worst_margins(verify)
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.growth import Row
-from harness.report.complexity import Sweep, SweepFit, sweep
+from harness.analysis.sweepfits import Sweep, SweepFit, sweep
 from harness.report.findings import speedup_table
 from harness.results import Peak, peak_key
 

@@ -16,16 +16,19 @@ Each fit's verdict against theory is a :class:`harness.analysis.growth.Row`.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
 from harness.analysis.costmodel import fit_cost, run_scatter
+from harness.analysis.fitrecords import fit_key, row_record
 from harness.analysis.growth import Relative, Row, memory_theory, relative_growth
+from harness.analysis.points import point_frame
 from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
-from harness.analysis.scaling import Axis
+from harness.analysis.scaling import Axis, cell_fits
+from harness.results import BenchCell, Cell
 
 AXES = {name: "window_width" if name == "window" else axis.size for name, axis in FIT_AXES.items()}
 """Fit axes and the column each is plotted and fitted against; ``window_width`` (left + right) is derived from
@@ -173,16 +176,32 @@ def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, M
 
 def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None = None,
              drift: float | None = None) -> list[Row]:
-    """One cost-model fit per implementation along the sweep's axis (the only place the report fits);
-    ``drift``: the run's scatter between cells (:func:`harness.analysis.costmodel.run_scatter`), for time."""
+    """One cost-model fit per implementation along the sweep's axis (:func:`keyed_fit_rows`, nothing stored)."""
+    return [row for _, row in keyed_fit_rows(s, quantity, value, implementations, drift)]
+
+
+def keyed_fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None = None,
+                   drift: float | None = None, stored: Mapping[str, Row] | None = None, name: str = ""
+                   ) -> list[tuple[str, Row]]:
+    """(key, fit) per implementation along the sweep's axis: the fit ``stored`` under the key of its inputs
+    (:mod:`harness.analysis.fitrecords`), else one cost-model fit; ``drift``: the run's scatter between cells
+    (:func:`harness.analysis.costmodel.run_scatter`), for time; ``name``: the sweep's (:data:`SWEEPS`)."""
     rows = []
-    for name, group, theory in _series(s, quantity, value, implementations):
+    for implementation, group, theory in _series(s, quantity, value, implementations):
         samples = _samples(group) if quantity == "time" else None
-        fit = fit_cost([float(x) for x in group[s.column]], [float(y) for y in group[value]], samples, theory=theory,
-                       drift=drift if quantity == "time" else None, monotone=quantity == "time")
-        relative = _relative(name, group, s.column) if quantity == "time" else None
-        rows.append(Row(implementation=name, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label, fit=fit,
-                        relative=relative, scores_bytes=_scores_bytes(group) if quantity == "memory" else None))
+        xs, ys = [float(x) for x in group[s.column]], [float(y) for y in group[value]]
+        key = fit_key([name, s.label, s.axis, implementation, quantity, theory, xs, ys, samples,
+                       drift if quantity == "time" else None,
+                       [list(group[c]) for c in RELATIVE_COLUMNS if c in group] if quantity == "time" else None,
+                       [list(group[c]) for c in ("tq", "tk", "dtype")] if quantity == "memory" else None])
+        row = (stored or {}).get(key)
+        if row is None:
+            fit = fit_cost(xs, ys, samples, theory=theory, drift=drift if quantity == "time" else None,
+                           monotone=quantity == "time")
+            relative = _relative(implementation, group, s.column) if quantity == "time" else None
+            row = Row(implementation=implementation, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
+                      fit=fit, relative=relative, scores_bytes=_scores_bytes(group) if quantity == "memory" else None)
+        rows.append((key, row))
     return rows
 
 
@@ -199,14 +218,17 @@ def _scores_bytes(group: pd.DataFrame) -> float | None:
 
 def _relative(name: str, group: pd.DataFrame, column: str) -> Relative | None:
     """The implementation's growth relative to the one reference its cells were paired with at every size."""
-    needed = ("reference", "ratio_to_ref", "ratio_low", "ratio_high")
-    if any(c not in group for c in needed) or group["ratio_to_ref"].isna().any():
+    if any(c not in group for c in RELATIVE_COLUMNS) or group["ratio_to_ref"].isna().any():
         return None
     references = set(group["reference"])
     if len(references) != 1 or name in references:
         return None
     return relative_growth(list(group[column]), list(group["ratio_to_ref"]), list(group["ratio_low"]),
                            list(group["ratio_high"]), str(references.pop()))
+
+
+RELATIVE_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high")
+"""What a growth relative to the reference is fitted from: each size's paired ratio and its interval."""
 
 
 def _samples(group: pd.DataFrame) -> list[list[float]] | None:
@@ -226,40 +248,80 @@ class SweepFit:
     """A sweep and the fits along it: what a scaling plot draws and the complexity table lists."""
 
     name: str
-    """The plot's file stem: time_vs_T, memory_vs_T, time_vs_d, time_vs_heads, time_vs_Tk, time_vs_T_window,
-    time_vs_window or time_vs_T_varlen."""
+    """The plot's file stem (:data:`SWEEPS`)."""
     sweep: Sweep
     quantity: str
     value: str
     """The column fitted: "median" or :data:`MEMORY`."""
     rows: tuple[Row, ...]
+    keys: tuple[str, ...] = ()
+    """Each row's key: a digest of everything it was fitted from (:func:`harness.analysis.fitrecords.fit_key`)."""
 
     def row(self, implementation: str) -> Row | None:
         return next((r for r in self.rows if r.implementation == implementation), None)
 
 
-SWEEPS = (("time_vs_T", "T", "median", False, False), ("time_vs_d", "d", "median", False, False),
-          ("time_vs_heads", "heads", "median", False, False), ("time_vs_Tk", "Tk", "median", False, False),
-          ("memory_vs_T", "T", MEMORY, False, False),
-          ("time_vs_T_window", "T", "median", True, False),  # sliding-window cells: their own T sweep, theory T^1
-          ("time_vs_window", "window", "median", True, False),  # the width at fixed T, theory 1
-          ("time_vs_T_varlen", "T", "median", False, True))  # packed sequences: their own, theory T^2
-"""(name, axis, value column, windowed, packed) of every sweep the report looks for."""
+@dataclass(frozen=True)
+class FitSweep:
+    """One sweep bench and the report look for in the bench cells (:func:`sweep` finds its largest slice)."""
+
+    name: str
+    """The plot's file stem: time_vs_T, memory_vs_T, time_vs_d, ..."""
+    axis: str
+    value: str
+    """The column fitted: "median" (time) or :data:`MEMORY`."""
+    windowed: bool = False
+    """Cells with a sliding window (their own T sweep, theory T^1; or the width at fixed T)."""
+    packed: bool = False
+    """Cells of packed sequences (their own T sweep, theory T^2)."""
+
+    @property
+    def quantity(self) -> str:
+        return "memory" if self.value == MEMORY else "time"
 
 
-def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None) -> list[SweepFit]:
-    """Every sweep the bench cells hold, each fitted once per implementation."""
+SWEEPS = (FitSweep("time_vs_T", "T", "median"), FitSweep("time_vs_d", "d", "median"),
+          FitSweep("time_vs_heads", "heads", "median"), FitSweep("time_vs_Tk", "Tk", "median"),
+          FitSweep("memory_vs_T", "T", MEMORY), FitSweep("time_vs_T_window", "T", "median", windowed=True),
+          FitSweep("time_vs_window", "window", "median", windowed=True),
+          FitSweep("time_vs_T_varlen", "T", "median", packed=True))
+"""Every sweep fitted, defined once: bench fits them when a run finishes and stores the fits, the report
+finds the same ones and reads those fits."""
+
+
+def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None,
+               stored: Mapping[str, Row] | None = None) -> list[SweepFit]:
+    """Every sweep the bench cells hold, with one fit per implementation: the one ``stored`` for the same inputs
+    (:func:`harness.analysis.fitrecords.stored_rows`), else fitted here; the only place a cost model is fitted."""
     out: list[SweepFit] = []
     if bench.empty:
         return out
-    found = [(name, value, s) for name, axis, value, windowed, packed in SWEEPS
-             if (s := sweep(bench, axis, value, windowed=windowed, packed=packed)) is not None]
-    drift = run_scatter((list(g[s.column]), list(g[value]), theory) for _, value, s in found if value != MEMORY
-                        for _, g, theory in _series(s, "time", value, implementations))
-    for name, value, s in found:
-        quantity = "memory" if value == MEMORY else "time"
-        out.append(SweepFit(name, s, quantity, value, tuple(fit_rows(s, quantity, value, implementations, drift))))
+    found = [(plan, s) for plan in SWEEPS
+             if (s := sweep(bench, plan.axis, plan.value, windowed=plan.windowed, packed=plan.packed)) is not None]
+    drift = run_scatter((list(g[s.column]), list(g[plan.value]), theory) for plan, s in found if plan.value != MEMORY
+                        for _, g, theory in _series(s, "time", plan.value, implementations))
+    for plan, s in found:
+        keyed = keyed_fit_rows(s, plan.quantity, plan.value, implementations, drift, stored, plan.name)
+        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(r for _, r in keyed),
+                            tuple(k for k, _ in keyed)))
     return out
+
+
+def cell_sweep_fits(cells: Iterable[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
+                    ) -> list[dict[str, object]]:
+    """The cost-model fits of bench's own cells as ``fits`` records (:mod:`harness.analysis.fitrecords`): what
+    bench stores when a run finishes, so that the report reads them instead of fitting again."""
+    frame = point_frame(c for c in cells if isinstance(c, BenchCell))
+    return [record for f in sweep_fits(frame, implementations) for key, row in zip(f.keys, f.rows)
+            if (record := row_record(f.name, key, row)) is not None]
+
+
+def run_fits(cells: Sequence[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
+             ) -> list[dict[str, object]]:
+    """Every fit bench stores when a run finishes: the log-log exponents and O(g) coefficients it prints
+    (:func:`harness.analysis.scaling.cell_fits`), then the cost-model fits the report reads
+    (:func:`cell_sweep_fits`, each with ``"model": "cost"``)."""
+    return cell_fits(cells) + cell_sweep_fits(cells, implementations)
 
 
 def sorted_rows(fits: list[SweepFit]) -> list[Row]:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis import sweepfits as complexity
 from harness.analysis.scaling import AXES, cell_fits
 from harness.case.attention import AttentionCase
 from harness.reference.flops import work_g
-from harness.report import complexity
 from harness.report.load import BENCH_COLUMNS, bench_row
 from harness.results import BenchCell, Config, Environment, Run, read_run
 from harness.results.files import write_json_atomic

@@ -14,20 +14,12 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.scaling import call_footprint
-from harness.analysis.stats import summarize
-from harness.results import BenchCell, Stats, node_kind
+from harness.analysis.stats import cell_stats
+from harness.results import BenchCell, node_kind
 
 CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
                 "inputs", "layout", "bias", "kind", "window", "causal_align")
 STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
-
-
-def cell_stats(cell: BenchCell) -> Stats:
-    """The cell's stored statistics; summarised from its samples when the file kept only those (pytest-benchmark)."""
-    stats = cell.stats or Stats()
-    if cell.samples_s and stats.median is None:
-        stats = summarize(cell.samples_s)
-    return stats
 
 
 def case_columns(case: Mapping[str, Any]) -> dict[str, object]:

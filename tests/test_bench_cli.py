@@ -70,6 +70,16 @@ def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     assert by[("torch_sdpa", "fwd+bwd", "time", "g")]["coef"] > 0
 
 
+def test_the_report_reads_every_fit_bench_stored(run_file: Path) -> None:
+    """Bench fits the report's sweeps when it finishes; the report on that file fits nothing again."""
+    from harness.report.findings import analyse
+    from harness.report.load import load
+
+    results = load([run_file])
+    keys = [key for f in analyse(results, "torch_sdpa").fits for key in f.keys]
+    assert keys and all(key in results.stored_fits for key in keys)
+
+
 def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:
     data = json.loads(run_file.read_text())
     planned = {c["case_id"] for c in data["cells"]}

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.growth import Row
+from harness.analysis.slices import Sweep, sweep
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
-from harness.analysis.sweepfits import Sweep, SweepFit, sorted_rows, sweep, sweep_fits
+from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
 from harness.report import tables
 from harness.report.headline import Line, headline
 from harness.report.load import Results

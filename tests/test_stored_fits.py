@@ -103,12 +103,18 @@ def test_a_second_file_in_the_sweep_means_a_fit_of_the_combined_cells(stored: tu
     assert tiled and all(r.slope != PLANTED for r in tiled)
 
 
-def test_a_damaged_stored_fit_is_fitted_again(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+DAMAGE = {"a field missing": lambda fit: fit.pop("xs"), "a field of another type": lambda fit: fit.update(low="low"),
+          "a list of text for numbers": lambda fit: fit.update(coefs=["1", "2"]), "an unknown field": lambda fit: fit.update(p=2)}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_stored_fit_is_fitted_again(stored: tuple[Path, dict[str, Any]], tmp_path: Path, damage: str) -> None:
+    """A damaged record under a key that matches is never trusted: the sweep is fitted again and the report written."""
     _, data = stored
     damaged = _planted(data)
     for record in damaged["fits"]:
         if record.get("model") == MODEL:
-            del record["row"]["fit"]["xs"]
+            DAMAGE[damage](record["row"]["fit"])
     rows = analyse(load([_write(tmp_path / "damaged.json", damaged)]), "torch_sdpa").rows
     assert rows and all(r.slope != PLANTED for r in rows)
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from harness.analysis.costmodel import CostFit
 from harness.analysis.growth import Relative, Row
+from harness.results.validate import check_record
 
 MODEL = "cost"
 """The ``model`` of a stored cost-model fit; bench's log-log and O(g) fits beside it in ``fits`` have none."""
@@ -56,8 +57,13 @@ def stored_rows(fits: Iterable[Mapping[str, Any]] | None) -> dict[str, Row]:
 
 
 def _row(fields: Mapping[str, Any]) -> Row:
+    """The stored row, each field of the type its record declares (a damaged one raises ValueError or TypeError)."""
     values = dict(fields)
     fit, relative = values.pop("fit", None), values.pop("relative", None)
+    check_record(values, Row, "row")
+    for part, kind in ((fit, CostFit), (relative, Relative)):
+        if part is not None:
+            check_record(part, kind, f"row.{kind.__name__}")
     return Row(**values, fit=None if fit is None else CostFit(**_tuples(fit)),
                relative=None if relative is None else Relative(**_tuples(relative)))
 

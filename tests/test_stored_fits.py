@@ -124,3 +124,14 @@ def test_bench_prints_its_own_fits_only(stored: tuple[Path, dict[str, Any]]) -> 
     table = fits_table(data["fits"])
     printed = [f for f in data["fits"] if "model" not in f]
     assert printed and len(table.strip().splitlines()) == len(printed) + 2  # header, rule, one line a fit
+
+
+def test_a_cell_measured_again_counts_once(tmp_path: Path) -> None:
+    """The typed cells behind the tables: a later file's cell replaces an earlier one's, in the noise count too."""
+    first = write_bench_run(tmp_path / "a.json", seed=1)
+    again = write_bench_run(tmp_path / "b.json", seed=2, names=("tiled",))
+    results = load([first, again])
+    ok = results.bench[results.bench["status"] == "ok"]
+    assert analyse(results, "torch_sdpa").noise.timed == len(ok) == len(load([first]).bench.query("status == 'ok'"))
+    assert [(c.implementation, c.case_id) for c in results.bench_cells] == list(zip(results.bench["implementation"],
+                                                                                  results.bench["case_id"]))

@@ -16,11 +16,12 @@ import pandas as pd
 
 from harness.analysis.growth import Row
 from harness.analysis.slices import Sweep, sweep
-from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
+from harness.analysis.stats import cell_stats, is_noisy
 from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
 from harness.report import tables
 from harness.report.headline import Line, headline
 from harness.report.load import Results
+from harness.results import BenchCell, Status
 
 
 @dataclass(frozen=True)
@@ -98,12 +99,10 @@ def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.
     return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
 
 
-def _noise(bench: pd.DataFrame) -> Noise:
-    if bench.empty:
-        return Noise(0, 0)
-    ok = bench[bench["status"] == "ok"]
-    spread = pd.to_numeric(ok["iqr_over_median"], errors="coerce")
-    return Noise(int((spread >= NOISY_IQR_OVER_MEDIAN).sum()), len(ok))
+def _noise(cells: tuple[BenchCell, ...]) -> Noise:
+    """Of the ok bench cells, those whose IQR/median is at least 10% (read from the typed cells' statistics)."""
+    ok = [cell_stats(c) for c in cells if c.status == Status.OK]
+    return Noise(sum(is_noisy(stats) for stats in ok), len(ok))
 
 
 def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
@@ -114,5 +113,5 @@ def analyse(results: Results, baseline: str, implementations: Mapping[str, Mappi
     margins = tables.worst_margins(verify)
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
-                    noise=_noise(bench), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
+                    noise=_noise(results.bench_cells), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
                     headline=tuple(headline(results, margins)))

@@ -57,6 +57,8 @@ class Results:
     """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
     growth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GROWTH_COLUMNS))
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
+    bench_cells: tuple[BenchCell, ...] = ()
+    """The typed bench cells behind :attr:`bench`'s rows, in its order (a later file's cell replacing an earlier one)."""
     stored_fits: dict[str, Row] = field(default_factory=dict)
     """The cost-model fits bench stored, by the key of their inputs (:mod:`harness.analysis.fitrecords`): the
     analysis reads these and fits only sweeps no file stored."""
@@ -154,6 +156,7 @@ def load(paths: Iterable[Path]) -> Results:
     implementations: dict[str, Mapping[str, object]] = {}
     coverage: dict[str, Coverage] = {}
     stored_fits: dict[str, Row] = {}
+    bench_cells: dict[tuple[str, str, str], BenchCell] = {}
     paths = list(paths)
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
@@ -168,6 +171,9 @@ def load(paths: Iterable[Path]) -> Results:
         stored_fits.update(stored_rows(run.fits))
         for cell in run.cells:
             if isinstance(cell, BenchCell):
+                key = (cell.implementation, cell.case_id, cell.mode or "fwd")
+                bench_cells.pop(key, None)  # the later cell takes the later place, as the table's row does
+                bench_cells[key] = cell
                 bench_rows.append(bench_row(cell, meta.run_id or str(path), run.pct_peak(cell), run.pct_bandwidth(cell)))
             else:
                 verify_rows.append(verify_row(cell, meta.run_id or str(path)))
@@ -180,4 +186,5 @@ def load(paths: Iterable[Path]) -> Results:
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
-                   coverage=coverage, growth=growth, bandwidth=bandwidth, stored_fits=stored_fits)
+                   coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
+                   stored_fits=stored_fits)

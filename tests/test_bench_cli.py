@@ -76,8 +76,10 @@ def test_the_report_reads_every_fit_bench_stored(run_file: Path) -> None:
     from harness.report.load import load
 
     results = load([run_file])
-    keys = [key for f in analyse(results, "torch_sdpa").fits for key in f.keys]
-    assert keys and all(key in results.stored_fits for key in keys)
+    fits = analyse(results, "torch_sdpa").fits
+    keys = [key for f in fits for key in f.keys]
+    assert keys and all(key in results.stored_fits.rows for key in keys)
+    assert fits[0].drift_key in results.stored_fits.drifts
 
 
 def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:

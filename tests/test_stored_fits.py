@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from test_report_data import write_bench_run
 
-from harness.analysis.fitrecords import MODEL, stored_rows
+from harness.analysis.fitrecords import DRIFT, MODEL, stored_fits, stored_rows
 from harness.analysis.points import point_frame
 from harness.analysis.sweepfits import run_fits, sweep_fits
 from harness.report.findings import analyse
@@ -73,6 +73,20 @@ def test_a_report_from_stored_fits_equals_one_that_fits(stored: tuple[Path, dict
     read = analyse(load([_write(tmp_path / "with-fits.json", data)]), "torch_sdpa")
     assert read.rows == refit.rows
     assert read.complexity.equals(refit.complexity)
+
+
+def test_the_report_reads_the_stored_drift(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """The run's drift between cells is read too: another stored value is the one every time fit then reads
+    (and, as the fits' keys include it, the stored fits, made with the drift bench measured, are not used)."""
+    _, data = stored
+    planted = _planted(data)
+    (record,) = [r for r in planted["fits"] if r.get("model") == DRIFT]
+    assert stored_fits(data["fits"]).drifts == {record["key"]: record["drift"]}
+    record["drift"] = 0.25
+    fits = analyse(load([_write(tmp_path / "drift.json", planted)]), "torch_sdpa").fits
+    assert fits and all(f.drift == 0.25 for f in fits)
+    assert all(r.slope != PLANTED for f in fits for r in f.rows if r.quantity == "time")
+    assert all(r.slope == PLANTED for f in fits for r in f.rows if r.quantity == "memory")  # no drift in memory fits
 
 
 def test_the_report_reads_the_stored_fit(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:

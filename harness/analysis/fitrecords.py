@@ -17,6 +17,7 @@ import json
 import math
 import numbers
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.analysis.costmodel import CostFit
@@ -25,6 +26,17 @@ from harness.results.validate import check_record
 
 MODEL = "cost"
 """The ``model`` of a stored cost-model fit; bench's log-log and O(g) fits beside it in ``fits`` have none."""
+DRIFT = "drift"
+"""The ``model`` of the stored scatter between a run's cells (:func:`harness.analysis.costmodel.run_scatter`),
+which every time fit's interval reads; keyed by the series it was measured on."""
+
+
+@dataclass(frozen=True)
+class StoredFits:
+    """What the result files stored, by key: each cost-model fit, and each run's drift between cells."""
+
+    rows: Mapping[str, Row] = field(default_factory=dict)
+    drifts: Mapping[str, float] = field(default_factory=dict)
 
 
 def fit_key(inputs: object) -> str:
@@ -43,17 +55,31 @@ def row_record(sweep: str, key: str, row: Row) -> dict[str, Any] | None:
             "quantity": row.quantity, "axis": row.axis, "row": fields}
 
 
-def stored_rows(fits: Iterable[Mapping[str, Any]] | None) -> dict[str, Row]:
-    """The stored cost-model fits by key; a record that does not read as one is left out (fitted again)."""
-    out: dict[str, Row] = {}
+def drift_record(key: str, drift: float) -> dict[str, Any] | None:
+    """The run's drift as a ``fits`` record (None when not finite: see :func:`row_record`)."""
+    return {"model": DRIFT, "key": key, "drift": float(drift)} if math.isfinite(drift) else None
+
+
+def stored_fits(fits: Iterable[Mapping[str, Any]] | None) -> StoredFits:
+    """The stored cost-model fits and drifts by key; a record that does not read as one is left out (fitted again)."""
+    rows: dict[str, Row] = {}
+    drifts: dict[str, float] = {}
     for record in fits or ():
-        if not isinstance(record, Mapping) or record.get("model") != MODEL:
+        if not isinstance(record, Mapping) or record.get("model") not in (MODEL, DRIFT):
             continue
         try:
-            out[str(record["key"])] = _row(record["row"])
+            if record["model"] == MODEL:
+                rows[str(record["key"])] = _row(record["row"])
+            elif isinstance(record["drift"], (int, float)) and not isinstance(record["drift"], bool):
+                drifts[str(record["key"])] = float(record["drift"])
         except (KeyError, TypeError, ValueError):
             continue
-    return out
+    return StoredFits(rows, drifts)
+
+
+def stored_rows(fits: Iterable[Mapping[str, Any]] | None) -> Mapping[str, Row]:
+    """The stored cost-model fits by key (:func:`stored_fits`)."""
+    return stored_fits(fits).rows
 
 
 def _row(fields: Mapping[str, Any]) -> Row:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.costmodel import fit_cost, run_scatter
-from harness.analysis.fitrecords import fit_key, row_record
+from harness.analysis.fitrecords import StoredFits, drift_record, fit_key, row_record
 from harness.analysis.growth import Relative, Row, memory_theory, relative_growth
 from harness.analysis.points import point_frame
 from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
@@ -141,6 +141,10 @@ class SweepFit:
     rows: tuple[Row, ...]
     keys: tuple[str, ...] = ()
     """Each row's key: a digest of everything it was fitted from (:func:`harness.analysis.fitrecords.fit_key`)."""
+    drift: float | None = None
+    """The run's scatter between cells that the time fits read (:func:`harness.analysis.costmodel.run_scatter`)."""
+    drift_key: str = ""
+    """The key of the series the drift was measured on."""
 
     def row(self, implementation: str) -> Row | None:
         return next((r for r in self.rows if r.implementation == implementation), None)
@@ -175,20 +179,26 @@ finds the same ones and reads those fits."""
 
 
 def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None,
-               stored: Mapping[str, Row] | None = None) -> list[SweepFit]:
+               stored: StoredFits | None = None) -> list[SweepFit]:
     """Every sweep the bench cells hold, with one fit per implementation: the one ``stored`` for the same inputs
-    (:func:`harness.analysis.fitrecords.stored_rows`), else fitted here; the only place a cost model is fitted."""
+    (:func:`harness.analysis.fitrecords.stored_fits`), else fitted here; the only place a cost model is fitted.
+    The run's drift between cells likewise: read where stored for the same series, else measured here."""
     out: list[SweepFit] = []
     if bench.empty:
         return out
+    stored = stored or StoredFits()
     found = [(plan, s) for plan in SWEEPS
              if (s := sweep(bench, plan.axis, plan.value, windowed=plan.windowed, packed=plan.packed)) is not None]
-    drift = run_scatter((list(g[s.column]), list(g[plan.value]), theory) for plan, s in found if plan.value != MEMORY
-                        for _, g, theory in _series(s, "time", plan.value, implementations))
+    series = [([float(x) for x in g[s.column]], [float(y) for y in g[plan.value]], theory) for plan, s in found
+              if plan.value != MEMORY for _, g, theory in _series(s, "time", plan.value, implementations)]
+    drift_key = fit_key(["drift", series])
+    drift = stored.drifts.get(drift_key)
+    if drift is None:
+        drift = run_scatter(series)
     for plan, s in found:
-        keyed = keyed_fit_rows(s, plan.quantity, plan.value, implementations, drift, stored, plan.name)
+        keyed = keyed_fit_rows(s, plan.quantity, plan.value, implementations, drift, stored.rows, plan.name)
         out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(r for _, r in keyed),
-                            tuple(k for k, _ in keyed)))
+                            tuple(k for k, _ in keyed), drift, drift_key))
     return out
 
 
@@ -196,9 +206,10 @@ def cell_sweep_fits(cells: Iterable[Cell], implementations: Mapping[str, Mapping
                     ) -> list[dict[str, object]]:
     """The cost-model fits of bench's own cells as ``fits`` records (:mod:`harness.analysis.fitrecords`): what
     bench stores when a run finishes, so that the report reads them instead of fitting again."""
-    frame = point_frame(c for c in cells if isinstance(c, BenchCell))
-    return [record for f in sweep_fits(frame, implementations) for key, row in zip(f.keys, f.rows)
-            if (record := row_record(f.name, key, row)) is not None]
+    fits = sweep_fits(point_frame(c for c in cells if isinstance(c, BenchCell)), implementations)
+    drift = [] if not fits or fits[0].drift is None else [drift_record(fits[0].drift_key, fits[0].drift)]
+    rows = [row_record(f.name, key, row) for f in fits for key, row in zip(f.keys, f.rows)]
+    return [record for record in (*drift, *rows) if record is not None]
 
 
 def run_fits(cells: Sequence[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None

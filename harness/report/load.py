@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
-from harness.analysis.fitrecords import stored_rows
-from harness.analysis.growth import Row
+from harness.analysis.fitrecords import StoredFits, stored_fits
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.points import CASE_COLUMNS, STAT_COLUMNS, case_columns, point_columns
 from harness.errors import UsageError
@@ -59,9 +59,9 @@ class Results:
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
     bench_cells: tuple[BenchCell, ...] = ()
     """The typed bench cells behind :attr:`bench`'s rows, in its order (a later file's cell replacing an earlier one)."""
-    stored_fits: dict[str, Row] = field(default_factory=dict)
-    """The cost-model fits bench stored, by the key of their inputs (:mod:`harness.analysis.fitrecords`): the
-    analysis reads these and fits only sweeps no file stored."""
+    stored_fits: StoredFits = field(default_factory=StoredFits)
+    """The cost-model fits (and drifts) bench stored, by the key of their inputs (:mod:`harness.analysis.fitrecords`):
+    the analysis reads these and fits only sweeps no file stored."""
 
 
 def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
@@ -155,7 +155,7 @@ def load(paths: Iterable[Path]) -> Results:
     sources: list[Source] = []
     implementations: dict[str, Mapping[str, object]] = {}
     coverage: dict[str, Coverage] = {}
-    stored_fits: dict[str, Row] = {}
+    fit_records: list[Mapping[str, Any]] = []
     bench_cells: dict[tuple[str, str, str], BenchCell] = {}
     paths = list(paths)
     if not paths:
@@ -168,7 +168,7 @@ def load(paths: Iterable[Path]) -> Results:
         bandwidth.update(run.bandwidth or {})
         implementations.update(_implementation_info(run.implementations))
         coverage.update(run.coverage or {})
-        stored_fits.update(stored_rows(run.fits))
+        fit_records += run.fits or ()
         for cell in run.cells:
             if isinstance(cell, BenchCell):
                 key = (cell.implementation, cell.case_id, cell.mode or "fwd")
@@ -187,4 +187,4 @@ def load(paths: Iterable[Path]) -> Results:
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
                    coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
-                   stored_fits=stored_fits)
+                   stored_fits=stored_fits(fit_records))

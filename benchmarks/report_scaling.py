@@ -45,6 +45,7 @@ def main() -> None:
     from harness.report.builder import build_report
     from harness.report.findings import analyse
     from harness.report.load import load
+    from harness.report.settings import ReportSettings
 
     print(f"{cpu_model()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")
     previous = None
@@ -55,7 +56,7 @@ def main() -> None:
             if args.no_plots:
                 analyse(load([path]), "impl0")
             else:
-                build_report([path], Path(d) / f"report-{sizes}", baseline="impl0")
+                build_report(ReportSettings((path,), Path(d) / f"report-{sizes}", baseline="impl0"))
             seconds = time.perf_counter() - started
             growth = "" if previous is None else f"  x{seconds / previous[1]:.2f} for x{sizes / previous[0]:.2f} sizes"
             print(f"{args.implementations} x {sizes} T values: {seconds:.1f} s{growth}", flush=True)

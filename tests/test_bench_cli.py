@@ -57,7 +57,8 @@ def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> Non
 
 def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     data = load_results(run_file)
-    by = {(f["implementation"], f["mode"], f["quantity"], f["axis"]): f for f in data["fits"]}
+    by = {(f["implementation"], f["mode"], f["quantity"], f["axis"]): f for f in data["fits"]
+          if "model" not in f}  # the log-log and O(g) fits bench prints (cost-model fits beside them: the report's)
     # Times on a shared machine follow its load, so their exponents are not asserted: only that each
     # time fit is the fit of the medians the file holds (the report and compare recompute nothing else).
     for name in ("numpy_naive", "torch_sdpa"):
@@ -67,6 +68,18 @@ def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     # Memory is deterministic: the naive kernel holds T x T buffers.
     assert 1.8 <= by[("numpy_naive", "fwd", "memory", "T")]["slope"] <= 2.2
     assert by[("torch_sdpa", "fwd+bwd", "time", "g")]["coef"] > 0
+
+
+def test_the_report_reads_every_fit_bench_stored(run_file: Path) -> None:
+    """Bench fits the report's sweeps when it finishes; the report on that file fits nothing again."""
+    from harness.report.findings import analyse
+    from harness.report.load import load
+
+    results = load([run_file])
+    fits = analyse(results, "torch_sdpa").fits
+    keys = [key for f in fits for key in f.keys]
+    assert keys and all(key in results.stored_fits.rows for key in keys)
+    assert fits[0].drift_key in results.stored_fits.drifts
 
 
 def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:

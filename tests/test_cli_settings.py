@@ -17,7 +17,8 @@ from harness.bench.settings import ABSettings, BenchSettings
 from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING
 from harness.cli import ab_cmd, bench_cmd, build_parser, report_cmd, verify_cmd
 from harness.cli.common import default_of
-from harness.report import DEFAULT_BASELINE
+from harness.errors import UsageError
+from harness.report import DEFAULT_BASELINE, ReportSettings
 from harness.verify import VerifySettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,9 +93,15 @@ def test_ab_reads_the_case_flags_as_bench_does(tmp_path: Path) -> None:
 
 def test_report_request_defaults(tmp_path: Path) -> None:
     request = report_cmd.request_from_args(_parse("report", str(tmp_path / "run-1.json")))
-    assert request == report_cmd.ReportRequest((tmp_path / "run-1.json",), Path("reports") / "run-1", DEFAULT_BASELINE)
+    assert request == report_cmd.ReportRequest(ReportSettings((tmp_path / "run-1.json",), Path("reports") / "run-1"))
+    assert request.settings.baseline == DEFAULT_BASELINE
     history = report_cmd.request_from_args(_parse("report", "--history", str(tmp_path / "b.json")))
-    assert history.out == Path("reports") / "history-b" and history.history
+    assert history.settings.out == Path("reports") / "history-b" and history.history
+
+
+def test_report_settings_refuse_no_result_file(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="no result files given"):
+        ReportSettings((), tmp_path / "out")
 
 
 def test_default_of_refuses_a_field_without_default() -> None:

@@ -205,6 +205,7 @@ def _run(bandwidth: dict | None) -> Run:
 
 def test_bandwidth_is_appended_and_reported(tmp_path: Path) -> None:
     from harness.report.builder import build_report
+    from harness.report.settings import ReportSettings
     from harness.results import read_run
     from harness.results.files import write_json_atomic
 
@@ -218,7 +219,7 @@ def test_bandwidth_is_appended_and_reported(tmp_path: Path) -> None:
     path = tmp_path / "run.json"
     write_json_atomic(path, {"schema": "attnbench.results", **stored})
     assert read_run(path).bandwidth == run.bandwidth
-    report = build_report([path], tmp_path / "report")
+    report = build_report(ReportSettings((path,), tmp_path / "report"))
     assert (tmp_path / "report" / "plots" / "roofline.png").exists()
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "Decode steps against the memory roof" in summary and "read bandwidth cpu/threads=2 40 GB/s" in summary

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from harness.analysis import slices, sweepfits
 from harness.analysis.scaling import AXES, cell_fits
 from harness.case.attention import AttentionCase
 from harness.reference.flops import work_g
-from harness.report import complexity
 from harness.report.load import BENCH_COLUMNS, bench_row
 from harness.results import BenchCell, Config, Environment, Run, read_run
 from harness.results.files import write_json_atomic
@@ -27,10 +27,10 @@ def _cell(case: AttentionCase, seconds: float, implementation: str = "x") -> Ben
 
 
 def test_the_report_sweeps_along_the_axes_bench_fits() -> None:
-    assert set(complexity.AXES) == set(AXES)
+    assert set(slices.AXES) == set(AXES)
     for name, axis in AXES.items():
-        assert complexity.TIME_THEORY[name] == axis.time_theory
-        assert complexity.AXES[name] == ("window_width" if name == "window" else axis.size)
+        assert sweepfits.TIME_THEORY[name] == axis.time_theory
+        assert slices.AXES[name] == ("window_width" if name == "window" else axis.size)
     assert AXES["T"].time_theory == 2.0 and AXES["d"].time_theory == 1.0 and AXES["Tk"].fields == ("tk",)
 
 
@@ -50,7 +50,7 @@ def test_bench_and_the_report_leave_grouped_query_cells_out_of_a_heads_sweep() -
     heads = [f for f in cell_fits(cells) if f["axis"] == "heads"]
     assert len(heads) == 1 and heads[0]["slope"] == pytest.approx(1.0)  # the MHA cells only
     frame = pd.DataFrame([bench_row(c, "run", None) for c in cells], columns=list(BENCH_COLUMNS))
-    found = complexity.sweep(frame, "heads")
+    found = slices.sweep(frame, "heads")
     assert found is not None and set(found.frame["kv_heads"]) == set(found.frame["heads"])
 
 

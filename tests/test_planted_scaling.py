@@ -40,6 +40,7 @@ def planted_memory(q, k, v, *, causal=False, mask=None, scale=None):
 
 def test_planted_cubic_time_and_quadratic_memory_are_flagged(tmp_path: Path) -> None:
     from harness.report.builder import build_report
+    from harness.report.settings import ReportSettings
 
     plugin = tmp_path / "planted.py"
     plugin.write_text(PLUGIN)
@@ -48,7 +49,7 @@ def test_planted_cubic_time_and_quadratic_memory_are_flagged(tmp_path: Path) -> 
                  "--T", "128", "256", "512", "1024", "--d", "8", "--heads", "1", "--budget", "0.05",
                  "--threads", "1", "--quiet", "--out", str(out)])
     assert code == 0
-    report = build_report([out], tmp_path / "report")
+    report = build_report(ReportSettings((out,), tmp_path / "report"))
     rows = {(r.implementation, r.quantity): r for r in report.analysis.rows if r.axis == "T"}
     cubic = rows[("planted_cubic", "time")]
     assert cubic.relative is not None and cubic.relative.reference == "torch_sdpa"

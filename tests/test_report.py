@@ -13,7 +13,7 @@ import pytest
 from test_report_data import write_bench_run, write_verify_run
 
 from harness.cli import main
-from harness.report import build_report
+from harness.report import ReportSettings, build_report
 from harness.results import load_results, write_json_atomic
 
 PLOTS = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T", "correctness")
@@ -71,7 +71,7 @@ def test_a_tiled_kernel_whose_memory_grows_as_t_squared_is_flagged(runs: tuple[P
             t, h = cell["case"]["tq"], cell["case"]["heads"]
             cell["memory"]["peak_extra_bytes"] = 4 * h * t * t  # a "tiled" kernel that materialises after all
     write_json_atomic(tmp_path / "bench.json", data)
-    report = build_report([tmp_path / "bench.json"], tmp_path / "out")
+    report = build_report(ReportSettings((tmp_path / "bench.json",), tmp_path / "out"))
     flagged = report.complexity[report.complexity["flagged"]]
     assert list(zip(flagged["implementation"], flagged["quantity"])) == [("tiled", "memory")]
     assert flagged["exponent"].iloc[0] == pytest.approx(2.0, abs=0.1)  # T² beside the O(T) output
@@ -84,7 +84,7 @@ def test_tiled_memory_that_tiles_dominate_is_within_its_bound(runs: tuple[Path, 
         if cell["implementation"] == "tiled" and cell["memory"]:
             cell["memory"]["peak_extra_bytes"] = 5 * 2**20  # fixed-size tiles, far above the O(T) output
     write_json_atomic(tmp_path / "bench.json", data)
-    table = build_report([tmp_path / "bench.json"], tmp_path / "out").complexity
+    table = build_report(ReportSettings((tmp_path / "bench.json",), tmp_path / "out")).complexity
     (row,) = table[(table["implementation"] == "tiled") & (table["quantity"] == "memory")].itertuples()
     # the fixed tiles are the model's constant and most of the memory at every T run: O(T) is not reached
     assert row.exponent == pytest.approx(1.0, abs=0.05) and not row.flagged
@@ -116,7 +116,7 @@ def test_a_ratio_to_an_exact_baseline_is_never_shown(tmp_path: Path) -> None:
                                  metrics={"max_abs_err": err, "base_err": base, "ratio": err / base, "m": 3,
                                           "floor": 1e-12, "bound": 3 * base + 1e-12}))
     writer.finish()
-    cell = build_report([tmp_path / "v.json"], tmp_path / "out").matrix.at["k", "grad"]
+    cell = build_report(ReportSettings((tmp_path / "v.json",), tmp_path / "out")).matrix.at["k", "grad"]
     assert cell["worst_margin"] == pytest.approx(0.6) and cell["worst_ratio"] == pytest.approx(2.0)
     assert "err/bound ≤0.60, ×base ≤2.00" in cell["text"]
 
@@ -181,7 +181,7 @@ def test_report_reads_pytest_benchmark_json(tmp_path: Path) -> None:
     path = tmp_path / "pytest-bench.json"
     path.write_text(json.dumps({"machine_info": {"cpu": {"brand_raw": "Test CPU"}}, "commit_info": {},
                                 "benchmarks": benchmarks, "datetime": "2026-11-21T10:00:00", "version": "5.2.3"}))
-    report = build_report([path], tmp_path / "out")
+    report = build_report(ReportSettings((path,), tmp_path / "out"))
     time_t = report.complexity[(report.complexity["quantity"] == "time") & (report.complexity["axis"] == "T")]
     assert dict(zip(time_t["implementation"], time_t["exponent"].round(3))) == {"numpy_naive": 2.0, "torch_sdpa": 2.0}
     assert set(report.speedup[report.speedup["implementation"] == "numpy_naive"]["speedup"].round(3)) == {0.25}
@@ -200,7 +200,7 @@ def test_the_headline_names_the_machine_the_fastest_per_regime_and_the_failures(
 
     write_bench_run(tmp_path / "bench.json")
     write_verify_run(tmp_path / "verify.json", broken="torch_eager")
-    report = build_report([tmp_path / "bench.json", tmp_path / "verify.json"], tmp_path / "out")
+    report = build_report(ReportSettings((tmp_path / "bench.json", tmp_path / "verify.json"), tmp_path / "out"))
     lines = {line.label: line.text for line in report.headline}
     assert "float32/cpu 175 GFLOP/s" in lines["Machine"]
     # synthetic speeds (s per unit of work): torch_sdpa 0.4e-10, then torch_eager 1.0e-10: 2.5x at T = 2048

@@ -13,6 +13,7 @@ from test_report_data import write_bench_run
 
 from harness.analysis.costmodel import MAX_LEFT_OUT, falls, fit_cost, left_out
 from harness.report.builder import STAGES, build_report
+from harness.report.settings import ReportSettings
 
 
 @pytest.mark.parametrize("n", [1, 4, 16, 17, 100, 1000, 10_000])
@@ -42,5 +43,5 @@ def test_falls_is_the_largest_fall_along_the_series() -> None:
 
 def test_the_report_tells_its_stages(tmp_path: Path) -> None:
     heard: list[str] = []
-    build_report([write_bench_run(tmp_path / "b.json")], tmp_path / "r", on_stage=heard.append)
+    build_report(ReportSettings((write_bench_run(tmp_path / "b.json"),), tmp_path / "r"), on_stage=heard.append)
     assert heard == list(STAGES)

@@ -13,7 +13,8 @@ import pytest
 
 from harness.analysis.costmodel import CostFit
 from harness.analysis.growth import Relative, Row, largest_rate_fall, relative_growth
-from harness.report.complexity import fit_rows, sweep
+from harness.analysis.slices import sweep
+from harness.analysis.sweepfits import fit_rows
 
 TS = (256.0, 512.0, 1024.0, 2048.0)
 

@@ -217,8 +217,8 @@ def _bench_rows(cases: list, timings: dict) -> list[dict]:
 def test_window_bench_suite_its_complexity_fit_and_plots(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import pandas as pd
 
+    from harness.analysis.sweepfits import complexity_table
     from harness.bench.sweeps import WINDOW_WIDTHS, sweep_cases
-    from harness.report.complexity import complexity_table
     from harness.report.load import BENCH_COLUMNS
     from harness.report.structure_plots import window_vs_T_plot, window_width_plot
 
@@ -249,8 +249,8 @@ def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
     import pandas as pd
 
     from harness.analysis.scaling import cell_fits
+    from harness.analysis.sweepfits import complexity_table
     from harness.bench.sweeps import ragged, sweep_cases
-    from harness.report.complexity import complexity_table
     from harness.report.load import BENCH_COLUMNS
     from harness.results import BenchCell, Status
 

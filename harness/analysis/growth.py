@@ -5,7 +5,7 @@ cost grows faster than the algorithm allows (``flagged``), departs from it where
 the per-FLOP rate (``departure``), or cannot be told from the next order with the sizes run (``undecided``).
 Where bench timed the cells in rounds beside a reference, the growth relative to it (:class:`Relative`) is
 judged instead: load cancels in each per-round ratio. Nothing here reads a table or a file; the report's
-sweeps (:mod:`harness.report.complexity`) build the rows.
+sweeps (:mod:`harness.analysis.sweepfits`) build the rows.
 """
 
 from __future__ import annotations

@@ -117,7 +117,8 @@ def fit_complexity(gs: Sequence[float], ys: Sequence[float]) -> ComplexityFit:
 class Axis:
     """One axis a sweep runs along: the case fields that move together on it (the first is the size plotted and
     fitted), which cases lie on it, and how time grows along it in theory. :data:`AXES` is the one list of them:
-    bench's stored fits (:func:`cell_fits`) and the report's sweeps (:mod:`harness.report.complexity`) read it."""
+    bench's log-log fits (:func:`cell_fits`) and the cost-model sweeps bench and the report fit
+    (:mod:`harness.analysis.slices`, :mod:`harness.analysis.sweepfits`) read it."""
 
     name: str
     fields: tuple[str, ...]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.analysis.scaling import cell_fits
+from harness.analysis.sweepfits import run_fits
 from harness.bench.module_cells import module_cells
 from harness.bench.resume import resume_command
 from harness.bench.runner import BenchRunner
@@ -47,15 +47,16 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
     with open_executor(settings.executor, settings.address, settings.plugins) as executor:  # a bad --address writes nothing
         writer = ResultWriter(path, "bench", _config(settings), resume=resume, force=force)
         try:
-            writer.set("implementations", {  # what reports know of each implementation: they never import plugins
+            implementations = {  # what reports know of each implementation: they never import plugins
                 impl.name: {"description": impl.description, "source": impl.source, **impl.capabilities()}
-                for impl in registry if impl.name in names})
+                for impl in registry if impl.name in names}
+            writer.set("implementations", implementations)
             start = writer.run  # the file as opened: a resumed run's cells and roofs
             done = {cell.key for cell in start.cells}
             todo = [c for c in cells if c.key not in done]  # dropped here, once
             on_start(len(todo))
             executor.execute(_BenchJob(BenchRunner(settings, writer, registry, start, on_cell), todo))
-            writer.set("fits", cell_fits(writer.cells))
+            writer.set("fits", run_fits(writer.cells, implementations))
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

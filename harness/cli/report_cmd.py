@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.report import DEFAULT_BASELINE
+from harness.report.settings import DEFAULT_BASELINE, ReportSettings
 
 HELP = "write an HTML + Markdown report (plots, complexity table, correctness matrix) from result files"
 DESCRIPTION = (HELP + ". Reads attnbench result files (results/*.json) and pytest-benchmark JSON; "
@@ -33,11 +33,10 @@ REPORTS_DIR = Path("reports")
 
 @dataclass(frozen=True)
 class ReportRequest:
-    """``attnbench report`` mapped once from its flags; ``attnbench run`` builds one too and calls :func:`execute`."""
+    """``attnbench report`` mapped once from its flags: the library's settings, and whether the files are a
+    history; ``attnbench run`` builds one too and calls :func:`execute`."""
 
-    results: tuple[Path, ...]
-    out: Path
-    baseline: str = DEFAULT_BASELINE
+    settings: ReportSettings
     history: bool = False
 
 
@@ -45,7 +44,7 @@ def request_from_args(args: argparse.Namespace) -> ReportRequest:
     """The command line, mapped once (the directory named after the last file unless ``--out`` is given)."""
     results = tuple(args.results)
     default = REPORTS_DIR / (f"history-{results[-1].stem}" if args.history else results[-1].stem)
-    return ReportRequest(results, args.out or default, args.baseline, args.history)
+    return ReportRequest(ReportSettings(results, args.out or default, args.baseline), args.history)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -61,13 +60,14 @@ def execute(request: ReportRequest) -> int:
 
     progress = Progress(len(STAGES), title="report")  # a bar on a terminal, nothing on a pipe
     try:
-        report = build_report(request.results, request.out, baseline=request.baseline,
+        report = build_report(request.settings,
                               on_stage=lambda stage: progress.advance(stage, count=0 if stage == STAGES[0] else 1))
     finally:
         progress.close()
     flagged = report.analysis.flagged
-    if request.baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
-        print(f"attnbench report: note: baseline {request.baseline!r} has no bench cells; no speedup plot "
+    baseline = request.settings.baseline
+    if baseline not in set(report.results.bench.get("implementation", [])) and not report.results.bench.empty:
+        print(f"attnbench report: note: baseline {baseline!r} has no bench cells; no speedup plot "
               "(choose another with --baseline NAME)", file=sys.stderr)
     print(f"report: {report.index}")
     print(f"summary: {report.summary}")
@@ -83,8 +83,8 @@ def _history(request: ReportRequest) -> int:
     from harness.report.history import history
     from harness.report.history_view import write_history
 
-    h = history(list(request.results))
-    files = write_history(h, request.out)
+    h = history(list(request.settings.results))
+    files = write_history(h, request.settings.out)
     print(f"history: {files.html}")
     print(f"summary: {files.markdown}")
     print(f"{len(h.commits)} commits, {len(h.series)} cells; {len(h.steps)} step(s)")

@@ -31,7 +31,7 @@ from harness.cli import (
 )
 from harness.cli.common import positive_int
 from harness.errors import Interrupted
-from harness.report import DEFAULT_BASELINE
+from harness.report.settings import DEFAULT_BASELINE, ReportSettings
 from harness.results import RESULTS_DIR, new_run_id
 
 HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
@@ -169,7 +169,7 @@ def _bench_step(args: argparse.Namespace, verify_path: Path | None, bench_path: 
 
 def _report_step(args: argparse.Namespace, out: Path, results: list[Path]) -> int:
     """The report of ``results`` into ``out``; says where it is only when the step wrote both pages."""
-    report = report_cmd.ReportRequest(tuple(results), out, args.baseline)
+    report = report_cmd.ReportRequest(ReportSettings(tuple(results), out, args.baseline))
     shown = " ".join(["report", *map(str, results), "--out", str(out),
                       *(["--baseline", args.baseline] if args.baseline != DEFAULT_BASELINE else [])])
     code = _step("report", shown, lambda: report_cmd.execute(report), quiet=True)  # run says where, once

@@ -1,6 +1,6 @@
 """Reports: result files in, ``index.html`` + ``summary.md`` + ``plots/*.png`` + CSV tables out.
 
-:func:`build_report` is the entry point (``attnbench report`` calls it): :func:`load` reads the
+:func:`build_report` is the entry point (``attnbench report`` calls it with one :class:`ReportSettings`): :func:`load` reads the
 files, :func:`analyse` derives everything once, and the plots and writers format the result.
 The package reads only result files (attnbench JSON and pytest-benchmark JSON); it never runs a
 plugin.
@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-DEFAULT_BASELINE = "torch_sdpa"
+from harness.report.settings import DEFAULT_BASELINE, ReportSettings
 
 _LAZY = {"Report": "harness.report.builder", "build_report": "harness.report.builder",
          "Results": "harness.report.load", "load": "harness.report.load",
          "Analysis": "harness.report.findings", "analyse": "harness.report.findings"}
 
-__all__ = ["DEFAULT_BASELINE", "Analysis", "Report", "Results", "analyse", "build_report", "load"]
+__all__ = ["DEFAULT_BASELINE", "Analysis", "Report", "ReportSettings", "Results", "analyse", "build_report", "load"]
 
 
 def __getattr__(name: str) -> Any:

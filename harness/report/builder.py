@@ -11,17 +11,18 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from harness.errors import UsageError
-from harness.report import DEFAULT_BASELINE, html, markdown, plots, roofline, structure_plots, tables, verify_plots
+from harness.report import html, markdown, plots, roofline, structure_plots, tables, verify_plots
 from harness.report.findings import Analysis, analyse
 from harness.report.headline import Line
 from harness.report.load import Results, load
+from harness.report.settings import ReportSettings
 from harness.report.sources import Source
 from harness.results.files import disk_full, is_disk_full
 
@@ -116,16 +117,16 @@ def draw(analysis: Analysis, plot_dir: Path) -> list[plots.Plot]:
 STAGES = ("reading the result files", "fitting the sweeps", "drawing the plots", "writing the tables and pages")
 
 
-def build_report(paths: Iterable[Path], out: Path, baseline: str = DEFAULT_BASELINE,
-                 on_stage: Callable[[str], None] = lambda stage: None) -> Report:
-    """Read ``paths``, analyse them once, and write the whole report under ``out``; returns what was written.
-    ``on_stage`` hears each of :data:`STAGES` as it starts (a long sweep takes a while to fit and draw)."""
-    out = Path(out)
+def build_report(settings: ReportSettings, on_stage: Callable[[str], None] = lambda stage: None) -> Report:
+    """Read the settings' result files, analyse them once, and write the whole report under ``settings.out``;
+    returns what was written. ``on_stage`` hears each of :data:`STAGES` as it starts (a long sweep takes a while
+    to fit and draw)."""
+    out = settings.out
     on_stage(STAGES[0])
-    results = load(paths)
+    results = load(settings.results)
     _writable_directory(out)
     on_stage(STAGES[1])
-    analysis = analyse(results, baseline)
+    analysis = analyse(results, settings.baseline)
     stage: Path | None = None
     try:
         try:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
+from harness.analysis.stats import cell_stats
 from harness.errors import UsageError
 from harness.report.compare_inputs import check_inputs
 from harness.report.sources import load_run
@@ -128,12 +129,8 @@ class Comparison:
 def _timing(cell: BenchCell) -> tuple[list[float], float | None, float | None]:
     """The cell's samples, median and IQR/median (from its stats, else its samples)."""
     samples = [float(x) for x in cell.samples_s]
-    stats = cell.stats
-    if (stats is None or stats.median is None) and samples:
-        from harness.analysis.stats import summarize
-
-        stats = summarize(samples)
-    if stats is None or stats.median is None:
+    stats = cell_stats(cell)
+    if stats.median is None:
         return samples, None, None
     spread = stats.iqr_over_median
     if spread is None and stats.iqr is not None and stats.median:

@@ -2,8 +2,9 @@
 
 :func:`analyse` reads the tidy tables of :mod:`harness.report.load` and derives everything a
 report says; the plots and the HTML and Markdown writers receive the :class:`Analysis` and only
-format it. Every cost model is fitted here and nowhere else (one fit per implementation and
-sweep), so the table, the plots and the summary cannot disagree about a number.
+format it. Every cost model is read from the fits bench stored, or, where no file stored it (an older file,
+several files combined), fitted by the same function (:func:`harness.analysis.sweepfits.sweep_fits`); one fit per
+implementation and sweep, so the table, the plots and the summary cannot disagree about a number.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.analysis.growth import Row
-from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN
+from harness.analysis.slices import Sweep, sweep
+from harness.analysis.stats import cell_stats, is_noisy
+from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
 from harness.report import tables
-from harness.report.complexity import Sweep, SweepFit, sorted_rows, sweep, sweep_fits
 from harness.report.headline import Line, headline
 from harness.report.load import Results
+from harness.results import BenchCell, Status
 
 
 @dataclass(frozen=True)
@@ -96,20 +99,19 @@ def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.
     return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
 
 
-def _noise(bench: pd.DataFrame) -> Noise:
-    if bench.empty:
-        return Noise(0, 0)
-    ok = bench[bench["status"] == "ok"]
-    spread = pd.to_numeric(ok["iqr_over_median"], errors="coerce")
-    return Noise(int((spread >= NOISY_IQR_OVER_MEDIAN).sum()), len(ok))
+def _noise(cells: tuple[BenchCell, ...]) -> Noise:
+    """Of the ok bench cells, those whose IQR/median is at least 10% (read from the typed cells' statistics)."""
+    ok = [cell_stats(c) for c in cells if c.status == Status.OK]
+    return Noise(sum(is_noisy(stats) for stats in ok), len(ok))
 
 
 def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
     """The whole analysis of ``results`` (``implementations``: what each declared, default the files' own)."""
     bench, verify = results.bench, results.verify
-    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations))
+    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations,
+                            results.stored_fits))
     margins = tables.worst_margins(verify)
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
-                    noise=_noise(bench), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
+                    noise=_noise(results.bench_cells), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
                     headline=tuple(headline(results, margins)))

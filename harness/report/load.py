@@ -14,23 +14,12 @@ from typing import Any
 
 import pandas as pd
 
+from harness.analysis.fitrecords import StoredFits, stored_fits
 from harness.analysis.margins import baseline_led, margin
-from harness.analysis.scaling import call_footprint
+from harness.analysis.points import CASE_COLUMNS, STAT_COLUMNS, case_columns, point_columns
 from harness.errors import UsageError
 from harness.report.sources import Source, load_run, source_of
-from harness.results import (
-    Bandwidth,
-    BandwidthKey,
-    BenchCell,
-    CellCase,
-    Coverage,
-    Memory,
-    Peak,
-    PeakKey,
-    Stats,
-    VerifyCell,
-    node_kind,
-)
+from harness.results import Bandwidth, BandwidthKey, BenchCell, Coverage, Memory, Peak, PeakKey, VerifyCell
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -39,9 +28,6 @@ interval, each round's median, the shares of the roofs measured beside the cell,
 ROOF_PROBLEM_BYTES = 128 * 2**20
 """A cell's % of the read bandwidth beside it is held to 100% only when its compulsory bytes are this many or more:
 a smaller working set may be served from the caches, faster than the probe's 256 MiB read."""
-CASE_COLUMNS = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask",
-                "inputs", "layout", "bias", "kind", "window", "causal_align")
-STAT_COLUMNS = ("median", "iqr", "min", "mean", "stdev", "iqr_over_median", "n")
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "varlen",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
@@ -60,10 +46,9 @@ class Results:
     bench: pd.DataFrame
     verify: pd.DataFrame
     peaks: dict[PeakKey, Peak] = field(default_factory=dict)
-    """Measured peak per dtype and device (and node kind), e.g. {PeakKey("float32", "cpu"): Peak(gflops=175.0)}."""
+    """Measured peak per "dtype/device", e.g. {"float32/cpu": Peak(gflops=175.0)}."""
     bandwidth: dict[BandwidthKey, Bandwidth] = field(default_factory=dict)
-    """Measured memory bandwidth per device and threads (and node kind), e.g.
-    {BandwidthKey("cpu", 2): Bandwidth(read_gbps=48.0)}."""
+    """Measured memory bandwidth per "device/threads=N", e.g. {"cpu/threads=2": Bandwidth(read_gbps=48.0)}."""
     sources: list[Source] = field(default_factory=list)
     """One entry per file, in the order given."""
     implementations: dict[str, Mapping[str, object]] = field(default_factory=dict)
@@ -72,39 +57,24 @@ class Results:
     """Per implementation: the pairs of declared axis values its verify cases exercised (verify files)."""
     growth: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=GROWTH_COLUMNS))
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
-
-
-def _stats(cell: BenchCell) -> Stats:
-    stats = cell.stats or Stats()
-    if cell.samples_s and stats.median is None:
-        from harness.analysis.stats import summarize
-
-        stats = summarize(cell.samples_s)
-    return stats
+    bench_cells: tuple[BenchCell, ...] = ()
+    """The typed bench cells behind :attr:`bench`'s rows, in its order (a later file's cell replacing an earlier one)."""
+    stored_fits: StoredFits = field(default_factory=StoredFits)
+    """The cost-model fits (and drifts) bench stored, by the key of their inputs (:mod:`harness.analysis.fitrecords`):
+    the analysis reads these and fits only sweeps no file stored."""
 
 
 def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
               ) -> dict[str, object]:
-    case = cell.case
-    stats = _stats(cell)
+    """The cell's sweep columns (:func:`harness.analysis.points.point_columns`, as bench fits them) and what the
+    report shows beside them: its work, rates, memory, profile and the roofs read beside it."""
     memory = cell.memory or Memory()
-    row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
-                           "mode": cell.mode or "fwd", "status": cell.status.value, "reason": cell.reason}
-    row.update(_case_columns(case))
-    varlen = case.varlen  # how many packed sequences (their lengths grow with T: the sweep's axis)
-    row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
-    row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
-                "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
+    row: dict[str, object] = {"source": source, "case_id": cell.case_id, "reason": cell.reason}
+    row.update(point_columns(cell))
     row.update({"flops": cell.flops, "gflops": cell.gflops, "pct_peak": pct_peak,
                 "peak_extra_bytes": memory.peak_extra_bytes, "output_bytes": memory.output_bytes,
-                "peak_bytes": call_footprint(cell),  # what bench measured: the output and the extra at the peak
-                "memory_method": memory.method,
-                "threads": cell.threads, "samples_s": list(cell.samples_s),
-                "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth,
-                "cache_seqlens": None if case.cache_seqlens is None else ",".join(map(str, case.cache_seqlens)),
-                "page_size": case.page_size,
-                "node_kind": node_kind(cell),  # a cluster cell's machine: sweeps and ratios stay within one kind
-                "profile": profile_text(cell)})
+                "memory_method": memory.method, "threads": cell.threads,
+                "bytes": cell.bytes, "gbps": cell.gbps, "pct_bandwidth": pct_bandwidth, "profile": profile_text(cell)})
     row.update(rounds_columns(cell))
     return row
 
@@ -144,22 +114,12 @@ def profile_text(cell: BenchCell) -> str | None:
     return "; ".join(f"{100 * share:.0f}% {name}" for name, share in cell.profile)
 
 
-def _case_columns(case: CellCase | None) -> dict[str, object]:
-    """The case's fields as columns (None for a cell of no case, or a field its file lacks); a window as
-    "left,right" (hashable), files from before structures read as their defaults (no window, top-left)."""
-    row: dict[str, Any] = {c: None if case is None else getattr(case, c) for c in CASE_COLUMNS}
-    window = row["window"]
-    row["window"] = None if window is None else f"{window[0]},{window[1]}"
-    row["causal_align"] = row["causal_align"] or "top_left"
-    return row
-
-
 def verify_row(cell: VerifyCell, source: str) -> dict[str, object]:
     metrics = cell.metrics or {}
     row: dict[str, object] = {"source": source, "implementation": cell.implementation, "case_id": cell.case_id,
                            "group": cell.group or "default", "check": cell.check or "output",
                            "status": cell.status.value, "reason": cell.reason}
-    row.update(_case_columns(cell.case))
+    row.update(case_columns(cell.case))
     row.update({m: metrics.get(m) for m in ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor")})
     row["margin"] = margin(metrics)
     row["baseline_led"] = baseline_led(metrics)  # False: the floor sets the bound and the ratio measures nothing
@@ -194,6 +154,8 @@ def load(paths: Iterable[Path]) -> Results:
     sources: list[Source] = []
     implementations: dict[str, Mapping[str, object]] = {}
     coverage: dict[str, Coverage] = {}
+    fit_records: list[Mapping[str, Any]] = []
+    bench_cells: dict[tuple[str, str, str], BenchCell] = {}
     paths = list(paths)
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
@@ -205,8 +167,12 @@ def load(paths: Iterable[Path]) -> Results:
         bandwidth.update(run.bandwidth or {})
         implementations.update(_implementation_info(run.implementations))
         coverage.update(run.coverage or {})
+        fit_records += run.fits or ()
         for cell in run.cells:
             if isinstance(cell, BenchCell):
+                key = (cell.implementation, cell.case_id, cell.mode or "fwd")
+                bench_cells.pop(key, None)  # the later cell takes the later place, as the table's row does
+                bench_cells[key] = cell
                 bench_rows.append(bench_row(cell, meta.run_id or str(path), run.pct_peak(cell), run.pct_bandwidth(cell)))
             else:
                 verify_rows.append(verify_row(cell, meta.run_id or str(path)))
@@ -219,4 +185,5 @@ def load(paths: Iterable[Path]) -> Results:
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
-                   coverage=coverage, growth=growth, bandwidth=bandwidth)
+                   coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
+                   stored_fits=stored_fits(fit_records))

@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.growth import Row
-from harness.report.complexity import Sweep, SweepFit, sweep
+from harness.analysis.slices import Sweep, sweep
+from harness.analysis.sweepfits import SweepFit
 from harness.report.findings import speedup_table
 from harness.results import Peak, PeakKey
 

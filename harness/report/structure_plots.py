@@ -15,7 +15,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.report.complexity import SweepFit, sweep
+from harness.analysis.slices import sweep
+from harness.analysis.sweepfits import SweepFit
 from harness.report.plots import AXIS_LABEL, LineStyle, Plot, _guide, _save, _style, _text
 
 STRUCTURE_PLOT_NAMES = ("time_vs_T_window", "time_vs_window")

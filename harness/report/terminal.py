@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.analysis.fitrecords import DRIFT, MODEL
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
 from harness.results import BenchCell, Run, Status, VerifyCell
@@ -88,6 +89,8 @@ def _paired_text(cell: BenchCell) -> str:
 def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
     rows = []
     for f in fits:
+        if f.get("model") in (MODEL, DRIFT):  # the cost-model fits the report reads: its complexity table shows them
+            continue
         if f["axis"] == "g":
             rows.append((f["implementation"], f["mode"], "time ~ coef*g", f["fixed"], f"{f['coef'] * 1e9:.4g} ns/g",
                          f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))

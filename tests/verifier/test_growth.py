@@ -11,6 +11,7 @@ from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_registry
 from harness.contract.registry import make_implementation
 from harness.report.builder import build_report
+from harness.report.settings import ReportSettings
 from harness.results import ResultWriter, VerifyCell
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.growth import check_growth
@@ -62,7 +63,7 @@ def test_the_report_plots_error_against_t_per_dtype(tmp_path: Path) -> None:
                                          group="error_growth", status="pass",
                                          metrics={"max_abs_err": base * (t / 64) ** slope, "base_err": base, "T": t}))
     writer.finish()
-    report = build_report([path], tmp_path / "out")
+    report = build_report(ReportSettings((path,), tmp_path / "out"))
     assert len(report.results.growth) == 16
     assert "error_vs_T" in {p.name for p in report.plots} and (tmp_path / "out" / "plots" / "error_vs_T.png").exists()
 

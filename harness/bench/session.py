@@ -1,7 +1,7 @@
 """One bench run, start to finish: plan the cells, measure them into a result file, fit, finish.
 
 :func:`run` is what ``attnbench bench`` (and ``attnbench run``) calls and what a library user calls; the
-command only maps its flags once into :class:`~harness.bench.runner.BenchSettings` and prints the typed run
+command only maps its flags once into :class:`~harness.bench.settings.BenchSettings` and prints the typed run
 it gets back. What a run works out when it starts (the result file's path, the memory budget, plugins'
 absolute paths) is worked out here, once, for every caller.
 """

@@ -9,18 +9,22 @@ of blocks (at 4,096 keys, 256 roundings of the running sum).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask
 
 FUSED = 2048
 BLOCK = 16
 
 
 def _allowed(tq: int, tk: int, causal: bool, mask):  # type: ignore[no-untyped-def]
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask)
     return allowed
 
 

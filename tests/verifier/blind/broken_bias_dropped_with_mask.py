@@ -7,18 +7,22 @@ and forgets to add the bias into it. Right with a bias (ALiBi, causal or not) or
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import repeat_kv
 
 
 @register("broken_bias_dropped_with_mask", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
           bias=True, grad=True)
 def broken_bias_dropped_with_mask(q, k, v, *, causal=False, mask=None, scale=None, bias=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     attn_mask = bias if mask is None else mask  # the bug: both given, only the mask survives
     s = (q @ k.transpose(-1, -2)) * scale

@@ -8,27 +8,24 @@ that is the same across the batch (ALiBi, relative-position tables); wrong for a
 
 from __future__ import annotations
 
-import torch
+import sys
+from pathlib import Path
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv, weigh
 
 
 @register("broken_bias_first_batch", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True, bias=True)
 def broken_bias_first_batch(q, k, v, *, causal=False, mask=None, scale=None, bias=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     s = (q @ k.transpose(-1, -2)) * scale
     if bias is not None:
         if bias.dim() == 4:
             bias = bias[:1]  # the bug: batch stride 0
         s = s + bias.to(s.dtype)
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
+    allowed = causal_and_mask(tq, tk, causal, mask)
+    return weigh(s, allowed) @ v

@@ -9,23 +9,26 @@ element with a shorter cache loses the keys at the start of its window.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, cached
 
 
 @register("broken_cache_window_capacity", backend="torch", dtypes=("float32",), causal=True, gqa=True,
           structures=("window", "bottom_right", "cache_seqlens"))
 def broken_cache_window_capacity(q, k, v, *, causal=False, mask=None, scale=None, window=None,  # type: ignore[no-untyped-def]
                                  causal_align="top_left", cache_seqlens=None):
-    batch, heads, tq, d = q.shape
-    tk = k.shape[2]
-    g = heads // k.shape[1]
+    tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     out = torch.zeros_like(q)
     i = torch.arange(tq)[:, None]
-    for b in range(batch):
-        length = tk if cache_seqlens is None else int(cache_seqlens[b])
+    for b, length, kb, vb in cached(q, k, v, cache_seqlens):
         j = torch.arange(length)[None, :]
         bottom = causal_align == "bottom_right"
         ok = torch.ones(tq, length, dtype=torch.bool)
@@ -34,9 +37,5 @@ def broken_cache_window_capacity(q, k, v, *, causal=False, mask=None, scale=None
         if window is not None:
             wj = j - (tk - tq if bottom else 0)  # the bug: the capacity, not this sequence's length
             ok &= (wj >= i - window[0]) & (wj <= i + window[1])
-        kb = k[b, :, :length].repeat_interleave(g, 0)
-        vb = v[b, :, :length].repeat_interleave(g, 0)
-        s = ((q[b] @ kb.transpose(-1, -2)) * scale).masked_fill(~ok, float("-inf"))
-        p = torch.softmax(s, -1)
-        out[b] = torch.where(ok.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ vb
+        out[b] = attend(q[b], kb, vb, scale, ok)
     return out

@@ -8,28 +8,24 @@ so it loses most of its past. Up to 2,048 queries the whole matrix is formed at 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, repeat_kv
 
 WHOLE = 2048
 CHUNK = 1024
 
 
-def _attend(q, k, v, scale, allowed):  # type: ignore[no-untyped-def]
-    s = (q @ k.transpose(-1, -2)) * scale
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
-
-
 @register("broken_causal_query_chunks", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
 def broken_causal_query_chunks(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     full_mask = None if mask is None else mask.expand(*q.shape[:2], tq, tk)
     chunk = tq if tq <= WHOLE else CHUNK
@@ -40,5 +36,5 @@ def broken_causal_query_chunks(q, k, v, *, causal=False, mask=None, scale=None):
         allowed = torch.ones(n, tk, dtype=torch.bool).tril() if causal else None  # the bug: no diagonal=start
         if full_mask is not None:
             allowed = full_mask[:, :, rows] if allowed is None else allowed & full_mask[:, :, rows]
-        out[:, :, rows] = _attend(q[:, :, rows], k, v, scale, allowed)
+        out[:, :, rows] = attend(q[:, :, rows], k, v, scale, allowed)
     return out

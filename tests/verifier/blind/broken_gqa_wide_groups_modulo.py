@@ -8,9 +8,15 @@ with more than one kv head (Llama-2 70B: 64 query heads on 8 kv heads).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, causal_and_mask
 
 
 @register("broken_gqa_wide_groups_modulo", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
@@ -25,11 +31,5 @@ def broken_gqa_wide_groups_modulo(q, k, v, *, causal=False, mask=None, scale=Non
         index = torch.arange(heads, device=q.device) // g
     k, v = k[:, index], v[:, index]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    s = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
+    allowed = causal_and_mask(tq, tk, causal, mask, q.device)
+    return attend(q, k, v, scale, allowed)

@@ -8,9 +8,15 @@ as every model that merges heads does, sends exactly that).
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask
 
 
 def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
@@ -55,7 +61,5 @@ class _Attention(torch.autograd.Function):
 def broken_grad_noncontiguous_upstream(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask, q.device)
     return _Attention.apply(q, k, v, scale, allowed)

@@ -8,9 +8,15 @@ dot products is never added, so the scores miss the trailing columns.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv, weigh
 
 TILE = 128
 
@@ -30,15 +36,8 @@ def _scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
           gqa=True)
 def broken_headdim_chunks_floor(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     s = _scores(q, k) * scale
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
+    allowed = causal_and_mask(tq, tk, causal, mask, q.device)
+    return weigh(s, allowed) @ v

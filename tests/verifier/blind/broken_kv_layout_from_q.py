@@ -9,9 +9,15 @@ transposed views.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, causal_and_mask, repeat_kv
 
 
 def _dense_view(x: torch.Tensor) -> torch.Tensor:
@@ -29,15 +35,7 @@ def broken_kv_layout_from_q(q, k, v, *, causal=False, mask=None, scale=None):  #
     else:
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    s = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
+    allowed = causal_and_mask(tq, tk, causal, mask)
+    return attend(q, k, v, scale, allowed)

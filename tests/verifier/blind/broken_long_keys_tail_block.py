@@ -8,9 +8,15 @@ drops keys 4,608..4,999 from every row.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv
 
 WHOLE_ROW = 4096
 BLOCK = 512
@@ -19,13 +25,9 @@ BLOCK = 512
 @register("broken_long_keys_tail_block", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
 def broken_long_keys_tail_block(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask, q.device)
     if allowed is None:
         allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device)
     allowed = allowed.expand(*q.shape[:2], tq, tk)

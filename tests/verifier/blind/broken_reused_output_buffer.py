@@ -7,9 +7,15 @@ output (a residual, a list of per-layer activations) finds it replaced by the se
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv, weigh
 
 _BUFFERS: dict[tuple, torch.Tensor] = {}
 
@@ -18,19 +24,11 @@ _BUFFERS: dict[tuple, torch.Tensor] = {}
           gqa=True)
 def broken_reused_output_buffer(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     s = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is None:
-        p = torch.softmax(s, -1)
-    else:
-        p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-        p = torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype))
+    allowed = causal_and_mask(tq, tk, causal, mask, q.device)
+    p = weigh(s, allowed)
     key = (tuple(q.shape), q.dtype, q.device)
     if key not in _BUFFERS:
         _BUFFERS[key] = torch.empty(q.shape, dtype=q.dtype, device=q.device)

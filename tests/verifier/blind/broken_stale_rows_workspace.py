@@ -9,9 +9,15 @@ returns the earlier call's answer instead of zeros.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv
 
 _WORKSPACES: dict[tuple, torch.Tensor] = {}
 
@@ -20,14 +26,10 @@ _WORKSPACES: dict[tuple, torch.Tensor] = {}
 def broken_stale_rows_workspace(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     batch, heads, tq, d = q.shape
     tk = k.shape[2]
-    g = heads // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     s = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask)
     if allowed is None:
         return torch.softmax(s, -1) @ v
     allowed = allowed.expand(batch, heads, tq, tk)

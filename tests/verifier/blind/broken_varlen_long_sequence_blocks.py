@@ -10,9 +10,15 @@ batches and short sequences are right.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import repeat_kv
 
 BLOCK = 256
 
@@ -43,9 +49,7 @@ def _sequence(q, k, v, scale, causal, align, window, packed):  # type: ignore[no
 def broken_varlen_long_sequence_blocks(q, k, v, *, causal=False, mask=None, scale=None, window=None,  # type: ignore[no-untyped-def]
                                        causal_align="top_left", cu_seqlens_q=None, cu_seqlens_k=None):
     d = q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     if cu_seqlens_q is None:
         return torch.stack([_sequence(q[b], k[b], v[b], scale, causal, causal_align, window, False) for b in range(q.shape[0])])

@@ -9,9 +9,15 @@ already cached): each row's window reaches one key further into the past.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import repeat_kv
 
 
 @register("broken_window_bottom_right_shift", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
@@ -19,9 +25,7 @@ from harness import register
 def broken_window_bottom_right_shift(q, k, v, *, causal=False, mask=None, scale=None, window=None,  # type: ignore[no-untyped-def]
                                      causal_align="top_left"):
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     i = torch.arange(tq)[:, None]
     j = torch.arange(tk)[None, :]

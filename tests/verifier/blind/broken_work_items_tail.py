@@ -9,29 +9,25 @@ computed and their outputs stay zero (B2 x H40 = 80 items: heads 16..39 of the s
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, repeat_kv
+
 ALL_AT_ONCE = 64
 CHUNK = 48
-
-
-def _attend(q, k, v, scale, allowed):  # type: ignore[no-untyped-def]
-    s = (q @ k.transpose(-1, -2)) * scale
-    if allowed is None:
-        return torch.softmax(s, -1) @ v
-    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1)
-    return torch.where(allowed.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v
 
 
 @register("broken_work_items_tail", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
 def broken_work_items_tail(q, k, v, *, causal=False, mask=None, scale=None):  # type: ignore[no-untyped-def]
     batch, heads, tq, d = q.shape
     tk = k.shape[2]
-    g = heads // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     allowed = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril() if causal else None
     if mask is not None:
@@ -40,11 +36,11 @@ def broken_work_items_tail(q, k, v, *, causal=False, mask=None, scale=None):  # 
         allowed = allowed.expand(batch, heads, tq, tk)
     n = batch * heads
     if n <= ALL_AT_ONCE:
-        return _attend(q, k, v, scale, allowed)
+        return attend(q, k, v, scale, allowed)
     qf, kf, vf = (x.reshape(n, x.shape[2], d) for x in (q, k, v))
     af = None if allowed is None else allowed.reshape(n, tq, tk)
     out = torch.zeros(n, tq, d, dtype=q.dtype, device=q.device)
     for c in range(n // CHUNK):  # the bug: a partial last chunk is never scheduled
         items = slice(c * CHUNK, (c + 1) * CHUNK)
-        out[items] = _attend(qf[items], kf[items], vf[items], scale, None if af is None else af[items])
+        out[items] = attend(qf[items], kf[items], vf[items], scale, None if af is None else af[items])
     return out.reshape(batch, heads, tq, d)

@@ -7,9 +7,15 @@ graph), so it declares gradients; rows with no allowed key give zeros, with zero
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask
 
 
 @register("correct_float64_logsumexp", backend="torch", dtypes=("float32", "float64", "bfloat16", "float16"),
@@ -24,9 +30,7 @@ def correct_float64_logsumexp(q, k, v, *, causal=False, mask=None, scale=None, b
     s = (q64 @ k64.transpose(-1, -2)) * scale
     if bias is not None:
         s = s + bias.double()
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask)
     if allowed is not None:
         live = allowed.any(-1, keepdim=True)
         s = s.masked_fill(~allowed, float("-inf")).masked_fill(~live, 0.0)  # an empty row: finite, zeroed below

@@ -8,9 +8,15 @@ and a block size of 37 leaves a ragged block at the *start* of the row. Accumula
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import causal_and_mask, repeat_kv
 
 BLOCK = 37
 
@@ -19,14 +25,10 @@ BLOCK = 37
           mask=True, gqa=True, bias=True)
 def correct_reverse_online_softmax(q, k, v, *, causal=False, mask=None, scale=None, bias=None):  # type: ignore[no-untyped-def]
     tq, tk, d = q.shape[2], k.shape[2], q.shape[3]
-    g = q.shape[1] // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     acc_type = torch.float64 if q.dtype == torch.float64 else torch.float32
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    allowed = torch.ones(tq, tk, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
+    allowed = causal_and_mask(tq, tk, causal, mask)
     if allowed is None:
         allowed = torch.ones(tq, tk, dtype=torch.bool)
     allowed = allowed.expand(*q.shape[:2], tq, tk)

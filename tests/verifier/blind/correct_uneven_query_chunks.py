@@ -8,20 +8,15 @@ its own. Each chunk trims the key range to [first allowed, last allowed] of its 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
 
-
-def _allowed(tq, tk, causal, window, align):  # type: ignore[no-untyped-def]
-    i = torch.arange(tq)[:, None]
-    j = torch.arange(tk)[None, :] - ((tk - tq) if align == "bottom_right" else 0)
-    ok = torch.ones(tq, tk, dtype=torch.bool)
-    if causal:
-        ok &= j <= i
-    if window is not None:
-        ok &= (j >= i - window[0]) & (j <= i + window[1])
-    return ok
+sys.path.insert(0, str(Path(__file__).parent))
+from _core import attend, band, repeat_kv
 
 
 @register("correct_uneven_query_chunks", backend="torch", dtypes=("float32", "float64"), causal=True, mask=True,
@@ -30,11 +25,9 @@ def correct_uneven_query_chunks(q, k, v, *, causal=False, mask=None, scale=None,
                                 causal_align="top_left"):
     batch, heads, tq, d = q.shape
     tk = k.shape[2]
-    g = heads // k.shape[1]
-    if g > 1:
-        k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    k, v = repeat_kv(q, k, v)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    allowed = _allowed(tq, tk, causal, window, causal_align)
+    allowed = band(tq, tk, causal, window, causal_align)
     if mask is not None:
         allowed = allowed & mask
     allowed = allowed.expand(batch, heads, tq, tk)
@@ -46,8 +39,6 @@ def correct_uneven_query_chunks(q, k, v, *, causal=False, mask=None, scale=None,
         if len(cols):
             keys = slice(int(cols[0]), int(cols[-1]) + 1)
             ok = allowed[:, :, rows, keys]
-            s = ((q[:, :, rows] @ k[:, :, keys].transpose(-1, -2)) * scale).masked_fill(~ok, float("-inf"))
-            p = torch.softmax(s, -1)
-            out[:, :, rows] = torch.where(ok.any(-1, keepdim=True), p, torch.zeros((), dtype=p.dtype)) @ v[:, :, keys]
+            out[:, :, rows] = attend(q[:, :, rows], k[:, :, keys], v[:, :, keys], scale, ok)
         start, a, b = rows.stop, b, a + b
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
+from _module37 import mha as layer  # beside this file, on the path the plugins set
 
 
 def mpt_slopes(heads):
@@ -30,19 +30,9 @@ def contiguous_extra_slopes(heads):
 
 
 def mha(x, heads, weights, mask, causal, slopes):
-    b, t, d_model = x.shape
-    q, k, v = F.linear(x, weights.in_proj_weight, weights.in_proj_bias).chunk(3, dim=-1)
-    q, k, v = (y.reshape(b, t, heads, -1).transpose(1, 2) for y in (q, k, v))
+    """``_module37``'s layer (no RoPE) with the ALiBi bias -slope_h * |i - j| built from ``slopes``."""
+    t = x.shape[1]
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-    scores = (q.to(acc) @ k.to(acc).transpose(-1, -2)) * q.shape[-1] ** -0.5
     positions = torch.arange(t, dtype=acc)
     distance = (positions[:, None] - positions[None, :]).abs()
-    scores = scores - slopes.to(acc)[:, None, None] * distance
-    allowed = torch.ones(t, t, dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        padding = mask.to(torch.bool)[:, None, None, :]
-        allowed = padding if allowed is None else allowed & padding
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    out = (torch.softmax(scores, -1) @ v.to(acc)).to(x.dtype)
-    return F.linear(out.transpose(1, 2).reshape(b, t, d_model), weights.out_proj_weight, weights.out_proj_bias)
+    return layer(x, heads, weights, mask, causal, -(slopes.to(acc)[:, None, None] * distance), None, None)

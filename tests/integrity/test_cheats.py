@@ -9,8 +9,6 @@ do not depend on the machine's speed: a cheat's fastest call is hundreds of time
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +32,11 @@ CHEATS = {
 HONEST = ("honest_sdpa", "honest_prepared", "honest_pool", "tiled_fused", "torch_sdpa")
 
 
-def bench(tmp: Path, plugin: Path, only: list[str], *extra: str) -> dict[str, list[dict[str, Any]]]:
+def bench(attnbench: Any, tmp: Path, plugin: Path, only: list[str], *extra: str) -> dict[str, list[dict[str, Any]]]:
     out = tmp / "run.json"
-    proc = subprocess.run([sys.executable, "-m", "harness", "bench", "--plugin", str(plugin), "--only", ",".join(only),
-                           "--T", "512", "--heads", "2", "--d", "64", "--budget", "0.05", "--min-samples", "3",
-                           "--no-memory", "--quiet", "--out", str(out), *extra],
-                          capture_output=True, text=True, timeout=900)
+    proc = attnbench("bench", "--plugin", str(plugin), "--only", ",".join(only), "--T", "512", "--heads", "2", "--d", "64",
+                     "--budget", "0.05", "--min-samples", "3", "--no-memory", "--quiet", "--out", str(out), *extra,
+                     timeout=900)
     cells: dict[str, list[dict[str, Any]]] = {}
     for cell in json.loads(out.read_text())["cells"]:
         cells.setdefault(cell["implementation"], []).append(cell)
@@ -48,8 +45,8 @@ def bench(tmp: Path, plugin: Path, only: list[str], *extra: str) -> dict[str, li
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return bench(tmp_path_factory.mktemp("cheats"), HERE / "cheats.py", [*CHEATS, *HONEST], "--mode", "fwd", "fwd+bwd")
+def run(tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> dict[str, list[dict[str, Any]]]:
+    return bench(attnbench, tmp_path_factory.mktemp("cheats"), HERE / "cheats.py", [*CHEATS, *HONEST], "--mode", "fwd", "fwd+bwd")
 
 
 @pytest.mark.parametrize("name", sorted(CHEATS))
@@ -92,8 +89,8 @@ def test_the_run_fails_and_the_profile_discloses_delegation(run: dict[str, list[
     assert top_name.startswith("aten::_scaled_dot_product") and top_share > 0.5
 
 
-def test_a_patched_clock_is_flagged_for_every_implementation_of_its_module(tmp_path: Path) -> None:
-    cells = bench(tmp_path, HERE / "clock_cheat.py", ["clock_patcher"])
+def test_a_patched_clock_is_flagged_for_every_implementation_of_its_module(tmp_path: Path, attnbench: Any) -> None:
+    cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher"])
     (cell,) = cells["clock_patcher"]
     assert cell["status"] == "violation", cell["reason"]
     assert "time.perf_counter replaced" in cell["reason"]

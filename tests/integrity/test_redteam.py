@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,10 +79,9 @@ HONEST = ("ok_prepared_layout", "ok_workspace", "ok_joined_pool", "ok_autotune",
 CLOCK_CHEAT = "rt_clock_patch"
 
 
-def _start(out: Path, files: tuple[str, ...], only: list[str]) -> subprocess.Popen[str]:
+def _start(attnbench: Any, out: Path, files: tuple[str, ...], only: list[str]) -> subprocess.Popen[str]:
     plugins = [arg for name in files for arg in ("--plugin", str(HERE / name))]
-    return subprocess.Popen([sys.executable, "-m", "harness", "bench", *plugins, "--only", ",".join(only), *CASE,
-                             "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return attnbench.start("bench", *plugins, "--only", ",".join(only), *CASE, "--out", str(out))
 
 
 def _cells(proc: subprocess.Popen[str], out: Path) -> dict[str, dict[str, Any]]:
@@ -95,11 +93,11 @@ def _cells(proc: subprocess.Popen[str], out: Path) -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+def run(tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("redteam")
     others = [name for name in EVIDENCE if name != CLOCK_CHEAT]
-    main = _start(tmp / "set.json", FILES, [*others, *HONEST])
-    clock = _start(tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT])
+    main = _start(attnbench, tmp / "set.json", FILES, [*others, *HONEST])
+    clock = _start(attnbench, tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT])
     cells = _cells(main, tmp / "set.json")
     clocked = _cells(clock, tmp / "clock.json")
     cells[CLOCK_CHEAT], cells["_exit_clock"] = clocked[CLOCK_CHEAT], clocked["_exit"]

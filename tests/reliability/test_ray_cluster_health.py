@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,14 +42,10 @@ def cluster() -> Iterator[Cluster]:
         c.shutdown()
 
 
-def _verify(address: str, out: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
+def _verify(attnbench: Any, address: str, out: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    try:
-        done = subprocess.run([sys.executable, "-m", "harness", "verify", "--executor", "ray", "--address", address,
-                               "--only", "numpy_naive", "--json", str(out)], capture_output=True, text=True,
-                              timeout=BOUND_S, env={**os.environ, **env})
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"attnbench verify --address {address} still waiting after {BOUND_S:g} s")
+    done = attnbench("verify", "--executor", "ray", "--address", address, "--only", "numpy_naive", "--json", str(out),
+                     env=env, timeout=BOUND_S)
     return done, time.monotonic() - started
 
 
@@ -60,16 +56,17 @@ def _one_error(done: subprocess.CompletedProcess[str], address: str) -> str:
     return errors[0]
 
 
-def test_a_grpc_server_that_is_not_the_gcs_is_refused_in_bounded_time(cluster: Cluster, tmp_path: Path) -> None:
+def test_a_grpc_server_that_is_not_the_gcs_is_refused_in_bounded_time(cluster: Cluster, tmp_path: Path,
+                                                                        attnbench: Any) -> None:
     """The head's raylet port answers HTTP/2 as the GCS does, but is not it: Ray's own attempts at the cluster id
     are cut (harness.runtime.cluster.connect.RAY_LIMITS), so its error comes, as exit 2, well within the connect limit."""
     address = f"127.0.0.1:{cluster.head_node.node_manager_port}"
-    done, took = _verify(address, tmp_path / "r.json")
+    done, took = _verify(attnbench, address, tmp_path / "r.json")
     assert "cannot reach a Ray cluster" in _one_error(done, address)
     assert took < BOUND_S and not (tmp_path / "r.json").exists()
 
 
-def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(tmp_path: Path) -> None:
+def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(tmp_path: Path, attnbench: Any) -> None:
     """A live GCS whose only raylet was killed: Ray would look for a node to attach to for as long as it is told
     (here 600 s, as a user's environment may say); the driver gives up after CONNECT_LIMIT_S, exit 2."""
     c = _cluster()
@@ -78,7 +75,7 @@ def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(tmp_path: Path
         raylet = c.head_node.all_processes["raylet"][0].process
         raylet.kill()  # this test's own cluster's raylet, nothing else
         raylet.wait(timeout=30)
-        done, took = _verify(address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600")
+        done, took = _verify(attnbench, address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600")
     finally:
         c.shutdown()
     error = _one_error(done, address)
@@ -125,7 +122,7 @@ def test_connecting_keeps_the_commands_stop_signal_handler_and_warns_of_nothing_
     assert "every interface" not in err and "SIGTERM handler" not in err, err
 
 
-def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(tmp_path: Path) -> None:
+def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(tmp_path: Path, attnbench: Any) -> None:
     """A real GCS, stopped (SIGSTOP): the kernel still accepts connections on its port, nothing answers. The HTTP/2
     probe waits CONNECT_TIMEOUT_S for the server's SETTINGS, then exit 2; Ray itself would retry for minutes."""
     import signal
@@ -137,7 +134,7 @@ def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(tmp_path: 
     gcs = c.head_node.all_processes["gcs_server"][0].process
     try:
         os.kill(gcs.pid, signal.SIGSTOP)  # this test's own cluster's GCS
-        done, took = _verify(address, tmp_path / "r.json")
+        done, took = _verify(attnbench, address, tmp_path / "r.json")
     finally:
         os.kill(gcs.pid, signal.SIGCONT)
         c.shutdown()

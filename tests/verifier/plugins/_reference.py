@@ -2,6 +2,23 @@
 import torch
 
 
+def repeat_kv(q, k, v):
+    """K and V with each kv head repeated for its group of query heads (GQA as plain multi-head attention)."""
+    g = q.shape[1] // k.shape[1]
+    return k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+
+
+def masked_scores(q, k, *, causal=False, mask=None, scale=None):
+    """q k^T * scale (1/sqrt(d) when None), the logits that causal or the mask forbid at -inf: where the plugins
+    that break the softmax itself start (an empty row is all -inf here; what becomes of it is theirs)."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    allowed = torch.ones(s.shape[-2:], dtype=torch.bool, device=q.device).tril() if causal else None
+    if mask is not None:
+        allowed = mask if allowed is None else allowed & mask
+    return s if allowed is None else s.masked_fill(~allowed, float("-inf"))
+
+
 def attend(q, k, v, *, causal=False, mask=None, scale=None, fill=float("-inf")):
     """softmax(q k^T * scale, masked) v with the contract's semantics; ``fill`` is what masked logits become."""
     g = q.shape[1] // k.shape[1]
@@ -47,6 +64,13 @@ def gather(pages, block_table, tk):
     _, hkv, page, d = pages.shape
     out = pages[block_table.long().reshape(-1)].view(b, per_seq, hkv, page, d).transpose(1, 2)
     return out.reshape(b, hkv, per_seq * page, d)[:, :, :tk]
+
+
+def cache_allowed(tq, tk, lengths, *, causal, causal_align, extra=0):
+    """What a plugin taking ``cache_seqlens`` natively attends: ``band`` without lengths, else ``cache_band``."""
+    if lengths is None:
+        return band(tq, tk, causal=causal, window=None, causal_align=causal_align)
+    return cache_band(tq, tk, lengths, causal=causal, window=None, causal_align=causal_align, extra=extra)
 
 
 def cache_band(tq, tk, lengths, *, causal, window, causal_align, device="cpu", extra=0):

@@ -6,7 +6,7 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend, band, cache_band
+from _reference import attend, cache_allowed
 
 
 @register("broken_cache_len_off_by_one", backend="torch", causal=True, gqa=True,
@@ -14,9 +14,6 @@ from _reference import attend, band, cache_band
 def broken_cache_len_off_by_one(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
                                 cache_seqlens=None):
     tq, tk = q.shape[-2], k.shape[-2]
-    if cache_seqlens is None:
-        allowed = band(tq, tk, causal=causal, window=None, causal_align=causal_align)
-    else:
-        allowed = cache_band(tq, tk, cache_seqlens.tolist(), causal=causal, window=None, causal_align=causal_align,
-                             extra=1)  # BUG: one key too many
+    lengths = None if cache_seqlens is None else cache_seqlens.tolist()
+    allowed = cache_allowed(tq, tk, lengths, causal=causal, causal_align=causal_align, extra=1)  # BUG: one key too many
     return attend(q, k, v, mask=allowed, scale=scale)

@@ -9,7 +9,7 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend, band, cache_band
+from _reference import attend, cache_allowed
 
 
 @register("broken_cache_lengths_ignore_offset", backend="torch", causal=True, gqa=True,
@@ -17,10 +17,9 @@ from _reference import attend, band, cache_band
 def broken_cache_lengths_ignore_offset(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
                                        cache_seqlens=None):
     tq, tk = q.shape[-2], k.shape[-2]
-    if cache_seqlens is None:
-        allowed = band(tq, tk, causal=causal, window=None, causal_align=causal_align)
-    else:
-        raw = torch.empty(0, dtype=cache_seqlens.dtype).set_(cache_seqlens.untyped_storage(), 0, cache_seqlens.shape)
-        allowed = cache_band(tq, tk, raw.tolist(), causal=causal, window=None,  # BUG: offset and strides ignored
-                             causal_align=causal_align)
+    lengths = None
+    if cache_seqlens is not None:  # BUG: read from the storage's start, offset and strides ignored
+        lengths = torch.empty(0, dtype=cache_seqlens.dtype).set_(cache_seqlens.untyped_storage(), 0,
+                                                                 cache_seqlens.shape).tolist()
+    allowed = cache_allowed(tq, tk, lengths, causal=causal, causal_align=causal_align)
     return attend(q, k, v, mask=allowed, scale=scale)

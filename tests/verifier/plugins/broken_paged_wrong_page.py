@@ -6,7 +6,7 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend, band, cache_band, gather
+from _reference import attend, cache_allowed, gather
 
 
 @register("broken_paged_wrong_page", backend="torch", causal=True, gqa=True,
@@ -19,8 +19,6 @@ def broken_paged_wrong_page(q, k, v, *, causal=False, mask=None, scale=None, cau
         tk = block_table.shape[1] * k.shape[2]
         k, v = gather(k, wrong, tk), gather(v, wrong, tk)
     tk = k.shape[-2]
-    if cache_seqlens is None:
-        allowed = band(tq, tk, causal=causal, window=None, causal_align=causal_align)
-    else:
-        allowed = cache_band(tq, tk, cache_seqlens.tolist(), causal=causal, window=None, causal_align=causal_align)
+    lengths = None if cache_seqlens is None else cache_seqlens.tolist()
+    allowed = cache_allowed(tq, tk, lengths, causal=causal, causal_align=causal_align)
     return attend(q, k, v, mask=allowed, scale=scale)

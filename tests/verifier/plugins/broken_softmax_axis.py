@@ -1,16 +1,16 @@
 """BROKEN (softmax over the wrong axis): normalises over queries (dim -2) instead of keys."""
+import sys
+from pathlib import Path
+
 import torch
 
 from harness import register
 
+sys.path.insert(0, str(Path(__file__).parent))
+from _reference import masked_scores
+
 
 @register("broken_softmax_axis", backend="torch", causal=True, mask=True)
 def broken_softmax_axis(q, k, v, *, causal=False, mask=None, scale=None):
-    scale = q.shape[-1] ** -0.5 if scale is None else scale
-    s = (q @ k.transpose(-1, -2)) * scale
-    allowed = torch.ones(s.shape[-2:], dtype=torch.bool).tril() if causal else None
-    if mask is not None:
-        allowed = mask if allowed is None else allowed & mask
-    if allowed is not None:
-        s = s.masked_fill(~allowed, float("-inf"))
+    s = masked_scores(q, k, causal=causal, mask=mask, scale=scale)
     return torch.softmax(s, -2).nan_to_num(0.0) @ v  # BUG: dim=-2

@@ -6,7 +6,7 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _reference import attend, band, cache_band, gather
+from _reference import attend, cache_allowed, gather
 
 
 @register("unusual_paged_gather", backend="torch", causal=True, gqa=True,
@@ -18,8 +18,6 @@ def unusual_paged_gather(q, k, v, *, causal=False, mask=None, scale=None, causal
         tk = block_table.shape[1] * k.shape[2]
         k, v = gather(k, block_table, tk), gather(v, block_table, tk)
     tk = k.shape[-2]
-    if cache_seqlens is None:
-        allowed = band(tq, tk, causal=causal, window=None, causal_align=causal_align)
-    else:
-        allowed = cache_band(tq, tk, cache_seqlens.tolist(), causal=causal, window=None, causal_align=causal_align)
+    lengths = None if cache_seqlens is None else cache_seqlens.tolist()
+    allowed = cache_allowed(tq, tk, lengths, causal=causal, causal_align=causal_align)
     return attend(q, k, v, mask=allowed, scale=scale)

@@ -209,6 +209,7 @@ def _bench_rows(cases: list, timings: dict) -> list[dict]:
             row.update({k: v for k, v in case.to_dict().items() if k in BENCH_COLUMNS})
             row.update(implementation=name, case_id=case.id, mode=mode, status="ok", median=seconds(case),
                        window=None if case.window is None else f"{case.window[0]},{case.window[1]}",
+                       window_width=None if case.window is None else sum(case.window),
                        causal_align="top_left", varlen=None if case.varlen is None else f"{len(case.varlen)} sequences")
             rows.append(row)
     return rows

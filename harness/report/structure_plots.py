@@ -79,11 +79,6 @@ def _time_axes(ax: Any, xlabel: str, title: str, title_size: int, legend_size: i
     ax.legend(fontsize=legend_size)
 
 
-def _width(window: Any) -> int:
-    left, right = (int(x) for x in str(window).split(","))
-    return left + right
-
-
 def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
     """Time against the window's width (left + right) at the fixed T with the most widths measured."""
     data = _ok(bench)
@@ -92,7 +87,7 @@ def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
         return None
     keys = ["tq", "batch", "heads", "d", "dtype", "mode", "causal"]
     best = max(data.groupby(keys), key=lambda kv: (kv[1]["window"].nunique(), len(kv[1])))
-    frame = best[1].assign(width=best[1]["window"].map(_width))
+    frame = best[1].assign(width=best[1]["window_width"])  # the typed window's left + right (points.py)
     if frame["width"].nunique() < 2:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))

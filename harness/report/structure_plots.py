@@ -39,7 +39,7 @@ def window_vs_T_plot(bench: pd.DataFrame, out: Path, fits: SweepFit | None = Non
     data = _ok(bench)
     same = {c: s.fixed[c] for c in ("batch", "heads", "kv_heads", "d", "dtype", "device", "mode", "mask")
             if c in s.fixed and c in data.columns}
-    dense = data[data["window"].isna() & (data["causal"].astype(str) == "True") & (data["tq"] == data["tk"])]
+    dense = data[data["window"].isna() & data["causal"].eq(True) & (data["tq"] == data["tk"])]
     for column, value in same.items():
         dense = dense[dense[column] == value]
     if "varlen" in dense.columns:
@@ -99,7 +99,7 @@ def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
            "O(window) guide", ":")
     fixed = dict(zip(keys, best[0]))
     label = (f"T={fixed['tq']}, B={fixed['batch']}, H={fixed['heads']}, d={fixed['d']}, {fixed['dtype']}, {fixed['mode']}"
-             + (", causal" if str(fixed["causal"]) == "True" else ""))
+             + (", causal" if bool(fixed["causal"]) else ""))  # the typed case's bool (a window's cells all have one)
     _time_axes(ax, "window width (keys left + right of the diagonal)", _text(f"Time vs window width ({label})"), 10, 8)
     return _save(fig, out, "time_vs_window", "Time vs window width",
                  "Median time against the sliding window's width at one T: a kernel that skips the blocks outside the "

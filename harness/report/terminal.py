@@ -86,7 +86,7 @@ def _paired_text(cell: BenchCell) -> str:
     return f"{r.ratio:.2f}x [{r.ratio_low or 0.0:.2f}, {r.ratio_high or 0.0:.2f}] {r.reference}"
 
 
-def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
+def fits_table(fits: Iterable[Mapping[str, Any]] | None) -> str:
     """The cost-model fits a bench run stored (:mod:`harness.analysis.fitrecords`), one line each, read as typed
     rows: the fits the report's complexity table shows, not fitted again here."""
     rows = []

@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from harness.analysis.scaling import cell_fits, fit_complexity, fit_exponent
+from harness.analysis.fitrecords import stored_rows
+from harness.analysis.scaling import fit_exponent
 from harness.analysis.stats import is_noisy, summarize
+from harness.analysis.sweepfits import run_fits
 from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
 from harness.case.attention import AttentionCase
 from harness.errors import UsageError
@@ -76,26 +78,21 @@ def test_fit_takes_repeated_sizes_at_the_overhead_end() -> None:
     assert fit_exponent([256, 256, 512, 512], [1.0, 1.0, 1.0, 1.0]).slope == 0  # only repeats left: no step
 
 
-def test_complexity_fit_is_google_benchmark_style() -> None:
-    gs = [1e6, 2e6, 4e6]
-    fit = fit_complexity(gs, [2e-9 * g for g in gs])
-    assert math.isclose(fit.coef, 2e-9) and fit.rms < 1e-15
-    rough = fit_complexity(gs, [2e-9 * g * f for g, f in zip(gs, (1.1, 0.9, 1.0))])
-    assert 0.01 < rough.rms_rel < 0.2
-
-
 def _cell(t: int, median: float, memory: float | None) -> BenchCell:
     case = AttentionCase(heads=8, tq=t, d=64)
     return BenchCell(implementation="x", case=case.to_dict(), case_id=case.id, mode="fwd", status="ok",
                      stats={"median": median}, memory=None if memory is None else {"peak_extra_bytes": memory})
 
 
-def test_cell_fits_group_by_axis() -> None:
+def test_bench_stores_one_cost_model_fit_per_sweep_the_cells_hold() -> None:
     cells = [_cell(t, 1e-9 * t * t, 12.0 * t * t) for t in (256, 512, 1024, 2048)]
-    fits = {(f["quantity"], f["axis"]): f for f in cell_fits(cells)}
-    assert math.isclose(fits[("time", "T")]["slope"], 2.0) and math.isclose(fits[("memory", "T")]["slope"], 2.0)
-    assert fits[("time", "T")]["fixed"] == "B1-H8-d64-float32"
-    assert ("time", "g") in fits and ("time", "d") not in fits  # one d only: no d fit
+    records = run_fits(cells)
+    assert {r.get("model") for r in records} <= {"cost", "drift"}  # one model of the sweeps: no other fit beside it
+    fits = {(r.quantity, r.axis): r for r in stored_rows(records).values()}
+    assert fits[("time", "T")].slope == pytest.approx(2.0, abs=0.01)
+    assert fits[("memory", "T")].slope == pytest.approx(2.0, abs=0.01)
+    assert "T=" not in fits[("time", "T")].sweep and "H=8" in fits[("time", "T")].sweep and "d=64" in fits[("time", "T")].sweep
+    assert set(fits) == {("time", "T"), ("memory", "T")}  # one d only: no d fit
 
 
 def test_sweeps_axes_and_order() -> None:

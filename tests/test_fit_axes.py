@@ -5,14 +5,15 @@ Synthetic cells with known costs: nothing here is timed, so nothing depends on t
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from harness.analysis import slices, sweepfits
-from harness.analysis.scaling import AXES, cell_fits
+from harness.analysis.fitrecords import stored_rows
+from harness.analysis.points import point_columns
+from harness.analysis.scaling import AXES
 from harness.case.attention import AttentionCase
 from harness.reference.flops import work_g
 from harness.report.load import BENCH_COLUMNS, bench_row
@@ -47,8 +48,8 @@ def test_bench_and_the_report_leave_grouped_query_cells_out_of_a_heads_sweep() -
     mha = [AttentionCase(heads=h, tq=256, d=64) for h in (2, 4, 8)]
     gqa = [AttentionCase(heads=h, kv_heads=1, tq=256, d=64) for h in (2, 4, 8)]
     cells = [_cell(c, 1e-6 * c.heads) for c in mha] + [_cell(c, 1e-6 * c.heads ** 3) for c in gqa]
-    heads = [f for f in cell_fits(cells) if f["axis"] == "heads"]
-    assert len(heads) == 1 and heads[0]["slope"] == pytest.approx(1.0)  # the MHA cells only
+    heads = [r for r in stored_rows(sweepfits.run_fits(cells)).values() if r.axis == "heads"]
+    assert len(heads) == 1 and heads[0].slope == pytest.approx(1.0, abs=0.01)  # the MHA cells only
     frame = pd.DataFrame([bench_row(c, "run", None) for c in cells], columns=list(BENCH_COLUMNS))
     found = slices.sweep(frame, "heads")
     assert found is not None and set(found.frame["kv_heads"]) == set(found.frame["heads"])
@@ -64,9 +65,9 @@ def test_a_cell_read_from_a_file_gives_the_typed_case_it_timed(tmp_path: Path) -
     read = read_run(path).bench_cells()
     assert [c.attention_case for c in read] == [*windowed, packed]
     assert read[0].attention_case is read[0].attention_case  # built once
-    # the O(g) fit's work is the typed case's: the window's attended pairs, not Tq * Tk
-    (g_fit,) = [f for f in cell_fits(read) if f["axis"] == "g" and "window" in str(f["fixed"])]
-    assert g_fit["n"] == 2 and math.isclose(float(g_fit["coef"]), 1e-9) and float(g_fit["rms_rel"]) < 1e-9
+    # a window sweep's size is the typed window's width (left + right), never parsed from its "left,right" label
+    assert [point_columns(c)["window_width"] for c in read] == [8, 8, None]
+    assert [point_columns(c)["window"] for c in read] == ["8,0", "8,0", None]
 
 
 def test_a_case_that_is_not_a_kernels_attention_case_has_no_typed_case() -> None:

@@ -209,6 +209,7 @@ def _bench_rows(cases: list, timings: dict) -> list[dict]:
             row.update({k: v for k, v in case.to_dict().items() if k in BENCH_COLUMNS})
             row.update(implementation=name, case_id=case.id, mode=mode, status="ok", median=seconds(case),
                        window=None if case.window is None else f"{case.window[0]},{case.window[1]}",
+                       window_width=None if case.window is None else sum(case.window),
                        causal_align="top_left", varlen=None if case.varlen is None else f"{len(case.varlen)} sequences")
             rows.append(row)
     return rows
@@ -248,8 +249,8 @@ def test_window_bench_suite_its_complexity_fit_and_plots(tmp_path) -> None:  # t
 def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
     import pandas as pd
 
-    from harness.analysis.scaling import cell_fits
-    from harness.analysis.sweepfits import complexity_table
+    from harness.analysis.fitrecords import stored_rows
+    from harness.analysis.sweepfits import complexity_table, run_fits
     from harness.bench.sweeps import ragged, sweep_cases
     from harness.report.load import BENCH_COLUMNS
     from harness.results import BenchCell, Status
@@ -267,8 +268,8 @@ def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
     assert {("varlen=16 sequences" in r.sweep) for r in table} == {True, False}  # never merged with plain cells
     cells = [BenchCell(implementation="packed", case=c.to_dict(), case_id=c.id, mode="fwd", status=Status.OK,
                        samples_s=(work_g(c) * 1e-12,) * 3, stats={"median": work_g(c) * 1e-12}) for c, _ in cases]
-    fits = [f for f in cell_fits(cells) if f.get("axis") == "T" and f.get("quantity") == "time"]
-    assert len(fits) == 1 and fits[0]["slope"] == pytest.approx(2.0, abs=0.05)  # proportional lengths: T^2 work
+    fits = [r for r in stored_rows(run_fits(cells)).values() if r.axis == "T" and r.quantity == "time"]
+    assert len(fits) == 1 and fits[0].slope == pytest.approx(2.0, abs=0.05)  # proportional lengths: T^2 work
 
 
 PACKS = [((3, 3), (5, 5)), ((3, 9), (0, 4), (12, 4), (2, 0), (7, 7))]

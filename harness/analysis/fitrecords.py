@@ -25,7 +25,7 @@ from harness.analysis.growth import Relative, Row
 from harness.results.validate import check_record
 
 MODEL = "cost"
-"""The ``model`` of a stored cost-model fit; bench's log-log and O(g) fits beside it in ``fits`` have none."""
+"""The ``model`` of a stored cost-model fit (older files also hold log-log and O(g) fits without one: left out)."""
 DRIFT = "drift"
 """The ``model`` of the stored scatter between a run's cells (:func:`harness.analysis.costmodel.run_scatter`),
 which every time fit's interval reads; keyed by the series it was measured on."""

@@ -42,6 +42,8 @@ def point_columns(cell: BenchCell) -> dict[str, object]:
     row.update(case_columns(case))
     varlen = None if case is None else case.varlen  # how many packed sequences (their lengths grow with T: the sweep's axis)
     row["varlen"] = None if varlen is None else f"{len(varlen)} sequences"
+    window = None if case is None else case.window  # the typed (left, right): its width is the window sweep's size
+    row["window_width"] = None if window is None else window[0] + window[1]
     row.update({"median": stats.median, "iqr": stats.iqr, "min": stats.min, "mean": stats.mean, "stdev": stats.stdev,
                 "iqr_over_median": stats.iqr_over_median, "n": stats.n})  # STAT_COLUMNS
     row.update({"peak_bytes": call_footprint(cell),  # what bench measured: the output and the extra at the peak

@@ -18,8 +18,8 @@ from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fi
 from harness.analysis.scaling import Axis
 
 AXES = {name: "window_width" if name == "window" else axis.size for name, axis in FIT_AXES.items()}
-"""Fit axes and the column each is plotted and fitted against; ``window_width`` (left + right) is derived from
-the ``window`` column."""
+"""Fit axes and the column each is plotted and fitted against; ``window_width`` (left + right) is the typed
+window's width (:func:`harness.analysis.points.point_columns`)."""
 FIXED = ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "device", "causal", "mask", "inputs",
          "layout", "bias", "kind", "mode", "window", "causal_align", "varlen", "cache_seqlens", "page_size",
          "node_kind")
@@ -101,13 +101,12 @@ def _measured(frame: pd.DataFrame, value: str, windowed: bool, packed: bool) -> 
 
 def _on_axis(data: pd.DataFrame | None, axis: Axis, windowed: bool) -> pd.DataFrame | None:
     """The cells that lie on ``axis`` (:meth:`Axis.holds`) with a positive size (a log axis: a size of 0, from
-    a damaged file, is no point); along a window's width, only windowed cells, their width derived."""
+    a damaged file, is no point); along a window's width, only windowed cells."""
     if data is None or data.empty:
         return None
     if axis.name == "window":  # the window's width at fixed T: pairs, and a banded kernel's time, grow as the width
         if not windowed:
             return None
-        data = data.assign(window_width=[sum(int(x) for x in str(w).split(",")) for w in data["window"]])
     if axis.name in ("T", "Tk"):
         data = data[(data["tq"] == data["tk"]) if axis.name == "T" else (data["tq"] < data["tk"])]
     if axis.name == "heads":

@@ -24,7 +24,6 @@ from harness.analysis.fitrecords import StoredFits, drift_record, fit_key, row_r
 from harness.analysis.growth import Relative, Row, memory_theory, relative_growth
 from harness.analysis.points import point_frame
 from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
-from harness.analysis.scaling import cell_fits
 from harness.analysis.slices import AXES, Sweep, sweep
 from harness.results import BenchCell, Cell
 
@@ -214,10 +213,9 @@ def cell_sweep_fits(cells: Iterable[Cell], implementations: Mapping[str, Mapping
 
 def run_fits(cells: Sequence[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
              ) -> list[dict[str, object]]:
-    """Every fit bench stores when a run finishes: the log-log exponents and O(g) coefficients it prints
-    (:func:`harness.analysis.scaling.cell_fits`), then the cost-model fits the report reads
-    (:func:`cell_sweep_fits`, each with ``"model": "cost"``)."""
-    return cell_fits(cells) + cell_sweep_fits(cells, implementations)
+    """Every fit bench stores when a run finishes, and prints: the cost-model fits of its sweeps
+    (:func:`cell_sweep_fits`, each with ``"model": "cost"``), which the report reads; no other model is fitted."""
+    return cell_sweep_fits(cells, implementations)
 
 
 def sorted_rows(fits: list[SweepFit]) -> list[Row]:

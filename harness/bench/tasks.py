@@ -3,7 +3,9 @@
 Each task is sent to its worker by reference (:mod:`harness.runtime.isolation` pickles the function by its
 module and name), so importing this module is the first thing a worker does for the bench: it imports
 :mod:`harness.bench.guard` and :mod:`harness.bench.loop`, which bind the clocks and watch the loop's
-functions before any plugin's source is imported. The parent only submits these tasks
+functions before any plugin's source is imported, and :mod:`harness.bench.audit`, so that a fresh worker's
+warm-up (:func:`warm_up_task`) pays that import, not the first timed task before its clock starts (a gap the
+parent's wall clock would read as a slowed worker clock). The parent only submits these tasks
 (:mod:`harness.bench.cell_timing`, :mod:`harness.bench.roof_readings`, :mod:`harness.bench.distributed`)
 and reads the typed records they send back.
 """
@@ -14,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from harness.bench import guard  # binds the clocks: imported by a worker before any plugin is
+from harness.bench import audit, guard  # guard binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.loop import cuda_loop, timed_loop
 from harness.bench.module_cells import module_memory_task, module_timing_task
@@ -57,8 +59,6 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
                 config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
-    from harness.bench import audit
-
     entered = guard.CLOCK()
     if case.get("kind") == "module":
         return module_timing_task(_implementation(name, source), case, config, threads)

@@ -9,7 +9,7 @@ import math
 import sys
 from pathlib import Path
 
-from harness.analysis.scaling import OVERHEAD_RULE
+from harness.analysis.fitrecords import stored_rows
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
 from harness.report.terminal import fits_table, results_table
 from harness.results import BenchCell, Run, Status
@@ -30,8 +30,8 @@ def present(run: Run, out: Path, as_json: bool) -> int:
     print()
     print(results_table(run))
     _print_skipped(cells)
-    if run.fits:
-        print("\nscaling fits (log-log least squares; " + OVERHEAD_RULE + "):")
+    if stored_rows(run.fits):  # a run whose cells form no sweep stores no fit (at most its drift)
+        print("\nscaling fits (the cost model of each sweep, as the report's complexity table shows it):")
         print(fits_table(run.fits))
     _print_spread(cells)
     print(f"results: {out}")

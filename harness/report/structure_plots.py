@@ -39,7 +39,7 @@ def window_vs_T_plot(bench: pd.DataFrame, out: Path, fits: SweepFit | None = Non
     data = _ok(bench)
     same = {c: s.fixed[c] for c in ("batch", "heads", "kv_heads", "d", "dtype", "device", "mode", "mask")
             if c in s.fixed and c in data.columns}
-    dense = data[data["window"].isna() & (data["causal"].astype(str) == "True") & (data["tq"] == data["tk"])]
+    dense = data[data["window"].isna() & data["causal"].eq(True) & (data["tq"] == data["tk"])]
     for column, value in same.items():
         dense = dense[dense[column] == value]
     if "varlen" in dense.columns:
@@ -79,11 +79,6 @@ def _time_axes(ax: Any, xlabel: str, title: str, title_size: int, legend_size: i
     ax.legend(fontsize=legend_size)
 
 
-def _width(window: Any) -> int:
-    left, right = (int(x) for x in str(window).split(","))
-    return left + right
-
-
 def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
     """Time against the window's width (left + right) at the fixed T with the most widths measured."""
     data = _ok(bench)
@@ -92,7 +87,7 @@ def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
         return None
     keys = ["tq", "batch", "heads", "d", "dtype", "mode", "causal"]
     best = max(data.groupby(keys), key=lambda kv: (kv[1]["window"].nunique(), len(kv[1])))
-    frame = best[1].assign(width=best[1]["window"].map(_width))
+    frame = best[1].assign(width=best[1]["window_width"])  # the typed window's left + right (points.py)
     if frame["width"].nunique() < 2:
         return None
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
@@ -104,7 +99,7 @@ def window_width_plot(bench: pd.DataFrame, out: Path) -> Plot | None:
            "O(window) guide", ":")
     fixed = dict(zip(keys, best[0]))
     label = (f"T={fixed['tq']}, B={fixed['batch']}, H={fixed['heads']}, d={fixed['d']}, {fixed['dtype']}, {fixed['mode']}"
-             + (", causal" if str(fixed["causal"]) == "True" else ""))
+             + (", causal" if bool(fixed["causal"]) else ""))  # the typed case's bool (a window's cells all have one)
     _time_axes(ax, "window width (keys left + right of the diagonal)", _text(f"Time vs window width ({label})"), 10, 8)
     return _save(fig, out, "time_vs_window", "Time vs window width",
                  "Median time against the sliding window's width at one T: a kernel that skips the blocks outside the "

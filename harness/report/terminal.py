@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.analysis.fitrecords import DRIFT, MODEL
+from harness.analysis.fitrecords import stored_rows
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
 from harness.results import BenchCell, Run, Status, VerifyCell
@@ -86,21 +86,18 @@ def _paired_text(cell: BenchCell) -> str:
     return f"{r.ratio:.2f}x [{r.ratio_low or 0.0:.2f}, {r.ratio_high or 0.0:.2f}] {r.reference}"
 
 
-def fits_table(fits: Sequence[Mapping[str, Any]]) -> str:
+def fits_table(fits: Iterable[Mapping[str, Any]] | None) -> str:
+    """The cost-model fits a bench run stored (:mod:`harness.analysis.fitrecords`), one line each, read as typed
+    rows: the fits the report's complexity table shows, not fitted again here."""
     rows = []
-    for f in fits:
-        if f.get("model") in (MODEL, DRIFT):  # the cost-model fits the report reads: its complexity table shows them
+    for row in stored_rows(fits).values():
+        if row.fit is None:
             continue
-        if f["axis"] == "g":
-            rows.append((f["implementation"], f["mode"], "time ~ coef*g", f["fixed"], f"{f['coef'] * 1e9:.4g} ns/g",
-                         f"RMS {100 * f['rms_rel']:.1f}%", f["n"], "-"))
-            continue
-        left_out = ", ".join(f"{int(x)}" for x, _ in f["excluded"]) or "-"
-        quantity = "memory (output + peak extra)" if f["quantity"] == "memory" else f["quantity"]
-        rows.append((f["implementation"], f["mode"], f"{quantity} vs {f['axis']}", f["fixed"],
-                     f"slope {f['slope']:.2f}", f"R2 {f['r2']:.3f}", f["n"], left_out))
-    return format_table(("implementation", "mode", "fit", "fixed", "exponent/coef", "quality", "n",
-                         "left out (overhead)"), rows)
+        quantity = "memory (output + peak extra)" if row.quantity == "memory" else row.quantity
+        theory = "-" if row.theory is None else f"{row.theory:g}"
+        rows.append((row.implementation, f"{quantity} vs {row.axis}", row.sweep, row.fit.describe(), theory,
+                     f"R2 {row.fit.r2:.3f}", row.fit.n))
+    return format_table(("implementation", "fit", "sweep", "exponent [interval]", "theory", "quality", "n"), rows)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench.runner import BenchSettings
+from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import AXES, SUITES
 from harness.bench.timing import TimingConfig
 from harness.case.dtypes import DTYPES

@@ -28,7 +28,7 @@ from harness.bench.admission import admit
 from harness.bench.cell_timing import CellTimer, Measured, Pools
 from harness.bench.judging import judged
 from harness.bench.roof_readings import RoofReadings
-from harness.bench.settings import BenchSettings as BenchSettings  # its home before settings.py
+from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timekeeper import Timekeeper
 from harness.bench.timing import thread_environment

@@ -116,7 +116,6 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     prepare_process()
     pin_threads(threads)
     impl = _implementation(name, source)
-    freeze_imports()  # the measure's own collection then scans this call's objects only
     attention_case = AttentionCase.from_dict(case)
     call = build_call(impl, attention_case, mode)
     return measure(call, impl.backend, attention_case.device)

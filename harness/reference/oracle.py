@@ -108,6 +108,19 @@ def expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
+def grouped_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a`` (B, H, R, x) @ ``b`` (B, Hkv, x, y) where query head h reads kv head h // (H / Hkv), as
+    ``a @ expand_kv(b, H)`` computes it, without repeating ``b``: the H / Hkv query heads of a group are stacked
+    as rows of one product with their kv head. A GQA cache is read once instead of copied H / Hkv times (a
+    decode step's float64 cache copied 4x is hundreds of MB)."""
+    heads, kv_heads = a.shape[1], b.shape[1]
+    if kv_heads == heads or a.dim() != 4 or b.dim() != 4:
+        return torch.matmul(a, b)
+    batch, rows = max(a.shape[0], b.shape[0]), a.shape[2]
+    stacked = a.expand(batch, *a.shape[1:]).reshape(batch, kv_heads, (heads // kv_heads) * rows, a.shape[-1])
+    return torch.matmul(stacked, b).reshape(batch, heads, rows, b.shape[-1])
+
+
 def reference_attention(
     q: Any, k: Any, v: Any, *, causal: bool = False, mask: Any = None,
     scale: float | None = None, bias: Any = None, window: tuple[int, int] | None = None,
@@ -136,10 +149,9 @@ def reference_attention(
     q, k, v = (_as_f64(x) for x in (q, k, v))
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"query heads {q.shape[1]} must be a multiple of kv heads {k.shape[1]}")
-    heads, d = q.shape[1], q.shape[-1]
-    k, v = expand_kv(k, heads), expand_kv(v, heads)
+    d = q.shape[-1]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
+    scores = capped(grouped_matmul(q, k.transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         scores = scores + _as_f64(bias)
     mask_t = None if mask is None else torch.as_tensor(mask)
@@ -253,10 +265,9 @@ def reference_rows(
     allowed = allowed_rows(rows, tq, tk, causal=causal, mask=mask_t, device=q.device, window=window,
                            causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens,
                            key_ranges=key_ranges)
-    heads, d = q.shape[1], q.shape[-1]
-    k, v = expand_kv(k, heads), expand_kv(v, heads)
+    d = q.shape[-1]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    scores = capped(torch.matmul(q[..., rows.to(q.device), :], k.transpose(-1, -2)) * scale, softcap)
+    scores = capped(grouped_matmul(q[..., rows.to(q.device), :], k.transpose(-1, -2)) * scale, softcap)
     if sub_bias is not None:
         scores = scores + sub_bias
     return _masked_softmax_v(scores, None if allowed is None else allowed.expand(scores.shape), v, sinks)
@@ -265,7 +276,7 @@ def reference_rows(
 def _masked_softmax_v(scores: torch.Tensor, allowed: torch.Tensor | None, v: torch.Tensor,
                       sinks: Any = None) -> torch.Tensor:
     if allowed is None and sinks is None:
-        return torch.softmax(scores, dim=-1) @ v
+        return grouped_matmul(torch.softmax(scores, dim=-1), v)
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
     row_max = scores.amax(dim=-1, keepdim=True)
@@ -278,7 +289,7 @@ def _masked_softmax_v(scores: torch.Tensor, allowed: torch.Tensor | None, v: tor
     if sink is not None:
         total = total + torch.exp(sink - row_max)  # the sink's share of the denominator; it carries no value
     weights = weights / torch.where(total > 0, total, torch.ones_like(total))
-    return weights @ v
+    return grouped_matmul(weights, v)
 
 
 def _as_f64(x: Any) -> torch.Tensor:

@@ -59,7 +59,7 @@ from typing import Any
 import torch
 
 from harness.case.dtypes import TABLE
-from harness.reference.oracle import allowed_keys, allowed_rows, capped, expand_kv
+from harness.reference.oracle import allowed_keys, allowed_rows, capped, grouped_matmul
 
 OUTPUT_M = 2.0
 GRAD_M = 3.0
@@ -107,15 +107,14 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     """The textbook formula in the inputs' own dtype: the error yardstick (no upcast anywhere).
     ``rows`` (query indices) computes those rows only, (B, H, len(rows), d), at O(rows x Tk) cost: the
     baseline beside :func:`harness.reference.oracle.reference_rows` when a large case is checked on sampled rows."""
-    heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
+    tq, d = q.shape[-2], q.shape[-1]
     tk = k.shape[-2]
-    k, v = expand_kv(k, heads), expand_kv(v, heads)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     if rows is not None:
         rows = rows.to(device=q.device, dtype=torch.long)
         q = q[..., rows, :]
         bias = None if bias is None else bias.expand(*bias.shape[:-2], tq, tk)[..., rows, :]
-    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
+    scores = capped(grouped_matmul(q, k.transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         scores = scores + bias.to(scores.dtype)
     where = dict(causal=causal, mask=mask, device=q.device, window=window, causal_align=causal_align, varlen=varlen,
@@ -125,12 +124,12 @@ def baseline_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
         scores = scores.masked_fill(~allowed.expand(scores.shape), float("-inf"))
     if sinks is not None:  # gpt-oss: the sink joins the softmax as one more column, dropped before V
         column = sinks.to(scores.dtype).reshape(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
-        return torch.matmul(torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1], v)
+        return grouped_matmul(torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1], v)
     if allowed is None:
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
+        return grouped_matmul(torch.softmax(scores, dim=-1), v)
     weights = torch.softmax(scores, dim=-1)
     weights = torch.where(allowed.expand(scores.shape).any(-1, keepdim=True), weights, torch.zeros((), dtype=weights.dtype))
-    return torch.matmul(weights, v)
+    return grouped_matmul(weights, v)
 
 
 def baseline_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch.Tensor, *, causal: bool = False,
@@ -146,11 +145,11 @@ def baseline_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: torch
                  cache_seqlens=cache_seqlens, key_ranges=key_ranges)
     base = baseline_attention(q, k, v, scale=scale, bias=bias, rows=rows, sinks=sinks, softcap=softcap,
                               **where)  # type: ignore[arg-type]
-    heads, tq, d = q.shape[1], q.shape[-2], q.shape[-1]
+    tq, d = q.shape[-2], q.shape[-1]
     rows = torch.as_tensor(rows, dtype=torch.long).to(q.device)
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
-    logits = capped(torch.matmul(q[..., rows, :].to(torch.float64),
-                                 expand_kv(k, heads).to(torch.float64).transpose(-1, -2)) * scale, softcap)
+    logits = capped(grouped_matmul(q[..., rows, :].to(torch.float64),
+                                   k.to(torch.float64).transpose(-1, -2)) * scale, softcap)
     if bias is not None:
         logits = logits + bias.expand(*bias.shape[:-2], tq, k.shape[-2])[..., rows, :].to(torch.float64)
     allowed = allowed_rows(rows, tq, k.shape[-2], device=q.device, **where)  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from harness.analysis.points import CASE_COLUMNS, STAT_COLUMNS, case_columns, po
 from harness.errors import UsageError
 from harness.report.sources import Source, load_run, source_of
 from harness.results import Bandwidth, BandwidthKey, BenchCell, Coverage, Memory, Peak, PeakKey, VerifyCell
+from harness.results.fitcells import live_positions
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -181,9 +182,11 @@ def load(paths: Iterable[Path]) -> Results:
                                         "T": cell.metrics.get("T", cell.case.tk), "status": cell.status.value,
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
                                         "base_err": cell.metrics.get("base_err")})
+    # one complete file's fits name its cells: taken as they are while those cells are its live ones
+    live = live_positions(run.cells) if len(paths) == 1 and kind == "attnbench" and run.complete else None
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
                    coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
-                   stored_fits=stored_fits(fit_records))
+                   stored_fits=stored_fits(fit_records, live))

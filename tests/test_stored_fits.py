@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_data import write_bench_run
+from test_report_data import write_bench_run, write_verify_run
 
 from harness.analysis.fitrecords import DRIFT, MODEL, stored_fits, stored_rows
 from harness.analysis.points import point_frame
@@ -235,3 +235,13 @@ def test_an_incomplete_file_s_fits_are_read_by_key(stored: tuple[Path, dict[str,
         rows = analyse(load([_write(tmp_path / f"{name}.json", variant)]), "torch_sdpa").rows
         assert rows and all(r.slope == PLANTED for r in rows)
         assert stored_fits(variant["fits"]).as_is is None
+
+
+def test_a_verify_file_beside_the_bench_file_leaves_its_fits_as_stored(stored: tuple[Path, dict[str, Any]],
+                                                                        tmp_path: Path) -> None:
+    """`attnbench run` reports its verify and bench files together: the bench cells are still one complete file's."""
+    _, data = stored
+    verify = write_verify_run(tmp_path / "verify.json")
+    results = load([verify, _write(tmp_path / "planted.json", _planted(data))])
+    assert results.stored_fits.as_is is not None
+    assert all(r.slope == PLANTED for r in analyse(results, "torch_sdpa").rows)

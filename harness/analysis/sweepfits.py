@@ -226,6 +226,8 @@ def _as_stored(bench: pd.DataFrame, stored: StoredFits) -> list[SweepFit]:
             continue
         named = {(c.key.implementation, c.key.case_id, c.key.variant or "fwd") for f in fits for c in f.cells}
         frame = bench[[k in named for k in keys]]
+        if frame.empty:  # not in the frame (cells the caller left out): nothing to draw, nor a sweep
+            continue
         s = named_sweep(frame, plan.axis, windowed=plan.windowed, packed=plan.packed)
         out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(f.row for f in fits),
                             tuple(f.key for f in fits), stored.drift, stored.drift_key, tuple(f.cells for f in fits)))

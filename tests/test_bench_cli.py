@@ -80,6 +80,8 @@ def test_the_report_reads_every_fit_bench_stored(run_file: Path) -> None:
     keys = [key for f in fits for key in f.keys]
     assert keys and all(key in results.stored_fits.rows for key in keys)
     assert fits[0].drift_key in results.stored_fits.drifts
+    stored = results.stored_fits.as_is  # one complete file: its fits, naming its live cells, are taken as they are
+    assert stored is not None and [f.row for f in stored] == [row for f in fits for row in f.rows]
 
 
 def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:

@@ -121,3 +121,23 @@ def test_cases_are_grouped_smallest_work_first() -> None:
     groups = case_groups(cells)
     assert [[c.implementation for c in g] for g in groups] == [["a"], ["a", "b"]]
     assert groups[0][0].case == CASE
+
+
+def test_a_resumed_files_typed_cells_feed_the_budget_as_measured_ones_do(tmp_path: Path) -> None:
+    """The budget reads a resumed file's typed cells as they are (no planned cell rebuilt from them): an ok cell
+    predicts its implementation's next size as the same cell measured in this run would; others feed nothing."""
+    settings = BenchSettings(memory_budget_bytes=2.0**30)
+    done = judged(Measured(CELL, Outcome(OK, value=_timed((1e-3, 2e-3)))), _roofs())
+    failed = judged(Measured(PlannedCell("impl_b", CASE, "fwd"), Outcome("timeout", error="300 s")), _roofs())
+    bigger = PlannedCell("impl_a", AttentionCase(batch=1, heads=2, tq=128, d=16), "fwd")
+    writer = ResultWriter(tmp_path / "run.json", "bench", settings.to_config())
+    try:
+        resumed = BenchRunner(settings, writer, Registry(), replace(writer.run, cells=(done, failed)))
+        fresh = BenchRunner(settings, writer, Registry(), writer.run)
+        fresh.judge(Measured(CELL, Outcome(OK, value=_timed((1e-3, 2e-3)))))
+        assert resumed.budget.history == fresh.budget.history and len(resumed.budget.history) == 1
+        assert resumed.budget.predict(bigger, None) == fresh.budget.predict(bigger, None)
+        assert resumed.budget.predict(PlannedCell("impl_b", CASE, "fwd"), None)[2] == \
+            fresh.budget.predict(PlannedCell("impl_b", CASE, "fwd"), None)[2]
+    finally:
+        writer.close()

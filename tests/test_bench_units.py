@@ -123,12 +123,12 @@ def test_budget_skips_cells_predicted_too_big_and_says_why() -> None:
     budget = Budget(memory_bytes=2**30, cell_seconds=10.0)
     small = PlannedCell("naive", AttentionCase(heads=8, tq=512, d=64), "fwd")
     assert budget.check(small, peak_gflops=100.0) is None
-    budget.record(small, median_s=0.01, extra_bytes=3 * 8 * 512 * 512 * 4)  # dense: grows as T^2
+    budget.record(small.implementation, small.case, small.mode, median_s=0.01, extra_bytes=3 * 8 * 512 * 512 * 4)  # dense: grows as T^2
     big = PlannedCell("naive", AttentionCase(heads=8, tq=8192, d=64), "fwd")
     reason = budget.check(big, peak_gflops=100.0)
     assert reason is not None and "memory budget" in reason and "GiB" in reason
     slow = Budget(memory_bytes=2**40, cell_seconds=10.0)
-    slow.record(small, median_s=0.01, extra_bytes=None)
+    slow.record(small.implementation, small.case, small.mode, median_s=0.01, extra_bytes=None)
     reason = slow.check(big, peak_gflops=100.0)
     assert reason is not None and "time budget" in reason
 
@@ -138,7 +138,8 @@ def test_predictions_are_calibrated_from_what_this_run_measured() -> None:
     budget = Budget(memory_bytes=2**40, cell_seconds=20.0)
     measured = PlannedCell("tiled", AttentionCase(heads=8, tq=4096, d=64), "fwd")
     true_rate = 160e9
-    budget.record(measured, median_s=attention_flops(measured.case, "fwd") / true_rate, extra_bytes=None)
+    budget.record(measured.implementation, measured.case, measured.mode,
+                  median_s=attention_flops(measured.case, "fwd") / true_rate, extra_bytes=None)
     for causal in (False, True):
         for mode in ("fwd", "fwd+bwd"):
             cell = PlannedCell("tiled", AttentionCase(heads=8, tq=4096, d=64, causal=causal), mode)

@@ -12,6 +12,7 @@ import pytest
 from test_report_data import bench_cases, write_bench_run, write_verify_run
 
 from harness.analysis.paired import RunNoise, decide_runs, noise_allowance
+from harness.analysis.stats import summarize
 from harness.cli import main
 from harness.errors import UsageError
 from harness.report.compare import (
@@ -31,8 +32,10 @@ KEY = ("impl", "B1-H1-T16-d16-float32", "fwd")
 
 
 def cell(samples: Sequence[float], status: str = "ok", load: float | None = None, unit: str | None = None) -> BenchCell:
+    """A cell as every writer (bench, ab) and reader (pytest-benchmark) gives it: with the stats of its samples."""
     return BenchCell(implementation=KEY[0], case={}, case_id=KEY[1], mode=KEY[2], status=status,
-                     samples_s=tuple(samples), load_average=load, sample_unit=unit)
+                     samples_s=tuple(samples), stats=summarize(samples) if samples else None, load_average=load,
+                     sample_unit=unit)
 
 
 @pytest.fixture(scope="module")

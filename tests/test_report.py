@@ -187,6 +187,26 @@ def test_report_reads_pytest_benchmark_json(tmp_path: Path) -> None:
     assert set(report.speedup[report.speedup["implementation"] == "numpy_naive"]["speedup"].round(3)) == {0.25}
 
 
+def test_a_pytest_benchmark_cell_arrives_with_its_stats(tmp_path: Path) -> None:
+    """Benchmarks saved with their data but no summary are summarised by the reader, once: the typed cell carries
+    the stats every consumer (tables, noise count, compare) reads; one with a summary keeps it as stored."""
+    from harness.analysis.stats import summarize
+    from harness.report.load import load
+    from harness.report.sources import load_run
+
+    data = [3e-3, 1e-3, 2e-3, 4e-3, 2.5e-3]
+    benchmarks = [{"name": "test_fwd[bare]", "param": "bare", "extra_info": {"implementation": "bare"},
+                   "stats": {"data": data}},
+                  {"name": "test_fwd[kept]", "param": "kept", "extra_info": {"implementation": "kept"},
+                   "stats": {"median": 7.0, "iqr": 0.7, "rounds": 5, "data": data}}]
+    path = tmp_path / "pytest-bench.json"
+    path.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": benchmarks}))
+    bare, kept = load_run(path)[1].bench_cells()
+    assert bare.stats == summarize(data) and bare.stats is not None and bare.stats.median == 2.5e-3
+    assert kept.stats is not None and kept.stats.median == 7.0 and kept.stats.iqr_over_median == pytest.approx(0.1)
+    assert list(load([path]).bench.sort_values("implementation")["median"]) == [2.5e-3, 7.0]
+
+
 def test_bad_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "x.json").write_text('{"hello": 1}')
     assert main(["report", str(tmp_path / "x.json"), "--out", str(tmp_path / "o")]) == 2

@@ -1,9 +1,9 @@
 """The report reads the cost-model fits bench stored and fits only what no file stored.
 
-Bench stores each fit under a key of everything it was fitted from (harness.analysis.fitrecords); the report
-finds the same sweeps, computes the same keys and takes the stored fit where one matches. A stored fit whose
-exponent was altered shows in the report exactly when its inputs are those of the file's cells, which tells
-a read fit from a refit without looking inside either.
+Bench stores each fit naming the cells it was fitted from, under a key of everything it read
+(harness.analysis.fitrecords); the report of one complete file takes the fits as they are; otherwise it finds
+the sweeps, computes the keys and takes the stored fit where one matches. A stored fit whose exponent was
+altered shows in the report exactly when it was read, which tells a read fit from a refit.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_report_data import write_bench_run
+from test_report_data import write_bench_run, write_verify_run
 
 from harness.analysis.fitrecords import DRIFT, MODEL, stored_fits, stored_rows
 from harness.analysis.points import point_frame
@@ -76,8 +76,7 @@ def test_a_report_from_stored_fits_equals_one_that_fits(stored: tuple[Path, dict
 
 
 def test_the_report_reads_the_stored_drift(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
-    """The run's drift between cells is read too: another stored value is the one every time fit then reads
-    (and, as the fits' keys include it, the stored fits, made with the drift bench measured, are not used)."""
+    """The run's drift between cells is read too: one complete file's stored value is the one its fits show."""
     _, data = stored
     planted = _planted(data)
     (record,) = [r for r in planted["fits"] if r.get("model") == DRIFT]
@@ -85,8 +84,29 @@ def test_the_report_reads_the_stored_drift(stored: tuple[Path, dict[str, Any]], 
     record["drift"] = 0.25
     fits = analyse(load([_write(tmp_path / "drift.json", planted)]), "torch_sdpa").fits
     assert fits and all(f.drift == 0.25 for f in fits)
+    assert all(r.slope == PLANTED for f in fits for r in f.rows)  # taken as stored
+
+
+def test_the_drift_a_refit_reads_is_the_stored_one_only_for_its_series(stored: tuple[Path, dict[str, Any]],
+                                                                       tmp_path: Path) -> None:
+    """Where the sweeps are found again (fits that name no cells, as older files store them), a stored drift is
+    read only under the key of its series, and the fits, made with the drift bench measured, are not used."""
+    _, data = stored
+    planted = _unnamed(_planted(data))
+    (record,) = [r for r in planted["fits"] if r.get("model") == DRIFT]
+    record["drift"] = 0.25
+    fits = analyse(load([_write(tmp_path / "drift.json", planted)]), "torch_sdpa").fits
+    assert fits and all(f.drift == 0.25 for f in fits)
     assert all(r.slope != PLANTED for f in fits for r in f.rows if r.quantity == "time")
     assert all(r.slope == PLANTED for f in fits for r in f.rows if r.quantity == "memory")  # no drift in memory fits
+
+
+def _unnamed(data: dict[str, Any]) -> dict[str, Any]:
+    """The same file as a bench that named no fitted cells stored it."""
+    data = copy.deepcopy(data)
+    for record in data["fits"]:
+        record.pop("cells", None)
+    return data
 
 
 def test_the_report_reads_the_stored_fit(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
@@ -98,8 +118,9 @@ def test_the_report_reads_the_stored_fit(stored: tuple[Path, dict[str, Any]], tm
 def test_a_sweep_whose_cells_changed_is_fitted_again(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     _, data = stored
     changed = _planted(data)
-    cell = next(c for c in changed["cells"] if c["implementation"] == "tiled" and c["case"]["tq"] == 2048)
-    cell["stats"]["median"] *= 1.5  # one size of tiled's T sweep: its fit's inputs are no longer those stored
+    cell = copy.deepcopy(next(c for c in changed["cells"] if c["implementation"] == "tiled" and c["case"]["tq"] == 2048))
+    cell["stats"]["median"] *= 1.5  # one size of tiled's T sweep measured again: a later cell of the same key
+    changed["cells"].append(cell)
     rows = {(r.implementation, r.axis, r.quantity): r for r in analyse(load([_write(tmp_path / "c.json", changed)]),
                                                                        "torch_sdpa").rows}
     assert rows[("tiled", "T", "time")].slope != PLANTED  # refitted
@@ -152,3 +173,75 @@ def test_a_cell_measured_again_counts_once(tmp_path: Path) -> None:
     assert analyse(results, "torch_sdpa").noise.timed == len(ok) == len(load([first]).bench.query("status == 'ok'"))
     assert [(c.implementation, c.case_id) for c in results.bench_cells] == list(zip(results.bench["implementation"],
                                                                                   results.bench["case_id"]))
+
+
+def test_one_complete_file_s_fits_are_taken_without_finding_a_sweep(stored: tuple[Path, dict[str, Any]],
+                                                                     tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each stored fit names the cells it was fitted from: the report takes it as it is (a fit no refit gives),
+    with the sweep made of those cells, and neither looks for a sweep nor computes a key."""
+    import harness.analysis.fitrecords as fitrecords
+    import harness.analysis.sweepfits as sweepfits
+
+    path, data = stored
+    refit = analyse(load([path]), "torch_sdpa").fits
+    results = load([_write(tmp_path / "planted.json", _planted(data))])
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a sweep was looked for or a fit keyed")
+
+    monkeypatch.setattr(sweepfits, "sweep", forbidden)
+    monkeypatch.setattr(sweepfits, "fit_key", forbidden)
+    monkeypatch.setattr(fitrecords, "fit_key", forbidden)
+    fits = analyse(results, "torch_sdpa").fits
+    assert [f.name for f in fits] == [f.name for f in refit]
+    assert all(r.slope == PLANTED for f in fits for r in f.rows)
+    for read, made in zip(fits, refit, strict=True):  # the same points: the plots draw what the fits read
+        assert read.sweep.label == made.sweep.label and read.sweep.fixed == made.sweep.fixed
+        assert list(read.sweep.frame["case_id"]) == list(made.sweep.frame["case_id"])
+        assert all(read.cells) and not any(made.cells)  # a refit of the report knows no places in a file
+
+
+def test_a_stored_fit_names_its_cells_by_key_and_place(stored: tuple[Path, dict[str, Any]]) -> None:
+    _, data = stored
+    cells = data["cells"]
+    named = [c for r in data["fits"] if r.get("model") == MODEL for c in r["cells"]]
+    assert named
+    for c in named:
+        cell = cells[c["position"]]
+        assert (cell["implementation"], cell["case_id"], cell["mode"]) == (c["implementation"], c["case_id"], c["mode"])
+
+
+def test_a_file_whose_named_cell_is_gone_is_fitted_again(stored: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    """A cell a fit names that the file no longer holds at its place: the sweeps are found again; the fits of
+    the sweeps it was in are made afresh, the others read by the key of their inputs."""
+    _, data = stored
+    changed = _planted(data)
+    gone = next(i for i, c in enumerate(changed["cells"])
+                if c["implementation"] == "tiled" and c["case"]["tq"] == 2048 and c.get("mode", "fwd") == "fwd")
+    del changed["cells"][gone]
+    rows = {(r.implementation, r.axis, r.quantity): r for r in analyse(load([_write(tmp_path / "g.json", changed)]),
+                                                                       "torch_sdpa").rows}
+    assert rows[("tiled", "T", "time")].slope != PLANTED
+    assert rows[("tiled", "d", "time")].slope != PLANTED  # every later cell moved: no fit is taken as it is
+    assert any(r.slope == PLANTED for r in rows.values())  # ... but those whose inputs are the same are read by key
+
+
+def test_an_incomplete_file_s_fits_are_read_by_key(stored: tuple[Path, dict[str, Any]], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fits that name no cells (older files) or of an unfinished run: the sweeps are found, the fits read by key."""
+    _, data = stored
+    for name, variant in (("older", _unnamed(_planted(data))), ("unfinished", {**_planted(data), "complete": False})):
+        rows = analyse(load([_write(tmp_path / f"{name}.json", variant)]), "torch_sdpa").rows
+        assert rows and all(r.slope == PLANTED for r in rows)
+        assert stored_fits(variant["fits"]).as_is is None
+
+
+def test_a_verify_file_beside_the_bench_file_leaves_its_fits_as_stored(stored: tuple[Path, dict[str, Any]],
+                                                                        tmp_path: Path) -> None:
+    """`attnbench run` reports its verify and bench files together: the bench cells are still one complete file's."""
+    _, data = stored
+    verify = write_verify_run(tmp_path / "verify.json")
+    results = load([verify, _write(tmp_path / "planted.json", _planted(data))])
+    assert results.stored_fits.as_is is not None
+    assert all(r.slope == PLANTED for r in analyse(results, "torch_sdpa").rows)

@@ -1,9 +1,11 @@
 """Cost-model fits as records of a result file's ``fits``, each under the key of everything it was fitted from.
 
 Bench fits the sweeps of its own cells when a run finishes (:func:`harness.analysis.sweepfits.cell_sweep_fits`)
-and stores each fit as a record here; the report finds the same sweeps in the file, computes the same key
-for each implementation's points, and takes the stored fit where the key matches, fitting only the rest
-(a file from before fits were stored, several files combined, a sweep that gained a cell). The key covers
+and stores each fit as a record here, naming the cells it was fitted from (:mod:`harness.results.fitcells`).
+A report of one complete file whose fits all name its live cells takes them as they are (:attr:`StoredFits.as_is`).
+Otherwise (several files combined, an unfinished run, a cell measured again, a file from before fits named
+cells) it finds the sweeps, computes the same key for each implementation's points, and takes the stored fit
+where the key matches, fitting only the rest. The key covers
 every input of the fit: the sweep, the sizes, the values, the raw samples behind them, the theory, the
 run's drift and the ratios to a reference, so a stored fit is reused only where a refit would read the same
 numbers and give the same fit.
@@ -22,6 +24,8 @@ from typing import Any
 
 from harness.analysis.costmodel import CostFit
 from harness.analysis.growth import Relative, Row
+from harness.results import CellKey
+from harness.results.fitcells import FittedCell, fitted_cells, still_live
 from harness.results.validate import check_record
 
 MODEL = "cost"
@@ -32,11 +36,29 @@ which every time fit's interval reads; keyed by the series it was measured on.""
 
 
 @dataclass(frozen=True)
+class NamedFit:
+    """A stored fit as it is: its sweep (:data:`harness.analysis.sweepfits.SWEEPS`), key, row and the cells it
+    was fitted from."""
+
+    sweep: str
+    key: str
+    row: Row
+    cells: tuple[FittedCell, ...]
+
+
+@dataclass(frozen=True)
 class StoredFits:
     """What the result files stored, by key: each cost-model fit, and each run's drift between cells."""
 
     rows: Mapping[str, Row] = field(default_factory=dict)
     drifts: Mapping[str, float] = field(default_factory=dict)
+    as_is: tuple[NamedFit, ...] | None = None
+    """One complete file's fits, in the order stored, when every one names cells that are still the file's live
+    ones (:func:`harness.results.fitcells.still_live`): the report takes them as they are, finding no sweep;
+    None otherwise (older or combined files, a cell measured again), and the sweeps are found and keyed."""
+    drift: float | None = None
+    drift_key: str = ""
+    """That file's drift between cells and its key (with :attr:`as_is`)."""
 
 
 def fit_key(inputs: object) -> str:
@@ -45,14 +67,17 @@ def fit_key(inputs: object) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def row_record(sweep: str, key: str, row: Row) -> dict[str, Any] | None:
-    """``row`` as a ``fits`` record (None when a number in it is not finite: strict JSON would write it null,
-    and the fit read back would differ from the one made, so the report fits it again instead)."""
+def row_record(sweep: str, key: str, row: Row, cells: Iterable[FittedCell] = ()) -> dict[str, Any] | None:
+    """``row`` as a ``fits`` record naming the ``cells`` it was fitted from (None when a number in it is not
+    finite: strict JSON would write it null, and the fit read back would differ from the one made, so the
+    report fits it again instead)."""
     fields = _plain(dataclasses.asdict(row))
     if not _finite(fields):
         return None
-    return {"model": MODEL, "key": key, "sweep": sweep, "implementation": row.implementation,
-            "quantity": row.quantity, "axis": row.axis, "row": fields}
+    record = {"model": MODEL, "key": key, "sweep": sweep, "implementation": row.implementation,
+              "quantity": row.quantity, "axis": row.axis, "row": fields}
+    named = [cell.to_json() for cell in cells]
+    return {**record, "cells": named} if named else record
 
 
 def drift_record(key: str, drift: float) -> dict[str, Any] | None:
@@ -60,21 +85,34 @@ def drift_record(key: str, drift: float) -> dict[str, Any] | None:
     return {"model": DRIFT, "key": key, "drift": float(drift)} if math.isfinite(drift) else None
 
 
-def stored_fits(fits: Iterable[Mapping[str, Any]] | None) -> StoredFits:
-    """The stored cost-model fits and drifts by key; a record that does not read as one is left out (fitted again)."""
+def stored_fits(fits: Iterable[Mapping[str, Any]] | None, live: Mapping[CellKey, int] | None = None) -> StoredFits:
+    """The stored cost-model fits and drifts by key; a record that does not read as one is left out (fitted again).
+    ``live``: the live cells of the one complete file these fits come from (:func:`harness.results.fitcells.
+    live_positions`; None for several files): where every fit names cells still live, the fits are taken as is."""
     rows: dict[str, Row] = {}
     drifts: dict[str, float] = {}
+    named: list[NamedFit] | None = [] if live is not None else None
     for record in fits or ():
         if not isinstance(record, Mapping) or record.get("model") not in (MODEL, DRIFT):
             continue
         try:
             if record["model"] == MODEL:
-                rows[str(record["key"])] = _row(record["row"])
+                row = rows[str(record["key"])] = _row(record["row"])
+                cells = fitted_cells(record)
+                if named is not None and cells is not None and live is not None and still_live(cells, live):
+                    named.append(NamedFit(str(record["sweep"]), str(record["key"]), row, cells))
+                else:
+                    named = None
             elif isinstance(record["drift"], (int, float)) and not isinstance(record["drift"], bool):
                 drifts[str(record["key"])] = float(record["drift"])
         except (KeyError, TypeError, ValueError):
+            named = None  # a damaged record: its sweep is found and fitted again
             continue
-    return StoredFits(rows, drifts)
+    as_is = tuple(named) if named else None
+    drift_key, drift = next(iter(drifts.items()), ("", None)) if as_is is not None and len(drifts) == 1 else ("", None)
+    if as_is is not None and len(drifts) > 1:
+        as_is = None  # one file has one drift
+    return StoredFits(rows, drifts, as_is, drift, drift_key)
 
 
 def stored_rows(fits: Iterable[Mapping[str, Any]] | None) -> Mapping[str, Row]:

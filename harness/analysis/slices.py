@@ -81,7 +81,15 @@ def sweep(frame: pd.DataFrame, axis: str, value: str = "median", windowed: bool 
     best = _largest_slice(data, keys, column)
     if best is None:
         return None
-    group = data[keys == best].sort_values(["implementation", column])
+    return named_sweep(data[keys == best], axis, windowed=windowed, packed=packed)
+
+
+def named_sweep(frame: pd.DataFrame, axis: str, windowed: bool = False, packed: bool = False) -> Sweep:
+    """The sweep along ``axis`` made of exactly the cells of ``frame`` (found by :func:`sweep`, or named by the
+    fits a file stored): its points in order and what it holds fixed, read off its first cell."""
+    column = AXES[axis]
+    fixed = [c for c in FIXED if c != column and c not in FIT_AXES[axis].fields and c in frame.columns]
+    group = frame.sort_values(["implementation", column])
     first = group.iloc[0]
     return Sweep(axis=axis, column=column, fixed={c: first[c] for c in fixed}, frame=group, windowed=windowed,
                  packed=packed)

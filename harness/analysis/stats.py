@@ -11,7 +11,6 @@ import math
 import statistics
 from collections.abc import Sequence
 
-from harness.results.cells import BenchCell
 from harness.results.records import Stats
 
 NOISY_IQR_OVER_MEDIAN = 0.10
@@ -70,11 +69,3 @@ def median_interval(xs: Sequence[float], confidence: float = PAIRED_CONFIDENCE) 
         k += 1
     coverage = 1 - 2 * float(binom.cdf(k - 1, n, 0.5))
     return quantile(values, 0.5), values[k - 1], values[n - k], coverage
-
-
-def cell_stats(cell: BenchCell) -> Stats:
-    """The cell's stored statistics; summarised from its samples when the file kept only those (pytest-benchmark)."""
-    stats = cell.stats or Stats()
-    if cell.samples_s and stats.median is None:
-        stats = summarize(cell.samples_s)
-    return stats

@@ -58,10 +58,10 @@ class BenchRunner:
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,  # the session's: resolved
                              settings.timing.min_samples, settings.timing.warmup_s)
-        for done in start.cells:  # a resumed run predicts from what it measured before
-            case = done.case.typed if isinstance(done, BenchCell) else None
-            if isinstance(done, BenchCell) and done.status == Status.OK and done.median and case:
-                self.budget.record(PlannedCell(done.implementation, case, done.mode),  # type: ignore[arg-type]
+        for done in start.bench_cells():  # a resumed run predicts from what it measured before: its typed cells
+            case = done.case.typed  # a kernel's AttentionCase or a module's ModuleCase: both read as the budget reads
+            if done.status == Status.OK and done.median and case is not None:
+                self.budget.record(done.implementation, case, done.mode,  # type: ignore[arg-type]
                                    done.median, done.peak_extra_bytes)
         self.roofs = RoofReadings(start.peaks, start.bandwidth, settings.timing, settings.threads, writer.set)
 
@@ -110,7 +110,9 @@ class BenchRunner:
         """The cell's record from what was measured (here or on a node); an ``ok`` cell feeds the budget."""
         cell = judged(measured, self.roofs)
         if cell.status == Status.OK:
-            self.budget.record(measured.cell, cell.median or 0.0, cell.peak_extra_bytes)
+            planned = measured.cell
+            self.budget.record(planned.implementation, planned.case, planned.mode, cell.median or 0.0,
+                               cell.peak_extra_bytes)
         return cell
 
     def write(self, cell: BenchCell) -> None:

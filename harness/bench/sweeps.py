@@ -281,12 +281,15 @@ class Budget:
     """implementation (``name/decode`` for decode steps) -> FLOP/s achieved by each cell measured so far (any mode,
     dtype, causality)."""
 
-    def record(self, cell: PlannedCell, median_s: float, extra_bytes: float | None) -> None:
+    def record(self, implementation: str, case: AttentionCase, mode: str, median_s: float,
+               extra_bytes: float | None) -> None:
+        """A cell measured: ``implementation`` timed ``case`` in ``mode`` (a planned cell's, or a resumed file's
+        typed cell's) at ``median_s``, with ``extra_bytes`` at its peak."""
         if median_s > 0:
-            self.rates.setdefault(_rate_key(cell), []).append(attention_flops(cell.case, cell.mode) / median_s)
-        key = _history_key(cell.implementation, cell.mode, cell.case)
+            self.rates.setdefault(_rate_key(implementation, case), []).append(attention_flops(case, mode) / median_s)
+        key = _history_key(implementation, mode, case)
         self.history.setdefault(key, []).append(
-            (float(work_g(cell.case) * (3.5 if cell.mode != "fwd" else 1.0)), median_s,
+            (float(work_g(case) * (3.5 if mode != "fwd" else 1.0)), median_s,
              float(extra_bytes) if extra_bytes is not None else math.nan))
 
     def predict(self, cell: PlannedCell, peak_gflops: float | None) -> tuple[float, float, str]:
@@ -296,7 +299,7 @@ class Budget:
         history = self.history.get(_history_key(cell.implementation, mode, case), [])
         dense_extra = 3.0 * score_elements(case) * max(4, itemsize(case.dtype)) * (1 if mode == "fwd" else 3)
         if not history:
-            rate, how = self._calibrated_rate(_rate_key(cell), peak_gflops)
+            rate, how = self._calibrated_rate(_rate_key(cell.implementation, cell.case), peak_gflops)
             return attention_flops(case, mode) / rate, io_bytes(case, mode) + dense_extra, how
         g0, t0, _ = max(history)
         t_slope = _slope([(h[0], h[1]) for h in history], low=1.0, high=1.5)
@@ -345,8 +348,8 @@ def _history_key(implementation: str, mode: str, case: AttentionCase) -> tuple[A
     return (implementation, mode, case.dtype, case.causal, case.structures, case.tq < case.tk)
 
 
-def _rate_key(cell: PlannedCell) -> str:
-    return cell.implementation + ("/decode" if cell.case.tq < cell.case.tk else "")
+def _rate_key(implementation: str, case: AttentionCase) -> str:
+    return implementation + ("/decode" if case.tq < case.tk else "")
 
 
 def _slope(points: list[tuple[float, float]], low: float, high: float) -> float:

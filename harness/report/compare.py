@@ -21,11 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
-from harness.analysis.stats import cell_stats
 from harness.errors import UsageError
 from harness.report.compare_inputs import check_inputs
 from harness.report.sources import load_run
-from harness.results import BenchCell, Run, Status, node_kind
+from harness.results import BenchCell, Run, Stats, Status, node_kind
 from harness.runtime.cluster.node import kind_of
 
 DEFAULT_THRESHOLD = 0.25
@@ -127,18 +126,13 @@ class Comparison:
 
 
 def _timing(cell: BenchCell) -> tuple[list[float], float | None, float | None]:
-    """The cell's samples, median and IQR/median (from its stats, else its samples)."""
+    """The cell's samples, median and IQR/median, from its stats (every typed cell arrives with them: a
+    pytest-benchmark file's are summarised by its reader)."""
     samples = [float(x) for x in cell.samples_s]
-    stats = cell_stats(cell)
+    stats = cell.stats or Stats()
     if stats.median is None:
         return samples, None, None
     spread = stats.iqr_over_median
-    if spread is None and stats.iqr is not None and stats.median:
-        spread = stats.iqr / stats.median
-    if spread is None and len(samples) > 1:  # stats stored without their spread: the samples have it
-        from harness.analysis.stats import summarize
-
-        spread = summarize(samples).iqr_over_median
     return samples, float(stats.median), None if spread is None else float(spread)
 
 

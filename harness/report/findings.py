@@ -16,12 +16,12 @@ import pandas as pd
 
 from harness.analysis.growth import Row
 from harness.analysis.slices import Sweep, sweep
-from harness.analysis.stats import cell_stats, is_noisy
+from harness.analysis.stats import is_noisy
 from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
 from harness.report import tables
 from harness.report.headline import Line, headline
 from harness.report.load import Results
-from harness.results import BenchCell, Status
+from harness.results import BenchCell, Stats, Status
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.
 
 def _noise(cells: tuple[BenchCell, ...]) -> Noise:
     """Of the ok bench cells, those whose IQR/median is at least 10% (read from the typed cells' statistics)."""
-    ok = [cell_stats(c) for c in cells if c.status == Status.OK]
+    ok = [c.stats or Stats() for c in cells if c.status == Status.OK]
     return Noise(sum(is_noisy(stats) for stats in ok), len(ok))
 
 

@@ -19,7 +19,8 @@ from harness.analysis.margins import baseline_led, margin
 from harness.analysis.points import CASE_COLUMNS, STAT_COLUMNS, case_columns, point_columns
 from harness.errors import UsageError
 from harness.report.sources import Source, load_run, source_of
-from harness.results import Bandwidth, BandwidthKey, BenchCell, Coverage, Memory, Peak, PeakKey, VerifyCell
+from harness.results import Bandwidth, BandwidthKey, BenchCell, Coverage, Memory, Peak, PeakKey, Run, VerifyCell
+from harness.results.fitcells import live_positions
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -159,8 +160,11 @@ def load(paths: Iterable[Path]) -> Results:
     paths = list(paths)
     if not paths:
         raise UsageError("no result files given; pass one or more results/*.json files")
+    benches: list[tuple[str, Run]] = []  # the files that hold bench cells (a verify file holds none, nor fits)
     for path in paths:
         kind, run = load_run(Path(path))
+        if run.bench_cells():
+            benches.append((kind, run))
         meta = source_of(Path(path), kind, run)
         sources.append(meta)
         peaks.update(run.peaks)
@@ -181,9 +185,12 @@ def load(paths: Iterable[Path]) -> Results:
                                         "T": cell.metrics.get("T", cell.case.tk), "status": cell.status.value,
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
                                         "base_err": cell.metrics.get("base_err")})
+    # the bench cells of one complete file: its fits name its cells, taken as they are while those are its live ones
+    live = (live_positions(benches[0][1].cells) if len(benches) == 1 and benches[0][0] == "attnbench"
+            and benches[0][1].complete else None)
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
                    coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
-                   stored_fits=stored_fits(fit_records))
+                   stored_fits=stored_fits(fit_records, live))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.stats import summarize
 from harness.errors import UsageError
 from harness.results import SCHEMA, BenchCell, Config, Environment, Run, read_text
 from harness.results.cells import cell_from_json
@@ -66,7 +67,9 @@ def _object(value: object, where: str) -> dict[str, Any]:
 
 def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
     """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data);
-    each is checked as an attnbench cell is (:func:`check_cell`), so a damaged file is a named error."""
+    each is checked as an attnbench cell is (:func:`check_cell`), so a damaged file is a named error. Each
+    arrives with its stats, as a bench cell does: summarised here from its samples when the file kept only
+    those, so nothing past the reader summarises a cell again."""
     cells = []
     for i, bench in enumerate(data["benchmarks"]):
         where = f"benchmarks[{i}]"
@@ -97,6 +100,8 @@ def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
         check_cell(stored, where)
         median, iqr = stored["stats"]["median"], stored["stats"]["iqr"]
         stored["stats"]["iqr_over_median"] = iqr / median if iqr is not None and median else None
+        if (median is None or iqr is None) and stored["samples_s"]:  # its data without a summary: summarised once
+            stored["stats"] = summarize(stored["samples_s"]).to_json()
         cells.append(cell_from_json(stored))
     return cells  # type: ignore[return-value]
 

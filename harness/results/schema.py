@@ -15,7 +15,7 @@ Schema version 3 (written now)::
       "implementations": {...},      # bench: description, source and capabilities per implementation
       "peaks": {"float32/cpu": {"gflops", "first_gflops", "confirmed_gflops", "fastest_call_gflops", ...}},
       "bandwidth": {"cpu/threads=2": {"read_gbps", "copy_gbps", ...}},  # bench (optional in v2): memory roof
-      "fits": [...] | null,          # bench: scaling fits of the finished run
+      "fits": [...] | null,          # bench: scaling fits of the finished run, each naming its cells (fitcells.py)
       "coverage": {...} | null,      # verify: pairwise coverage per implementation
       "cells": [BenchCell | VerifyCell, ...]
     }

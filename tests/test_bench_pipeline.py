@@ -18,7 +18,7 @@ from harness.bench.timing import TimingConfig
 from harness.bench.verdicts import Timed
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import Registry
-from harness.results import Accounting, Bandwidth, BenchCell, Integrity, Peak, ResultWriter, Status
+from harness.results import Accounting, Bandwidth, BandwidthKey, BenchCell, Integrity, Peak, PeakKey, ResultWriter, Status
 from harness.runtime.isolation import OK, Outcome, WorkerPool
 
 CASE = AttentionCase(batch=1, heads=2, tq=64, d=16)
@@ -26,8 +26,10 @@ CELL = PlannedCell("impl_a", CASE, "fwd")
 
 
 def _roofs(published: list[tuple[str, object]] | None = None, **peaks: Peak) -> RoofReadings:
+    """Roof readings of ``peaks`` given by their stored text ("float32/cpu"), read into typed keys as a file is."""
     sink = published if published is not None else []
-    return RoofReadings(peaks, None, TimingConfig(), 1, lambda record, value: sink.append((record, value)))
+    typed = {PeakKey.from_json(text): peak for text, peak in peaks.items()}
+    return RoofReadings(typed, None, TimingConfig(), 1, lambda record, value: sink.append((record, value)))
 
 
 def _timed(samples: tuple[float, ...], integrity: Integrity | None = None) -> Timed:
@@ -82,8 +84,8 @@ def test_roofs_start_from_the_resumed_file_and_publish_every_change() -> None:
     never_started = WorkerPool(timeout=1.0)  # a peak already read is not measured again: no worker starts
     assert roofs.peak("float32", "cpu", never_started) == 80.0
     assert not never_started.running and published == []
-    roofs.set_bandwidth({"cpu/threads=1": Bandwidth(read_gbps=10.0)})
-    assert published == [("bandwidth", {"cpu/threads=1": Bandwidth(read_gbps=10.0)})]
+    roofs.set_bandwidth({BandwidthKey("cpu", 1): Bandwidth(read_gbps=10.0)})
+    assert published == [("bandwidth", {BandwidthKey("cpu", 1): Bandwidth(read_gbps=10.0)})]
 
 
 def test_a_confirming_peak_keeps_the_higher_reading_and_both_values() -> None:
@@ -100,10 +102,10 @@ def test_the_runner_starts_from_the_files_cells_and_only_writes(tmp_path: Path) 
     writer = ResultWriter(tmp_path / "run.json", "bench", settings.to_config())
     seen: list[BenchCell] = []
     try:
-        start = replace(writer.run, cells=(done,), peaks={"float32/cpu": Peak(gflops=7.0)})  # as a resumed file
+        start = replace(writer.run, cells=(done,), peaks={PeakKey("float32", "cpu"): Peak(gflops=7.0)})  # as a resumed file
         runner = BenchRunner(settings, writer, Registry(), start, seen.append)
         assert runner.budget.predict(CELL, None)[2].startswith("extrapolated from 1 measured")  # the done cell
-        assert runner.roofs.peaks == {"float32/cpu": Peak(gflops=7.0)}
+        assert runner.roofs.peaks == {PeakKey("float32", "cpu"): Peak(gflops=7.0)}
         skipped = skipped_cell(PlannedCell("impl_b", CASE, "fwd"), "not supported")
         runner.write(skipped)
         assert seen == [skipped] and writer.cells == (skipped,)

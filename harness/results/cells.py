@@ -10,14 +10,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.case.attention import AttentionCase, CaseRecord
 from harness.errors import UsageError
-from harness.modules.cases import ModuleCase
 from harness.results.evidence import Integrity, Rounds
 from harness.results.keys import PeakKey
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
+
+if TYPE_CHECKING:  # the module cases import torch (their positional tables): a result file reads without it
+    from harness.modules.cases import ModuleCase
 
 
 class Status(str, Enum):
@@ -131,6 +133,8 @@ class CellCase(Record):
     def typed(self) -> AttentionCase | ModuleCase | None:
         """The typed case, built once from the stored fields (a module's :class:`ModuleCase`, any other an
         :class:`AttentionCase`); None for one that no valid case has, or whose structure no loaded plugin defines."""
+        from harness.modules.cases import ModuleCase
+
         kind: type[AttentionCase] | type[ModuleCase] = ModuleCase if self.is_module else AttentionCase
         try:
             return kind.from_dict(self.to_json())

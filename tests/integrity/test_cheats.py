@@ -25,7 +25,7 @@ CHEATS = {
     "lazy_subclass": ("implausible", ["physics floor", "not an exact torch.Tensor"]),
     # returns at once, a thread fills the output later: under the floor, or (on a busy machine, where starting the
     # thread alone takes longer than the floor) seen still working after the call
-    "background_fill": ("implausible|violation", ["physics floor|still working"]),
+    "background_fill": ("implausible|violation", ["physics floor OR still working"]),
     "side_stream": ("implausible", ["physics floor", "max|err|"]),
     "precomputed": ("implausible", ["physics floor"]),
     "every_eighth_row": ("wrong|implausible", ["timed sample", "rows", "max|err|"]),
@@ -56,8 +56,8 @@ def test_each_cheat_is_flagged_with_its_reason(run: dict[str, list[dict[str, Any
     (cell,) = [c for c in run[name] if c["mode"] == "fwd"]
     status, words = CHEATS[name]
     assert cell["status"] in status.split("|"), cell["reason"]
-    for word in words:  # "a|b": either
-        assert any(w in cell["reason"] for w in word.split("|")), (word, cell["reason"])
+    for word in words:  # "a OR b": either
+        assert any(w in cell["reason"] for w in word.split(" OR ")), (word, cell["reason"])
     assert cell["integrity"]["floor"]["floor_s"] > 0
 
 

@@ -75,11 +75,7 @@ def test_no_function_is_graded_d_or_worse_by_radon() -> None:
 
 LONGEST_MODULE = 300
 """Lines past which a module's docstring says why it stays whole, in a sentence naming "300 lines"."""
-LONG_ALLOWED = {
-    # owned by another change (being split, or its reason written there): the lead removes each entry as it merges
-    "harness/bench/sweeps.py", "harness/bench/audit.py",
-    "harness/analysis/costmodel.py", "harness/results/files.py", "harness/results/validate.py", "harness/results/cells.py",
-}
+LONG_ALLOWED: set[str] = set()
 
 
 def test_a_module_past_300_lines_says_why_it_stays_whole() -> None:

@@ -5,6 +5,9 @@ reports and comparisons read only these files. Every write replaces the file who
 (temporary file, fsync, ``os.replace``), so an interrupted run leaves a valid file whose
 ``complete`` is false, and ``--resume`` can finish it. The layout is
 :mod:`harness.results.schema`'s: writers hand it typed cells, :func:`read_run` gives them back.
+
+The module is past 300 lines because the writer and the reader share one file format's atomic write,
+lock and version handling; apart, each would reach into the other's internals.
 """
 
 from __future__ import annotations

@@ -18,9 +18,8 @@ from __future__ import annotations
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
 from harness.results.records import Bandwidth
-from harness.results.schema import bandwidth_key
 
-__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "bandwidth_key", "measure_bandwidth"]
+__all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "measure_bandwidth"]
 
 STREAM_BYTES = 256 * 2**20
 """Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""

@@ -15,12 +15,11 @@ from typing import Any
 
 from harness.analysis.stats import summarize
 from harness.bench.cell_timing import Measured
-from harness.bench.peak import peak_key
 from harness.bench.roof_readings import RoofReadings, failed
 from harness.bench.sweeps import PlannedCell
 from harness.bench.verdicts import Timed, judge
 from harness.reference.flops import attention_flops, compulsory_bytes
-from harness.results import BenchCell, CellCase, Memory, Node, Status
+from harness.results import BenchCell, CellCase, Memory, Node, PeakKey, Status
 from harness.runtime.isolation import OK
 
 
@@ -30,7 +29,7 @@ def new_cell(cell: PlannedCell, status: Status, reason: str | None, **measured: 
     kind = None if node is None else node.kind  # on a cluster: the peak of the node's kind
     return BenchCell(implementation=cell.implementation, case=CellCase.of(cell.case), case_id=cell.case.id,
                      mode=cell.mode, status=status, reason=reason, flops=attention_flops(cell.case, cell.mode),
-                     peak_key=peak_key(cell.case.dtype, cell.case.device, kind),
+                     peak_key=PeakKey(cell.case.dtype, cell.case.device, kind),
                      bytes=float(compulsory_bytes(cell.case, cell.mode)), **measured)
 
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 from harness.analysis.stats import summarize
 from harness.bench.timing import TimingConfig, pin_threads, time_call
 from harness.results.records import Peak
-from harness.results.schema import peak_key
 
-__all__ = ["CUDA_GEMM_SIZE", "GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak", "peak_key"]
+__all__ = ["CUDA_GEMM_SIZE", "GEMM_SIZE", "PEAK_TIMING", "measure_gemm_peak"]
 
 GEMM_SIZE = {"float64": 2048, "float32": 2048, "float16": 1024, "bfloat16": 1024}
 """Side of the square GEMM on a CPU: large enough to reach the plateau, small enough to take a second or two."""

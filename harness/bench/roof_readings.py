@@ -14,11 +14,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from harness.bench.peak import peak_key
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.tasks import bandwidth_task, clock_for, peak_task
 from harness.bench.timing import TimingConfig
-from harness.results import Bandwidth, BandwidthKey, BenchCell, Floor, Peak, PeakKey, bandwidth_key
+from harness.results import Bandwidth, BandwidthKey, BenchCell, Floor, Peak, PeakKey
 from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
 
 
@@ -52,7 +51,7 @@ class RoofReadings:
 
     def peak(self, dtype: str, device: str, pool: WorkerPool) -> float | None:
         """The GEMM peak of (dtype, device) in GFLOP/s, measured in ``pool`` the first time it is asked for."""
-        key = peak_key(dtype, device)
+        key = PeakKey(dtype, device)
         if key not in self.peaks:
             outcome = pool.run(Task(key, peak_task, (dtype, device, self.threads, self._clock(device))))
             measured = outcome.value if outcome.status == OK else Peak(error=failed(outcome))
@@ -61,7 +60,7 @@ class RoofReadings:
 
     def measure_bandwidth(self, device: str, pool: WorkerPool) -> None:
         """Measure the memory bandwidth once per run (device and thread count), before the first cell."""
-        key = bandwidth_key(device, self.threads)
+        key = BandwidthKey(device, self.threads)
         if key in self.bandwidth:
             return
         outcome = pool.run(Task(key, bandwidth_task, (device, self.threads, self._clock(device))))
@@ -104,7 +103,7 @@ class RoofReadings:
         GEMM read beside it in its rounds with the CPU's headroom over it, when it was timed in rounds."""
         device = cell.case.device or "cpu"
         kind = None if cell.node is None else cell.node.kind
-        bandwidth = self.bandwidth.get(bandwidth_key(device, cell.threads, kind))
+        bandwidth = self.bandwidth.get(BandwidthKey(device, cell.threads, kind))
         peak = None if cell.peak_key is None else self.peaks.get(cell.peak_key)
         return physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(cell.case.dtype), device, peak, bandwidth,
                              None if cell.node else self.machine, gemm_beside, headroom)  # a node's CPUs are not ours

@@ -26,13 +26,11 @@ from harness.results.schema import (
     Run,
     Status,
     VerifyCell,
-    bandwidth_key,
     node_kind,
-    peak_key,
 )
 
 __all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity", "Rounds", "Stamped",
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
            "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite", "write_json_atomic",
-           "node_kind", "peak_key", "bandwidth_key", "BandwidthKey", "CellCase", "PeakKey"]
+           "node_kind", "BandwidthKey", "CellCase", "PeakKey"]

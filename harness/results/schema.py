@@ -68,23 +68,12 @@ from harness.results.records import Bandwidth, Config, Coverage, Environment, Pe
 from harness.results.validate import Damaged, check_run
 
 __all__ = ["INTEGRITY", "PROBLEMS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSION", "BandwidthKey", "BenchCell", "Cell",
-           "CellKey", "PeakKey", "Run", "Status", "VerifyCell", "bandwidth_key", "cell_from_json", "cell_to_json",
-           "node_kind", "peak_key", "problems", "with_"]
+           "CellKey", "PeakKey", "Run", "Status", "VerifyCell", "cell_from_json", "cell_to_json",
+           "node_kind", "problems", "with_"]
 
 SCHEMA = "attnbench.results"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
-
-
-def peak_key(dtype: str, device: str, kind: str | None = None) -> PeakKey:
-    """The key of a record in ``Run.peaks`` (stored "float32/cpu", or per node kind "float32/cpu@<kind>")."""
-    return PeakKey(dtype, device, kind)
-
-
-def bandwidth_key(device: str, threads: int | None, kind: str | None = None) -> BandwidthKey:
-    """The key of a record in ``Run.bandwidth`` (stored "cpu/threads=2": bandwidth depends on the threads
-    reading, or per node kind "cpu/threads=2@<kind>")."""
-    return BandwidthKey(device, threads, kind)
 
 
 KeyT = TypeVar("KeyT", PeakKey, BandwidthKey)

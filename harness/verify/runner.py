@@ -50,9 +50,7 @@ if TYPE_CHECKING:
     from harness.runtime.cluster.connect import RayCluster
     from harness.verify.model_cases import ModelPlan
 
-FLUSH_SHARE = 0.05
-"""The share of the time between two unforced rewrites of the result file that the rewrite itself may take."""
-
+FLUSH_SHARE = 0.05  # how much of the time between two unforced rewrites of the result file a rewrite may take
 # ---- parent side ----------------------------------------------------------------------------
 
 def case_group(case: Any) -> str:

@@ -42,6 +42,7 @@ from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_atte
 from harness.verify.boundary import Watch, arguments
 from harness.verify.empty_rows import as_contract_rows as as_contract_rows
 from harness.verify.empty_rows import by_empty_row_convention, empty_query_rows
+from harness.verify.memo import MEMO
 from harness.verify.outcome import CheckResult as CheckResult
 
 PASS, FAIL, ERROR = "pass", "fail", "error"
@@ -124,9 +125,29 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
                     k64: torch.Tensor | None = None, rows: torch.Tensor | None = None
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """The float64 oracle and the same formula in the case's dtype (as float64), for these inputs;
-    of the query rows ``rows`` only when given (compare with ``out[:, :, rows]``)."""
+    of the query rows ``rows`` only when given (compare with ``out[:, :, rows]``). Reused within a worker
+    while the inputs are equal (:mod:`harness.verify.memo`)."""
     k64 = inputs.k64 if k64 is None else k64
     v64 = inputs.v64 if v64 is None else v64
+    if not _reused(case):
+        return _oracle_and_base(case, inputs, v64, k64, rows)
+    return MEMO.get("oracle_and_base", case, (*_reference_inputs(inputs), k64, v64, rows),
+                    lambda: _oracle_and_base(case, inputs, v64, k64, rows))
+
+
+def _reused(case: AttentionCase) -> bool:
+    """Whether a case's checks ask for its reference more than once: the cases that get properties (a grad case,
+    an edge of size and a point of the error-growth sweep get none), so memoising the others would only copy."""
+    return not (case.grad or case.growth or large_case(case))
+
+
+def _reference_inputs(inputs: Inputs) -> tuple[torch.Tensor | None, ...]:
+    """Every tensor the oracle reads besides K and V: what a memoised answer must have been computed on."""
+    return inputs.q64, inputs.k64, inputs.v64, inputs.mask64, inputs.bias64, inputs.sinks64
+
+
+def _oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor, k64: torch.Tensor,
+                     rows: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     kwargs = inputs.oracle_kwargs(case)
     if rows is None:
         oracle = reference_attention(inputs.q64, k64, v64, **kwargs)
@@ -143,7 +164,13 @@ def oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor | Non
 
 def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
     """max |scale * q.k + bias| over the keys each query (of ``rows``, when given) may attend to (float64):
-    sizes the rule's floor. In float64 times sqrt(d) (:func:`floor_logit_factor`)."""
+    sizes the rule's floor. In float64 times sqrt(d) (:func:`floor_logit_factor`). Reused like the oracle."""
+    if not _reused(case):
+        return _logit_max(case, inputs, rows)
+    return MEMO.get("logit_max", case, (*_reference_inputs(inputs), rows), lambda: _logit_max(case, inputs, rows))
+
+
+def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None) -> float:
     kwargs = inputs.oracle_kwargs(case)
     k = expand_kv(inputs.k64, case.heads)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]

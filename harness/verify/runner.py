@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from harness.runtime.cluster.connect import RayCluster
     from harness.verify.model_cases import ModelPlan
 
+FLUSH_SHARE = 0.05  # how much of the time between two unforced rewrites of the result file a rewrite may take
 # ---- parent side ----------------------------------------------------------------------------
 
 def case_group(case: Any) -> str:
@@ -86,12 +87,14 @@ class VerifyRun:
     thread pool on a busy machine costs far more than it gains (measured: tiny cases 10-100x slower
     with 2 threads on 2 loaded cores); parallelism comes from ``jobs``. None: cores // jobs; 0: torch's default."""
     flush_every_s: float = 2.0
-    """Rewrite the result file at most this often (and after every crash, timeout and implementation)."""
+    """Rewrite the result file at most this often (and after every crash and timeout); less often when a rewrite
+    costs more than :data:`FLUSH_SHARE` of the time between them."""
     model: ModelPlan | None = None
     """A catalogue model (:mod:`harness.case.models`) and its lengths: its calls are the cases, instead of the suite's."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
+    _flush_cpu_s: float = field(default=0.0, repr=False)
 
     def plan(self) -> list[tuple[Implementation, list[Any], str | None]]:
         """(implementation, its cases, or the reason it has none) for every implementation."""
@@ -196,7 +199,7 @@ class VerifyRun:
                     self._record(impl, case, outcome)
                 with self._lock:
                     self._progress.advance(f"{impl.name} {case.id}")
-        self._flush(force=True)
+        self._flush()
 
     def skip(self, impl: Implementation, case: Any, reason: str) -> None:
         """Record ``case`` (None: every case of ``impl``) as skipped for ``reason``; one step of progress."""
@@ -242,10 +245,14 @@ class VerifyRun:
         self._flush()
 
     def _flush(self, force: bool = False) -> None:
-        """Write the result file whole (atomically); throttled, since each write rewrites every cell."""
+        """Write the result file whole (atomically); throttled, since each write rewrites every cell: a write of
+        thousands of cells takes tenths of a second of CPU, so at most :data:`FLUSH_SHARE` of the run goes to it."""
         with self._lock:
-            if force or time.monotonic() - self._flushed >= self.flush_every_s:
+            wait = max(self.flush_every_s, self._flush_cpu_s / FLUSH_SHARE)
+            if force or time.monotonic() - self._flushed >= wait:
+                started = time.thread_time()
                 self.writer.flush()
+                self._flush_cpu_s = time.thread_time() - started
                 self._flushed = time.monotonic()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from harness.analysis.stats import summarize
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.verdicts import judge
 from harness.report.compare import IMPROVEMENT, NEWLY_FAILING, NOT_COMPARABLE, compare_cell
@@ -58,8 +59,10 @@ def test_violations_and_wrong_outputs_name_what_was_found() -> None:
 
 
 def _cell(status: Status, median: float) -> BenchCell:
-    return BenchCell(implementation="x", case={}, case_id="c", mode="fwd", status=status, samples_s=(median,) * 9,
-                     stats={"median": median})
+    """A cell as every writer stores it: its samples and their summary."""
+    samples = (median,) * 9
+    return BenchCell(implementation="x", case={}, case_id="c", mode="fwd", status=status, samples_s=samples,
+                     stats=summarize(samples))
 
 
 def test_compare_never_counts_an_implausible_cell_as_a_speedup() -> None:

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from benchmarks.bench_under_load import BUSY_LOOP  # noqa: E402  (the checkout's harness, run as a script)
 from harness.report import build_report  # noqa: E402
+from harness.report.settings import ReportSettings  # noqa: E402
 from harness.results import read_run  # noqa: E402
 from harness.runtime.cluster.node import cpu_model  # noqa: E402
 
@@ -49,7 +50,7 @@ def one_run() -> dict[str, object]:
         flagged: list[str] = []
         if bench is not None:
             statuses.update(c.status.value for c in read_run(bench).bench_cells())
-            report = build_report([bench], here / "check-report")
+            report = build_report(ReportSettings((bench,), here / "check-report"))
             flagged = [f"{r.implementation} {r.quantity} in {r.axis}: {r.fit.describe() if r.fit else None}"
                        for r in report.analysis.flagged]
         return {"exit": done.returncode, "wall_s": round(end - start, 1),

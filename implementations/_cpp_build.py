@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -65,17 +66,54 @@ ISAS = {isa.name: isa for isa in (
 """The levels, lowest first; each includes the one before it."""
 
 
+CAP = "ATTNBENCH_ISA_CAP"
+"""Environment variable that makes every built-in treat this CPU as one of a lower level of :data:`ISAS`
+(``avx2``, ``generic``): a level above the cap is "not run by this CPU" with the cap as its reason, so the
+tests and commands of a lower tier run on a higher one. It caps attnbench's own kernels only: torch,
+oneDNN, MKL and OpenBLAS read their own variables (:data:`TIER_ENV`; ``scripts/at_tier.py`` sets them all)."""
+
+TIER_ENV = {
+    "generic": {CAP: "generic", "ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
+                "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "OPENBLAS_CORETYPE": "Nehalem"},
+    "avx2": {CAP: "avx2", "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+             "MKL_ENABLE_INSTRUCTIONS": "AVX2", "OPENBLAS_CORETYPE": "Haswell"},
+    "avx512f": {CAP: "avx512f", "ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+                "MKL_ENABLE_INSTRUCTIONS": "AVX512", "OPENBLAS_CORETYPE": "SkylakeX"},
+}
+"""What a CPU of each lower tier runs, for every library in the process: attnbench's kernels (:data:`CAP`),
+ATen's kernels, oneDNN (which otherwise still sees AMX and asks ATen, capped alone, for a VNNI pack it cannot
+do), MKL and OpenBLAS. Read before those libraries load, so they are set on a new process."""
+
+
+def cap() -> Isa | None:
+    """The level :data:`CAP` caps this CPU at, or None when unset; an unknown level is a usage error."""
+    name = os.environ.get(CAP, "").strip()
+    if not name:
+        return None
+    if name not in ISAS:
+        from harness.errors import UsageError
+
+        raise UsageError(f"{CAP}={name!r}: not a tier; one of {', '.join(ISAS)} (or unset for the CPU's own)")
+    return ISAS[name]
+
+
 def cpu_runs(isa: Isa) -> bool:
-    """Whether this CPU has every feature of ``isa`` (the hardware's, whatever ATEN_CPU_CAPABILITY says)."""
-    capabilities = torch.cpu.get_capabilities()
-    return all(capabilities.get(feature, False) for feature in isa.features)
+    """Whether this CPU runs ``isa``: it has every feature (the hardware's, whatever ATEN_CPU_CAPABILITY says)
+    and :data:`CAP` does not cap it below ``isa``."""
+    return missing(isa) is None
 
 
 def missing(isa: Isa) -> str | None:
-    """None when this CPU runs ``isa``, else a reason naming the features it lacks."""
+    """None when this CPU runs ``isa``, else a reason naming the features it lacks, or the cap."""
     capabilities = torch.cpu.get_capabilities()
     lacking = [feature for feature in isa.features if not capabilities.get(feature, False)]
-    return f"this CPU has no {', '.join(lacking)} (the {isa.name} kernels)" if lacking else None
+    if lacking:
+        return f"this CPU has no {', '.join(lacking)} (the {isa.name} kernels)"
+    capped = cap()
+    above = [feature for feature in isa.features if capped is not None and feature not in capped.features]
+    if capped is not None and above:
+        return f"{CAP}={capped.name} caps this CPU below {', '.join(above)} (the {isa.name} kernels)"
+    return None
 
 
 def baseline() -> Isa:

@@ -149,10 +149,15 @@ def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path
 
 def test_a_side_faster_than_physics_allows_is_implausible_and_a_head_that_is_fails() -> None:
     from harness.bench.ab import _floor, _hold_to_floor
+    from harness.bench.roofs import cpu_roofs
+    from harness.reference.flops import attention_flops, compulsory_bytes
     from harness.results import Floor, Peak
 
     floor = _floor(CellRounds("k", CASE, "fwd"), (None, None))  # the theoretical roofs alone, on a CPU
-    assert floor.floor_s is not None and 0 < floor.floor_s < 1e-6  # 4 B H T^2 d = 2.1 MFLOP over a huge roof
+    theory = cpu_roofs()  # this machine's: the floor is the slower of its work over each roof, whatever the CPU
+    expected = max(attention_flops(CASE, "fwd") / (theory.gflops[CASE.dtype] * 1e9),
+                   compulsory_bytes(CASE, "fwd") / (theory.load_gbps * 1e9))
+    assert floor.floor_s is not None and floor.floor_s == pytest.approx(expected, rel=1e-9) and floor.floor_s > 0
     measured = _floor(CellRounds("k", CASE, "fwd"), (Peak(gflops=1.0, fastest_call_gflops=1.0), None))
     assert (measured.floor_s or 0.0) >= floor.floor_s  # a measured peak can only raise the roof's estimate
 

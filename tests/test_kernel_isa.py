@@ -4,13 +4,15 @@ template over a traits type. No compiler needed here."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 import pytest
 import torch
 
-from implementations._cpp_build import ISAS, KERNELS, Isa, baseline, cpu_runs, missing
+from harness.errors import UsageError
+from implementations._cpp_build import CAP, ISAS, KERNELS, Isa, baseline, cpu_runs, missing
 
 # Every way a source could pick an instruction set by itself, beside its extension's flags.
 SELF_SELECTION = re.compile(r"#\s*pragma\s+GCC\s+target|__attribute__\s*\(\(\s*target|__builtin_cpu_supports|"
@@ -42,12 +44,36 @@ def test_a_level_this_cpu_lacks_is_refused_with_the_missing_features_named() -> 
     assert missing(ISAS["generic"]) is None and cpu_runs(ISAS["generic"])
 
 
+def _capped_at(name: str | None) -> set[str]:
+    """The features a CPU capped at level ``name`` (None: uncapped) offers: the hardware's, within the cap's."""
+    have = {f for f, on in torch.cpu.get_capabilities().items() if on}
+    return have if name is None else have & set(ISAS[name].features)
+
+
 def test_the_baseline_is_the_best_of_generic_and_avx2_this_cpu_runs() -> None:
-    have = torch.cpu.get_capabilities()
-    expect = "avx2" if all(have.get(f, False) for f in ISAS["avx2"].features) else "generic"
-    assert baseline().name == expect
-    for isa in ISAS.values():  # the answer follows torch's cpuinfo, feature by feature
-        assert cpu_runs(isa) is all(have.get(f, False) for f in isa.features)
+    own = _capped_at(os.environ.get(CAP) or None)  # CI runs this under a cap too
+    assert baseline().name == ("avx2" if set(ISAS["avx2"].features) <= own else "generic")
+    for isa in ISAS.values():  # the answer follows torch's cpuinfo, feature by feature, within the cap
+        assert cpu_runs(isa) is (set(isa.features) <= own)
+
+
+@pytest.mark.parametrize("level", ["generic", "avx2"])
+def test_the_cap_makes_every_higher_level_not_run_and_names_itself(level: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CAP, level)
+    own = _capped_at(level)
+    assert baseline().name == ("avx2" if set(ISAS["avx2"].features) <= own else "generic")
+    for isa in ISAS.values():
+        assert cpu_runs(isa) is (set(isa.features) <= own)
+        reason = missing(isa)
+        if reason is not None and set(isa.features) <= _capped_at(None):  # the hardware has it: the cap said no
+            assert f"{CAP}={level}" in reason and isa.name in reason
+    assert missing(ISAS["generic"]) is None
+
+
+def test_an_unknown_cap_is_a_usage_error_naming_the_tiers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CAP, "sse9")
+    with pytest.raises(UsageError, match="sse9.*generic, avx2"):
+        cpu_runs(ISAS["avx2"])
 
 
 def _code(path: Path) -> str:

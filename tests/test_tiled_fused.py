@@ -173,9 +173,30 @@ def test_bf16_without_the_bf16_units_is_converted_as_it_loads(impl, isa: str) ->
     assert (out.double() - want).abs().max().item() < 1e-2
 
 
+def test_without_avx512_bf16_bf16_takes_the_float32_kernels_and_says_why(impl) -> None:
+    """On a CPU without AVX512_BF16 (or capped below it), the bf16 extension is neither built nor loaded: bf16
+    input runs on the float32 kernels, exact to bf16, and the reason names the missing features or the cap.
+    (Its counterpart on a CPU with AVX512_BF16 breaks the build instead: the test after this one.)"""
+    lacking = _cpp_build.missing(_cpp_build.ISAS["avx512_bf16"])
+    if lacking is None:
+        pytest.skip("this CPU runs the avx512_bf16 kernels: a failed build stands in for their absence (next test)")
+    assert module.bf16_kernel() is False and isinstance(module.bf16_extension(), str)
+    assert lacking in (module.bf16_reason() or ""), module.bf16_reason()
+    assert module.tier(torch.bfloat16) == module.tier(torch.float32)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 64, 32).to(torch.bfloat16) for _ in range(3))
+    out = impl(q, k, v, causal=True)
+    want = reference_attention(q.double(), k.double(), v.double(), causal=True)
+    assert out.dtype == torch.bfloat16 and float((out.double() - want).abs().max()) < 2e-2
+
+
 def test_a_failed_bf16_build_costs_only_the_bf16_fast_path(tmp_path: Path) -> None:
     """A compiler without AVX512_BF16 support fails the bf16 extension only: the float32 kernels stay
-    available and bf16 input takes the float32 path, with the compiler's reason."""
+    available and bf16 input takes the float32 path, with the compiler's reason. Only where the CPU runs the
+    avx512_bf16 kernels is a build attempted at all (elsewhere: the test before this one)."""
+    lacking = _cpp_build.missing(_cpp_build.ISAS["avx512_bf16"])
+    if lacking is not None:
+        pytest.skip(f"no avx512_bf16 build is attempted here ({lacking}); the test before this one covers it")
     broken = tmp_path / "_flash_bf16.cpp"  # what an old compiler makes of the bf16 kernels: an error
     broken.write_text("#include <immintrin.h>\n__m512bh no_such_intrinsic() { return _mm512_no_such_bf16(); }\n")
     script = textwrap.dedent(f"""

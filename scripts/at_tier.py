@@ -6,7 +6,7 @@ generic on an AVX2 one). The command gets every variable that caps a library in 
 OpenBLAS, so that nothing in it uses an instruction the tier's CPU lacks. CI runs the tier-dependent tests
 this way (``python3 -m pytest -m tier``), so a CPU the developers lack is tested on the one they have.
 
-Exit status: the command's; 2 for a bad tier, or for ``below`` on a CPU with no lower tier (it says so).
+Exit status: the command's; 2 for a bad tier; 0, saying so, for ``below`` on a CPU with no lower tier.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ def main(argv: list[str]) -> int:
         return 2
     own = own_tier()
     tier = below(own) if argv[0] == "below" else argv[0]
-    if tier is None:
-        print(f"at_tier: this CPU's own tier is {own}; there is no lower tier to emulate", file=sys.stderr)
-        return 2
+    if tier is None:  # a CPU without AVX2: its own run was the lowest tier already
+        print(f"at_tier: this CPU's own tier is {own}; there is no lower tier to emulate, nothing to run", file=sys.stderr)
+        return 0
     env = {**os.environ, **TIER_ENV[tier]}
     print(f"at_tier: this CPU runs {own}; running as {tier}: "
           + " ".join(f"{k}={v}" for k, v in TIER_ENV[tier].items()), file=sys.stderr, flush=True)

@@ -16,3 +16,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("dist", "no") != "no" and any(config.getoption(name, None) for name in BENCHMARK_OPTIONS):
         config.option.dist = "no"
         config.option.numprocesses = 0
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first, in their order, then the rest: the test processes take work units in collection order,
+    so the long ones (a verify corpus, a Ray cluster) start at once and the short ones fill in beside them,
+    instead of a long one starting last and running alone (the longest-first rule of scheduling)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     from harness.contract.registry import Implementation
 
 CONFORMANCE_MODULE = "harness.conformance"
+PACKAGED_MODULES = (CONFORMANCE_MODULE, "harness.performance")
+"""The test modules attnbench ships: collected by name (``--pyargs``), from any directory."""
 SUITES = ("small", "quick", "full")
 
 
@@ -49,7 +51,10 @@ def _asked_for_attnbench(config: pytest.Config) -> bool:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config: pytest.Config) -> None:
     """With an attnbench option: load the plugins now, and with no test paths collect the packaged
-    conformance module too."""
+    conformance module too. A printed id of a shipped module (``harness.performance::test_attention[...]``) given
+    back as an argument is looked up as a module name, as ``--pyargs`` would."""
+    if any(str(a).split("::", 1)[0] in PACKAGED_MODULES for a in config.args):
+        config.option.pyargs = True
     if not _asked_for_attnbench(config):
         return
     suite_registry(config)  # a plugin that does not load: pytest's usage error (exit 4) before collection
@@ -59,6 +64,29 @@ def pytest_configure(config: pytest.Config) -> None:
         spec = importlib.util.find_spec(CONFORMANCE_MODULE)
         if spec is not None and spec.origin and spec.origin not in config.args:
             config.args.append(spec.origin)
+
+
+def _packaged(path: object) -> str | None:
+    """The dotted name of a shipped test module at ``path`` (None for any other file)."""
+    import importlib.util
+    from pathlib import Path
+
+    for name in PACKAGED_MODULES:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin and Path(spec.origin) == Path(str(path)):
+            return name
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makemodule(module_path: object, parent: pytest.Collector) -> pytest.Module | None:
+    """A shipped test module outside the session's root is named by its module name, so every node id pytest prints
+    for it (``harness.conformance::test_conforms[...]``) re-runs as printed: pytest's own id would be a path
+    relative to the root, or an empty one, which no later run can select."""
+    name = _packaged(module_path)
+    if name is None or str(module_path).startswith(str(parent.config.rootpath) + "/"):
+        return None
+    return pytest.Module.from_parent(parent, path=module_path, nodeid=name)  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

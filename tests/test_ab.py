@@ -1,4 +1,4 @@
-"""`attnbench ab`'s decision on synthetic rounds: regression, no change, undecided; the false-alarm bound; bad input.
+"""`attnbench ab`'s decision on synthetic rounds: slower, unchanged, faster, undecided; the false-alarm bound; bad input.
 
 No timing here: the rounds are made up (seeded), so every assertion is about the statistics and the
 verdicts, never about this machine's speed. The measured false-alarm and detection rates are in
@@ -7,22 +7,22 @@ benchmarks/ab_false_alarms.py.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
 
 import pytest
 
-from harness.analysis.paired import (
-    IMPROVEMENT,
-    REGRESSION,
+from harness.analysis.comparison import (
+    FASTER,
+    SLOWER,
     UNCHANGED,
     UNDECIDED,
-    decide,
+    judge_paired,
     median_interval,
     per_cell_alpha,
     rounds_needed,
-    summarize_ratios,
 )
 from harness.bench.ab import ABRun, ABSettings, CellRounds
 from harness.bench.ab_files import side_cell, write_sides
@@ -57,22 +57,23 @@ def test_the_median_interval_is_the_sign_tests_order_statistics() -> None:
     assert rounds_needed(0.05) == 6 and median_interval(range(6), 0.05)[2] >= 0.95
 
 
-def test_verdicts_regression_unchanged_improvement_undecided() -> None:
+def test_verdicts_slower_unchanged_faster_undecided() -> None:
     rng = random.Random(1)
-    slow = summarize_ratios(rounds(rng, 20, 1.3).ratios, 0.05)
-    assert 1.2 < slow.ratio < 1.4 and slow.low > 1.0 and decide(slow, 0.10, 0.05) == REGRESSION
-    same = summarize_ratios(rounds(rng, 20, 1.0, noise=0.02).ratios, 0.05)
-    assert decide(same, 0.10, 0.05) == UNCHANGED and same.low < 1.0 < same.high
-    fast = summarize_ratios(rounds(rng, 20, 0.6).ratios, 0.05)
-    assert decide(fast, 0.10, 0.05) == IMPROVEMENT
-    few = summarize_ratios(rounds(rng, 4, 2.0).ratios, 0.05)
-    assert few.level < 0.95 and decide(few, 0.10, 0.05) == UNDECIDED  # 4 rounds cannot give a 95% interval
-    # beyond the threshold but the interval reaches below 1: never a regression
-    straddle = summarize_ratios([0.95, 0.98, 1.2, 1.25, 1.3, 1.3, 1.35, 0.9, 1.22, 1.21], 0.05)
-    assert straddle.ratio > 1.1 and straddle.low < 1.0 and decide(straddle, 0.10, 0.05) == UNDECIDED
-    # a real slow-down below the threshold is not a regression beyond it
-    small = summarize_ratios(rounds(rng, 20, 1.04, noise=0.01).ratios, 0.05)
-    assert small.low > 1.0 and decide(small, 0.10, 0.05) != REGRESSION
+    slow = judge_paired(rounds(rng, 20, 1.3).ratios, 0.10, 0.05)
+    assert 1.2 < slow.ratio < 1.4 and slow.low > 1.0 and slow.verdict == SLOWER
+    same = judge_paired(rounds(rng, 20, 1.0, noise=0.02).ratios, 0.10, 0.05)
+    assert same.verdict == UNCHANGED and same.low < 1.0 < same.high
+    fast = judge_paired(rounds(rng, 20, 0.6).ratios, 0.10, 0.05)
+    assert fast.verdict == FASTER
+    few = judge_paired(rounds(rng, 4, 2.0).ratios, 0.10, 0.05)
+    assert few.coverage < 0.95 and few.verdict == UNDECIDED  # 4 rounds cannot give a 95% interval
+    assert few.mde_or_none is None and "add rounds" in few.reason
+    # beyond the threshold but the interval reaches below 1: never slower
+    straddle = judge_paired([0.95, 0.98, 1.2, 1.25, 1.3, 1.3, 1.35, 0.9, 1.22, 1.21], 0.10, 0.05)
+    assert straddle.ratio > 1.1 and straddle.low < 1.0 and straddle.verdict == UNDECIDED
+    # a real slow-down below the threshold is not slower beyond it
+    small = judge_paired(rounds(rng, 20, 1.04, noise=0.01).ratios, 0.10, 0.05)
+    assert small.low > 1.0 and small.verdict != SLOWER
 
 
 def test_identical_sides_raise_a_false_alarm_at_most_alpha_over_two() -> None:
@@ -80,11 +81,11 @@ def test_identical_sides_raise_a_false_alarm_at_most_alpha_over_two() -> None:
     in at most alpha/2 of the comparisons, whatever the load does between rounds."""
     rng = random.Random(7)
     trials = 4000
-    alarms = sum(decide(summarize_ratios(rounds(rng, 20, 1.0, noise=0.3).ratios, 0.05), 0.0001, 0.05) == REGRESSION
+    alarms = sum(judge_paired(rounds(rng, 20, 1.0, noise=0.3).ratios, 0.0001, 0.05).verdict == SLOWER
                  for _ in range(trials))
     assert alarms / trials <= 0.025 + 3 * math.sqrt(0.025 * 0.975 / trials), alarms
     # and a 30% slow-down in the same noise is found nearly always
-    found = sum(decide(summarize_ratios(rounds(rng, 20, 1.3, noise=0.1).ratios, 0.05), 0.10, 0.05) == REGRESSION
+    found = sum(judge_paired(rounds(rng, 20, 1.3, noise=0.1).ratios, 0.10, 0.05).verdict == SLOWER
                 for _ in range(400))
     assert found >= 0.9 * 400
 
@@ -108,7 +109,7 @@ def test_a_head_that_no_longer_runs_fails_the_comparison_a_base_failure_does_not
     result = judge(_run(rounds(rng, 20, 1.0, noise=0.01), broken), 0.1, 0.05)
     assert result.failed and result.cell_alpha == pytest.approx(0.05)  # one cell compared: the whole alpha
     ok = judge(_run(rounds(rng, 20, 1.0, noise=0.01)), 0.1, 0.05)
-    assert not ok.failed and "no regression beyond 10%" in markdown(ok)
+    assert not ok.failed and "0 slower, 0 faster beyond 10%" in markdown(ok)
 
 
 def test_side_files_hold_rounds_and_compare_tests_them(tmp_path: Path) -> None:
@@ -119,7 +120,47 @@ def test_side_files_hold_rounds_and_compare_tests_them(tmp_path: Path) -> None:
     files = write_sides(_run(cell), tmp_path / "ab")
     result = compare_files(files["base"], files["head"])
     (compared,) = result.cells
-    assert compared.verdict == REGRESSION and compared.p_value is not None and compared.p_value < 1e-4
+    assert compared.verdict == SLOWER and compared.method == "paired rounds" and compared.low > 1.5
+
+
+def test_ab_and_compare_on_its_side_files_give_the_same_verdicts(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """One engine: `compare` pairs the two side files' rounds again, so every cell gets ab's verdict, ratio,
+    interval and MDE, at the same Bonferroni level (four cells: slower, faster, unchanged, undecided)."""
+    rng = random.Random(11)
+    cells = [rounds(rng, 20, 1.3, noise=0.02), rounds(rng, 20, 0.7, noise=0.02), rounds(rng, 20, 1.0, noise=0.01),
+             CellRounds("k", CASE, "fwd")]
+    cells[3].base_s = [1e-3] * 10
+    cells[3].head_s = [1e-3 * r for r in (0.95, 0.98, 1.2, 1.25, 1.3, 1.3, 1.35, 0.9, 1.22, 1.21)]
+    cases = [CASE.with_(tq=t) for t in (32, 64, 96, 128)]
+    for cell, case in zip(cells, cases):
+        cell.case = case
+    run = _run(*cells)
+    ab = judge(run, 0.10, 0.05)
+    files = write_sides(run, tmp_path / "ab")
+    compared = {c.case_id: c for c in compare_files(files["base"], files["head"]).cells}
+    assert [c.verdict for c in ab.cells] == [SLOWER, FASTER, UNCHANGED, UNDECIDED]
+    for mine in ab.cells:
+        theirs = compared[mine.case_id]
+        assert (theirs.verdict, theirs.method) == (mine.verdict, "paired rounds")
+        assert (theirs.ratio, theirs.low, theirs.high, theirs.mde) == pytest.approx((mine.ratio, mine.low, mine.high,
+                                                                                     mine.mde))
+    # the command line too: the same exit status and the same counts in JSON
+    assert main(["compare", str(files["base"]), str(files["head"]), "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert (document["slower"], document["faster"], document["undecided"]) == (1, 1, 1)
+    assert document["interval"] == ab.as_dict()["interval"] == "95% interval"
+
+
+def test_every_table_states_one_level_and_each_cells_mde() -> None:
+    rng = random.Random(5)
+    result = judge(_run(rounds(rng, 20, 1.3, noise=0.02)), 0.10, 0.05)
+    (cell,) = result.cells
+    assert cell.mde is not None and 1.0 < cell.mde < 1.1  # 2% noise, 20 rounds: a few percent is decidable
+    text = markdown(result)
+    assert "95% interval" in text and "MDE" in text and f"{cell.mde:.3f}x" in text
+    assert "97.5%" not in text and "(99%)" not in text  # one wording: no per-cell level beside the 95%
+    assert result.as_dict()["cells"][0]["mde"] == cell.mde
 
 
 def test_bad_input_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -147,6 +188,7 @@ def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path
     assert not (tmp_path / "o").exists()  # nothing written: the usage error came before any timing
 
 
+@pytest.mark.tier  # the theoretical roofs are this CPU's
 def test_a_side_faster_than_physics_allows_is_implausible_and_a_head_that_is_fails() -> None:
     from harness.bench.ab import _floor, _hold_to_floor
     from harness.bench.roofs import cpu_roofs

@@ -10,6 +10,8 @@ from harness.case.dtypes import DTYPES, ITEMSIZE, NUMPY_DTYPES, TABLE
 from harness.contract.registry import make_implementation
 from harness.reference.tensors import TORCH_DTYPES
 
+pytestmark = pytest.mark.tier  # results depend on the CPU's tier: CI runs it again capped (scripts/at_tier.py)
+
 
 @pytest.mark.parametrize("name", DTYPES)
 def test_each_row_agrees_with_torch_and_numpy(name: str) -> None:

@@ -14,6 +14,8 @@ import torch
 from harness.errors import UsageError
 from implementations._cpp_build import CAP, ISAS, KERNELS, Isa, baseline, cpu_runs, missing
 
+pytestmark = pytest.mark.tier  # results depend on the CPU's tier: CI runs it again capped (scripts/at_tier.py)
+
 # Every way a source could pick an instruction set by itself, beside its extension's flags.
 SELF_SELECTION = re.compile(r"#\s*pragma\s+GCC\s+target|__attribute__\s*\(\(\s*target|__builtin_cpu_supports|"
                             r"target_clones")

@@ -23,12 +23,15 @@ def _tool(name: str) -> str:
     return path
 
 
-@pytest.mark.parametrize("command", [["lint-imports", "--no-cache"], ["ruff", "check", "."], ["mypy"]], ids=lambda c: c[0])
+@pytest.mark.parametrize("command", [["lint-imports", "--no-cache"], ["ruff", "check", "."],
+                                     pytest.param(["mypy"], marks=pytest.mark.slow)],  # type checking: minutes, cold
+                         ids=lambda c: c[0])
 def test_the_code_keeps_its_contracts(command: list[str]) -> None:
     run = subprocess.run([_tool(command[0]), *command[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{' '.join(command)} failed:\n{run.stdout[-6000:]}\n{run.stderr[-2000:]}"
 
 
+@pytest.mark.slow
 def test_mypy_catches_a_misspelled_capability_in_a_plugin(tmp_path: Path) -> None:
     """The contract is typed (harness ships py.typed): a typo in @register is a type error before any run."""
     plugin = tmp_path / "typo_plugin.py"

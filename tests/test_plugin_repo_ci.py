@@ -107,15 +107,15 @@ def test_the_recipe_fails_a_slower_head_with_an_interval_above_one(ran: dict[str
     assert isinstance(codes, list) and len(codes) == 3, codes
     (_, worktree, log0), (_, ab, log1), (_, history, log2) = codes
     assert worktree == 0, log0
-    assert ab == 1, log1  # the job fails: a regression
+    assert ab == 1, log1  # the job fails: a slower cell
     assert history == 0, log2
     repo = Path(str(ran["repo"]))
     verdict = json.loads((repo / "ab" / "verdict.json").read_text())
     (cell,) = verdict["cells"]
-    assert cell["implementation"] == "my_kernel" and cell["verdict"] == "regression", cell
+    assert cell["implementation"] == "my_kernel" and cell["verdict"] == "slower", cell
     assert cell["low"] > 1.0 and cell["ratio"] > 1.5, cell  # three times the work: never near 1, whatever the load
     summary = Path(str(ran["tmp"]), "summary.md").read_text()
-    assert "1 regression(s) beyond 10%" in summary and "my_kernel" in summary
+    assert "1 slower, 0 faster beyond 10%" in summary and "my_kernel" in summary
 
 
 def test_each_side_records_its_own_commit_and_packages(ran: dict[str, object]) -> None:
@@ -151,3 +151,34 @@ def test_pytest_runs_the_plugin_alone_and_it_imports_its_package(ran: dict[str, 
     shown = subprocess.run(["attnbench", "list", "--plugin", str(repo / "plugin.py")], cwd=ran["tmp"], env=env,
                            capture_output=True, text=True, timeout=600)
     assert shown.returncode == 0 and "my_kernel" in shown.stdout, shown.stdout + shown.stderr
+
+
+TINY = '''import torch
+
+from harness import register
+
+
+@register("tiny", backend="torch", description="a plugin author's kernel")
+def tiny(q, k, v, *, causal=False, mask=None, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, attn_mask=mask, scale=scale)
+'''
+
+
+@pytest.mark.parametrize("route", [["--attnbench-plugin", "plugin.py"],
+                                   ["--pyargs", "harness.performance", "--attnbench-plugin", "plugin.py"]])
+def test_every_printed_node_id_reruns_as_printed(tmp_path: Path, route: list[str]) -> None:
+    """From a plugin author's repository (no attnbench checkout): the ids pytest prints for the shipped modules
+    select that one test when given back as printed."""
+    (tmp_path / "plugin.py").write_text(TINY)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    env = {**_installed(tmp_path), "PYTEST_ADDOPTS": ""}
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:xdist", "--collect-only", "-q"]
+    listed = subprocess.run([*base, *route], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    ids = [line for line in listed.stdout.splitlines() if "::" in line]
+    assert ids and all(i.startswith(("harness.conformance::", "harness.performance::")) for i in ids), ids[:3]
+    for chosen in (ids[0], ids[-1]):
+        again = subprocess.run([*base, chosen, "--attnbench-plugin", "plugin.py"], cwd=tmp_path, env=env,
+                               capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert [line for line in again.stdout.splitlines() if "::" in line] == [chosen]

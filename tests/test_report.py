@@ -13,6 +13,7 @@ import pytest
 from test_report_data import write_bench_run, write_verify_run
 
 from harness.cli import main
+from harness.errors import UsageError
 from harness.report import ReportSettings, build_report
 from harness.results import load_results, write_json_atomic
 
@@ -188,8 +189,9 @@ def test_report_reads_pytest_benchmark_json(tmp_path: Path) -> None:
 
 
 def test_a_pytest_benchmark_cell_arrives_with_its_stats(tmp_path: Path) -> None:
-    """Benchmarks saved with their data but no summary are summarised by the reader, once: the typed cell carries
-    the stats every consumer (tables, noise count, compare) reads; one with a summary keeps it as stored."""
+    """Benchmarks saved with their data are summarised from that data by the reader, once: the typed cell carries
+    the stats every consumer (tables, noise count, compare) reads, never half the file's summary and half the data;
+    a summary that is not its data's is a damaged file."""
     from harness.analysis.stats import summarize
     from harness.report.load import load
     from harness.report.sources import load_run
@@ -198,13 +200,17 @@ def test_a_pytest_benchmark_cell_arrives_with_its_stats(tmp_path: Path) -> None:
     benchmarks = [{"name": "test_fwd[bare]", "param": "bare", "extra_info": {"implementation": "bare"},
                    "stats": {"data": data}},
                   {"name": "test_fwd[kept]", "param": "kept", "extra_info": {"implementation": "kept"},
-                   "stats": {"median": 7.0, "iqr": 0.7, "rounds": 5, "data": data}}]
+                   "stats": {"median": 2.5e-3, "iqr": 0.7, "mean": 9.0, "rounds": 5, "data": data}}]
     path = tmp_path / "pytest-bench.json"
     path.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": benchmarks}))
     bare, kept = load_run(path)[1].bench_cells()
     assert bare.stats == summarize(data) and bare.stats is not None and bare.stats.median == 2.5e-3
-    assert kept.stats is not None and kept.stats.median == 7.0 and kept.stats.iqr_over_median == pytest.approx(0.1)
-    assert list(load([path]).bench.sort_values("implementation")["median"]) == [2.5e-3, 7.0]
+    assert kept.stats == summarize(data)  # the stored iqr and mean are not the data's: the data's are used
+    assert list(load([path]).bench.sort_values("implementation")["median"]) == [2.5e-3, 2.5e-3]
+    benchmarks[1]["stats"]["median"] = 7.0
+    path.write_text(json.dumps({"machine_info": {}, "commit_info": {}, "benchmarks": benchmarks}))
+    with pytest.raises(UsageError, match=r"benchmarks\[1\]\.stats\.median: 7\.0 is not the median of its data"):
+        load_run(path)
 
 
 def test_bad_input_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

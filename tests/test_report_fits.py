@@ -24,6 +24,8 @@ from harness.report.findings import analyse
 from harness.report.load import load
 from harness.results import BenchCell, ResultWriter
 
+pytestmark = pytest.mark.tier  # results depend on the CPU's tier: CI runs it again capped (scripts/at_tier.py)
+
 Cost = Callable[[AttentionCase], float]
 
 

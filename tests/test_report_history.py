@@ -74,3 +74,14 @@ def test_step_detection_ignores_noise_and_a_one_commit_blip() -> None:
     assert detect_steps([1.0, 1.0, 1.04, 1.04, 1.04]) == []  # below the 5% a step must change
     (up, down) = detect_steps([1.0, 1.0, 1.01, 2.0, 2.02, 1.99, 1.0, 1.01], list("abcdefgh"))
     assert (up.label, round(up.ratio, 1), down.label, round(down.ratio, 1)) == ("d", 2.0, "g", 0.5)
+
+
+def test_each_step_is_judged_by_the_comparison_engine(files: list[Path]) -> None:
+    """The step's verdict is the engine's on the commit before it against the commit it starts at (1.4x: slower),
+    with its MDE; history.csv carries both."""
+    h = history(files)
+    judged = h.judged_steps
+    assert judged and all(verdict is not None and verdict.verdict == "slower" for _, _, verdict in judged)
+    assert all(v is not None and v.low > 1.0 and v.mde_or_none is not None and v.mde < 1.4 for _, _, v in judged)
+    frame = h.frame()
+    assert set(frame["step_verdict"].dropna()) == {"slower"} and frame["step_mde"].notna().sum() == len(judged)

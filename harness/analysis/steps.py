@@ -19,7 +19,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from statistics import NormalDist
 
 import numpy as np
 
@@ -48,19 +47,6 @@ class Step:
     def ratio(self) -> float:
         """after / before: above 1 a slow-down when the series is a time."""
         return self.after / self.before
-
-
-def median_interval(samples: Sequence[float], level: float = 0.95) -> tuple[float, float]:
-    """A distribution-free interval for the median from order statistics (binomial), as the samples allow."""
-    xs = np.sort(np.asarray(samples, dtype=float))
-    n = len(xs)
-    if n == 0:
-        raise ValueError("an interval needs at least one sample")
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    half = z * math.sqrt(n) / 2
-    lo = max(int(math.floor(n / 2 - half)), 0)
-    hi = min(int(math.ceil(n / 2 + half)), n - 1)
-    return float(xs[lo]), float(xs[hi])
 
 
 def _log_se(samples: Sequence[float] | None) -> float:

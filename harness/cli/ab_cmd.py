@@ -1,10 +1,11 @@
-"""`attnbench ab BASE HEAD`: time two revisions of a plugin in interleaved rounds; exit 1 on a regression.
+"""`attnbench ab BASE HEAD`: time two revisions of a plugin in interleaved rounds; exit 1 on a slower cell.
 
 BASE and HEAD are the same plugin from two checkouts (a file, or ``ROOT::MODULE``); each side is
 imported from its own checkout in its own worker process. Each round times both in a random
 order, a few calls each (on the worker's CPU time for CPU cells with one thread, else the wall
 clock: `--clock`); per cell the verdict is the median per-round ratio head/base with a
-distribution-free interval. Exit 1 only on a regression beyond ``--threshold`` whose interval
+distribution-free 95% interval, its minimum detectable effect, and one of four verdicts (slower,
+faster, unchanged, undecided). Exit 1 only on a cell slower beyond ``--threshold`` whose interval
 lies above 1 (or a cell the head can no longer run); the whole comparison raises a false alarm
 with probability at most ``alpha / 2``.
 """
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from harness.analysis.comparison import DEFAULT_ALPHA, DEFAULT_THRESHOLD, level_note
 from harness.bench.sweeps import SUITES
 from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
@@ -25,10 +27,8 @@ from harness.cli.common import default_of, format_table, positive_int, positive_
 from harness.errors import UsageError
 from harness.report.compare import parse_threshold
 
-HELP = "A/B: time two revisions of a plugin in interleaved rounds; exit 1 on a regression beyond the threshold"
+HELP = "A/B: time two revisions of a plugin in interleaved rounds; exit 1 on a cell slower beyond the threshold"
 DESCRIPTION = __doc__.split("\n\n")[1].replace("``", "`")
-DEFAULT_THRESHOLD = "10%"
-DEFAULT_ALPHA = 0.05
 
 
 def _default(name: str) -> Any:
@@ -56,10 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="cpu: each call timed on its worker's CPU time, which other processes on the cores do "
                              "not stretch (time spent waiting, on a sleep, I/O or a GPU, is not counted); wall: "
                              "elapsed time; auto (default): cpu for CPU cells with --threads 1, else wall")
-    parser.add_argument("--threshold", default=DEFAULT_THRESHOLD, metavar="PCT",
-                        help="slow-down that counts as a regression, e.g. 10%% (default) or 0.25")
+    parser.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", metavar="PCT",
+                        help=f"slow-down that counts, e.g. {DEFAULT_THRESHOLD:.0%}% (default) or 0.25")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
-                        help="1 - the intervals' joint level; the false-alarm rate is at most alpha/2 (default 0.05)")
+                        help=f"1 - the intervals' joint level (default {DEFAULT_ALPHA}: 95%% intervals); the false-alarm rate is at "
+                             "most alpha/2")
     parser.add_argument("--seed", type=int, help="seed the order of the sides in each round (default: from the OS)")
     parser.add_argument("--timeout", type=positive_number, default=_default("timeout_s"), metavar="S",
                         help=f"per-task timeout (default {_default('timeout_s'):g})")
@@ -140,5 +141,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(HEADERS, rows(result.cells)))
         print(f"\n{summary_line(result)}")
+        print(level_note(result.alpha, sum(c.ratio is not None for c in result.cells)))
         print(f"results: {files['base']} {files['head']}")
     return 1 if result.failed else 0

@@ -1,30 +1,33 @@
-"""`attnbench compare BASE NEW`: per-cell ratio of medians, decided only beyond the runs' noise; exit 1 on a regression."""
+"""`attnbench compare BASE NEW`: per cell the comparison engine's verdict, ratio, 95% interval and MDE; exit 1 on a slower cell."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from harness.analysis.comparison import level_note
 from harness.cli.common import format_table, probability
 from harness.errors import UsageError
 from harness.report.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_files, parse_threshold
-from harness.report.compare_view import HEADERS, RECOMMEND, markdown, rows
+from harness.report.compare_view import HEADERS, RECOMMEND, SECTIONS, markdown, rows, summary
 from harness.results.files import dumps
 
-HELP = "compare two stored benchmark runs; exit 1 on a regression beyond the threshold or a newly failing cell"
-DESCRIPTION = (HELP + ". Per cell: new/base ratio of medians, a regression only where the runs' own noise (IQR) and "
-               "load cannot explain it; cells it cannot decide are 'not comparable' (exit 0) and `attnbench ab` "
-               "decides them. Cells whose samples are rounds (the files `attnbench ab` writes) are tested with "
-               "Mann-Whitney U over the rounds. Accepts attnbench result files and pytest-benchmark JSON.")
+HELP = "compare two stored benchmark runs; exit 1 on a cell decided slower beyond the threshold or a newly failing cell"
+DESCRIPTION = (HELP + ". Per cell the comparison engine gives a verdict (slower, faster, unchanged or undecided), the "
+               "ratio new/base with its 95% interval, and the cell's minimum detectable effect (MDE). The two sides of "
+               "one `attnbench ab` run are paired round by round (the same verdicts as ab); separate runs are judged on "
+               "their ratio of medians, the interval widened by the runs' own noise and, on the wall clock only, "
+               "their load. Accepts attnbench result files and pytest-benchmark JSON (pytest --benchmark-json).")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("base", type=Path, metavar="BASE", help="the reference run (result file or pytest-benchmark JSON)")
     parser.add_argument("new", type=Path, metavar="NEW", help="the run to judge")
     parser.add_argument("--threshold", default=f"{DEFAULT_THRESHOLD:.0%}", metavar="PCT",
-                        help="slow-down that counts as a regression, e.g. 25%% (default) or 0.1")
+                        help=f"slow-down that counts, e.g. {DEFAULT_THRESHOLD:.0%}% (default) or 0.25")
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
-                        help=f"significance level of the Mann-Whitney U test over rounds (default {DEFAULT_ALPHA})")
+                        help=f"1 - the intervals' joint level (default {DEFAULT_ALPHA}: 95%% intervals); the "
+                             "false-alarm rate is at most alpha/2")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="compare a run that stopped before its last cell (\"complete\": false); refused otherwise")
     parser.add_argument("--allow-missing", action="store_true",
@@ -44,24 +47,20 @@ def run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise UsageError(f"--markdown {args.markdown}: cannot write it ({exc.strerror or exc}); "
                              "give a writable file path") from None
-    regs, imps = result.regressions, result.improvements
     if args.json:
         print(dumps(result.as_dict(), indent=2))
         return 1 if result.failed else 0
     for warning in result.warnings:
         print(f"warning: {warning}")
-    compared = sum(c.ratio is not None for c in result.cells)
     t = f"{result.threshold:.0%}"
-    for title, cells in (("Regressions", regs), ("Newly failing (measured in BASE)", result.newly_failing),
-                         ("Not comparable (the runs' noise or load cannot decide)", result.undecided),
-                         ("Improvements", imps)):
+    for title, attr in SECTIONS:
+        cells = getattr(result, attr)
         if cells:
             print(f"\n{title} (threshold {t}):")
             print(format_table(HEADERS, rows(cells)))
-    failing = f", {len(result.newly_failing)} newly failing" if result.newly_failing else ""
-    undecided = f", {len(result.undecided)} not comparable" if result.undecided else ""
-    print(f"\n{compared} cells compared: {len(regs)} regression(s), {len(imps)} improvement(s) beyond {t}"
-          f"{failing}{undecided}.")
-    if result.undecided:
+    print(f"\n{summary(result)}")
+    if result.compared:
+        print(level_note(result.alpha, result.compared))
+    if any(c.method == "separate runs" for c in result.undecided):
         print(RECOMMEND)
     return 1 if result.failed else 0

@@ -1,8 +1,8 @@
-"""The verdict of an A/B comparison: per cell the median per-round ratio, its interval and the noise seen.
+"""The verdict of an A/B comparison: per cell the median per-round ratio, its 95% interval, its MDE and the noise seen.
 
-Decided by :mod:`harness.analysis.paired`: a regression is a median ratio beyond the threshold
-whose interval (level ``1 - alpha / cells``) lies above 1. Only a regression, or a cell the head
-can no longer run, fails the comparison.
+Decided by the comparison engine (:func:`harness.analysis.comparison.judge_paired`): "slower" is a median
+ratio beyond the threshold whose interval lies above 1. Only a slower cell, or a cell the head can no
+longer run, fails the comparison. ``attnbench compare`` on the side files gives the same verdicts.
 """
 
 from __future__ import annotations
@@ -12,7 +12,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.analysis.paired import REGRESSION, UNDECIDED, decide, per_cell_alpha, summarize_ratios
+from harness.analysis.comparison import (
+    FASTER,
+    SLOWER,
+    interval_words,
+    judge_paired,
+    level_note,
+    per_cell_alpha,
+    spread,
+)
 from harness.bench.ab import BASE, HEAD, ABRun, CellRounds
 
 NEWLY_FAILING, NOT_COMPARED = "newly failing", "not compared"
@@ -31,8 +39,9 @@ class ABCell:
     """Median of the per-round ratios head / base: above 1 is slower."""
     low: float | None = None
     high: float | None = None
-    level: float | None = None
-    p_slower: float | None = None
+    """The cell's 95% interval for that median (its share of the comparison's joint 95%)."""
+    mde: float | None = None
+    """Minimum detectable effect: the smallest ratio this cell's noise lets it decide (None: nothing decidable)."""
     ratio_spread: float | None = None
     """IQR / median of the per-round ratios: the noise the pairing left."""
     base_spread: float | None = None
@@ -57,8 +66,12 @@ class ABResult:
     provenance: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def regressions(self) -> list[ABCell]:
-        return [c for c in self.cells if c.verdict == REGRESSION]
+    def slower(self) -> list[ABCell]:
+        return [c for c in self.cells if c.verdict == SLOWER]
+
+    @property
+    def faster(self) -> list[ABCell]:
+        return [c for c in self.cells if c.verdict == FASTER]
 
     @property
     def newly_failing(self) -> list[ABCell]:
@@ -66,25 +79,19 @@ class ABResult:
 
     @property
     def failed(self) -> bool:
-        return bool(self.regressions or self.newly_failing)
+        return bool(self.slower or self.newly_failing)
 
     def as_dict(self) -> dict[str, Any]:
         return {"base": self.base, "head": self.head, "threshold": self.threshold, "alpha": self.alpha,
                 "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls, "clock": self.clock,
+                "interval": interval_words(self.alpha), "confidence": 1 - self.alpha,
                 "false_alarm_bound": self.alpha / 2, "failed": self.failed,
-                "regressions": len(self.regressions), "newly_failing": len(self.newly_failing),
+                "slower": len(self.slower), "faster": len(self.faster), "newly_failing": len(self.newly_failing),
                 "provenance": self.provenance, "cells": [asdict(c) for c in self.cells]}
 
 
-def _spread(xs: Sequence[float]) -> float | None:
-    if len(xs) < 2:
-        return None
-    q1, med, q3 = statistics.quantiles(xs, n=4, method="inclusive")
-    return (q3 - q1) / med if med > 0 else None
-
-
-def judge_cell(cell: CellRounds, threshold: float, alpha: float) -> ABCell:
-    """One cell's verdict at interval level ``1 - alpha``."""
+def judge_cell(cell: CellRounds, threshold: float, cell_alpha: float) -> ABCell:
+    """One cell's verdict at interval level ``1 - cell_alpha`` (the engine's paired rule)."""
     out = ABCell(cell.implementation, cell.case.id, cell.mode, verdict=NOT_COMPARED, rounds=len(cell.ratios))
     if cell.load:
         out.load_min, out.load_max = min(cell.load), max(cell.load)
@@ -93,14 +100,10 @@ def judge_cell(cell: CellRounds, threshold: float, alpha: float) -> ABCell:
         out.verdict, out.note = (NEWLY_FAILING if newly else NOT_COMPARED), f"{cell.status}: {cell.reason}"
         return out
     out.base_median_s, out.head_median_s = statistics.median(cell.base_s), statistics.median(cell.head_s)
-    summary = summarize_ratios(cell.ratios, alpha)
-    out.ratio, out.low, out.high, out.level = summary.ratio, summary.low, summary.high, summary.level
-    out.p_slower, out.ratio_spread, out.base_spread = summary.p_slower, summary.spread, _spread(cell.base_s)
-    out.verdict = decide(summary, threshold, alpha)
-    if out.verdict == UNDECIDED:
-        out.note = (f"{summary.rounds} rounds give only a {summary.level:.0%} interval: add --rounds"
-                    if summary.level < 1 - alpha else
-                    f"the interval straddles the threshold ({1 + threshold:.2f}x): not decided; more --rounds narrow it")
+    verdict = judge_paired(cell.ratios, threshold, cell_alpha)
+    out.verdict, out.ratio, out.low, out.high, out.mde = (verdict.verdict, verdict.ratio, verdict.low, verdict.high,
+                                                          verdict.mde_or_none)
+    out.ratio_spread, out.base_spread, out.note = verdict.ratio_spread, spread(cell.base_s), verdict.reason
     return out
 
 
@@ -114,8 +117,8 @@ def judge(run: ABRun, threshold: float, alpha: float) -> ABResult:
                     provenance={side: asdict(p) for side, p in run.provenance.items()})
 
 
-HEADERS = ("implementation", "case", "mode", "head/base", "interval", "verdict", "rounds", "ratio IQR", "base IQR",
-           "load", "note")
+HEADERS = ("implementation", "case", "mode", "head/base", interval_words(), "MDE", "verdict", "rounds", "ratio IQR",
+           "base IQR", "load", "note")
 
 
 def _pct(x: float | None) -> str:
@@ -124,19 +127,21 @@ def _pct(x: float | None) -> str:
 
 def rows(cells: Sequence[ABCell]) -> list[tuple[str, ...]]:
     return [(c.implementation, c.case_id, c.mode, "" if c.ratio is None else f"{c.ratio:.3f}x",
-             "" if c.low is None else f"[{c.low:.3f}, {c.high:.3f}] ({c.level:.0%})", c.verdict, str(c.rounds),
+             "" if c.low is None else f"[{c.low:.3f}, {c.high:.3f}]", "" if c.mde is None else f"{c.mde:.3f}x",
+             c.verdict, str(c.rounds),
              _pct(c.ratio_spread), _pct(c.base_spread),
              "" if c.load_min is None else f"{c.load_min:.1f}-{c.load_max:.1f}", c.note) for c in cells]
 
 
 def summary_line(result: ABResult) -> str:
     t = f"{result.threshold:.0%}"
-    regs, failing = len(result.regressions), len(result.newly_failing)
+    slower, faster, failing = len(result.slower), len(result.faster), len(result.newly_failing)
     compared = sum(c.ratio is not None for c in result.cells)
-    verdict = (f"{regs} regression(s) beyond {t}" if regs else f"no regression beyond {t}")
+    undecided = sum(c.verdict == "undecided" for c in result.cells)
     extra = f", {failing} cell(s) newly failing in head" if failing else ""
-    return (f"{compared} cell(s) compared over {result.rounds} interleaved rounds: {verdict}{extra} "
-            f"(false-alarm bound {result.alpha / 2:.1%} for the whole comparison).")
+    return (f"{compared} cell(s) compared over {result.rounds} interleaved rounds: {slower} slower, {faster} faster "
+            f"beyond {t}, {undecided} undecided{extra} (false-alarm bound {result.alpha / 2:.1%} for the whole "
+            "comparison).")
 
 
 def markdown(result: ABResult) -> str:
@@ -152,7 +157,7 @@ def markdown(result: ABResult) -> str:
     lines += ["", md_table(HEADERS, rows(result.cells)), "",
               f"Each round times base and head in a random order, {result.calls} calls each "
               f"({'on the CPU time of each call' if result.clock == 'cpu' else 'on the wall clock'}); the ratio is the median "
-              f"of the per-round ratios, the interval a distribution-free one for that median at level "
-              f"{1 - result.cell_alpha:.1%} per cell. \"ratio IQR\" is the noise the pairing left; \"base IQR\" the "
-              "noise the load put on each side."]
+              f"of the per-round ratios, the interval a distribution-free one for that median. "
+              + level_note(result.alpha, sum(c.ratio is not None for c in result.cells))
+              + " \"ratio IQR\" is the noise the pairing left; \"base IQR\" the noise the load put on each side."]
     return "\n".join(lines) + "\n"

@@ -1,61 +1,63 @@
-"""Compare two stored benchmark runs cell by cell, where such a comparison can decide.
+"""Compare two stored benchmark runs cell by cell with the comparison engine (:mod:`harness.analysis.comparison`).
 
-The unit of replication is the run (or the round), never the sample: the samples of one run share
-its load, so a test on the raw samples of two runs answers "did these two runs differ" (on a shared
-machine, always), not "did the code get slower". So cells whose samples are **rounds**
-(``sample_unit="round"``: the side files of ``attnbench ab``) are tested with Mann-Whitney U over
-the rounds beside the ratio of medians, as asv does; cells of two separate runs are decided by the
-ratio only where the runs' own noise and load cannot explain it
-(:func:`harness.analysis.paired.noise_allowance`), else they are **undecided** ("not comparable:
-base IQR 45%, load 6.2"), never a regression, and the answer recommends ``attnbench ab``.
+The unit of replication is the run (or the round), never the sample: the samples of one run share its
+load, so no test on the raw samples of two runs answers "did the code get slower". Per cell the engine is
+given what the files hold:
 
-A ratio is never taken across two kinds of cluster node (such a cell is ``not comparable`` and
-says both); local runs are compared with a warning when their environments differ.
+- the two sides of one ``attnbench ab`` run (``sample_unit="round"``, the same ``ab`` settings and round
+  count in both files): the rounds are paired again, so ``compare`` reads the same per-round ratios ``ab``
+  judged and gives the same verdict;
+- rounds of two separate ``ab`` runs: independent replications on each side;
+- calls of two separate runs (``bench``, pytest-benchmark): the ratio of medians, its interval widened by
+  the runs' own spread and, on the wall clock only, their load (CPU-clock cells get no load stretch).
+
+The level is Bonferroni-shared over the compared cells, as ``ab`` does. A ratio is never taken across two
+kinds of cluster node (such a cell is ``not comparable`` and says both); local runs are compared with a
+warning when their environments differ.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.analysis.paired import UNDECIDED, RunNoise, decide_runs, noise_allowance
+from harness.analysis.comparison import (
+    DEFAULT_ALPHA,
+    DEFAULT_THRESHOLD,
+    FASTER,
+    SLOWER,
+    UNCHANGED,
+    UNDECIDED,
+    Side,
+    Verdict,
+    interval_words,
+    judge_paired,
+    judge_separate,
+    per_cell_alpha,
+)
 from harness.errors import UsageError
 from harness.report.compare_inputs import check_inputs
 from harness.report.sources import load_run
-from harness.results import BenchCell, Run, Stats, Status, node_kind
+from harness.results import BenchCell, Run, Status, node_kind
 from harness.runtime.cluster.node import kind_of
 
-DEFAULT_THRESHOLD = 0.25
-DEFAULT_ALPHA = 0.05
-REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "FASTER", "SLOWER", "UNCHANGED", "UNDECIDED", "compare_files",
+           "parse_threshold"]
+
 ONLY_BASE, ONLY_NEW, NOT_COMPARABLE = "only in base", "only in new", "not comparable"
 NEWLY_FAILING = "newly failing"
 """Measured in the base run; errored, crashed or timed out in the new one: worse than any slow-down."""
 
 
 def parse_threshold(text: str) -> float:
-    """``"25%"`` or ``"0.25"`` -> 0.25; a bare number >= 1 is ambiguous and refused."""
-    raw = str(text).strip()
+    """``"10%"`` or ``"0.1"`` -> 0.1 (:func:`harness.analysis.comparison.parse_threshold`); bad text: a usage error."""
+    from harness.analysis.comparison import parse_threshold as parse
+
     try:
-        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
-    except ValueError:
-        raise UsageError(f"--threshold {text!r}: not a number; write a percentage such as 25%") from None
-    if not raw.endswith("%") and value >= 1:
-        raise UsageError(f"--threshold {text!r} is ambiguous; write {raw}% or a fraction such as 0.25")
-    if not 0 < value <= 10:
-        raise UsageError(f"--threshold {text!r}: must be above 0% and at most 1000%")
-    return value
-
-
-def min_p_value(n_base: int, n_new: int) -> float:
-    """The smallest two-sided Mann-Whitney p-value possible with these sample counts (exact test).
-
-    2 / C(n+m, n), computed in log space: C(1000+1000, 1000) is about 1e600, past a float.
-    """
-    log_comb = math.lgamma(n_base + n_new + 1) - math.lgamma(n_base + 1) - math.lgamma(n_new + 1)
-    return min(1.0, 2.0 * math.exp(-log_comb))
+        return parse(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @dataclass
@@ -67,9 +69,16 @@ class CellComparison:
     base_median: float | None = None
     new_median: float | None = None
     ratio: float | None = None
-    """new median / base median: above 1 is slower."""
-    p_value: float | None = None
-    """Mann-Whitney U over rounds (cells whose samples are rounds only)."""
+    """new / base (the median per-round ratio for paired rounds, else the ratio of medians): above 1 is slower."""
+    low: float | None = None
+    high: float | None = None
+    """The cell's 95% interval for the ratio (its share of the comparison's joint level)."""
+    mde: float | None = None
+    """Minimum detectable effect: the smallest ratio this cell's noise lets it decide (None: nothing decidable)."""
+    method: str | None = None
+    """How the engine read the cell: "paired rounds", "separate rounds" or "separate runs"."""
+    clock: str | None = None
+    """"cpu" or "wall": what timed the cell's calls (a CPU clock gets no load stretch)."""
     n_base: int = 0
     n_new: int = 0
     base_status: str | None = None
@@ -97,8 +106,8 @@ class Comparison:
         return [c for c in self.cells if c.verdict == verdict]
 
     @property
-    def regressions(self) -> list[CellComparison]:
-        return sorted(self.with_verdict(REGRESSION), key=lambda c: -(c.ratio or 0))
+    def slower(self) -> list[CellComparison]:
+        return sorted(self.with_verdict(SLOWER), key=lambda c: -(c.ratio or 0))
 
     @property
     def newly_failing(self) -> list[CellComparison]:
@@ -106,39 +115,60 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        """True when CI should fail: a significant regression, or a cell that no longer runs."""
-        return bool(self.regressions or self.newly_failing)
+        """True when CI should fail: a cell decided slower, or a cell that no longer runs."""
+        return bool(self.slower or self.newly_failing)
 
     @property
     def undecided(self) -> list[CellComparison]:
-        """Cells beyond what the runs' noise lets a comparison decide: time them with ``attnbench ab``."""
+        """Cells whose noise decides neither way: time them with ``attnbench ab`` (or more rounds)."""
         return self.with_verdict(UNDECIDED)
 
     @property
-    def improvements(self) -> list[CellComparison]:
-        return sorted(self.with_verdict(IMPROVEMENT), key=lambda c: c.ratio or 0)
+    def faster(self) -> list[CellComparison]:
+        return sorted(self.with_verdict(FASTER), key=lambda c: c.ratio or 0)
+
+    @property
+    def compared(self) -> int:
+        return sum(c.ratio is not None for c in self.cells)
 
     def as_dict(self) -> dict[str, Any]:
         return {"base": self.base, "new": self.new, "threshold": self.threshold, "alpha": self.alpha,
-                "regressions": len(self.regressions), "improvements": len(self.improvements),
-                "newly_failing": len(self.newly_failing), "undecided": len(self.undecided), "failed": self.failed,
+                "interval": interval_words(self.alpha), "confidence": 1 - self.alpha,
+                "false_alarm_bound": self.alpha / 2,
+                "slower": len(self.slower), "faster": len(self.faster), "unchanged": len(self.with_verdict(UNCHANGED)),
+                "undecided": len(self.undecided), "newly_failing": len(self.newly_failing), "failed": self.failed,
                 "warnings": self.warnings, "cells": [asdict(c) for c in self.cells]}
 
 
-def _timing(cell: BenchCell) -> tuple[list[float], float | None, float | None]:
-    """The cell's samples, median and IQR/median, from its stats (every typed cell arrives with them: a
-    pytest-benchmark file's are summarised by its reader)."""
-    samples = [float(x) for x in cell.samples_s]
-    stats = cell.stats or Stats()
-    if stats.median is None:
-        return samples, None, None
-    spread = stats.iqr_over_median
-    return samples, float(stats.median), None if spread is None else float(spread)
+def cell_clock(run: Run, cell: BenchCell) -> str:
+    """"cpu" when the cell's calls were timed on a CPU clock (bench ``--clock cpu``, ab's auto clock), else "wall"."""
+    integrity = cell.integrity
+    if integrity is not None and integrity.stamps is not None and integrity.stamps.clock in ("cpu", "wall"):
+        return str(integrity.stamps.clock)
+    extra = run.config.extra
+    timing = extra.get("timing")
+    clock = timing.get("clock") if isinstance(timing, dict) else extra.get("clock")
+    return "cpu" if clock == "cpu" and cell.case.device in (None, "cpu") else "wall"
 
 
-def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, threshold: float,
-                 alpha: float, base_cores: int | None = None, new_cores: int | None = None) -> CellComparison:
-    """One cell's verdict from its two runs (``*_cores``: the cores of each run's machine, to weigh its load)."""
+def _side(cell: BenchCell, run: Run | None) -> Side:
+    stats = cell.stats
+    median = None if stats is None else stats.median
+    return Side(median=float(median or 0.0), samples=tuple(float(x) for x in cell.samples_s),
+                iqr_over_median=None if stats is None or stats.iqr_over_median is None else float(stats.iqr_over_median),
+                load=cell.load_average, cores=None if run is None else run.environment.cores,
+                clock="wall" if run is None else cell_clock(run, cell))
+
+
+def _paired_runs(base_run: Run, new_run: Run) -> bool:
+    """The two files are the two sides of one ``attnbench ab`` run (same settings): their rounds pair up."""
+    a, b = base_run.config.extra.get("ab"), new_run.config.extra.get("ab")
+    return isinstance(a, dict) and a == b
+
+
+def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, threshold: float, cell_alpha: float,
+                 base_run: Run | None = None, new_run: Run | None = None, paired: bool = False) -> CellComparison:
+    """One cell's verdict from its two runs, by the engine, at interval level ``1 - cell_alpha``."""
     out = CellComparison(*key, verdict=NOT_COMPARABLE, base_status=base.status.value, new_status=new.status.value)
     if base.status != Status.OK or new.status != Status.OK:
         out.note = f"status: base {base.status}, new {new.status}"
@@ -146,40 +176,25 @@ def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, thr
             out.verdict = NEWLY_FAILING
             out.note += f" ({new.reason})"
         return out
-    (xs, out.base_median, out.base_noise), (ys, out.new_median, out.new_noise) = _timing(base), _timing(new)
-    out.n_base, out.n_new = len(xs), len(ys)
-    out.base_load, out.new_load = base.load_average, new.load_average
-    if not out.base_median or out.new_median is None:
+    a, b = _side(base, base_run), _side(new, new_run)
+    out.base_median, out.new_median = a.median or None, b.median or None
+    out.base_noise, out.new_noise = a.iqr_over_median, b.iqr_over_median
+    out.base_load, out.new_load = a.load, b.load
+    out.n_base, out.n_new = len(a.samples), len(b.samples)
+    out.clock = a.clock if a.clock == b.clock else "wall"
+    if not a.median or not b.median:
         out.note = "no timing"
         return out
-    out.ratio = out.new_median / out.base_median
-    if base.sample_unit == "round" and new.sample_unit == "round":
-        return _rounds(out, xs, ys, threshold, alpha)
-    noise = (RunNoise(out.base_noise, out.base_load, base_cores), RunNoise(out.new_noise, out.new_load, new_cores))
-    out.allowance = noise_allowance(*noise)
-    out.verdict = decide_runs(out.ratio, out.allowance, threshold)
-    if out.verdict == UNDECIDED:
-        out.note = (f"not comparable: {noise[0].describe('base')}; {noise[1].describe('new')}: the runs' noise "
-                    f"allows {out.allowance:.2f}x; time both together with `attnbench ab`")
-    return out
-
-
-def _rounds(out: CellComparison, xs: list[float], ys: list[float], threshold: float, alpha: float) -> CellComparison:
-    """Cells whose samples are rounds: Mann-Whitney U over the rounds, with the ratio of medians."""
-    beyond = out.ratio is not None and (out.ratio > 1 + threshold or out.ratio < 1 / (1 + threshold))
-    if len(xs) < 2 or len(ys) < 2 or min_p_value(len(xs), len(ys)) >= alpha:
-        out.verdict = UNDECIDED if beyond else UNCHANGED
-        out.note = f"too few rounds ({len(xs)} vs {len(ys)}) for the test to reach p<{alpha}"
-        return out
-    from scipy.stats import mannwhitneyu
-
-    out.p_value = float(mannwhitneyu(xs, ys, alternative="two-sided").pvalue)
-    if beyond and out.p_value < alpha:
-        out.verdict = REGRESSION if (out.ratio or 0) > 1 else IMPROVEMENT
+    rounds = base.sample_unit == "round" and new.sample_unit == "round"
+    verdict: Verdict
+    if rounds and paired and len(a.samples) == len(b.samples) and all(x > 0 for x in a.samples):
+        verdict = judge_paired([h / x for x, h in zip(a.samples, b.samples)], threshold, cell_alpha)
     else:
-        out.verdict = UNCHANGED
-        if beyond:
-            out.note = f"beyond the threshold but not significant over rounds (p={out.p_value:.3g})"
+        verdict = judge_separate(a, b, threshold, cell_alpha, replications=rounds)
+    out.verdict, out.ratio, out.method, out.mde = verdict.verdict, verdict.ratio, verdict.method, verdict.mde_or_none
+    if verdict.mde_or_none is not None:
+        out.low, out.high = verdict.low, verdict.high
+    out.allowance, out.note = verdict.allowance, verdict.reason
     return out
 
 
@@ -233,15 +248,20 @@ def compare_files(base: Path, new: Path, threshold: float = DEFAULT_THRESHOLD,
                  allow_missing=allow_missing)
     result = Comparison(base=str(base), new=str(new), threshold=threshold, alpha=alpha,
                         warnings=_environment_warnings(base_run, new_run))
-    for key in sorted(set(a) | set(b)):
+    keys = sorted(set(a) | set(b))
+    elsewhere = {key: _other_machines(base_run, new_run, a[key], b[key]) for key in keys if key in a and key in b}
+    timed = [key for key in keys if elsewhere.get(key) is None and key in a and key in b
+             and a[key].status == Status.OK and b[key].status == Status.OK]
+    cell_alpha = per_cell_alpha(alpha, len(timed))
+    paired = _paired_runs(base_run, new_run)
+    for key in keys:
         if key not in b:
             result.cells.append(CellComparison(*key, verdict=ONLY_BASE))
         elif key not in a:
             result.cells.append(CellComparison(*key, verdict=ONLY_NEW))
-        elif (elsewhere := _other_machines(base_run, new_run, a[key], b[key])) is not None:
+        elif (why := elsewhere[key]) is not None:
             result.cells.append(CellComparison(*key, verdict=NOT_COMPARABLE, base_status=a[key].status.value,
-                                               new_status=b[key].status.value, note=elsewhere))
+                                               new_status=b[key].status.value, note=why))
         else:
-            result.cells.append(compare_cell(key, a[key], b[key], threshold, alpha,
-                                             base_run.environment.cores, new_run.environment.cores))
+            result.cells.append(compare_cell(key, a[key], b[key], threshold, cell_alpha, base_run, new_run, paired))
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from harness.analysis.comparison import interval_words, level_note
 from harness.report.compare import NOT_COMPARABLE, ONLY_BASE, ONLY_NEW, CellComparison, Comparison
 
 
@@ -16,42 +17,52 @@ def _fmt_time(seconds: float | None) -> str:
 
 def _noise(c: CellComparison) -> str:
     parts = [f"{c.base_noise:.0%}/{c.new_noise:.0%}" if c.base_noise is not None and c.new_noise is not None else ""]
-    loads = [x for x in (c.base_load, c.new_load) if x is not None]
-    if loads:
-        parts.append(f"load {max(loads):.1f}")
+    if c.clock == "cpu":
+        parts.append("CPU clock")
+    else:
+        loads = [x for x in (c.base_load, c.new_load) if x is not None]
+        if loads:
+            parts.append(f"load {max(loads):.1f}")
     return ", ".join(p for p in parts if p)
 
 
 def rows(cells: Sequence[CellComparison]) -> list[tuple[str, ...]]:
     return [(c.implementation, c.case_id, c.mode, _fmt_time(c.base_median), _fmt_time(c.new_median),
-             f"{c.ratio:.2f}x" if c.ratio is not None else "", "" if c.p_value is None else f"{c.p_value:.2g}",
-             _noise(c), c.note) for c in cells]
+             f"{c.ratio:.3f}x" if c.ratio is not None else "",
+             f"[{c.low:.3f}, {c.high:.3f}]" if c.low is not None and c.high is not None else "",
+             f"{c.mde:.3f}x" if c.mde is not None else ("none" if c.ratio is not None else ""),
+             c.verdict, _noise(c), c.note) for c in cells]
 
 
-HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", "p (rounds)", "IQR base/new", "note")
+HEADERS = ("implementation", "case", "mode", "base", "new", "new/base", interval_words(), "MDE", "verdict",
+           "IQR base/new", "note")
 RECOMMEND = ("Two separate runs cannot decide these cells: their own noise or load could explain the ratio. "
              "Time both revisions together, in interleaved rounds: `attnbench ab BASE_PLUGIN HEAD_PLUGIN`.")
+SECTIONS = (("Slower", "slower"), ("Newly failing (measured in BASE)", "newly_failing"),
+            ("Undecided (the noise decides neither way)", "undecided"), ("Faster", "faster"))
+
+
+def summary(result: Comparison) -> str:
+    t = f"{result.threshold:.0%}"
+    failing = f", {len(result.newly_failing)} newly failing" if result.newly_failing else ""
+    return (f"{result.compared} cells compared: {len(result.slower)} slower, {len(result.faster)} faster beyond {t}, "
+            f"{len(result.with_verdict('unchanged'))} unchanged, {len(result.undecided)} undecided{failing}.")
 
 
 def markdown(result: Comparison) -> str:
-    """GitHub-flavoured Markdown: the verdict, then regressions, undecided cells and improvements."""
+    """GitHub-flavoured Markdown: the verdict, then slower, newly failing, undecided and faster cells."""
     from harness.report.markdown import md, md_table  # pandas (the report's tables): only when Markdown is asked for
 
     t = f"{result.threshold:.0%}"
-    regs, imps, undecided = result.regressions, result.improvements, result.undecided
-    compared = sum(c.ratio is not None for c in result.cells)
-    header = (f"Base `{result.base}` vs new `{result.new}`: {compared} cells compared, threshold {t}; a separate "
-              f"run's cell is decided only beyond its noise and load, rounds by Mann-Whitney U p<{result.alpha}.")
-    lines = ["# attnbench compare", "", header, ""]
-    lines.append(f"**{len(regs)} regression(s) beyond {t}.**" if regs else f"**No regression beyond {t} found.**")
-    if undecided:
-        lines.append(f"**{len(undecided)} cell(s) not comparable: the runs' noise or load cannot decide them.** "
-                     + RECOMMEND)
+    lines = ["# attnbench compare", "", f"Base `{result.base}` vs new `{result.new}`, threshold {t}.", "",
+             f"**{summary(result)}**"]
+    if result.undecided and any(c.method == "separate runs" for c in result.undecided):
+        lines.append(RECOMMEND)
     if result.newly_failing:
         lines.append(f"**{len(result.newly_failing)} cell(s) measured in the base run now fail.**")
     lines += [f"> warning: {md(w)}" for w in result.warnings]  # the machines' names come from the files
-    for title, cells in (("Regressions", regs), ("Newly failing", result.newly_failing),
-                         ("Not comparable (noise or load)", undecided), ("Improvements", imps)):
+    for title, attr in SECTIONS:
+        cells = getattr(result, attr)
         if cells:
             lines += ["", f"## {title}", md_table(HEADERS, rows(cells))]
     missing = [c for c in result.cells if c.verdict in (ONLY_BASE, ONLY_NEW)  # not comparable alike in both: nothing to say
@@ -60,4 +71,5 @@ def markdown(result: Comparison) -> str:
         lines += ["", "## Not compared", md_table(("implementation", "case", "mode", "why"),
                                                   [(c.implementation, c.case_id, c.mode, c.note or c.verdict)
                                                    for c in missing])]
+    lines += ["", level_note(result.alpha, result.compared)]
     return "\n".join(lines) + "\n"

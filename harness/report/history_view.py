@@ -88,10 +88,13 @@ def _mark_steps(ax: Axes, series: Sequence[Series]) -> None:
 
 def _step_rows(h: History) -> list[tuple[object, ...]]:
     return [(s.implementation, s.case_id, s.mode, step.label, step.before, step.after, f"×{step.ratio:.2f}",
-             "slower" if step.ratio > 1 else "faster") for s, step in h.steps]
+             "" if verdict is None else verdict.verdict,
+             "" if verdict is None or verdict.mde_or_none is None else f"{verdict.mde:.3f}x")
+            for s, step, verdict in h.judged_steps]
 
 
-STEP_HEADERS = ("implementation", "case", "mode", "commit", "median before (s)", "median after (s)", "ratio", "")
+STEP_HEADERS = ("implementation", "case", "mode", "commit", "median before (s)", "median after (s)", "ratio",
+                "verdict (commit before vs this one)", "MDE")
 
 
 def render_markdown(h: History, plot: Plot | None) -> str:

@@ -65,43 +65,85 @@ def _object(value: object, where: str) -> dict[str, Any]:
     return value
 
 
+def _case_of(extra: dict[str, Any]) -> dict[str, Any]:
+    """The attention case a benchmark's ``extra_info`` names (a ``shape`` or ``case`` object, or its fields)."""
+    shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else extra.get("case")
+    case = dict(shape) if isinstance(shape, dict) else {}
+    for key in ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "causal"):
+        if key not in case and key in extra:
+            case[key] = extra[key]
+    if "tq" not in case and "T" in extra:
+        case["tq"] = case["tk"] = extra["T"]
+    return case
+
+
+def _timing_of(stats: dict[str, Any], name: str, where: str) -> Any:
+    """The benchmark's raw times per call (None without them); damage when it has no timing at all."""
+    iterations = stats.get("iterations", 1)
+    if isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 1:
+        raise Damaged(f"{where}.stats.iterations", f"{iterations!r} is not a positive whole number of calls per round")
+    samples = stats.get("data")
+    if not samples and stats.get("median") is None:
+        raise Damaged(f"{where}.stats", f"{name!r} has no timing (no median and no data); write the file "
+                      "with `pytest --benchmark-json FILE` (add --benchmark-save-data for the raw times)")
+    return samples
+
+
+def _stored_cell(bench: dict[str, Any], where: str) -> dict[str, Any]:
+    """One benchmark as a stored attnbench bench cell, checked as one (:func:`check_cell`)."""
+    extra = _object(bench.get("extra_info"), f"{where}.extra_info")
+    params = _object(bench.get("params"), f"{where}.params")
+    stats = _object(bench.get("stats"), f"{where}.stats")
+    implementation = _first(extra.get("implementation"), params.get("implementation"),
+                            params.get("impl"), params.get("name"))
+    name = str(bench.get("name", "?"))
+    samples = _timing_of(stats, name, where)
+    stored = {"type": "bench", "implementation": str(implementation or str(bench.get("fullname") or name).split("[")[0]),
+              "case": _case_of(extra), "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
+              "mode": extra.get("mode", "fwd"), "status": "ok",
+              "samples_s": samples if isinstance(samples, list) else [],
+              "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
+                        "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds")},
+              "flops": extra.get("flops"), "gflops": extra.get("gflops"), "threads": extra.get("threads")}
+    check_cell(stored, where)
+    return stored
+
+
+def _summarised(stored: dict[str, Any], where: str) -> None:
+    """The cell's stats from its raw data when it has them (every statistic from the data, summarised once), else
+    the file's own median and IQR together; a summary that is not its data's is damage."""
+    median, iqr = stored["stats"]["median"], stored["stats"]["iqr"]
+    stored["stats"]["iqr_over_median"] = iqr / median if iqr is not None and median else None
+    if not stored["samples_s"]:
+        return
+    summary = summarize(stored["samples_s"]).to_json()
+    if median is not None and abs(median - summary["median"]) > 1e-6 * summary["median"]:
+        raise Damaged(f"{where}.stats.median", f"{median!r} is not the median of its data "
+                      f"({summary['median']!r}): the summary and the data are from different runs")
+    stored["stats"] = summary
+
+
 def cells_from_pytest_benchmark(data: dict[str, Any]) -> list[BenchCell]:
-    """pytest-benchmark's benchmarks as attnbench bench cells (samples only when saved with the data);
-    each is checked as an attnbench cell is (:func:`check_cell`), so a damaged file is a named error. Each
-    arrives with its stats, as a bench cell does: summarised here from its samples when the file kept only
-    those, so nothing past the reader summarises a cell again."""
+    """pytest-benchmark's benchmarks as attnbench bench cells; each is checked as an attnbench cell is
+    (:func:`check_cell`), so a damaged file is a named error. pytest-benchmark stores every time per call
+    (each round's time divided by its iterations), so rounds of different iteration counts compare as they are.
+    With the raw data (``--benchmark-save-data``) a cell's stats are summarised here from that data, never
+    taken half from the file's summary; without it, the file's own median and IQR are used together. A
+    benchmark with neither a median nor data, or a second benchmark of the same name, is damage."""
     cells = []
+    seen: dict[tuple[str, str, str], int] = {}
     for i, bench in enumerate(data["benchmarks"]):
         where = f"benchmarks[{i}]"
         bench = _object(bench, where) if bench is not None else None
         if not bench:
             raise Damaged(where, f"{bench!r} is not a benchmark (an object with a name and stats)")
-        extra = _object(bench.get("extra_info"), f"{where}.extra_info")
-        params = _object(bench.get("params"), f"{where}.params")
-        stats = _object(bench.get("stats"), f"{where}.stats")
-        shape = extra.get("shape") if isinstance(extra.get("shape"), dict) else extra.get("case")
-        case = dict(shape) if isinstance(shape, dict) else {}
-        for key in ("batch", "heads", "kv_heads", "tq", "tk", "d", "dtype", "causal"):
-            if key not in case and key in extra:
-                case[key] = extra[key]
-        if "tq" not in case and "T" in extra:
-            case["tq"] = case["tk"] = extra["T"]
-        implementation = _first(extra.get("implementation"), params.get("implementation"),
-                                params.get("impl"), params.get("name"))
-        name = str(bench.get("name", "?"))
-        samples = stats.get("data")
-        stored = {"type": "bench", "implementation": str(implementation or name.split("[")[0]), "case": case,
-                  "case_id": str(_first(extra.get("case_id"), bench.get("param"), name)),
-                  "mode": extra.get("mode", "fwd"), "status": "ok",
-                  "samples_s": samples if isinstance(samples, list) else [],
-                  "stats": {"median": stats.get("median"), "iqr": stats.get("iqr"), "min": stats.get("min"),
-                            "mean": stats.get("mean"), "stdev": stats.get("stddev"), "n": stats.get("rounds")},
-                  "flops": extra.get("flops"), "gflops": extra.get("gflops"), "threads": extra.get("threads")}
-        check_cell(stored, where)
-        median, iqr = stored["stats"]["median"], stored["stats"]["iqr"]
-        stored["stats"]["iqr_over_median"] = iqr / median if iqr is not None and median else None
-        if (median is None or iqr is None) and stored["samples_s"]:  # its data without a summary: summarised once
-            stored["stats"] = summarize(stored["samples_s"]).to_json()
+        stored = _stored_cell(bench, where)
+        cell_key = (str(stored["implementation"]), str(stored["case_id"]), str(stored["mode"]))
+        if cell_key in seen:
+            raise Damaged(where, f"a second benchmark of {str(bench.get('name', '?'))!r} (as benchmarks[{seen[cell_key]}]); "
+                          "one file holds one run of each benchmark: write each run to its own --benchmark-json file")
+        seen[cell_key] = i
+        _summarised(stored, where)
         cells.append(cell_from_json(stored))
     return cells  # type: ignore[return-value]
 

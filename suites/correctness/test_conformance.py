@@ -5,4 +5,8 @@
     pytest suites/correctness --attnbench-suite quick                     # or full; $ATTNBENCH_VERIFY_SUITE too
 """
 
+import pytest
+
 from harness.conformance import one_thread, pytest_generate_tests, test_conforms  # noqa: F401  (collected by pytest)
+
+pytestmark = pytest.mark.tier  # every built-in against the oracle: CI runs it again capped (scripts/at_tier.py)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
+from harness.analysis.comparison import FASTER
 from harness.analysis.stats import summarize
 from harness.bench.roofs import cpu_roofs, physics_floor
 from harness.bench.verdicts import judge
-from harness.report.compare import IMPROVEMENT, NEWLY_FAILING, NOT_COMPARABLE, compare_cell
+from harness.report.compare import NEWLY_FAILING, NOT_COMPARABLE, compare_cell
 from harness.results import BenchCell, Status
 
 
@@ -28,6 +31,7 @@ def test_the_floor_takes_the_larger_of_theory_and_twice_the_measured_roofs() -> 
     assert measured_only["compute_roof_gflops"] == 120.0
 
 
+@pytest.mark.tier  # this CPU's roofs
 def test_this_machines_theoretical_roof_is_above_what_any_measurement_here_reaches() -> None:
     roofs = cpu_roofs()
     assert roofs["gflops"]["float32"] >= 16 and roofs["load_gbps"] > 0 and "GHz" in roofs["method"]
@@ -67,6 +71,6 @@ def _cell(status: Status, median: float) -> BenchCell:
 
 def test_compare_never_counts_an_implausible_cell_as_a_speedup() -> None:
     key = ("x", "c", "fwd")
-    assert compare_cell(key, _cell(Status.OK, 1.0), _cell(Status.OK, 0.1), 0.25, 0.05).verdict == IMPROVEMENT
+    assert compare_cell(key, _cell(Status.OK, 1.0), _cell(Status.OK, 0.1), 0.25, 0.05).verdict == FASTER
     assert compare_cell(key, _cell(Status.OK, 1.0), _cell(Status.IMPLAUSIBLE, 1e-6), 0.25, 0.05).verdict == NEWLY_FAILING
     assert compare_cell(key, _cell(Status.IMPLAUSIBLE, 1e-6), _cell(Status.OK, 1.0), 0.25, 0.05).verdict == NOT_COMPARABLE

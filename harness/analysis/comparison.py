@@ -52,6 +52,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from harness.analysis import stats
+
 SLOWER, FASTER, UNCHANGED, UNDECIDED = "slower", "faster", "unchanged", "undecided"
 VERDICTS = (SLOWER, FASTER, UNCHANGED, UNDECIDED)
 DEFAULT_THRESHOLD = 0.10
@@ -94,22 +96,13 @@ def per_cell_alpha(alpha: float, cells: int) -> float:
 
 
 def median_interval(values: Sequence[float], alpha: float) -> tuple[float, float, float]:
-    """(low, high, coverage): order statistics that hold the median with probability >= 1 - alpha.
-
-    The k-th smallest and k-th largest value, with k the largest rank whose binomial tail
-    P(Bin(n, 1/2) < k) is at most alpha / 2. Too few values for any such k: (min, max) and the
-    coverage they give, below 1 - alpha (the caller says the cell is undecided)."""
-    from scipy.stats import binom
-
-    xs = sorted(float(v) for v in values)
-    n = len(xs)
-    if n == 0:
+    """(low, high, coverage): order statistics that hold the median with probability >= 1 - alpha
+    (:func:`harness.analysis.stats.median_interval` at that confidence). Too few values for the level: (min, max)
+    and the coverage they give, below 1 - alpha (the caller says the cell is undecided)."""
+    if not values:
         raise ValueError("an interval needs at least one value")
-    k = 1
-    while k + 1 <= (n + 1) // 2 and binom.cdf(k, n, 0.5) <= alpha / 2:
-        k += 1
-    coverage = 1.0 - 2.0 * float(binom.cdf(k - 1, n, 0.5))
-    return xs[k - 1], xs[n - k], coverage
+    _, low, high, coverage = stats.median_interval([float(v) for v in values], 1.0 - alpha)
+    return low, high, coverage
 
 
 def rounds_needed(alpha: float) -> int:
@@ -118,11 +111,11 @@ def rounds_needed(alpha: float) -> int:
 
 
 def spread(values: Sequence[float]) -> float | None:
-    """IQR / median (None for fewer than two values)."""
+    """IQR / median (None for fewer than two values, or a median that is not positive)."""
     if len(values) < 2:
         return None
-    q1, med, q3 = statistics.quantiles([float(v) for v in values], n=4, method="inclusive")
-    return (q3 - q1) / med if med > 0 else None
+    summary = stats.summarize(values)
+    return summary.iqr_over_median if summary.median is not None and summary.median > 0 else None
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ A background process runs a busy loop on one core, switching it on and off at ra
 0.1-2 s), for the whole measurement. Meanwhile `attnbench ab` runs ``--runs`` times on two copies of the
 same plugin (an A/A test: every exit 1 is a false alarm) and ``--runs`` times against a head doing 30%
 more work (the same attention repeated 13 times per call instead of 10: every exit 1 is a detection).
-Targets (issue 34): at most 1 false alarm in 10, at least 9 detections in 10, every detected ratio within
+Targets: at most 1 false alarm in 10, at least 9 detections in 10, every detected ratio within
 1.15-1.45. The design bound on false alarms is alpha/2 = 2.5% per comparison (docs/ci.md). Prints each
 run (exit status, ratio, interval, load seen) and the summary with the CPU and the load average.
 Nothing here asserts anything: these are figures to report.

@@ -8,7 +8,7 @@ Runs ``attnbench bench --only tiled_fused,torch_sdpa`` ``--runs`` times as the m
 with a background process that switches a busy loop on and off at random (on 50-500 ms, off 50-500 ms) on one
 core (CPU 0). Each run's ratio is the first contender's paired ratio to the second from the result file (the
 median of the per-round ratios of the interleaved rounds, with its interval: :class:`harness.results.Rounds`);
-beside it, the ratio of the two cells' overall medians. The target (issue 34) is per run: each loaded run's
+beside it, the ratio of the two cells' overall medians. The target is per run: each loaded run's
 ratio within 10% of the idle one. The idle ratio is ``--idle-ratio`` when given (measured on an idle machine),
 else the median of the runs as the machine is (on a shared machine: not idle; say so with the figures). Prints
 every run's ratio and its distance from the idle ratio, how many of the runs fall within 10%, the load average

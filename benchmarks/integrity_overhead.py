@@ -1,6 +1,8 @@
-"""What issue 36's integrity checks cost a bench run: the same small sweep timed with two harness trees, interleaved.
+"""What a change to the bench's integrity checks costs a bench run: the same small sweep timed with two harness
+trees, interleaved: a checkout before the change and one with it.
 
-    python3 benchmarks/integrity_overhead.py --base /work/main --new . --pairs 3
+    git worktree add ../attnbench-main main      # the checkout before, once
+    python3 benchmarks/integrity_overhead.py --base ../attnbench-main --new . --pairs 3
 
 Each pair runs ``attnbench bench --only tiled_fused,torch_sdpa`` (T 256 and 512, H 2, d 64, fwd, no memory
 measure) once with ``PYTHONPATH=<base>`` and once with ``PYTHONPATH=<new>``, in alternating order, and prints
@@ -37,8 +39,9 @@ def bench_wall_s(tree: Path, out: Path) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--base", type=Path, required=True, help="the harness tree before (e.g. /work/main)")
-    parser.add_argument("--new", type=Path, required=True, help="the harness tree after")
+    parser.add_argument("--base", type=Path, required=True,
+                        help="a checkout of the harness before the change (e.g. a git worktree of main)")
+    parser.add_argument("--new", type=Path, required=True, help="a checkout of the harness with the change (e.g. .)")
     parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
     ratios = []

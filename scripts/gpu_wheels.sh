@@ -3,16 +3,16 @@
 #
 #   bash scripts/gpu_wheels.sh          # here, where pip reaches PyPI; then carry .whl with the device call
 #
-# The GPU machine's image (/work/.library/device/KINDS.md, "Python packages already there") has torch, triton,
-# numpy, pandas, matplotlib, scipy, hypothesis, pytest, pytest-benchmark, pytest-timeout, pytest-xdist, ninja
-# and einops. attnbench needs two more: allpairspy (verify's pairwise cases; no dependencies) and
+# The GPU machine's image (its package list: scripts/gpu_image_packages.txt) has torch, triton, numpy, pandas,
+# matplotlib, scipy, hypothesis, pytest, pytest-benchmark, pytest-timeout, pytest-xdist, ninja and einops.
+# attnbench needs two more: allpairspy (verify's pairwise cases; no dependencies) and
 # rotary-embedding-torch (the positional tests and module cases; it needs torch and einops, both there).
 # The versions are the ones this project is tested with. --no-deps: nothing else is fetched; the check at
 # the end reads each wheel's Requires-Dist and fails if one names a package neither carried nor there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=("allpairspy==2.5.1" "rotary-embedding-torch==0.9.1")
-THERE="torch einops numpy"  # what the carried wheels may require that the image has (KINDS.md)
+IMAGE=scripts/gpu_image_packages.txt  # the packages the GPU image already holds, one name a line
 grep -qx '/.whl/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
   || { mkdir -p "$(git rev-parse --git-common-dir)/info"; echo '/.whl/' >> "$(git rev-parse --git-common-dir)/info/exclude"; }
 mkdir -p .whl
@@ -27,20 +27,18 @@ for w in .whl/*.whl; do
   while read -r req; do
     name=$(echo "$req" | sed 's/^Requires-Dist: *//; s/[ ;<>=!~(\[].*//' | tr 'A-Z_' 'a-z-')
     carried=$(ls .whl | sed 's/-[0-9].*//' | tr 'A-Z_' 'a-z-' | grep -cx "$name" || true)
-    if [ "$carried" = 0 ] && ! echo " $THERE " | grep -q " $name "; then
+    if [ "$carried" = 0 ] && ! grep -qx -- "$name" "$IMAGE"; then
       echo "gpu_wheels: $(basename "$w") requires $name, which is neither carried nor on the GPU image" >&2
       missing=1
     fi
   done < <(unzip -p "$w" '*/METADATA' | grep '^Requires-Dist' | grep -v 'extra ==' || true)
 done
-# attnbench's own dependencies (pyproject.toml) against the image's package list, where this machine has it.
-KINDS=${KINDS:-/work/.library/device/KINDS.md}
-if [ -f "$KINDS" ]; then
-  python3 - "$KINDS" <<'PY' || missing=1
+# attnbench's own dependencies (pyproject.toml) against the image's package list.
+python3 - "$IMAGE" <<'PY' || missing=1
 import re, sys, tomllib
 from pathlib import Path
-text = Path(sys.argv[1]).read_text()
-image = {n.strip().lower().replace("_", "-") for n in text.split("Packages:", 1)[1].split(".\n", 1)[0].split(",")}
+lines = Path(sys.argv[1]).read_text().splitlines()
+image = {n.strip().lower().replace("_", "-") for n in lines if n.strip() and not n.startswith("#")}
 carried = {re.sub(r"-[0-9].*", "", w.name).lower().replace("_", "-") for w in Path(".whl").glob("*.whl")}
 deps = tomllib.loads(Path("pyproject.toml").read_text())["project"]["dependencies"]
 names = [re.split(r"[ ;<>=!~\[]", d, maxsplit=1)[0].lower().replace("_", "-") for d in deps]
@@ -48,6 +46,5 @@ lacking = [n for n in names if n not in image and n not in carried]
 if lacking:
     sys.exit(f"gpu_wheels: attnbench needs {lacking}, neither carried nor on the GPU image: add them to WHEELS")
 PY
-fi
 [ "$missing" = 0 ] || exit 1
 echo "gpu_wheels: .whl holds $(ls .whl | wc -l) wheels ($(du -sh .whl | cut -f1)), complete: $(ls .whl | tr '\n' ' ')"

@@ -130,7 +130,7 @@ def test_fit_rows_read_the_paired_ratios_of_a_sweep() -> None:
 
 
 def test_an_honest_d_exponent_with_a_wide_interval_is_a_departure() -> None:
-    # torch_sdpa on a quieter machine: d 1.83 [1.33, 2.37] (issue 34): not an order beyond d^1
+    # torch_sdpa on a quieter machine: d 1.83 [1.33, 2.37]: not an order beyond d^1
     ds = (32.0, 64.0, 128.0)
     row = _row(_fit(1.83, 1.33, 2.37, (1.0, 2.6, 7.1), ds), theory=1.0, axis="d")
     assert not row.flagged and row.check.startswith("departure: per-FLOP rate falls")

@@ -1,4 +1,4 @@
-"""Issue 36's red team: plugins written by an adversary who read ``harness/bench/`` are flagged, each with a
+"""The red team: plugins written by an adversary who read ``harness/bench/`` are flagged, each with a
 reason that names its evidence, and the honest-but-unusual set never is.
 
 Two real ``bench`` runs, side by side (each implementation in a worker of its own, so one cheat's hooks and
@@ -56,9 +56,10 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], ...]] = {
     "rt_more_threads": ((r"thread count|num_threads|threads? (changed|raised|set)",),),
     "rt_clock_patch": (CLOCK,),
 }
-MISSED_BY_MAIN = {
-    # what the harness before issue 36's rebuild made of each: the status and median of this file's run on a 2-core
-    # machine at load 13-18, against ok_prepared_layout's 417 us and torch_sdpa's 400 us in the same conditions
+MISSED_BY_OLDER = {
+    # what an older harness made of each (one that drew its checked calls while the loop ran and treated them
+    # unlike the others): the status and median of this file's run on a 2-core machine at load 13-18, against
+    # ok_prepared_layout's 417 us and torch_sdpa's 400 us in the same conditions
     "rt_frame_peek": "ok at 94 us: unchecked calls compute 1/8 of the rows",
     "rt_proc_task_audit": "ok at 93 us: an audit hook sees the /proc/self/task listing before each checked call",
     "rt_warmup_stall": "ok at 106 us: a 0.3 s warm-up call puts the random pick below --min-samples",
@@ -105,8 +106,8 @@ def run(tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> dict[str, d
 
 
 HONEST_WHEN_BLIND = {
-    # cheats that do honest work when the harness shows them nothing to tell checked calls from others: since
-    # issue 36 every call is treated alike (so the audit hook sees the same listings around every call, and the
+    # cheats that do honest work when the harness shows them nothing to tell checked calls from others: every
+    # call is treated alike (so the audit hook sees the same listings around every call, and the
     # warm-up stall leaves no pick to place), so whether they cheat at all depends on the round sizes
     "rt_proc_task_audit", "rt_warmup_stall",
 }
@@ -114,8 +115,8 @@ HONEST_WHEN_BLIND = {
 
 def _cheat(name: str) -> Any:
     if name in HONEST_WHEN_BLIND:
-        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=f"before issue 36: {MISSED_BY_MAIN[name]}; "
-                                                          "since: honest work unless it guesses a call unchecked"))
+        return pytest.param(name, marks=pytest.mark.xfail(strict=False, reason=f"an older harness: {MISSED_BY_OLDER[name]}; "
+                                                          "now: honest work unless it guesses a call unchecked"))
     return name
 
 

@@ -1,6 +1,6 @@
-"""BROKEN (after PyTorch issue 162588, SDPA wrong with attn_mask at large sequence lengths): the mask is applied to
-the first 1,024 keys only; key tiles past it are read unmasked. Right for every mask over Tk <= 1,024 and for
-masks that mask nothing past key 1,024."""
+"""BROKEN (after https://github.com/pytorch/pytorch/issues/162588, SDPA wrong with attn_mask at large sequence
+lengths): the mask is applied to the first 1,024 keys only; key tiles past it are read unmasked. Right for every
+mask over Tk <= 1,024 and for masks that mask nothing past key 1,024."""
 import sys
 from pathlib import Path
 

@@ -36,3 +36,15 @@ class DiskFull(AttnbenchError):
     def but(self, kept: str, then: str) -> DiskFull:
         """The same failure, said by the caller that knows what was kept and how to finish."""
         return DiskFull(self.path, self.why, kept, then)
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))}
+_CONTROL_BUT_NEWLINE = {c: text for c, text in _CONTROL.items() if c != 0x0A}
+
+
+def printable(value: object, *, newlines: bool = False) -> str:
+    """``value`` as text that cannot drive a terminal: every control character (ESC, CR, BEL, the C1 range; and
+    the newline unless ``newlines``) written as its escape (``\\x1b``). The one sanitiser every line printed to a
+    terminal and every Markdown cell goes through: names, reasons and exception texts come from result files
+    and plugins, and a raw ESC could recolour, clear or retitle the screen, a CR overwrite a verdict."""
+    return str(value).translate(_CONTROL_BUT_NEWLINE if newlines else _CONTROL)

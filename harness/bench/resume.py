@@ -54,7 +54,16 @@ _SETTINGS: dict[str, tuple[Callable[[object], bool], str]] = {
              "a list of implementation names (as --only)"),
     "plugins": (lambda v: isinstance(v, list) and all(isinstance(x, str) and x for x in v),
                 "a list of plugin paths or modules (as --plugin)"),
+    "model": (lambda v: v is None or (isinstance(v, str) and v in _models()), "null or a model of the catalogue "
+              "(as --model; `attnbench bench --model list`)"),
+    "reference": (lambda v: v is None or (isinstance(v, str) and bool(v)), "null or an implementation name"),
 }
+
+
+def _models() -> set[str]:
+    from harness.case.models import catalogue
+
+    return set(catalogue())
 _TIMING_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "warmup_s": (lambda v: _positive(v) or v == 0, "a number of seconds, 0 or more"),
     "budget_s": (_positive, "a number of seconds above 0 (as --budget)"),
@@ -63,6 +72,7 @@ _TIMING_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "warm_cache": (lambda v: isinstance(v, bool), "true or false (as --warm-cache)"),
     "checks": (lambda v: isinstance(v, bool), "true or false"),
     "clock": (_words(("cpu", "wall")), "cpu or wall (as --clock)"),
+    "rounds": (lambda v: _positive(v, integer=True), "a whole number above 0 (as --rounds)"),
 }
 _AXIS_VALUES: dict[str, Callable[[object], bool]] = {
     "T": lambda v: _positive(v, integer=True), "d": lambda v: _positive(v, integer=True),
@@ -105,11 +115,28 @@ def stored_settings(path: Path, config: Mapping[str, Any]) -> BenchSettings:
 def require_same_plugins(path: Path, stored: Sequence[str], given: Sequence[str]) -> None:
     """A UsageError unless the command line names the plugins the file was run with (a file never
     imports code by itself)."""
-    if sorted(stored) == sorted(given):
+    if sorted(_as_given(path, stored, given)) == sorted(given):
         return
     flags = " ".join(f"--plugin {spec}" for spec in stored) or "no --plugin"
     raise UsageError(f"{path} was run with {flags}; a result file never loads code by itself: resume it with "
                      f"the same --plugin flags (given: {' '.join(given) or 'none'})")
+
+
+def _as_given(path: Path, stored: Sequence[str], given: Sequence[str]) -> list[str]:
+    """The stored plugin specs as the command line's (absolute) ones: a relative stored path is read against the
+    result file's folder, or else the working directory (an older or hand-written file), whichever is given."""
+    from harness.contract.discovery import ROOTED, absolute_specs
+
+    out = []
+    for spec in stored:
+        root = spec.partition(ROOTED)[0] if ROOTED in spec and not spec.endswith(".py") else spec
+        if not (spec.endswith(".py") or ROOTED in spec or "/" in spec) or Path(root).is_absolute():
+            out.append(spec)
+            continue
+        beside = absolute_specs([str(Path(path).parent / spec)])[0]
+        here = absolute_specs([spec])[0]
+        out.append(beside if beside in given or here not in given else here)
+    return out
 
 
 def resume_command(path: Path, plugins: Sequence[str], executor: str = "local", address: str | None = None) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from harness import __version__
-from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError
+from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError, printable
 from harness.runtime import interrupts
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
@@ -138,12 +138,12 @@ class Step:
             interrupts.check()  # a Ctrl-C that library code swallowed still stops with 130
             return code
         except AttnbenchError as exc:
-            print(f"{self.command}: error: {exc}", file=sys.stderr)
+            print(f"{self.command}: error: {printable(exc, newlines=True)}", file=sys.stderr)
             return EXIT_USAGE
         except KeyboardInterrupt as exc:
             if self.nested:
                 raise
-            detail = f"; {exc}" if str(exc) else ""
+            detail = f"; {printable(exc, newlines=True)}" if str(exc) else ""
             by = interrupts.signal_name()
             print(f"{self.command}: interrupted{f' ({by})' if by else ''}{detail}", file=sys.stderr)
             return interrupts.exit_code()

@@ -97,17 +97,61 @@ def settings_from_args(args: argparse.Namespace) -> Any:
                       clock=clock, seed=args.seed)
 
 
-def _write(path: Path, text: str, flag: str) -> None:
+MARKDOWN_TITLE = "# attnbench ab"
+"""The first line of ab's Markdown summary: ``--markdown`` replaces only an empty file or one that starts so."""
+
+
+def _is_verdict(path: Path) -> bool:
+    """Whether ``path`` holds an ab verdict (what ``--json FILE`` writes): the one kind of file it replaces."""
+    from harness.results.paths import parse_json, read_text
+
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{flag} {path}: cannot write it ({exc.strerror or exc}); give a writable file path") from None
+        data = parse_json(read_text(path), path)
+    except (UsageError, OSError):
+        return False
+    return isinstance(data, dict) and {"base", "head", "cells", "false_alarm_bound"} <= set(data)
+
+
+def _is_bench_result(path: Path) -> bool:
+    from harness.results import refuse_to_overwrite
+
+    try:
+        refuse_to_overwrite(path, "bench")
+    except UsageError:
+        return False
+    return True
+
+
+def check_outputs(args: argparse.Namespace, out: Path) -> None:
+    """Every output flag, before any round is timed: never an input (the plugin files), a link, or a file of
+    another kind; each in a writable place."""
+    from harness.results.paths import check_output, refuse_link, starts_with
+
+    inputs = [Path(spec) for spec in (args.base, args.head) if Path(spec).is_file()]
+    refuse_link(out, "--out")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a directory; give a directory (it is created if missing)")
+    for side in ("base", "head"):
+        check_output(out / f"{side}.json", flag="--out", inputs=inputs, kind="an attnbench bench result file",
+                     ours=_is_bench_result)
+    if args.markdown:
+        check_output(args.markdown, flag="--markdown", inputs=inputs, kind="a Markdown summary of attnbench ab",
+                     ours=starts_with(MARKDOWN_TITLE.encode()))
+    if args.json and args.json != "-":
+        check_output(Path(args.json), flag="--json", inputs=inputs, kind="an attnbench ab verdict (JSON)",
+                     ours=_is_verdict)
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.contract.discovery import only_names
+
     threshold = parse_threshold(args.threshold)
     settings = settings_from_args(args)
+    only_names(args.only)
+    out = args.out or Path("results") / f"ab-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    check_outputs(args, out)
+    from harness.errors import Interrupted
+    from harness.results.paths import write_atomic
     from harness.runtime import interrupts
     interrupts.import_torch()
     from harness.bench.ab import run_ab
@@ -122,20 +166,22 @@ def run(args: argparse.Namespace) -> int:
             told = f"{sorted(ratios)[len(ratios) // 2]:.3f}x" if ratios else f"{cell.status}: {cell.reason}"
             print(f"ab: {cell.implementation} {cell.case.id} {cell.mode}: {told}", file=sys.stderr)
 
-    result_run = run_ab(settings, on_cell)
-    out = args.out or Path("results") / f"ab-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    try:
+        result_run = run_ab(settings, on_cell)
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        raise Interrupted(f"nothing was kept: ab writes {out / 'base.json'} and {out / 'head.json'} after its last "
+                          "round; run the same command again") from None
     files = write_sides(result_run, out)
     result = judge(result_run, threshold, args.alpha)
     document = {**result.as_dict(), "files": {side: str(p) for side, p in files.items()}}
     if args.markdown:
-        _write(args.markdown, markdown(result), "--markdown")
+        write_atomic(args.markdown, markdown(result), flag="--markdown")
     if args.json and args.json != "-":
-        from harness.results import write_json_atomic
+        from harness.results.files import encode_json
 
-        try:
-            write_json_atomic(Path(args.json), document)  # never half-written
-        except OSError as exc:
-            raise UsageError(f"--json {args.json}: cannot write it ({exc.strerror or exc}); give a writable path") from None
+        write_atomic(Path(args.json), encode_json(document), flag="--json")
     if args.json == "-":
         print(json.dumps(document, indent=2))
     else:

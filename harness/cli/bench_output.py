@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.analysis.fitrecords import stored_rows
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
+from harness.errors import printable
 from harness.report.terminal import fits_table, results_table
 from harness.results import BenchCell, Run, Status
 from harness.results.files import dumps
@@ -74,7 +75,7 @@ def _print_skipped(cells: list[BenchCell]) -> None:
     if skipped:
         print("\nskipped:")
         for (name, reason), n in skipped.items():
-            print(f"  {name} ({n} cell{'s' if n > 1 else ''}): {reason}")
+            print(f"  {printable(name)} ({n} cell{'s' if n > 1 else ''}): {printable(reason)}")
 
 
 def _print_spread(cells: list[BenchCell]) -> None:
@@ -94,7 +95,8 @@ def _print_problems(problems: list[BenchCell]) -> None:
     """On stderr: each integrity problem in full, then the first five problem cells."""
     for c in problems:
         if c.status in INTEGRITY:
-            print(f"attnbench bench: {c.status}: {c.implementation} {c.case_id} {c.mode}: {c.reason}", file=sys.stderr)
+            print(f"attnbench bench: {c.status}: {printable(c.implementation)} {printable(c.case_id)} {c.mode}: "
+                  f"{printable(c.reason)}", file=sys.stderr)
     if problems:
         print(f"attnbench bench: {len(problems)} cell(s) failed: "
               + ", ".join(f"{c.implementation} {c.case_id} {c.mode}: {c.status}" for c in problems[:5]),

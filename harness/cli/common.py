@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from harness.contract.discovery import Registry, load_registry
-from harness.errors import PluginError
+from harness.errors import PluginError, printable
 from harness.report.terminal import format_table
 from harness.runtime import interrupts
 
@@ -28,11 +28,11 @@ def registry_of(plugins: Sequence[str], load: Callable[[list[str]], Registry] = 
     registry = load(list(plugins))
     interrupts.check()  # plugins import torch, whose C++ start-up swallows a Ctrl-C
     for note in registry.notes:
-        print(f"attnbench: note: {note}", file=sys.stderr)
+        print(f"attnbench: note: {printable(note)}", file=sys.stderr)
     fatal = registry.fatal_errors
     for error in registry.errors:
         if error not in fatal:
-            print(f"attnbench: warning: {error}", file=sys.stderr)
+            print(f"attnbench: warning: {printable(error)}", file=sys.stderr)
     if fatal:
         raise PluginError("; ".join(str(e) for e in fatal))
     return registry

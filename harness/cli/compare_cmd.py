@@ -7,10 +7,11 @@ from pathlib import Path
 
 from harness.analysis.comparison import level_note
 from harness.cli.common import format_table, probability
-from harness.errors import UsageError
+from harness.errors import printable
 from harness.report.compare import DEFAULT_ALPHA, DEFAULT_THRESHOLD, compare_files, parse_threshold
 from harness.report.compare_view import HEADERS, RECOMMEND, SECTIONS, markdown, rows, summary
 from harness.results.files import dumps
+from harness.results.paths import check_output, starts_with, write_atomic
 
 HELP = "compare two stored benchmark runs; exit 1 on a cell decided slower beyond the threshold or a newly failing cell"
 DESCRIPTION = (HELP + ". Per cell the comparison engine gives a verdict (slower, faster, unchanged or undecided), the "
@@ -37,21 +38,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also write a GitHub-flavoured Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
 
 
+MARKDOWN_TITLE = "# attnbench compare"
+"""The first line of the Markdown summary: ``--markdown`` replaces only an empty file or one that starts so."""
+
+
 def run(args: argparse.Namespace) -> int:
-    result = compare_files(args.base, args.new, parse_threshold(args.threshold), args.alpha,
+    threshold = parse_threshold(args.threshold)
+    if args.markdown:
+        check_output(args.markdown, flag="--markdown", inputs=(args.base, args.new),
+                     kind="a Markdown summary of attnbench compare", ours=starts_with(MARKDOWN_TITLE.encode()))
+    result = compare_files(args.base, args.new, threshold, args.alpha,
                            allow_incomplete=args.allow_incomplete, allow_missing=args.allow_missing)
     if args.markdown:
-        try:
-            args.markdown.parent.mkdir(parents=True, exist_ok=True)
-            args.markdown.write_text(markdown(result), encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"--markdown {args.markdown}: cannot write it ({exc.strerror or exc}); "
-                             "give a writable file path") from None
+        write_atomic(args.markdown, markdown(result), flag="--markdown")
     if args.json:
         print(dumps(result.as_dict(), indent=2))
         return 1 if result.failed else 0
     for warning in result.warnings:
-        print(f"warning: {warning}")
+        print(f"warning: {printable(warning)}")
     t = f"{result.threshold:.0%}"
     for title, attr in SECTIONS:
         cells = getattr(result, attr)

@@ -58,6 +58,17 @@ class LoadError:
         return self.error if self.clash else f"could not load {self.source}: {self.error}"
 
 
+def only_names(given: Iterable[str] | None) -> list[str]:
+    """The names ``--only`` flags give (comma-separated, repeatable); a UsageError when flags were given but name
+    nothing (``--only "$EMPTY"``): a selection that names nothing never means "everything"."""
+    given = list(given or [])
+    wanted = [n.strip() for raw in given for n in raw.split(",") if n.strip()]
+    if given and not wanted:
+        raise UsageError(f"--only {' '.join(repr(g) for g in given)} names no implementation; give names "
+                         "(comma-separated, see `attnbench list`) or leave --only out to select all")
+    return wanted
+
+
 @dataclass
 class Registry:
     """All loaded implementations by name, plus the sources that failed to load."""
@@ -86,11 +97,7 @@ class Registry:
 
     def select(self, names: Iterable[str] | None) -> list[Implementation]:
         """The implementations named; when ``names`` is empty, all but those declared ``on_request``."""
-        given = list(names or [])
-        wanted = [n.strip() for raw in given for n in raw.split(",") if n.strip()]
-        if given and not wanted:  # `--only "$EMPTY"`: a selection that names nothing never means "everything"
-            raise UsageError(f"--only {' '.join(repr(g) for g in given)} names no implementation; give names "
-                             "(comma-separated, see `attnbench list`) or leave --only out to select all")
+        wanted = only_names(names)
         if not wanted:
             return [impl for impl in self if not impl.on_request]
         return [self.get(n) for n in wanted]

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.errors import UsageError
+from harness.errors import DiskFull, UsageError
 from harness.report import html, markdown, plots, roofline, structure_plots, tables, verify_plots
 from harness.report.findings import Analysis, analyse
 from harness.report.headline import Line
 from harness.report.load import Results, load
 from harness.report.settings import ReportSettings
 from harness.report.sources import Source
-from harness.results.files import disk_full, is_disk_full
+from harness.results.paths import check_directory, disk_full, is_disk_full, refuse_link, write_atomic
 
 
 @dataclass(frozen=True)
@@ -132,6 +132,9 @@ def build_report(settings: ReportSettings, on_stage: Callable[[str], None] = lam
         try:
             stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out))
             drawn, csvs = _write_set(analysis, out.name, stage, on_stage)
+        except DiskFull as exc:  # from write_atomic: the report as a whole was not changed either
+            raise exc.but(f"the report in {out} was not changed (the new one is written whole or not at all)",
+                          exc.then) from None
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
@@ -163,34 +166,31 @@ def _publish(staged: Report, out: Path) -> Report:
     """Move a whole staged report into ``out`` (renames within one file system: they take no space, so a full
     disk cannot stop them half-way); ``index.html`` last, so a report that has its index is complete."""
     plot_dir = out / "plots"
+    refuse_link(plot_dir, "--out")
     for name in (*plots.PLOT_NAMES, *structure_plots.STRUCTURE_PLOT_NAMES):  # no stale figure when written again
         (plot_dir / f"{name}.png").unlink(missing_ok=True)
     if staged.plots:
         plot_dir.mkdir(exist_ok=True)
     moved = tuple(dataclasses.replace(p, path=plot_dir / p.path.name) for p in staged.plots)
-    for before, after in zip(staged.plots, moved):
-        os.replace(before.path, after.path)
     csvs = tuple(out / c.name for c in staged.csvs)
-    for before_csv, after_csv in zip(staged.csvs, csvs):
-        os.replace(before_csv, after_csv)
-    os.replace(staged.out / "summary.md", out / "summary.md")
-    os.replace(staged.out / "index.html", out / "index.html")
+    moves = [*((b.path, a.path) for b, a in zip(staged.plots, moved)), *zip(staged.csvs, csvs),
+             (staged.out / "summary.md", out / "summary.md"), (staged.out / "index.html", out / "index.html")]
+    for _, after in moves:  # every name checked before the first is replaced
+        refuse_link(after, "--out")
+        if after.is_dir():
+            raise UsageError(f"{after} is a directory; the report writes a file there: remove it or give another --out")
+    for before, after in moves:
+        os.replace(before, after)
     return dataclasses.replace(staged, out=out, plots=moved, csvs=csvs)
 
 
 def _writable_directory(out: Path) -> None:
-    """Make ``out`` (a directory) or say, before any plot is drawn, why it cannot hold the report."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"the report directory {out} is a file; give a directory path (it is created if missing)")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write the report to {out} ({exc.strerror or exc}); give a writable directory") from None
+    """Make ``out`` (a directory) or say, before any plot is drawn, why it cannot hold the report: it, its
+    ``plots`` folder and the pages are never links (nothing is written through one)."""
+    check_directory(out, "--out")
+    for name in ("plots", "index.html", "summary.md"):
+        refuse_link(out / name, "--out")
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, text)

@@ -20,6 +20,8 @@ from harness.report.history import History, Series
 from harness.report.html import CSS, esc, image, table
 from harness.report.markdown import md, md_table
 from harness.report.plots import Plot, _save, _style, _text
+from harness.report.tables import write_csv
+from harness.results.paths import check_directory, refuse_link, write_atomic
 
 MAX_PANELS = 12
 MAX_LINES = 10
@@ -126,11 +128,14 @@ def render_html(h: History, plot: Plot | None) -> str:
 
 
 def write_history(h: History, out: Path) -> HistoryFiles:
-    """Write the history view under ``out`` (created if missing)."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Write the history view under ``out`` (created if missing): each file whole or not at all, never through a
+    link (:func:`harness.results.paths.write_atomic`); the page last, so a history that has its page is complete."""
+    check_directory(out, "--out")
+    for name in ("plots", "history.csv", "history.md", "history.html", "plots/history.png"):
+        refuse_link(out / name, "--out")
     plot = history_plot(h, out / "plots")
     files = HistoryFiles(html=out / "history.html", markdown=out / "history.md", csv=out / "history.csv", plot=plot)
-    h.frame().to_csv(files.csv, index=False)
-    files.markdown.write_text(render_markdown(h, plot), encoding="utf-8")
-    files.html.write_text(render_html(h, plot), encoding="utf-8")
+    write_csv(files.csv, h.frame())
+    write_atomic(files.markdown, render_markdown(h, plot))
+    write_atomic(files.html, render_html(h, plot))
     return files

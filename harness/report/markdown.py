@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.errors import printable
 from harness.report.html import fmt
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ _MARKUP = str.maketrans({c: "\\" + c for c in "\\`|"})
 
 def md(value: Any) -> str:
     """``value`` as inert Markdown text: no HTML, link, image or mention comes out of it."""
-    text = fmt(value).replace("\r", " ").replace("\n", " ")
+    text = printable(fmt(value).replace("\r\n", " ").replace("\n", " "))  # no control character reaches a reader
     text = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").translate(_MARKUP)
     text = text.replace("](", "\\](").replace("][", "\\][")  # no [text](url), ![alt](src) nor [text][ref]
     return text.replace("@", "@" + _ZWSP).replace("://", ":" + _ZWSP + "//").replace("www.", "www" + _ZWSP + ".")

@@ -13,6 +13,7 @@ starting point.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ from harness.analysis.slices import Sweep, sweep
 from harness.analysis.sweepfits import SweepFit
 from harness.report.findings import speedup_table
 from harness.results import Peak, PeakKey
+from harness.results.paths import write_atomic
 
 DPI = 100
 PLOT_NAMES = ("time_vs_T", "memory_vs_T", "time_vs_d", "time_vs_heads", "throughput_vs_T", "speedup_vs_T",
@@ -74,11 +76,12 @@ def _style(i: int) -> LineStyle:
 
 def _save(fig: Any, out: Path, name: str, title: str, caption: str,
           rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Plot:
-    out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}.png"
     fig.tight_layout(rect=rect)
-    fig.savefig(path, dpi=DPI, metadata={"Software": "attnbench"})
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=DPI, metadata={"Software": "attnbench"})
     plt.close(fig)
+    write_atomic(path, image.getvalue())  # whole or not at all, never through a link
     return Plot(name=name, title=title, path=path, caption=caption)
 
 

@@ -19,7 +19,8 @@ from harness.analysis.stats import summarize
 from harness.errors import UsageError
 from harness.results import SCHEMA, BenchCell, Config, Environment, Run, read_text
 from harness.results.cells import cell_from_json
-from harness.results.files import check_version, parse_json
+from harness.results.files import check_version
+from harness.results.paths import parse_json
 from harness.results.validate import Damaged, check_cell, check_record
 
 

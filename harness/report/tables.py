@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.growth import Row
+from harness.results.paths import write_atomic
 
 PROBLEMS = ("fail", "error", "crash", "timeout")
 """Verify outcomes that are a finding, worst first."""
@@ -142,13 +143,36 @@ def _without_default_structure(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def write_csvs(out: Path, tables: dict[str, pd.DataFrame]) -> list[Path]:
-    """Each non-empty table as ``<out>/<name>.csv``."""
-    out.mkdir(parents=True, exist_ok=True)
+    """Each non-empty table as ``<out>/<name>.csv`` (:func:`write_csv`)."""
     written = []
     for name, frame in tables.items():
         if frame is None or frame.empty:
             continue
         path = out / f"{name}.csv"
-        _without_default_structure(frame).to_csv(path, index=False)
+        write_csv(path, _without_default_structure(frame))
         written.append(path)
     return written
+
+
+_FORMULA = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A text cell a spreadsheet would run as a formula (``=HYPERLINK(...)``, ``+``, ``-``, ``@``, a leading tab or
+    carriage return), with a leading apostrophe: shown as text. Numbers, and the "-" of an empty cell, stay."""
+    if not isinstance(value, str) or not value.startswith(_FORMULA) or value == "-":
+        return value
+    try:
+        float(value)
+        return value
+    except ValueError:
+        return "'" + value
+
+
+def write_csv(path: Path, frame: pd.DataFrame) -> None:
+    """``frame`` as CSV at ``path``, every text cell inert in a spreadsheet (:func:`csv_cell`), written whole."""
+    safe = frame.copy()
+    for column in safe.columns:
+        if not pd.api.types.is_numeric_dtype(safe[column]):
+            safe[column] = safe[column].map(csv_cell)
+    write_atomic(path, safe.to_csv(index=False))

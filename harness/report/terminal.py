@@ -13,12 +13,13 @@ from typing import Any
 from harness.analysis.fitrecords import stored_rows
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
+from harness.errors import printable
 from harness.results import BenchCell, Run, Status, VerifyCell
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table with columns padded to their widest cell."""
-    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    """A plain-text table with columns padded to their widest cell, every cell :func:`~harness.errors.printable`."""
+    cells = [[printable(h) for h in headers]] + [[printable(c) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -172,7 +173,8 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
             numbers = "" if not m or m.get("bound") is None else (
                 f" [max_abs_err {_fmt(m.get('max_abs_err'))}, bound {_fmt(m.get('bound'))}, ratio {_fmt(m.get('ratio'))}, "
                 f"rel_l2 {_fmt(m.get('rel_l2'))}, base_err {_fmt(m.get('base_err'))}, worst_index {m.get('worst_index')}]")
-            lines.append(f"  {c.status.value.upper():7} {c.implementation} {c.case_id} {c.check}: {c.reason}{numbers}")
+            lines.append(f"  {c.status.value.upper():7} {printable(c.implementation)} {printable(c.case_id)} "
+                         f"{printable(c.check)}: {printable(c.reason)}{numbers}")
     skips: dict[tuple[str, str], int] = {}
     for c in cells:
         if c.status == Status.SKIPPED:
@@ -180,9 +182,9 @@ def verify_table(cells: Sequence[VerifyCell], seconds: float, order: Sequence[st
             skips[key] = skips.get(key, 0) + 1
     if skips:
         lines += ["", "skipped:"]
-        lines += [f"  {name}: {count} case(s): {reason}" for (name, reason), count in skips.items()]
+        lines += [f"  {printable(name)}: {count} case(s): {printable(reason)}" for (name, reason), count in skips.items()]
     if conventions:
         lines += ["", "declared conventions (every verdict above assumes them):"]
-        lines += [f"  {name}: {note}" for name, notes in conventions.items() for note in notes]
+        lines += [f"  {printable(name)}: {printable(note)}" for name, notes in conventions.items() for note in notes]
     lines += ["", f"{len(cells)} checks in {seconds:.1f} s; " + ("all passed" if not bad else f"{len(bad)} problem(s)")]
     return "\n".join(lines)

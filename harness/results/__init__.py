@@ -1,5 +1,6 @@
 """Result files: their typed schema (:mod:`.schema` the run, :mod:`.cells` its cells, :mod:`.records` and
-:mod:`.evidence` the records inside them) and reading and writing them (:mod:`.files`)."""
+:mod:`.evidence` the records inside them) and reading and writing them
+(:mod:`.files` the result file, :mod:`.paths` every file a command reads or writes)."""
 
 from harness.results.cells import CellCase
 from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds, Stamped
@@ -10,11 +11,11 @@ from harness.results.files import (
     load_results,
     new_run_id,
     read_run,
-    read_text,
     refuse_to_overwrite,
     write_json_atomic,
 )
 from harness.results.keys import BandwidthKey, PeakKey
+from harness.results.paths import MAX_RESULT_BYTES, read_text, write_atomic
 from harness.results.records import Bandwidth, Config, Coverage, Environment, Memory, Node, Peak, Record, Stats
 from harness.results.schema import (
     PROBLEMS,
@@ -32,5 +33,6 @@ from harness.results.schema import (
 __all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity", "Rounds", "Stamped",
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
-           "load_results", "new_run_id", "read_run", "read_text", "refuse_to_overwrite", "write_json_atomic",
+           "load_results", "new_run_id",
+           "read_run", "read_text", "write_atomic", "MAX_RESULT_BYTES", "refuse_to_overwrite", "write_json_atomic",
            "node_kind", "BandwidthKey", "CellCase", "PeakKey"]

@@ -6,8 +6,8 @@ reports and comparisons read only these files. Every write replaces the file who
 ``complete`` is false, and ``--resume`` can finish it. The layout is
 :mod:`harness.results.schema`'s: writers hand it typed cells, :func:`read_run` gives them back.
 
-The module is past 300 lines because the writer and the reader share one file format's atomic write,
-lock and version handling; apart, each would reach into the other's internals.
+How a file is read and written (regular files only, a size cap, never through a link, whole or not at
+all) is :mod:`harness.results.paths`', for every command.
 """
 
 from __future__ import annotations
@@ -19,16 +19,15 @@ import math
 import os
 import platform
 import secrets
-import stat
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.errors import DISK_FULL_ERRNOS, DiskFull, UsageError
+from harness.errors import UsageError
+from harness.results.paths import parse_json, read_text, refuse_link, write_atomic
 from harness.results.records import Config, Environment
 from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
 from harness.runtime.cluster.node import cpu_model
@@ -121,64 +120,9 @@ def encode_json(data: Any) -> str:
     return head.replace(f'"{placeholder}"', "[\n  " + cells + "\n ]" if cells else "[]", 1)
 
 
-def umask() -> int:
-    """This process's umask, read without changing it (Linux lists it in /proc; elsewhere set and restored)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
-def file_mode(path: Path) -> int:
-    """The permission bits a rewrite of ``path`` keeps: the existing file's, or what ``open`` would give a
-    new file under the umask (0666 less the umask), as for any file a command creates."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        return 0o666 & ~umask()
-
-
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so that a reader (or a crash) never sees half a file."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        mode = file_mode(path)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        if is_disk_full(exc):
-            raise disk_full(exc, path, "the file is as last written (never half-written)") from None
-        raise
-    try:
-        os.fchmod(fd, mode)  # mkstemp's 0600 would narrow the file: keep its mode, or the umask's for a new one
-        with os.fdopen(fd, "w") as handle:
-            handle.write(encode_json(data))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if is_disk_full(exc):
-            raise disk_full(exc, path, "the file is as last written (never half-written)") from None
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def is_disk_full(exc: BaseException) -> bool:
-    """Whether ``exc`` says the device (or a limit) has no room for what was being written."""
-    return isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS
-
-
-def disk_full(exc: OSError, path: Path, kept: str = "nothing was written there") -> DiskFull:
-    """The user's error for ``exc`` (:func:`is_disk_full`) while writing ``path``."""
-    return DiskFull(path, exc.strerror or os.strerror(exc.errno or 0), kept)
+    """Write JSON so that a reader (or a crash) never sees half a file (:func:`harness.results.paths.write_atomic`)."""
+    write_atomic(Path(path), encode_json(data))
 
 
 class ResultWriter:
@@ -278,32 +222,25 @@ class ResultWriter:
 
 
 def refuse_to_overwrite(path: Path, command: str) -> None:
-    """A UsageError unless ``path`` is free, or an attnbench ``command`` result file (a re-run's to replace)."""
-    if path.is_dir():
+    """A UsageError unless ``path`` is free, or an attnbench ``command`` result file (a re-run's to replace);
+    never a link, a directory or another file that is not a regular file (nothing of it is read past the cap)."""
+    if path.is_dir() and not path.is_symlink():
         raise UsageError(f"{path} is a directory; give the path of a result file (e.g. {path / 'run.json'})")
+    refuse_link(path)
     if not path.exists():
         return
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_text(path))
         kind = f"an attnbench {data['command']} result file" if data.get("schema") == SCHEMA else "another JSON file"
+    except UsageError as exc:
+        if "not a regular file" in str(exc):
+            raise
+        kind = "not an attnbench result file"
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):  # any file may be here
         kind = "not an attnbench result file"
     if kind != f"an attnbench {command} result file":
         raise UsageError(f"{path} exists and is {kind}; refusing to overwrite it with {command} results. "
                          f"Choose another path, or pass --force to replace it")
-
-
-def parse_json(text: str, path: Path) -> Any:
-    """A file's JSON document; a UsageError naming the file for anything that is not one (bad syntax, an
-    integer past Python's digit limit, nesting past the parser's recursion limit)."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path}: not valid JSON ({exc})") from None
-    except RecursionError:
-        raise UsageError(f"{path}: a damaged result file: nested too deeply to be a result file") from None
-    except ValueError as exc:  # e.g. "Exceeds the limit (4300 digits) for integer string conversion"
-        raise UsageError(f"{path}: a damaged result file: {exc}") from None
 
 
 def check_version(data: dict[str, Any], path: Path) -> None:
@@ -334,20 +271,6 @@ def load_results(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: not an attnbench result file (no \"schema\": \"{SCHEMA}\")")
     check_version(data, path)
     return data
-
-
-def read_text(path: Path) -> str:
-    """A file's text; a UsageError naming the path when it is a directory or cannot be read
-    (FileNotFoundError is left to the caller, whose message says what file it wanted)."""
-    try:
-        return Path(path).read_text()
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory; give the path of a result file (e.g. results/<run-id>.json)") from None
-    except FileNotFoundError:
-        raise
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UsageError(f"cannot read {path}: {why}; give a result file written by attnbench") from None
 
 
 def read_run(path: Path) -> Run:

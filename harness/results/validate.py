@@ -15,7 +15,9 @@ Beyond the declared types:
 - the case fields the reports compute with (sizes, dtype, window, ...) have their declared types;
 - a measured bench cell's times (samples and median) are finite and positive: a NaN, infinite,
   zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are not negative
-  or infinite. NaN elsewhere (the error of a NaN output) stays readable.
+  or infinite; an ok bench cell has its samples; a peak or bandwidth reading is above 0; a case's
+  batch, heads and head dimension are at least 1 and its dtype one attnbench knows. NaN elsewhere (the error
+  of a NaN output) stays readable.
 
 The module is past 300 lines because it is one walk over the whole schema, each record's rules beside
 the walk that reaches it.
@@ -36,6 +38,10 @@ MAX_DEPTH = 32
 MAX_INT = 2**63
 
 _SIZES = ("batch", "heads", "tq", "d", "kv_heads", "tk", "page_size")
+_COUNTS = ("batch", "heads", "d", "kv_heads", "page_size")
+"""The sizes a case has at least one of (a sequence may be empty: 0 rows is a case verify checks)."""
+_RATES = ("gflops", "fastest_call_gflops", "first_gflops", "confirmed_gflops", "read_gbps", "copy_gbps")
+"""The peak and bandwidth readings the reports divide by: above 0 (or null, not measured)."""
 _METRICS = ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor", "T")
 """The verify metrics readers compute with: numbers (or null)."""
 
@@ -219,6 +225,13 @@ def check_record(value: object, kind: type, where: str) -> None:
 
 
 @functools.cache
+def _dtypes() -> tuple[str, ...]:
+    from harness.case.dtypes import DTYPES
+
+    return tuple(DTYPES)
+
+
+@functools.cache
 def _case_types() -> dict[str, Any]:
     """The case fields readers compute with, as :class:`harness.results.cells.CellCase` declares them; a field
     it may not store as null (the sizes, dtype, ...) is its type alone. Others are free-form."""
@@ -244,8 +257,10 @@ def check_case(case: object, where: str) -> None:
             check_depth(item, at, 1)
             continue
         check_value(item, hint, at)
-        if key in _SIZES and item is not None and not 0 <= item <= 2**40:
-            raise Damaged(at, f"{_show(item)} is not a size")
+        if key in _SIZES and item is not None and not (1 if key in _COUNTS else 0) <= item <= 2**40:
+            raise Damaged(at, f"{_show(item)} is not a size" + (" (at least 1)" if key in _COUNTS else ""))
+        if key == "dtype" and item is not None and item not in _dtypes():
+            raise Damaged(at, f"{_show(item)} is not a dtype attnbench knows ({', '.join(_dtypes())})")
         if key == "window" and item is not None and len(item) != 2:
             raise Damaged(at, "a window is [left, right]")
 
@@ -298,11 +313,24 @@ def _check_measured(cell: Mapping[str, Any], where: str) -> None:
             raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
     if cell["status"] != "ok":
         return
+    if not cell.get("samples_s"):
+        raise Damaged(_at(where, "samples_s"), "an ok cell without samples: a measured cell keeps its times")
     for i, sample in enumerate(cell.get("samples_s") or ()):
         _positive_time(sample, _at(_at(where, "samples_s"), i))
     stats = cell.get("stats") or {}
     for name in ("median", "min", "mean"):
         _positive_time(stats.get(name), _at(_at(where, "stats"), name))
+
+
+def _check_rates(data: Mapping[str, Any]) -> None:
+    """Each peak and bandwidth reading the reports divide by: a finite number above 0, or null."""
+    for record in ("peaks", "bandwidth"):
+        for key, reading in (data.get(record) or {}).items():
+            for rate in _RATES:
+                value = reading.get(rate) if isinstance(reading, dict) else None
+                if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                              and math.isfinite(value) and value > 0):
+                    raise Damaged(f"{_at(_at(record, key), rate)}", f"{_show(value)} is not a rate (a finite number above 0)")
 
 
 def check_run(data: Mapping[str, Any]) -> None:
@@ -316,6 +344,7 @@ def check_run(data: Mapping[str, Any]) -> None:
                        ("implementations", Mapping[str, Mapping[str, Any]] | tuple[Any, ...] | None)):
         if name in data:
             check_value(data[name], hint, name)
+    _check_rates(data)
     for name, info in (data.get("implementations") or {}).items() if isinstance(data.get("implementations"), dict) else ():
         exponent = info.get("memory_exponent")
         if exponent is not None and not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)

@@ -3,13 +3,16 @@
 The lock is ``flock`` on a sidecar file (``.NAME.lock`` beside the result file): the
 result file itself is replaced whole on every write, so it cannot carry a lock. The
 kernel drops an ``flock`` when its holder dies, so a killed run never leaves the file
-locked; the sidecar holds the holder's pid for the message another run prints.
+locked; the sidecar holds the holder's pid for the message another run prints. It is opened with
+``O_NOFOLLOW``: a link planted at its name is refused (exit 2), never written through.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,11 +37,18 @@ class RunLock:
             raise UsageError(f"cannot create the directory of {target}: {exc.strerror or exc}; "
                              f"choose a writable path") from None
         while True:
-            try:
-                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # never through a link planted at the sidecar's name, never a device or a pipe
+                fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
             except OSError as exc:
+                if exc.errno == errno.ELOOP or lock_path.is_symlink():
+                    raise UsageError(f"{lock_path} is a symbolic link; attnbench never writes through a link: "
+                                     f"remove it, or give this run another output path than {target}") from None
                 raise UsageError(f"cannot write beside {target} ({lock_path}: {exc.strerror or exc}); "
                                  f"choose a writable path") from None
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                raise UsageError(f"{lock_path} is not a regular file; remove it, or give this run another output "
+                                 f"path than {target}")
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

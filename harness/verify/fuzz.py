@@ -177,9 +177,12 @@ def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict
 
 
 def _load_saved(path: Path) -> list[dict[str, Any]]:
+    from harness.errors import UsageError
+    from harness.results.paths import read_text  # a regular file under the size cap, read without blocking
+
     try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError):
+        saved = json.loads(read_text(path))
+    except (OSError, ValueError, UsageError):
         return []
     return saved if isinstance(saved, list) else []
 

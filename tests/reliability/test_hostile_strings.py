@@ -14,7 +14,7 @@ from harness.cli import main
 
 HOSTILE = ('<script>alert(1)</script><img src=x onerror=alert(2)>[click](https://e.vil/a)'
            '![pixel](https://e.vil/p.png)@octocat www.e.vil `x` \\[y](https://e.vil/b) | & "q" \'s\'')
-KEEP = {"schema", "type", "status", "peak_key"}  # the words that say what a value is (statuses are an enum)
+KEEP = {"schema", "type", "status", "peak_key", "dtype"}  # the words that say what a value is (statuses, dtypes: enums)
 
 
 def _hostile(value: Any, key: str = "", counter: list[int] | None = None) -> Any:

@@ -14,9 +14,9 @@ from harness.contract.registry import Implementation, make_implementation
 from harness.errors import PluginError, UsageError
 from harness.modules.cases import ModuleCase
 from harness.modules.lift import lift
+from harness.modules.reference import composed_mha, reference_output
 from harness.modules.weights import MultiheadWeights, make_module_inputs
 from harness.reference.oracle import reference_attention
-from harness.verify.module_reference import composed_mha, reference_output
 from harness.verify.modules import check_module_case, module_cases
 from implementations.module_numpy_encoder import layer_norm
 from implementations.module_numpy_mha import linear, numpy_multihead_attention, rope_numpy, softmax_attention

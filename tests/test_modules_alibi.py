@@ -170,7 +170,7 @@ def test_every_suite_has_alibi_for_head_counts_not_powers_of_two_in_float32(suit
 
 def test_the_logit_term_counts_logits_where_the_softmax_spreads_its_weight() -> None:
     """A row's only key (weight 1) has no rounding error to bound; ALiBi's far keys (weight ~0) add nothing."""
-    from harness.verify.module_reference import weighted_logit
+    from harness.modules.reference import weighted_logit
 
     one_key = ModuleCase(batch=1, seq=1, d_model=16, heads=2, dtype="float16")
     assert weighted_logit(one_key, make_module_inputs(one_key, 0)) == 0.0

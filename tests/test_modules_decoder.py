@@ -10,8 +10,8 @@ from harness.contract.discovery import load_registry
 from harness.contract.registry import make_implementation
 from harness.errors import PluginError, UsageError
 from harness.modules.cases import ModuleCase
+from harness.modules.reference import reference_output
 from harness.modules.weights import make_module_inputs
-from harness.verify.module_reference import reference_output
 from harness.verify.modules import check_module_case, module_cases
 from implementations.module_torch_mha import rope_torch
 

@@ -11,7 +11,10 @@ softmax scale does not change a call's cost, so a model's own scale is not carri
 FLOPs are the layer's (:meth:`harness.modules.ModuleCase.own_flops`: projections, attention and an
 encoder's feed-forward), so GFLOP/s compare across kernels and modules. Module cells are timed by
 :func:`module_timing_task`: the module's set-up (``prepare``) outside the timed calls, the same clock and
-sample rule as kernels, without the kernels' input rotation and kept-output checks (docs/integrity.md).
+sample rule as kernels, without the kernels' input rotation. Where kernel cells check their outputs (the default;
+not ``config.checks`` off), a module cell's output after its timed calls is held against the layer in float64
+(:func:`module_output_problems`: its shape, NaN/Inf, the values within verify's module bound), and a cell whose
+output is wrong is ``wrong``, as a kernel's, never ``ok``.
 """
 
 from __future__ import annotations
@@ -68,17 +71,43 @@ def _module_call(impl: Implementation, case: ModuleCase, seed: int = 0) -> Any:
     return impl.prepare(inputs.x, **inputs.kwargs(case, module_positional_biases(impl)))
 
 
+def module_output_problems(case: ModuleCase, inputs: Any, out: Any) -> tuple[str, ...]:
+    """What is wrong with a module's output ``out`` on ``inputs``, against the layer in float64 with verify's
+    module bound (:func:`harness.reference.tolerance.compare`: the shape, NaN/Inf, the values); empty when right."""
+    from harness.modules.reference import baseline_output, reference_output, weighted_logit
+    from harness.reference.tensors import dtype_name, to_float64
+    from harness.reference.tolerance import OUTPUT_M, compare
+
+    try:
+        got_dtype = dtype_name(out)
+        if got_dtype != case.dtype:
+            return (f"the module returned {got_dtype}, expected the input dtype {case.dtype}",)
+        verdict = compare(to_float64(out), reference_output(case, inputs), baseline_output(case, inputs),
+                          dtype=case.dtype, m=OUTPUT_M, logit_max=weighted_logit(case, inputs))
+    except Exception as exc:  # noqa: BLE001 - an output that cannot be read is the finding
+        return (f"the module's output could not be checked: {type(exc).__name__}: {exc}",)
+    return () if verdict.ok else (f"the module's output after its timed calls: {verdict.reason}",)
+
+
 def module_timing_task(impl: Implementation, case: dict[str, object], config: TimingConfig,
                        threads: int | None) -> Timed:
-    """Worker: time one module cell (set-up outside the timed calls)."""
+    """Worker: time one module cell (set-up outside the timed calls); then, where kernel cells are checked, check one
+    more call's output against float64 (:func:`module_output_problems`)."""
     from harness.bench import guard
+    from harness.modules.cases import module_positional_biases
+    from harness.modules.weights import make_module_inputs
+    from harness.results.evidence import Integrity
 
     used = pin_threads(threads)
     module_case = ModuleCase.from_dict(case)
     started = guard.CLOCK()
-    call = _module_call(impl, module_case)
+    inputs = make_module_inputs(module_case, 0, impl.backend)
+    call = impl.prepare(inputs.x, **inputs.kwargs(module_case, module_positional_biases(impl)))
     setup_s = guard.CLOCK() - started
-    return Timed(samples_s=tuple(time_call(call, module_case.device, config)), threads=used, setup_s=setup_s)
+    samples = tuple(time_call(call, module_case.device, config))
+    problems = module_output_problems(module_case, inputs, call()) if config.checks else ()
+    return Timed(samples_s=samples, threads=used, setup_s=setup_s,
+                 integrity=Integrity(output_problems=problems) if problems else None)
 
 
 def module_memory_task(impl: Implementation, case: dict[str, object], threads: int | None) -> Memory:

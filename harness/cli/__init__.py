@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from harness import __version__
 from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError, printable
-from harness.runtime import interrupts
+from harness.runtime import interrupts, streams
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
 
@@ -179,7 +179,11 @@ def _silence_stdout() -> None:
 
 
 def entry() -> None:
-    """The ``attnbench`` console script: :func:`main`, then an exit that a late Ctrl-C cannot turn into a traceback."""
+    """The ``attnbench`` console script: :func:`main`, then an exit that a late Ctrl-C cannot turn into a traceback.
+    First, a closed standard stream becomes /dev/null and an output encoding that lacks a character escapes it
+    (:mod:`harness.runtime.streams`): stdout carries the answer alone, whatever the caller closed."""
+    streams.fill_standard_fds()
+    streams.forgiving_encoding()
     code = main()
 
     def late_interrupt(signum: int, frame: object) -> None:

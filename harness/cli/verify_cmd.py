@@ -21,7 +21,7 @@ from harness.cli import add_executor_arguments, add_plugin_argument, executor_fr
 from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.contract.registry import Implementation
-from harness.errors import Interrupted
+from harness.errors import Interrupted, UsageError
 from harness.report.terminal import problems, verify_table
 from harness.results import Run, new_run_id
 from harness.results.files import dumps
@@ -112,6 +112,9 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
 
 def run(args: argparse.Namespace) -> int:
     if args.model == LIST:
+        if args.json not in (None, "-"):
+            raise UsageError(f"--model list prints the catalogue and writes no result file; for it as JSON give "
+                             f"--json - (stdout), not --json {args.json}")
         return print_catalogue(args.json is not None)
     return execute(request_from_args(args))
 

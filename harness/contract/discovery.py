@@ -5,7 +5,7 @@ is the one road in; attnbench's own built-ins are declared there in ``pyproject.
 When attnbench runs from a source tree that was never installed, the built-ins are
 found by scanning the ``implementations`` package instead, and the registry says so.
 
-A plugin that fails to import (an exception, or an exit: ``sys.exit`` at import) becomes a
+A plugin that fails to import (an exception, or an exit: ``sys.exit`` or ``os._exit`` at import) becomes a
 :class:`LoadError` that names its source; the others still load.
 
 The command's process loads every source to read what each declares; a worker loads only
@@ -37,6 +37,7 @@ from harness.runtime import provenance
 
 ENTRY_POINT_GROUP = "attnbench.implementations"
 BUILTIN_PACKAGE = "implementations"
+IMPORTING = "while being imported"
 ENTRY_POINT_SOURCE = "entry-point:"
 """A source spec naming one entry point of :data:`ENTRY_POINT_GROUP` (``entry-point:NAME=VALUE``, loadable
 where the distribution is not installed: a cluster node); any other spec is a ``--plugin`` spec, a file
@@ -123,6 +124,8 @@ class Registry:
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, plugin_state.RefusedExit):
+        return str(exc)
     if isinstance(exc, SystemExit):  # a plugin's exit is its own failure to load, never the command's exit
         return f"it called sys.exit({exc.code!r}) while being imported; a plugin must not exit"
     frames = traceback.extract_tb(exc.__traceback__)
@@ -292,7 +295,7 @@ def load_registry(plugins: Iterable[str] = (), *, builtins: bool = True, entry_p
     the command's process must not carry it to the implementations it starts workers for.
     """
     registry = Registry()
-    with plugin_state.stdout_to_stderr():
+    with plugin_state.stdout_to_stderr(), plugin_state.exits_refused(IMPORTING):
         covered = _load_entry_points(registry) if entry_points else set()
         if builtins:
             _scan_builtins(registry, covered)
@@ -306,7 +309,7 @@ def load_source(source: str) -> Registry:
     """Only what one source declares (a spec from :attr:`Registry.sources`): what a worker loads, so that
     no other plugin's import runs in the process of the implementation it serves. A PluginError if it fails."""
     registry = Registry()
-    with plugin_state.stdout_to_stderr():
+    with plugin_state.stdout_to_stderr(), plugin_state.exits_refused(IMPORTING):
         if source.startswith(ENTRY_POINT_SOURCE):
             name, _, value = source[len(ENTRY_POINT_SOURCE):].partition("=")
             _load_entry_point(registry, metadata.EntryPoint(name=name, value=value, group=ENTRY_POINT_GROUP))

@@ -15,7 +15,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from typing import Any, NoReturn, TypedDict
 
 
 class _State(TypedDict, total=False):
@@ -83,3 +83,24 @@ def stdout_to_stderr() -> Iterator[None]:
         if saved is not None:
             os.dup2(saved, 1)
             os.close(saved)
+
+
+class RefusedExit(SystemExit):
+    """A plugin called ``os._exit`` where it runs in the command's own process (its import, a pytest call)."""
+
+
+@contextlib.contextmanager
+def exits_refused(where: str) -> Iterator[None]:
+    """Inside the block ``os._exit(code)`` raises :class:`RefusedExit` instead of ending the process: a plugin
+    that calls it ``where`` (while being imported, say) fails with a message, never ends the command with its
+    own status (``os._exit(0)`` would be a silent green exit)."""
+    real = os._exit
+
+    def refuse(status: int) -> NoReturn:
+        raise RefusedExit(f"it called os._exit({status!r}) {where}; a plugin must not exit")
+
+    os._exit = refuse
+    try:
+        yield
+    finally:
+        os._exit = real

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing as mp
 import multiprocessing.forkserver
+import multiprocessing.reduction
 import multiprocessing.resource_tracker
 import os
 import signal
@@ -42,7 +43,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from harness.runtime.process_tree import die_with_parent, kill_tree, lead_own_group
+from harness.runtime import streams
+from harness.runtime.process_tree import die_with_parent, kill_tree, lead_own_session
 
 _CLOCK = time.perf_counter
 """Bound when this module is imported, before any plugin is: the wall time of a task (bench holds the
@@ -176,19 +178,24 @@ def _memory_note() -> str:
     return f" ({used}; {limit}, from the memory budget)"
 
 
-def _stdout_to_stderr() -> None:
-    """Plugin output goes to stderr: the parent's stdout is the command's answer (a table, JSON)."""
-    sys.stdout.flush()
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # C and subprocess output too, not only print()
+def _own_streams() -> None:
+    """stdin reads /dev/null (a plugin never reads the command's input); plugin output goes to stderr (the
+    parent's stdout is the command's answer: a table, JSON), or to /dev/null where the command has no stderr."""
+    streams.stdin_from_devnull()
+    streams.fill_standard_fds()
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)  # C and subprocess output too, not only print()
     sys.stdout = sys.stderr
 
 
 def _worker_main(conn: Connection, memory_limit: int | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     die_with_parent()
-    lead_own_group()
+    lead_own_session()
     _cap_memory(memory_limit)
-    _stdout_to_stderr()
+    _own_streams()
     try:
         _serve(conn)
     except (BrokenPipeError, EOFError, ConnectionResetError):
@@ -209,17 +216,27 @@ def _serve(conn: Connection) -> None:
         try:
             reply: tuple[Any, ...] = (OK, fn(*args), None, None)
         except BaseException as exc:  # noqa: BLE001 - every failure of plugin code is an outcome
-            error = f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {_text(exc)}"
             if _is_out_of_memory(exc):
                 error = f"{OUT_OF_MEMORY}{_memory_note()}: {error}"
-            reply = (ERROR, None, error, traceback.format_exc())
+            reply = (ERROR, None, error, _text(traceback.format_exc))
+        reply = streams.clip_strings(reply)  # a plugin's 50 MB message is a few KiB here, before it is sent
         scan_started = _CLOCK()
         left = _end_leftovers() if end_leftovers else ()  # else they live as long as the worker, and die with it
         scan_s = _CLOCK() - scan_started  # the harness's own time, not the task's: the parent takes it off
         try:
             conn.send((*reply, left, scan_s))
         except Exception as exc:  # noqa: BLE001 - an unpicklable result is the task's error, not the worker's death
-            conn.send((ERROR, None, f"result could not be sent back: {type(exc).__name__}: {exc}", None, left, scan_s))
+            error = streams.clip(f"result could not be sent back: {type(exc).__name__}: {_text(exc)}")
+            conn.send((ERROR, None, error, None, left, scan_s))
+
+
+def _text(thing: object) -> str:
+    """``str(thing)`` (or ``thing()``'s), or what stopped it: a plugin's exception may fail to say itself."""
+    try:
+        return str(thing() if callable(thing) and not isinstance(thing, BaseException) else thing)
+    except Exception as exc:  # noqa: BLE001 - the message is the plugin's; its failure is said, not raised
+        return f"<its message could not be read: {type(exc).__name__}>"
 
 
 def _describe_death(exitcode: int | None, memory_limit: int | None = None) -> str:
@@ -235,7 +252,8 @@ def _describe_death(exitcode: int | None, memory_limit: int | None = None) -> st
             cap = f"its cap of {memory_limit / 2**30:.2f} GiB" if memory_limit else "no memory cap"
             why = f"; likely out of memory: the kernel's OOM killer ends processes with SIGKILL (the worker had {cap})"
         return f"worker killed by {name} (exit code {exitcode}){why}"
-    return f"worker exited with code {exitcode}"
+    note = ": plugin code ended its process (os._exit(0), say) instead of returning" if exitcode == 0 else ""
+    return f"worker exited with code {exitcode} before answering{note}"
 
 
 @contextlib.contextmanager
@@ -263,6 +281,7 @@ class _Worker:
 
     @classmethod
     def start(cls, method: str = "spawn", memory_limit: int | None = None) -> _Worker:
+        streams.fill_standard_fds()  # a closed stdout or stderr must not become the pipe's descriptor, or the worker's
         context = _context(method)
         parent, child = context.Pipe()
         process = context.Process(target=_worker_main, args=(child, memory_limit), daemon=True)
@@ -359,7 +378,7 @@ class WorkerPool:
             worker.conn.send((task.fn, task.args, task.end_leftovers))
             answered = worker.conn.poll(limit)
             if answered:
-                status, value, error, trace, left, scan_s = worker.conn.recv()
+                status, value, error, trace, left, scan_s = _receive(worker.conn)
                 # the scan's own time, as the worker says, but never more than a scan takes: a worker that
                 # claimed more would shrink the wall time bench holds its accounting against
                 scan_s = min(max(float(scan_s), 0.0), LONGEST_SCAN_S)
@@ -367,6 +386,9 @@ class WorkerPool:
                 if error and error.startswith(OUT_OF_MEMORY):  # what leaked stays with this worker: a fresh one next
                     self._discard(kill=True)
                 return outcome
+        except AnswerTooLarge as exc:
+            self._discard(kill=True)
+            return Outcome(ERROR, error=str(exc), seconds=_CLOCK() - started)
         except (EOFError, OSError, BrokenPipeError):
             worker.process.join(timeout=5)
             self._discard(kill=True)
@@ -394,6 +416,27 @@ class WorkerPool:
 
     def __exit__(self, *exc: object) -> None:
         self._discard(kill=exc[0] is not None)
+
+
+MAX_ANSWER_BYTES = 1 << 30
+"""The most the parent reads of one answer from a worker (1 GiB); a longer one is that task's error, and the
+worker is stopped (what is left of its message stays in its pipe). Text in an answer is cut far shorter in
+the worker already (:data:`harness.runtime.streams.MESSAGE_LIMIT_BYTES`)."""
+
+
+class AnswerTooLarge(Exception):
+    """A worker's answer longer than :data:`MAX_ANSWER_BYTES`."""
+
+
+def _receive(conn: Connection) -> Any:
+    try:
+        raw = conn.recv_bytes(MAX_ANSWER_BYTES)
+    except OSError as exc:
+        if "bad message length" in str(exc):
+            raise AnswerTooLarge(f"the worker's answer was longer than {MAX_ANSWER_BYTES >> 20} MiB; "
+                                 "worker stopped") from None
+        raise
+    return multiprocessing.reduction.ForkingPickler.loads(raw)
 
 
 def run_isolated(

@@ -30,11 +30,15 @@ def die_with_parent() -> None:
         os._exit(0)
 
 
-def lead_own_group() -> None:
-    """Lead a process group of its own (killed whole when the worker stops) and adopt every orphan of the
-    plugin's (Linux: a child subreaper), so nothing the plugin starts leaves the worker's tree."""
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
+def lead_own_session() -> None:
+    """Lead a session and a process group of its own (killed whole when the worker stops; no terminal, and out
+    of the command's group, so a plugin's ``killpg`` of its own group never reaches the command) and adopt every
+    orphan of the plugin's (Linux: a child subreaper), so nothing the plugin starts leaves the worker's tree."""
+    try:
+        os.setsid()
+    except OSError:  # already a group leader (never, for a fresh worker): a group of its own at least
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 

@@ -26,10 +26,10 @@ import torch
 
 from harness.case.positional import alibi_slopes
 from harness.modules.cases import ModuleCase
+from harness.modules.reference import baseline_output, reference_output, weighted_logit
 from harness.modules.weights import ModuleInputs, MultiheadWeights, make_module_inputs
 from harness.reference.tensors import TORCH_DTYPES, to_float64
 from harness.reference.tolerance import compare
-from harness.verify.module_reference import baseline_output, reference_output, weighted_logit
 
 Run = Callable[[ModuleCase, ModuleInputs], Any]
 """Call the implementation on one trial's inputs (``harness.verify.modules.run_module`` bound to it)."""

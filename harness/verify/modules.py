@@ -24,11 +24,11 @@ import torch
 
 from harness.contract.registry import Implementation
 from harness.modules.cases import ModuleCase, module_layers, module_positional_biases
+from harness.modules.reference import baseline_output, reference_output, weighted_logit
 from harness.modules.weights import ModuleInputs, make_module_inputs
 from harness.reference.tensors import dtype_name, to_float64
 from harness.reference.tolerance import OUTPUT_M, compare
 from harness.verify.module_positional import positional_diagnosis
-from harness.verify.module_reference import baseline_output, reference_output, weighted_logit
 from harness.verify.outcome import CheckResult
 from harness.verify.suites import SUITES
 

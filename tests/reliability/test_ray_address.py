@@ -88,3 +88,15 @@ def test_an_address_that_accepts_and_never_answers_is_refused_within_the_connect
     assert held, "the command never connected"
     assert time.monotonic() - started >= CONNECT_TIMEOUT_S  # it waited for the answer, and then gave up
     assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (pip install 'attnbench[ray]')")
+def test_a_ray_address_variable_where_nothing_listens_is_checked_as_the_flag_is(tmp_path: Path, attnbench) -> None:
+    """RAY_ADDRESS is the address Ray uses when --address is not given: the same pre-check, not a minute's wait."""
+    out = tmp_path / "r.json"
+    done = attnbench("verify", "--executor", "ray", "--only", "numpy_naive", "--json", str(out),
+                     env={"RAY_ADDRESS": "127.0.0.1:1"}, timeout=BOUND_S)
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "127.0.0.1:1" in errors[0] and "RAY_ADDRESS" in errors[0], done.stderr
+    assert not out.exists()

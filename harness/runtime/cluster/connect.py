@@ -75,21 +75,31 @@ def _start_hint() -> str:
     return f"start one with `ray start --head --resources '{{\"{NODE_RESOURCE}\": 1}}'` or pass --address HOST:PORT"
 
 
-def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S) -> None:
+def cluster_address(address: str | None) -> tuple[str | None, str]:
+    """The address Ray will use, and where it came from: ``--address``, else ``RAY_ADDRESS`` (which Ray itself
+    reads when given none), else None (the cluster ``ray start`` made on this machine)."""
+    if address:
+        return address, "--address"
+    from_env = os.environ.get("RAY_ADDRESS", "").strip()
+    return (from_env, "RAY_ADDRESS") if from_env else (None, "--address")
+
+
+def check_reachable(address: str | None, timeout: float = CONNECT_TIMEOUT_S, named_by: str = "--address") -> None:
     """A UsageError unless something accepts a TCP connection at ``address`` (HOST:PORT, or ray://HOST:PORT)
-    within ``timeout``. Ray itself retries an address where nothing listens until it is killed."""
+    within ``timeout``. Ray itself retries an address where nothing listens until it is killed.
+    ``named_by``: where the address came from, for the message (``--address`` or ``RAY_ADDRESS``)."""
     if not address or address == "auto":
         return  # Ray finds the local cluster's address itself, and says at once when there is none
     host, _, port = address.split("://", 1)[-1].rpartition(":")
     if not host or not port.isdigit():
-        raise UsageError(f"--address {address!r}: give HOST:PORT, e.g. 127.0.0.1:6379")
+        raise UsageError(f"{named_by} {address!r}: give HOST:PORT, e.g. 127.0.0.1:6379")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
             sock.settimeout(timeout)
             answer = _speaks_grpc(sock)
     except OSError as exc:
         why = f"no answer within {timeout:g} s" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
-        raise UsageError(f"cannot reach a Ray cluster at {address} ({why}); {_start_hint()}") from None
+        raise UsageError(f"cannot reach a Ray cluster at {address} (from {named_by}; {why}); {_start_hint()}") from None
     if answer is not None:
         raise UsageError(f"something listens at {address}, but it is not a Ray cluster ({answer}); give the address "
                          "of the head's GCS (HOST:6379 by default, as `ray start --head` prints it; not the "
@@ -177,7 +187,8 @@ class RayCluster:
 def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluster]:
     """Connect to the cluster at ``address`` (None or "auto": the one ``ray start`` made here),
     with attnbench and the plugin files in the runtime environment; disconnect afterwards."""
-    check_reachable(address)
+    address, named_by = cluster_address(address)  # RAY_ADDRESS is checked as --address is, not waited on for a minute
+    check_reachable(address, named_by=named_by)
     ray = _import_ray(address)
     staging = Path(tempfile.mkdtemp(prefix="attnbench-ray-"))
     try:

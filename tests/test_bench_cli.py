@@ -17,7 +17,7 @@ from harness.results.schema import cell_from_json
 
 pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
 
-FAST = ["--budget", "0.05", "--min-samples", "3", "--threads", "1", "--quiet"]
+FAST = ["--roof-budget", "0.01", "--budget", "0.05", "--min-samples", "3", "--threads", "1", "--quiet"]
 
 
 @pytest.fixture(scope="module")

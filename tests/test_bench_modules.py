@@ -69,7 +69,7 @@ def test_plans_give_modules_their_layers_and_kernels_their_calls() -> None:
 def test_bench_times_a_module_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "modules.json"
     assert main(["bench", "--only", "torch_mha,numpy_mha", "--T", "32", "64", "128", "--heads", "2", "--d", "16",
-                 "--budget", "0.02", "--min-samples", "3", "--threads", "1", "--quiet", "--out", str(out)]) == 0
+                 "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "3", "--threads", "1", "--quiet", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     cells = [c for c in data["cells"] if c["status"] == "ok"]
     assert {c["implementation"] for c in cells} == {"torch_mha", "numpy_mha"} and len(cells) == 6

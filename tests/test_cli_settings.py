@@ -78,6 +78,20 @@ def test_bench_timing_flags_replace_only_what_they_name() -> None:
     assert settings.cell_budget_s is None  # cells named by an axis flag are never skipped for time
 
 
+def test_roof_budget_reaches_each_roof_reading_and_keeps_three_calls() -> None:
+    from harness.bench.bandwidth import BANDWIDTH_TIMING
+    from harness.bench.peak import PEAK_TIMING
+    from harness.bench.timing import ROOF_MIN_SAMPLES, roof_timing
+
+    settings = bench_cmd.settings_from_args(_parse("bench", "--threads", "1", "--roof-budget", "0.05"))
+    assert settings.timing == dataclasses.replace(SUITE_TIMING["quick"], roof_budget_s=0.05, clock="cpu")
+    for default in (PEAK_TIMING, BANDWIDTH_TIMING):
+        assert roof_timing(default, "cpu", None) == dataclasses.replace(default, clock="cpu")  # not given: as before
+        quick = roof_timing(default, "wall", 0.05)
+        assert (quick.budget_s, quick.clock, quick.min_samples) == (0.05, "wall", ROOF_MIN_SAMPLES)
+        assert quick.warmup_s <= 0.05
+
+
 def test_ab_reads_the_case_flags_as_bench_does(tmp_path: Path) -> None:
     plugin = tmp_path / "p.py"
     plugin.write_text("")

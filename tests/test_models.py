@@ -199,7 +199,7 @@ def test_every_model_plans_verify_and_bench(name: str) -> None:
 def test_bench_runs_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "gpt-oss.json"
     assert main(["bench", "--model", "gpt-oss-20b", "--only", "torch_sdpa", "--T", "256", "--batch", "1",
-                 "--budget", "0.02", "--min-samples", "3", "--no-memory", "--threads", "1", "--quiet",
+                 "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "3", "--no-memory", "--threads", "1", "--quiet",
                  "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     config = data["config"]

@@ -46,7 +46,7 @@ def test_planted_cubic_time_and_quadratic_memory_are_flagged(tmp_path: Path) -> 
     plugin.write_text(PLUGIN)
     out = tmp_path / "run.json"
     code = main(["bench", "--plugin", str(plugin), "--only", "planted_cubic,planted_memory,torch_sdpa",
-                 "--T", "128", "256", "512", "1024", "--d", "8", "--heads", "1", "--budget", "0.05",
+                 "--T", "128", "256", "512", "1024", "--d", "8", "--heads", "1", "--roof-budget", "0.01", "--budget", "0.05",
                  "--threads", "1", "--quiet", "--out", str(out)])
     assert code == 0
     report = build_report(ReportSettings((out,), tmp_path / "report"))

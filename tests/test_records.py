@@ -166,7 +166,7 @@ def test_a_bench_run_read_back_writes_its_own_file_again(tmp_path: Path) -> None
 
     path = tmp_path / "run.json"
     assert main(["bench", "--T", "64", "--heads", "1", "--d", "16", "--mode", "fwd", "--only", "numpy_naive",
-                 "--out", str(path), "--budget", "0.02", "--min-samples", "3", "--threads", "1", "--quiet"]) == 0
+                 "--out", str(path), "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "3", "--threads", "1", "--quiet"]) == 0
     run = read_run(path)
     assert encode_json(run.to_json()) == path.read_text()
     cell = run.bench_cells()[0]

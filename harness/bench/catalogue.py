@@ -59,7 +59,7 @@ def catalogue_task(specs: list[str]) -> Registry:
 def load_catalogue(specs: list[str]) -> Registry:
     """The registry of ``specs`` as records, loaded in a worker of its own; a worker that fails to load them
     (a plugin that crashes the interpreter on import) is a :class:`~harness.errors.PluginError`."""
-    with WorkerPool(timeout=LOAD_TIMEOUT_S) as pool:
+    with WorkerPool(timeout=LOAD_TIMEOUT_S, start_method="forkserver") as pool:
         outcome = pool.run(Task("plugins", catalogue_task, (list(specs),)))
     if outcome.status != OK:
         raise PluginError(f"loading the plugins failed in their worker ({outcome.status}): {outcome.error}")

@@ -73,6 +73,7 @@ _TIMING_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "checks": (lambda v: isinstance(v, bool), "true or false"),
     "clock": (_words(("cpu", "wall")), "cpu or wall (as --clock)"),
     "rounds": (lambda v: _positive(v, integer=True), "a whole number above 0 (as --rounds)"),
+    "roof_budget_s": (lambda v: v is None or _positive(v), "null or a number of seconds above 0 (as --roof-budget)"),
 }
 _AXIS_VALUES: dict[str, Callable[[object], bool]] = {
     "T": lambda v: _positive(v, integer=True), "d": lambda v: _positive(v, integer=True),

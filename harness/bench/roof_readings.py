@@ -53,7 +53,7 @@ class RoofReadings:
         """The GEMM peak of (dtype, device) in GFLOP/s, measured in ``pool`` the first time it is asked for."""
         key = PeakKey(dtype, device)
         if key not in self.peaks:
-            outcome = pool.run(Task(key, peak_task, (dtype, device, self.threads, self._clock(device))))
+            outcome = pool.run(Task(key, peak_task, (dtype, device, self.threads, self._clock(device), self.timing.roof_budget_s)))
             measured = outcome.value if outcome.status == OK else Peak(error=failed(outcome))
             self.set_peaks({**self.peaks, key: measured})
         return self.peaks[key].gflops
@@ -63,7 +63,7 @@ class RoofReadings:
         key = BandwidthKey(device, self.threads)
         if key in self.bandwidth:
             return
-        outcome = pool.run(Task(key, bandwidth_task, (device, self.threads, self._clock(device))))
+        outcome = pool.run(Task(key, bandwidth_task, (device, self.threads, self._clock(device), self.timing.roof_budget_s)))
         self.set_bandwidth({**self.bandwidth, key: outcome.value if outcome.status == OK
                             else Bandwidth(error=failed(outcome))})
 
@@ -79,7 +79,8 @@ class RoofReadings:
         for key, peak in peaks.items():
             if not peak.gflops or peak.confirmed_gflops is not None:
                 continue
-            outcome = pool.run(Task(key, peak_task, (key.dtype, key.device, self.threads, self._clock(key.device))))
+            outcome = pool.run(Task(key, peak_task, (key.dtype, key.device, self.threads, self._clock(key.device),
+                                                                 self.timing.roof_budget_s)))
             reading: Peak | None = outcome.value if outcome.status == OK else None
             peaks[key] = confirmed(peak, reading)
         self.set_peaks(peaks)
@@ -91,7 +92,8 @@ class RoofReadings:
         for key, record in records.items():
             if not record.read_gbps or record.confirmed_read_gbps is not None:
                 continue
-            outcome = pool.run(Task(key, bandwidth_task, (key.device, self.threads, self._clock(key.device))))
+            outcome = pool.run(Task(key, bandwidth_task, (key.device, self.threads, self._clock(key.device),
+                                                                      self.timing.roof_budget_s)))
             if outcome.status != OK:
                 continue
             records[key] = record.higher(outcome.value, confirm=True)

@@ -67,8 +67,8 @@ class BenchRunner:
 
     def run(self, todo: list[PlannedCell]) -> None:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
-        with thread_environment(self.settings.threads), WorkerPool(timeout=self.settings.timeout_s) as peak_pool, \
-                contextlib.ExitStack() as stack:
+        peak = WorkerPool(timeout=self.settings.timeout_s, start_method="forkserver")
+        with thread_environment(self.settings.threads), peak as peak_pool, contextlib.ExitStack() as stack:
             keeper = Timekeeper()
             stack.callback(keeper.close)
             timer = CellTimer(self.settings, self.registry.sources,
@@ -131,8 +131,8 @@ def _pools(stack: contextlib.ExitStack, timeout_s: float, budget_bytes: float) -
         # Workers of its own per implementation, kept for the run: a plugin that changes process state
         # (torch's default dtype, NumPy's error mode, thread counts) must not change what another sees.
         if name not in pools:
-            pools[name] = (stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap)),
-                           stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap)))
+            pools[name] = (stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap, start_method="forkserver")),
+                           stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap)))  # a fresh process's pages
         return pools[name]
 
     return pools_of

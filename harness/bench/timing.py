@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from harness.runtime.isolation import THREAD_VARIABLES
@@ -62,9 +62,24 @@ class TimingConfig:
     which other processes sharing the cores do not stretch; valid for a call computed by one thread on the CPU,
     blind to waiting, and held against the physics floor like any time). ``bench --clock auto`` picks cpu for
     one-thread CPU runs (:func:`auto_clock`)."""
+    roof_budget_s: float | None = None
+    """Seconds of timed calls in each roof reading (the GEMM peak; the bandwidth's read, then its copy), before
+    the cells and again after them. None: each roof's own default (:data:`harness.bench.peak.PEAK_TIMING`,
+    :data:`harness.bench.bandwidth.BANDWIDTH_TIMING`). Less reads a roof from fewer calls (at least
+    :data:`ROOF_MIN_SAMPLES`): for a smoke run of millisecond cells, where the default roofs take most of it."""
 
 
 CLOCKS = ("auto", "cpu", "wall")
+ROOF_MIN_SAMPLES = 3
+"""Calls a roof reading makes whatever ``roof_budget_s``: a median of fewer would be one call's luck."""
+
+
+def roof_timing(default: TimingConfig, clock: str, budget_s: float | None) -> TimingConfig:
+    """A roof's timing on the cells' ``clock``: its ``default``, or ``budget_s`` seconds (``--roof-budget``)."""
+    if budget_s is None:
+        return replace(default, clock=clock)
+    return replace(default, clock=clock, budget_s=budget_s, warmup_s=min(default.warmup_s, budget_s),
+                   min_samples=min(default.min_samples, ROOF_MIN_SAMPLES))
 
 
 def auto_clock(clock: str, device: str, threads: int) -> str:

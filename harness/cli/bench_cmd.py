@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds of timed repeats per cell (" + _per_suite("budget_s") + ")")
     parser.add_argument("--min-samples", type=positive_int, metavar="N",
                         help="at least N timed calls (" + _per_suite("min_samples") + ")")
+    parser.add_argument("--roof-budget", type=positive_number, metavar="S",
+                        help="seconds of timed calls in each roof reading (the GEMM peak, the bandwidth), before "
+                             "and after the cells (default: 1.5 for the peak, 0.6 for each bandwidth figure; at "
+                             "least 3 calls each); less for a smoke run of tiny cells")
     parser.add_argument("--cell-budget", type=positive_number, metavar="S",
                         help="skip cells predicted to take longer than S seconds ("
                              + ", ".join(f"{suite} {SUITE_CELL_BUDGET_S[suite]:g}" for suite in ("quick", "full"))
@@ -118,6 +122,7 @@ class BenchRequest:
 def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, only: Sequence[str] = (),
                  plugins: Sequence[str] = (), threads: int | None = None, budget_s: float | None = None,
                  min_samples: int | None = None, rounds: int | None = None, warm_cache: bool = False,
+                 roof_budget_s: float | None = None,
                  cell_budget_s: float | None = None, memory_budget_gib: float | None = None,
                  timeout_s: float | None = None, memory: bool = True, device: str | None = None,
                  model: str | None = None, reference: str | None = None, executor: str = "local",
@@ -132,7 +137,7 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
     timing = SUITE_TIMING[suite]
     timing = replace(timing, warm_cache=warm_cache, budget_s=timing.budget_s if budget_s is None else budget_s,
                      min_samples=timing.min_samples if min_samples is None else min_samples,
-                     rounds=timing.rounds if rounds is None else rounds)
+                     rounds=timing.rounds if rounds is None else rounds, roof_budget_s=roof_budget_s)
     if cell_budget_s is None and not overrides:  # cells the user named by an axis flag are never skipped for time
         cell_budget_s = SUITE_CELL_BUDGET_S[suite]
     device = default_of(BenchSettings, "device") if device is None else device
@@ -158,7 +163,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
     return settings_for(
         args.suite, overrides=overrides_from_args(args), only=args.only, plugins=args.plugin, threads=args.threads,
         budget_s=args.budget, min_samples=args.min_samples, rounds=args.rounds, warm_cache=args.warm_cache,
-        cell_budget_s=args.cell_budget, memory_budget_gib=args.memory_budget, timeout_s=args.timeout,
+        roof_budget_s=args.roof_budget, cell_budget_s=args.cell_budget, memory_budget_gib=args.memory_budget, timeout_s=args.timeout,
         memory=not args.no_memory, device=args.device, model=checked_model(args.model, "bench"),
         reference=args.reference, executor=executor, address=address, clock=args.clock)
 

@@ -190,8 +190,44 @@ def _own_streams() -> None:
     sys.stdout = sys.stderr
 
 
-def _worker_main(conn: Connection, memory_limit: int | None = None) -> None:
+def _release_forkserver() -> None:
+    """A worker forked by the forkserver holds a copy of the command's end of the server's "alive" pipe (CPython
+    hands it over for workers that start workers of their own; ours never do). While any worker held it, the
+    server would never see the command die, so it would never exit and its workers would never get their
+    parent-death signal: a killed command would leave its workers running. Closed here, the server ends with
+    the command and takes its workers with it."""
+    server: Any = multiprocessing.forkserver._forkserver  # CPython's one server; its fd is a private attribute
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def _adopt_environment(environment: dict[str, str]) -> None:
+    """A forked worker's environment is the forkserver's, from when it started (another command's settings, or
+    none): take the command's environment as it is now, as a spawned worker would, and the thread counts its
+    thread variables ask for (torch, NumPy's BLAS and OpenMP had read theirs when the server imported them)."""
+    os.environ.clear()
+    os.environ.update(environment)
+    counts = {int(v) for name in THREAD_VARIABLES if (v := environment.get(name, "")).isdigit() and int(v) > 0}
+    if not counts:
+        return
+    threads = min(counts)
+    import torch
+
+    torch.set_num_threads(threads)
+    with contextlib.suppress(ImportError):
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(threads)
+
+
+def _worker_main(conn: Connection, memory_limit: int | None = None, environment: dict[str, str] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if environment is not None:  # forked by the forkserver
+        _release_forkserver()
+        _adopt_environment(environment)
     die_with_parent()
     lead_own_session()
     _cap_memory(memory_limit)
@@ -284,10 +320,12 @@ class _Worker:
         streams.fill_standard_fds()  # a closed stdout or stderr must not become the pipe's descriptor, or the worker's
         context = _context(method)
         parent, child = context.Pipe()
-        process = context.Process(target=_worker_main, args=(child, memory_limit), daemon=True)
+        forked = context.get_start_method() == "forkserver"
+        process = context.Process(target=_worker_main, args=(child, memory_limit, dict(os.environ) if forked else None),
+                                  daemon=True)
         # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
         multiprocessing.resource_tracker.ensure_running()
-        if context.get_start_method() == "forkserver":
+        if forked:
             _short_socket_dir()
             with _sigint_blocked():  # the server (and so every worker it forks) starts with SIGINT blocked
                 multiprocessing.forkserver.ensure_running()

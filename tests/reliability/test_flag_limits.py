@@ -54,7 +54,7 @@ def test_verify_fuzz_takes_a_million_examples(tmp_path: Path, attnbench) -> None
 def test_min_samples_above_the_usual_cap_is_honoured(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "many.json"
     code, _, err = finish(attnbench.start("bench", "--only", "numpy_naive", "--T", "16", "--heads", "1", "--d", "8",
-                                    "--budget", "0.01", "--min-samples", "2000", "--no-memory", "--quiet",
+                                    "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2000", "--no-memory", "--quiet",
                                     "--threads", "1", "--out", str(out)))
     assert code == 0, err
     [cell] = load_results(out)["cells"]

@@ -72,7 +72,7 @@ os._exit(0)
 '''
 
 VERIFY = ["verify", "--suite", "small", "--trials", "1"]
-BENCH = ["bench", "--T", "16", "--heads", "1", "--d", "8", "--budget", "0.01", "--min-samples", "2", "--no-memory",
+BENCH = ["bench", "--T", "16", "--heads", "1", "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory",
          "--quiet", "--threads", "1"]
 
 

@@ -17,7 +17,7 @@ from result_documents import bench_document, damaged, write
 
 pytestmark = pytest.mark.slow  # real subprocesses of the command
 
-FAST = ["--T", "16", "--d", "8", "--heads", "1", "--mode", "fwd", "--budget", "0.02", "--min-samples", "2",
+FAST = ["--T", "16", "--d", "8", "--heads", "1", "--mode", "fwd", "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "2",
         "--threads", "1", "--quiet", "--no-memory"]
 PLUGIN = '''
 import torch
@@ -90,7 +90,7 @@ def test_a_relative_stored_plugin_path_can_be_resumed(made: dict[str, Any], tmp_
 
 @pytest.mark.parametrize("setting, value", [("timing_rounds", "x"), ("timing_rounds", -5), ("timing_rounds", 0),
                                             ("timing_rounds", 2.5), ("model", {"name": "llama"}),
-                                            ("model", "no-such-model")])
+                                            ("model", "no-such-model"), ("timing_roof_budget_s", -1)])
 def test_stored_settings_pass_the_flags_checks(made: dict[str, Any], tmp_path: Path, setting: str, value: Any,
                                                attnbench) -> None:
     partial = _partial(made, tmp_path, **{setting: value})

@@ -57,7 +57,7 @@ def gated(q, k, v, *, causal=False, mask=None, scale=None):
     return _attend(q, k, v, causal, mask, scale)
 '''
 
-BENCH = ["bench", "--only", "gated", "--T", "64", "128", "--heads", "1", "--d", "16", "--budget", "0.01",
+BENCH = ["bench", "--only", "gated", "--T", "64", "128", "--heads", "1", "--d", "16", "--roof-budget", "0.01", "--budget", "0.01",
          "--min-samples", "2", "--no-memory", "--quiet", "--threads", "1"]
 
 

@@ -81,7 +81,7 @@ def test_bench_holds_input_writes_nan_references_and_output_dtypes(tmp_path: Pat
     out = tmp_path / "b.json"
     done = attnbench("bench", "--plugin", str(plugin), "--only", "nan_k_once,wrong_dtype,writes_q", "--T", "32",
                       "--d", "16", "--heads", "1", "--dtype", "float32", "--mode", "fwd", "--causal", "off",
-                      "--no-memory", "--budget", "0.05", "--out", str(out), "--quiet")
+                      "--no-memory", "--roof-budget", "0.01", "--budget", "0.05", "--out", str(out), "--quiet")
     assert done.returncode == 1, done.stderr
     cells = {c["implementation"]: c for c in json.loads(out.read_text())["cells"]}
     assert cells["nan_k_once"]["status"] == "violation", cells["nan_k_once"]

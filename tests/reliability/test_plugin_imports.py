@@ -86,7 +86,7 @@ def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_verify
 def test_state_a_plugin_sets_at_import_reaches_no_other_implementation_in_bench(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "b.json"
     code, _, err = attnbench.outcome("bench", *_plugins(tmp_path), "--only", "observer", "--T", "16", "--heads", "1", "--d", "8",
-                        "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "2",
+                        "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "2",
                         "--out", str(out), env={"PROBE_THREADS": "2"})
     cells = load_results(out)["cells"]
     assert [(c["status"], c["reason"]) for c in cells] == [("ok", None)], err

@@ -13,7 +13,7 @@ import pytest
 from harness.cli import main
 from harness.results import load_results
 
-FAST = ["--budget", "0.02", "--min-samples", "2", "--threads", "1", "--quiet", "--no-memory"]
+FAST = ["--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "2", "--threads", "1", "--quiet", "--no-memory"]
 PLUGIN = '''
 import pathlib, torch
 pathlib.Path({marker!r}).write_text("imported")

@@ -43,7 +43,8 @@ def bench(tmp_path: Path, name: str, sleep_s: float) -> Path:
     plugin.write_text(PLUGIN.format(sleep_s=sleep_s))
     out = tmp_path / f"{name}.json"
     code = main(["bench", "--plugin", str(plugin), "--only", "victim", "--T", "32", "--d", "16", "--heads", "1",
-                 "--no-memory", "--threads", "1", "--roof-budget", "0.01", "--budget", "0.2", "--min-samples", "8", "--quiet", "--out", str(out)])
+                 "--no-memory", "--threads", "1",
+                 "--roof-budget", "0.01", "--budget", "0.2", "--min-samples", "8", "--quiet", "--out", str(out)])
     assert code == 0
     return out
 

@@ -270,8 +270,9 @@ def _positive_time(value: object, where: str) -> None:
         raise Damaged(where, f"{_show(value)} is not a time (a finite number of seconds above 0)")
 
 
-def check_cell(cell: object, where: str) -> None:
-    """A stored cell: its type, every field's type, its case, and a measured cell's times."""
+def check_cell(cell: object, where: str, summary_only: bool = False) -> None:
+    """A stored cell: its type, every field's type, its case, and a measured cell's times. ``summary_only``: the
+    cell may stand on its stored median alone (a pytest-benchmark file saved without its raw data)."""
     from harness.results.cells import BenchCell, VerifyCell
 
     if not isinstance(cell, dict):
@@ -294,7 +295,7 @@ def check_cell(cell: object, where: str) -> None:
     if kind is VerifyCell:
         _check_metrics(cell.get("metrics") or {}, _at(where, "metrics"))
     else:
-        _check_measured(cell, where)
+        _check_measured(cell, where, summary_only)
 
 
 def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
@@ -304,7 +305,7 @@ def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
             check_value(metrics[name], float | None, _at(where, name))
 
 
-def _check_measured(cell: Mapping[str, Any], where: str) -> None:
+def _check_measured(cell: Mapping[str, Any], where: str, summary_only: bool = False) -> None:
     """A bench cell's counts (0 or more, finite: the roofline takes their powers and logs; NaN: unknown, as older
     files may say) and, for a measured cell, its times (finite, above 0)."""
     for name in ("flops", "gflops", "bytes"):
@@ -313,7 +314,7 @@ def _check_measured(cell: Mapping[str, Any], where: str) -> None:
             raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
     if cell["status"] != "ok":
         return
-    if not cell.get("samples_s"):
+    if not cell.get("samples_s") and not (summary_only and (cell.get("stats") or {}).get("median") is not None):
         raise Damaged(_at(where, "samples_s"), "an ok cell without samples: a measured cell keeps its times")
     for i, sample in enumerate(cell.get("samples_s") or ()):
         _positive_time(sample, _at(_at(where, "samples_s"), i))

@@ -172,7 +172,8 @@ def gated_numpy(q, k, v, *, causal=False, mask=None, scale=None):
 def test_an_interrupted_cluster_run_leaves_a_file_that_resume_finishes(cluster: Cluster, tmp_path: Path) -> None:
     gated = plugin_file(tmp_path, GATED)
     out = tmp_path / "bench.json"
-    argv = ["bench", "--only", "numpy_naive,gated_numpy", "--T", "64", "128", "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "2",
+    argv = ["bench", "--only", "numpy_naive,gated_numpy", "--T", "64", "128",
+            "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "2",
             "--no-memory", "--threads", "1"]
     proc = subprocess.Popen([sys.executable, "-m", "harness", *argv, "--plugin", str(gated), "--executor", "ray",
                              "--address", cluster.address, "--out", str(out)],

@@ -45,7 +45,8 @@ def test_a_plugin_that_changes_global_state_does_not_change_the_next_ones_cells(
     plugin.write_text(PLUGINS)
     out = tmp_path / "run.json"
     code, _, err = finish(attnbench.start("bench", "--plugin", str(plugin), "--only", "poisoner,observer", "--T", "16", "32",
-                                    "--heads", "1", "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--quiet",
+                                    "--heads", "1", "--d", "8",
+                                    "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--quiet",
                                     "--threads", "2", "--out", str(out)))
     cells = load_results(out)["cells"]
     # timed in rounds, case by case: each case's two cells side by side, each implementation in its own workers;

@@ -131,7 +131,8 @@ def test_bench_on_a_full_disk_keeps_what_it_wrote_and_says_how_to_resume(tmp_pat
     out = where / "run.json"
     plugin = _plugin(tmp_path, how, where, at_t=32)
     done = attnbench("bench", "--plugin", str(plugin), "--only", "fills_disk", "--T", "16", "32", "--heads", "1",
-                      "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "1",
+                      "--d", "8",
+                      "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet", "--threads", "1",
                       "--out", str(out))
     assert done.returncode == 2, done.stderr
     line = _one_error_line(done.stderr)

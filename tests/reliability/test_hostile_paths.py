@@ -24,7 +24,8 @@ MAX_RESULT_BYTES = 2**30  # the documented cap (docs/results.md)
 
 pytestmark = pytest.mark.slow  # real subprocesses of the command
 
-FAST = ["--T", "16", "--heads", "1", "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
+FAST = ["--T", "16", "--heads", "1", "--d", "8",
+        "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
         "--threads", "1"]
 AB_FAST = ["--T", "16", "--heads", "1", "--d", "8", "--rounds", "1", "--calls", "1", "--threads", "1", "--quiet"]
 

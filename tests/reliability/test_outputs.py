@@ -16,7 +16,8 @@ from harness.results import load_results
 
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
-FAST = ["--T", "16", "--heads", "1", "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
+FAST = ["--T", "16", "--heads", "1", "--d", "8",
+        "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
         "--threads", "1"]
 QUICK_BENCH = ["bench", "--only", "numpy_naive", *FAST]
 

@@ -85,7 +85,8 @@ def greedy(q, k, v, *, causal=False, mask=None, scale=None):
     return _attend(q, k, v, causal, mask, scale) + hoard[:1].astype(q.dtype) * 0
 '''
 
-BENCH = ["--T", "16", "--heads", "1", "--d", "8", "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
+BENCH = ["--T", "16", "--heads", "1", "--d", "8",
+         "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
          "--threads", "1"]
 
 

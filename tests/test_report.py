@@ -232,7 +232,7 @@ def test_the_headline_names_the_machine_the_fastest_per_regime_and_the_failures(
     # synthetic speeds (s per unit of work): torch_sdpa 0.4e-10, then torch_eager 1.0e-10: 2.5x at T = 2048
     assert lines["Fastest, long T (2048), no mask, fwd"].startswith("torch_sdpa, 2.5")
     assert "faster than torch_eager ([" in lines["Fastest, long T (2048), no mask, fwd"]  # with its interval
-    assert lines["Fastest, long T (2048), no mask, fwd"].endswith("(4 measured)")
+    assert lines["Fastest, long T (2048), no mask, fwd"].endswith("(4 ranked on B1-H8-T2048-d64-float32)")
     assert lines["Verification failed"].startswith("torch_eager (") and "causal" in lines["Verification failed"]
     summary = report.summary.read_text()
     assert summary.index("## Headline") < summary.index("**Correctness:**")

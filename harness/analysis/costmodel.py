@@ -114,6 +114,18 @@ class CostFit:
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
 
+    @property
+    def at_bound(self) -> float | None:
+        """The bound of the exponents searched that the leading exponent sits at (:data:`P_MAX`, or the lowest
+        allowed above the lower-order terms); None when it lies inside. At a bound the data asked for an exponent
+        the model could not give: the true one is beyond it, and the value shown is the bound, not a measurement."""
+        start = (max(self.lower_terms) + MIN_GAP) if self.lower_terms else 0.0
+        if self.exponent >= P_MAX - P_STEP / 2:
+            return P_MAX
+        if self.coefs and self.coefs[-1] > 0 and self.exponent <= start + P_STEP / 2:
+            return start
+        return None
+
     def describe(self) -> str:
         """``p = 2.03 [1.95, 2.11], dominates at 3 of 4 sizes`` or ``..., leading term not reached``."""
         where = (f"dominates at {self.lead_points} of {self.n} sizes" if self.lead_points

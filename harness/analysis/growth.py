@@ -6,10 +6,14 @@ the per-FLOP rate (``departure``), or cannot be told from the next order with th
 Where bench timed the cells in rounds beside a reference, the growth relative to it (:class:`Relative`) is
 judged instead: load cancels in each per-round ratio. Nothing here reads a table or a file; the report's
 sweeps (:mod:`harness.analysis.sweepfits`) build the rows.
+
+The module is past 300 lines (about 320) because a row's verdict is one decision: flagged, departure, undecided
+and the check text read each other's conditions in a fixed order, and split apart they would each re-derive them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +26,9 @@ EXCESS = 0.5
 """A time exponent this far above theory, over the whole sweep, is an excess of the cost's order (an O(T^3) where
 O(T^2) is due gives 1); a cache effect or a block size moves the per-FLOP rate by a bounded factor between two
 sizes, which over a sweep of 8x shows as a fraction of this, concentrated in one step."""
+MAX_INTERVAL_WIDTH = 1.0
+"""An exponent whose 95% interval is wider than this (high - low, in exponent) is undecided, never "ok": it cannot
+tell an order from the next (O(T^2) from O(T^3)), whatever theory it holds."""
 MAX_FALL = 1.10
 """A time sweep whose time falls by more than this factor from one size to a larger one is not judged."""
 SCORE_SHARE = 0.25
@@ -107,6 +114,8 @@ class Row:
     """Time only, where the cells were timed in rounds beside a reference: growth relative to it."""
     scores_bytes: float | None = None
     """Memory in T only: the bytes of one head's (Tq, Tk) score matrix at the largest size, in the case's dtype."""
+    points: int = 0
+    """The distinct sizes the sweep had, where no fit was made (fewer than :data:`MIN_POINTS`: :func:`too_few`)."""
 
     @property
     def slope(self) -> float | None:
@@ -127,7 +136,12 @@ class Row:
 
     @property
     def n(self) -> int:
-        return 0 if self.fit is None else self.fit.n
+        return self.points if self.fit is None else self.fit.n
+
+    @property
+    def too_few(self) -> bool:
+        """Fewer than :data:`MIN_POINTS` distinct sizes: no exponent is fitted from them."""
+        return self.n < MIN_POINTS
 
     @property
     def off_by(self) -> float | None:
@@ -223,14 +237,35 @@ class Row:
 
     @property
     def undecided(self) -> bool:
-        """Judged, not flagged, and the interval holds both theory and theory + 1 (time; memory: the other of 1
-        and 2): the sizes run cannot tell the orders apart, so the report says so instead of "ok"."""
-        if not self.judged or self.flagged or self.fit is None or self.theory is None or self.departure:
-            return False
+        """Judged, not flagged, and the sizes run cannot tell the exponent's order (:attr:`undecided_reason`): the
+        report says so instead of "ok"."""
+        return self.undecided_reason is not None
+
+    @property
+    def undecided_reason(self) -> str | None:
+        """Why a judged, unflagged exponent is undecided: it sits at the bound of the exponents searched
+        (:attr:`~harness.analysis.costmodel.CostFit.at_bound`); unless it is a :attr:`departure`, the interval holds
+        both theory and theory + 1 (time; memory: the other of 1 and 2; for time judged against a reference timed
+        beside it, when that growth's interval holds both none and :data:`EXCESS` while the fit's holds theory + 1),
+        or it is wider than :data:`MAX_INTERVAL_WIDTH`. None otherwise."""
+        if not self.judged or self.flagged or self.fit is None or self.theory is None:
+            return None
+        fit = self.fit
+        if (bound := fit.at_bound) is not None:
+            return f"exponent {fit.exponent:.2f} at the fit's bound {bound:g}"
+        if self.departure:  # described where the rate falls: not "ok" either
+            return None
+        holds = f"[{fit.low:.2f}, {fit.high:.2f}] holds {self.theory:g} and its neighbour"
         if self.quantity == "time" and self.relative is not None:
-            return self.relative.low <= EXCESS < self.relative.high and self.fit.contains(self.theory + 1.0)
-        other = self.theory + 1.0 if self.quantity == "time" or self.theory < 2 else self.theory - 1.0
-        return self.fit.contains(self.theory) and self.fit.contains(other)
+            if self.relative.low <= EXCESS < self.relative.high and fit.contains(self.theory + 1.0):
+                return holds
+        else:
+            other = self.theory + 1.0 if self.quantity == "time" or self.theory < 2 else self.theory - 1.0
+            if fit.contains(self.theory) and fit.contains(other):
+                return holds
+        if fit.high - fit.low > MAX_INTERVAL_WIDTH:
+            return f"interval [{fit.low:.2f}, {fit.high:.2f}] wider than {MAX_INTERVAL_WIDTH:g}"
+        return None
 
     @property
     def dominates(self) -> str:
@@ -239,10 +274,10 @@ class Row:
 
     @property
     def check(self) -> str:
+        if self.fit is None or self.too_few:
+            return f"too few points ({self.n} < {MIN_POINTS}): no fit"
         if self.theory is None:
             return "no theory"
-        if self.fit is None or self.n < MIN_POINTS:
-            return f"n<{MIN_POINTS}"
         if self.relative is None and not self.fit.reached:
             return "leading term not reached"
         if self.relative is None and (fall := self.fall) is not None:
@@ -251,10 +286,10 @@ class Row:
             relative = self.relative
             return "OFF" if relative is None else \
                 f"OFF: grows {self.axis}^{relative.exponent:.2f} faster than {relative.reference} beside it"
+        if (reason := self.undecided_reason) is not None:
+            return f"undecided: {reason}"
         if (departure := self.departure) is not None:
             return f"departure: {departure}"
-        if self.undecided:
-            return f"undecided: [{self.fit.low:.2f}, {self.fit.high:.2f}] holds {self.theory:g} and its neighbour"
         return f"ok (≤ {self.theory:g})" if self.upper_bound_only and self.fit.high < self.theory else "ok"
 
     def as_dict(self) -> dict[str, Any]:
@@ -265,6 +300,14 @@ class Row:
                 "dominates": self.dominates, "regimes": "" if self.fit is None else " ".join(self.fit.regimes),
                 "model": "" if self.fit is None else model_text(self.fit), "r2": _round(self.r2, 4), "n": self.n,
                 "sweep": self.sweep}
+
+
+def without_short_fit(row: Row) -> Row:
+    """``row`` with no fit where its sweep had fewer than :data:`MIN_POINTS` distinct sizes (a file may have stored
+    one): no exponent is shown from too few points."""
+    if row.fit is None or row.fit.n >= MIN_POINTS:
+        return row
+    return dataclasses.replace(row, fit=None, relative=None, points=row.fit.n)
 
 
 def _round(value: float | None, digits: int) -> float | None:

@@ -21,9 +21,10 @@ import pandas as pd
 
 from harness.analysis.costmodel import fit_cost, run_scatter
 from harness.analysis.fitrecords import StoredFits, drift_record, fit_key, row_record
-from harness.analysis.growth import Relative, Row, memory_theory, relative_growth
+from harness.analysis.growth import Relative, Row, memory_theory, relative_growth, without_short_fit
 from harness.analysis.points import point_columns
 from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
+from harness.analysis.scaling import MIN_POINTS
 from harness.analysis.slices import AXES, Sweep, named_sweep, sweep
 from harness.results import BenchCell, Cell, CellKey
 from harness.results.fitcells import FittedCell
@@ -41,7 +42,8 @@ states it, and a materialising one O(T^2); the extra alone of a tiled kernel is 
 
 def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None
             ) -> list[tuple[str, pd.DataFrame, float | None]]:
-    """(implementation, its points along the sweep, theory) for every implementation with two sizes or more."""
+    """(implementation, its points along the sweep, theory) for every implementation with two sizes or more (fewer
+    than :data:`~harness.analysis.scaling.MIN_POINTS`: listed as too few points, never fitted)."""
     out = []
     for name, group in s.frame.groupby("implementation", sort=True):
         sizes = pd.to_numeric(group[s.column], errors="coerce")
@@ -81,13 +83,16 @@ def keyed_fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping
                        [list(group[c]) for c in RELATIVE_COLUMNS if c in group] if quantity == "time" else None,
                        [list(group[c]) for c in ("tq", "tk", "dtype")] if quantity == "memory" else None])
         row = (stored or {}).get(key)
-        if row is None:
+        if row is None and group[s.column].nunique() < MIN_POINTS:  # too few points: no fit, said so
+            row = Row(implementation=implementation, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
+                      points=int(group[s.column].nunique()))
+        elif row is None:
             fit = fit_cost(xs, ys, samples, theory=theory, drift=drift if quantity == "time" else None,
                            monotone=quantity == "time")
             relative = _relative(implementation, group, s.column) if quantity == "time" else None
             row = Row(implementation=implementation, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
                       fit=fit, relative=relative, scores_bytes=_scores_bytes(group) if quantity == "memory" else None)
-        rows.append((key, row, _fitted(group)))
+        rows.append((key, without_short_fit(row), _fitted(group)))
     return rows
 
 
@@ -229,7 +234,7 @@ def _as_stored(bench: pd.DataFrame, stored: StoredFits) -> list[SweepFit]:
         if frame.empty:  # not in the frame (cells the caller left out): nothing to draw, nor a sweep
             continue
         s = named_sweep(frame, plan.axis, windowed=plan.windowed, packed=plan.packed)
-        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(f.row for f in fits),
+        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(without_short_fit(f.row) for f in fits),
                             tuple(f.key for f in fits), stored.drift, stored.drift_key, tuple(f.cells for f in fits)))
     return out
 

@@ -56,6 +56,8 @@ def execute(request: ReportRequest) -> int:
     if request.history:
         return _history(request)
     from harness.report.builder import STAGES, build_report  # pandas, matplotlib: only when a report is built
+    from harness.report.terminal import set_aside_text
+    from harness.report.trust import ANCHOR
     from harness.runtime.progress import Progress
 
     progress = Progress(len(STAGES), title="report")  # a bar on a terminal, nothing on a pipe
@@ -71,11 +73,16 @@ def execute(request: ReportRequest) -> int:
               "(choose another with --baseline NAME)", file=sys.stderr)
     print(f"report: {report.index}")
     print(f"summary: {report.summary}")
+    rows = report.analysis.rows
+    undecided, too_few = sum(r.undecided for r in rows), sum(r.too_few for r in rows)
     print(f"{len(report.plots)} plots, {len(report.csvs)} CSV tables; "
-          f"{report.problem_count} verify problem(s); {len(flagged)} exponent(s) off theory")
+          f"{report.problem_count} verify problem(s); {len(flagged)} exponent(s) off theory"
+          + (f", {undecided} undecided" if undecided else "")
+          + (f", {too_few} sweep(s) with too few points to fit" if too_few else ""))
     for row in flagged:
         assert row.fit is not None
         print(f"  {row.implementation} {row.quantity} in {row.axis}: {row.fit.describe()}, theory {row.theory:g}")
+    print(set_aside_text(report.analysis.set_aside, f"{report.index}#{ANCHOR}"), end="")
     return 0
 
 

@@ -9,6 +9,7 @@ implementation and sweep, so the table, the plots and the summary cannot disagre
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ from harness.analysis.growth import Row
 from harness.analysis.slices import Sweep, sweep
 from harness.analysis.stats import is_noisy
 from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
-from harness.report import tables
+from harness.report import tables, trust
 from harness.report.headline import Line, headline
 from harness.report.load import Results
 from harness.results import BenchCell, Stats, Status
@@ -59,6 +60,9 @@ class Analysis:
     """Bench cells that failed the integrity checks (implausible, violation, wrong)."""
     bench_table: pd.DataFrame
     headline: tuple[Line, ...]
+    set_aside: pd.DataFrame = dataclasses.field(default_factory=lambda: trust.set_aside(pd.DataFrame()))
+    """Each bench cell left out of the rankings and speedups, or counted but flagged, once, with why
+    (:func:`harness.report.trust.set_aside`)."""
 
     @property
     def roof_problems(self) -> pd.DataFrame:
@@ -89,13 +93,15 @@ class Analysis:
 
 
 def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.DataFrame]:
-    """Per T in the main sweep: baseline median / implementation median (>1: faster than baseline)."""
+    """Per T in the main sweep: baseline median / implementation median (>1: faster than baseline), from the cells
+    that count only (:func:`harness.report.trust.counted`): a cell faster than the roof beside it is no speedup."""
     s = sweep(bench, "T", "median") if not bench.empty else None
-    if s is None or baseline not in set(s.frame["implementation"]):
+    frame = None if s is None else s.frame[trust.counted(s.frame)]
+    if s is None or frame is None or baseline not in set(frame["implementation"]):
         return s, pd.DataFrame(columns=["implementation", "T", "speedup"])
-    base = s.frame[s.frame["implementation"] == baseline].set_index("tq")["median"]
+    base = frame[frame["implementation"] == baseline].set_index("tq")["median"]
     rows = [{"implementation": r.implementation, "T": int(r.tq), "speedup": float(base[r.tq]) / float(r.median)}
-            for r in s.frame.itertuples() if r.tq in base.index and r.median]
+            for r in frame.itertuples() if r.tq in base.index and r.median]
     return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
 
 
@@ -114,4 +120,4 @@ def analyse(results: Results, baseline: str, implementations: Mapping[str, Mappi
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
                     noise=_noise(results.bench_cells), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
-                    headline=tuple(headline(results, margins)))
+                    headline=tuple(headline(results, margins)), set_aside=trust.set_aside(bench))

@@ -2,7 +2,8 @@
 
 The machine (CPU, threads, the GEMM peaks measured on it); the fastest implementation in each
 regime the bench results cover (the shortest and the longest T, causal or not, forward or
-forward+backward), with its margin over the next; which implementations failed
+forward+backward), with its margin over the next, ranked on one case from the cells that count
+(:mod:`harness.report.trust`); how many cells were left out or flagged, and why; which implementations failed
 verification, with the first reason; and each implementation's worst error against its
 bound. Plain sentences: summary.md and index.html each escape and lay them out their own way.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from harness.report.load import Results
+from harness.report.trust import ANCHOR, TITLE, above_roof, counted, mark, set_aside, summary
 from harness.results import Environment
 
 PROBLEMS = ("fail", "error", "crash", "timeout")
@@ -24,6 +26,8 @@ REASON_CHARS = 160
 class Line:
     label: str
     text: str
+    anchor: str = ""
+    """The id of the section that lists what the line counts (a page links to it)."""
 
 
 def _machine(results: Results) -> Line | None:
@@ -46,22 +50,49 @@ def _machine(results: Results) -> Line | None:
 
 
 def _decode(bench: pd.DataFrame) -> Line | None:
-    """The fastest implementation at the longest-cache decode step measured, with its share of the bandwidth."""
+    """The fastest implementation at the longest-cache decode step measured, with its share of the bandwidth
+    (marked when above 100% of it: :func:`harness.report.trust.above_roof`)."""
     if bench.empty or "gbps" not in bench:
         return None
-    ok = bench[(bench["status"] == "ok") & bench["median"].notna() & (bench["tq"] < bench["tk"])]
+    ran = bench[(bench["status"] != "skipped") & (bench["tq"] < bench["tk"])]
+    ok = ran[counted(ran)] if not ran.empty else ran
     if ok.empty:
         return None
     longest = ok[ok["tk"] == ok["tk"].max()]
-    case_id = str(longest.sort_values("case_id")["case_id"].iloc[0])
-    at = longest[longest["case_id"] == case_id].sort_values("median").drop_duplicates("implementation")
+    case_id = _most_counted(longest)
+    at = longest[longest["case_id"] == case_id].sort_values("median")
     best = at.iloc[0]
     text = winner(at)
     if pd.notna(best.get("gbps")):
         text += f"; {float(best['gbps']):.1f} GB/s"
         if pd.notna(best.get("pct_bandwidth")):
-            text += f" = {float(best['pct_bandwidth']):.0f}% of the read bandwidth"
-    return Line(f"Fastest decode step ({case_id})", text + f" ({len(at)} measured)")
+            note = above_roof(best.to_dict())
+            text += f" = {mark(best['pct_bandwidth'], note)}% of the read bandwidth"
+            if note is not None and float(best["pct_bandwidth"]) > 100.0:
+                text += f" ({note})"
+    return Line(f"Fastest decode step ({case_id})", text + _ranked(at, ran[ran["case_id"] == case_id], ran))
+
+
+def _most_counted(ok: pd.DataFrame) -> str:
+    """The case with the most counted cells (ties: the first by id): the one case a ranking compares on."""
+    sizes = ok.groupby("case_id")["implementation"].nunique()
+    return str(sorted(sizes.index, key=lambda c: (-int(sizes[c]), str(c)))[0])
+
+
+def _ranked(at: pd.DataFrame, here: pd.DataFrame, regime: pd.DataFrame) -> str:
+    """``(3 ranked on <case>; not ranked: b (implausible); not measured here: c)``: who was compared, and who
+    of the regime's implementations was not, on the one case a ranking reads."""
+    ranked = set(at["implementation"])
+    left = here[~here["implementation"].isin(ranked)].drop_duplicates("implementation")
+    text = f" ({len(ranked)} ranked on {at['case_id'].iloc[0]}"
+    if not left.empty:
+        text += "; not ranked: " + ", ".join(
+            f"{r.implementation} ({'above a roof measured beside it' if r.status == 'ok' else r.status})"
+            for r in left.sort_values("implementation").itertuples())
+    absent = sorted(set(regime["implementation"]) - set(here["implementation"]))
+    if absent:
+        text += "; not measured here: " + ", ".join(map(str, absent))
+    return text + ")"
 
 
 def _listed(values: object) -> list[float] | None:
@@ -113,27 +144,29 @@ def _regime_name(t: int, short: int, long: int, causal: bool, mode: str) -> str:
 
 
 def _fastest(bench: pd.DataFrame) -> list[Line]:
-    """Per regime, the fastest implementation at that regime's size, with its margin over the next."""
+    """Per regime, the fastest implementation at that regime's shortest and longest T, each ranked on one case
+    only (the one most implementations counted at that T), from counted cells only
+    (:func:`harness.report.trust.counted`); who was left out of the ranking is named."""
     if bench.empty:
         return []
-    ok = bench[(bench["status"] == "ok") & bench["median"].notna()].copy()
-    ok = ok[ok["tq"] == ok["tk"]]  # decode steps (Tq < Tk) have a line of their own
-    if ok.empty:
+    ran = bench[(bench["status"] != "skipped") & (bench["tq"] == bench["tk"])].copy()  # decode steps: a line of their own
+    if ran.empty:
         return []
-    ok["causal"] = ok["causal"].fillna(False).astype(bool)
+    ran["causal"] = ran["causal"].fillna(False).astype(bool)
     lines = []
-    for (causal, mode), group in ok.groupby(["causal", "mode"], sort=True):
+    for (causal, mode), regime in ran.groupby(["causal", "mode"], sort=True):
+        ok = regime[counted(regime)]
+        if ok.empty:
+            continue
         # the sizes of the widest T sweep in this regime: the other case fields at their most common values
-        sizes = ["d", "heads", "batch", "dtype"] + (["node_kind"] if "node_kind" in group else [])  # one machine kind
-        fixed = group[sizes].apply(lambda row: "-".join(map(str, row)), axis=1)
-        group = group[fixed == fixed.mode().iloc[0]]
-        ts = sorted({int(t) for t in group["tq"]})
+        sizes = ["d", "heads", "batch", "dtype"] + (["node_kind"] if "node_kind" in ok else [])  # one machine kind
+        fixed = ok[sizes].apply(lambda row: "-".join(map(str, row)), axis=1)
+        ok = ok[fixed == fixed.mode().iloc[0]]
+        ts = sorted({int(t) for t in ok["tq"]})
         for t in sorted({ts[0], ts[-1]}):
-            at = group[group["tq"] == t].sort_values("median")
-            at = at.drop_duplicates("implementation")
-            if at.empty:
-                continue
-            text = winner(at) + f" ({len(at)} measured)"
+            case_id = _most_counted(ok[ok["tq"] == t])
+            at = ok[ok["case_id"] == case_id].sort_values("median")
+            text = winner(at) + _ranked(at, regime[regime["case_id"] == case_id], regime)
             lines.append(Line(f"Fastest, {_regime_name(t, ts[0], ts[-1], bool(causal), str(mode))}", text))
     return lines
 
@@ -168,8 +201,15 @@ def _margins(margins: pd.DataFrame | None) -> Line | None:
     return Line("Worst margin (error / bound; 1 is the edge, a pass is at most 1)", "; ".join(parts))
 
 
+def _set_aside(bench: pd.DataFrame) -> Line | None:
+    """How many bench cells were left out of the rankings or flagged, and why (:func:`harness.report.trust.summary`)."""
+    text = summary(set_aside(bench))
+    return None if text is None else Line("Cells left out or flagged", f"{text}; each listed under \"{TITLE}\"",
+                                          ANCHOR)
+
+
 def headline(results: Results, margins: pd.DataFrame | None = None) -> list[Line]:
     """The headline's lines; ``margins`` is :func:`harness.report.tables.worst_margins` of the verify cells."""
-    lines = [_machine(results), *_fastest(results.bench), _decode(results.bench), _failures(results.verify),
+    lines = [_machine(results), _set_aside(results.bench), *_fastest(results.bench), _decode(results.bench), _failures(results.verify),
              _margins(margins)]
     return [line for line in lines if line is not None]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from harness.analysis.growth import Row, model_text
+from harness.report import tables, trust
 
 if TYPE_CHECKING:
     from harness.report.findings import Analysis
@@ -96,14 +97,16 @@ def image(path: Path, alt: str) -> str:
 def _headline(report: Analysis) -> str:
     if not report.headline:
         return ""
-    items = "".join(f"<li><b>{esc(line.label)}:</b> {esc(line.text)}</li>" for line in report.headline)
+    items = "".join(f"<li><b>{esc(line.label)}:</b> {esc(line.text)}"
+                    + (f' (<a href="#{esc(line.anchor)}">listed below</a>)' if line.anchor else "") + "</li>"
+                    for line in report.headline)
     return f'<section id="headline"><h2>Headline</h2><ul>{items}</ul></section>'
 
 
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     """The whole page for the analysis ``report``, titled ``name``, with ``plots`` inline."""
     parts = [f"<h1>attnbench report <small>{esc(name)}</small></h1>", _headline(report), _verdict(report),
-             _sources(report), _complexity(report)]
+             _set_aside(report), _sources(report), _complexity(report)]
     parts.append("<h2>Plots</h2>")
     for plot in plots:
         parts.append(f"<figure id=\"{esc(plot.name)}\"><h3>{esc(plot.title)}</h3>{image(plot.path, plot.title)}"
@@ -128,21 +131,10 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
         pivot.columns = [str(c) if c == "implementation" else f"T={c}" for c in pivot.columns]
         parts.append(f"<h2>Speedup over {esc(report.baseline)}</h2>"
                      + frame_table(pivot, [c for c in pivot.columns if c != "implementation"]))
-    flagged = report.untrusted
-    if not flagged.empty:
-        parts.append("<h2>Bench cells whose time is not backed by a verified computation</h2>"
-                     "<p><small>Not plotted, never a speedup (docs/integrity.md says what each status means).</small></p>"
-                     + table(list(flagged.columns), flagged.itertuples(index=False),
-                             row_classes=list(flagged["status"]), numeric=[4]))
-    roofs = report.roof_problems
-    if not roofs.empty:
-        parts.append("<h2>Bench cells faster than a roof measured beside them</h2>"
-                     "<p><small>A measurement problem, not a result: the roof was read low or the time is not the "
-                     "cell's work (docs/reports.md).</small></p>"
-                     + table(list(roofs.columns), roofs.itertuples(index=False), numeric=[3]))
     if not report.bench_table.empty:
         parts.append(f"<h2>All bench cells</h2><details><summary>{len(report.bench_table)} cells</summary>"
-                     + frame_table(report.bench_table, ["median", "iqr_over_median", "n", "gflops", "pct_peak",
+                     + _roof_footnote(report.bench_table)
+                     + frame_table(tables.marked(report.bench_table), ["median", "iqr_over_median", "n", "gflops", "pct_peak",
                                                         "gbps", "pct_bandwidth", "peak_extra_bytes", "peak_bytes",
                                                         "ratio_to_ref", "ratio_low", "ratio_high", "pct_peak_beside",
                                                         "pct_bandwidth_beside"])
@@ -152,6 +144,25 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>attnbench report {esc(name)}</title><style>{CSS}</style></head>\n"
             f"<body>\n{body}\n</body></html>\n")
+
+
+def _set_aside(report: Analysis) -> str:
+    """Every bench cell left out of the rankings and speedups, or counted but flagged, once, with why."""
+    aside = report.set_aside
+    if aside.empty:
+        return ""
+    aside = aside[list(trust.SET_ASIDE_COLUMNS)]
+    return (f'<section id="{trust.ANCHOR}"><h2>{esc(trust.TITLE)}</h2><p><small>No headline, "fastest" or speedup '
+            "reads a cell left out (counted: no); a flagged cell counts, with the reason beside it "
+            "(docs/reports.md, docs/integrity.md).</small></p>"
+            + table(list(aside.columns), aside.itertuples(index=False), row_classes=list(aside["status"]))
+            + "</section>")
+
+
+def _roof_footnote(frame: pd.DataFrame) -> str:
+    if "above_roof" not in frame or not frame["above_roof"].notna().any():
+        return ""
+    return f"<p><small>{esc(trust.ROOF_FOOTNOTE)} (column above_roof).</small></p>"
 
 
 def _complexity(report: Analysis) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from harness.errors import printable
+from harness.report import trust
 from harness.report.html import fmt
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     """summary.md of the analysis ``report``, titled ``name``, linking ``plots``: its sections in order."""
     out = [f"# attnbench report `{md(name)}`", ""]
-    for section in (_headline, _verdicts, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
+    for section in (_headline, _set_aside, _verdicts, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
         out += section(report)
     if plots:
         out.append("## Plots")
@@ -59,27 +60,36 @@ def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
 def _headline(report: Analysis) -> list[str]:
     if not report.headline:
         return []
-    return [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}" for line in report.headline], ""]
+    return [HEADLINE, *[f"- **{md(line.label)}:** {md(line.text)}"
+                        + (f" ([listed below](#{line.anchor if line.anchor != trust.ANCHOR else trust.MD_ANCHOR}))"
+                           if line.anchor else "") for line in report.headline], ""]
+
+
+MAX_SET_ASIDE = 30
+
+
+def _set_aside(report: Analysis) -> list[str]:
+    """Every bench cell left out of the rankings and speedups, or counted but flagged, with why (the first
+    :data:`MAX_SET_ASIDE`; index.html lists them all)."""
+    aside = report.set_aside
+    if aside.empty:
+        return []
+    shown = aside.head(MAX_SET_ASIDE)
+    out = [f"## {trust.TITLE}", "No headline, \"fastest\" or speedup reads a cell left out (counted: no); a flagged "
+           "cell counts, with the reason beside it.", "",
+           md_table(("implementation", "case", "mode", "status", "counted", "why"),
+                    [(r.implementation, r.case_id, r.mode, r.status, r.counted, r.why) for r in shown.itertuples()])]
+    if len(aside) > MAX_SET_ASIDE:
+        out.append(f"\n… and {len(aside) - MAX_SET_ASIDE} more (see index.html / bench.csv).")
+    return out + [""]
 
 
 def _verdicts(report: Analysis) -> list[str]:
-    """Correctness in one line, then the cells whose time is not backed (integrity) or beats a roof (measurement)."""
+    """Correctness in one line, then the noise note (the cells set aside are listed above, :func:`_set_aside`)."""
     problems = report.problem_count
     out = [f"**Correctness:** {problems} problem cell(s)." if problems else
            ("**Correctness:** every verified cell passed." if not report.matrix.empty else
             "**Correctness:** no verify results.")]
-    flagged = report.untrusted
-    if not flagged.empty:
-        out += ["", f"**Integrity:** {len(flagged)} bench cell(s) whose time is not backed by a verified computation "
-                "(not plotted, never a speedup):", "",
-                md_table(("implementation", "case", "mode", "status", "reason"),
-                         [(r.implementation, r.case_id, r.mode, r.status, r.reason) for r in flagged.itertuples()])]
-    roofs = report.roof_problems
-    if not roofs.empty:
-        out += ["", f"**Measurement:** {len(roofs)} bench cell(s) faster than a roof measured beside them: the roof "
-                "was read low or the time is not the cell's work; a measurement problem, not a result:", "",
-                md_table(("implementation", "case", "mode", "problem"),
-                         [(r.implementation, r.case_id, r.mode, r.roof_problem) for r in roofs.itertuples()])]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
     return out
@@ -155,21 +165,26 @@ def _bandwidth_section(report: Analysis) -> list[str]:
     bench = report.results.bench
     if bench.empty or "gbps" not in bench or not bench["gbps"].notna().any():
         return []
-    rows = bench[(bench["status"] == "ok") & (bench["tq"] < bench["tk"]) & bench["gbps"].notna()]
+    rows = bench[trust.counted(bench) & (bench["tq"] < bench["tk"]) & bench["gbps"].notna()]  # left out: listed above
     if rows.empty:
         return []
     rows = rows.sort_values(["case_id", "median"])
 
-    def pct(x: Any) -> str:
-        return "" if x is None or x != x else f"{float(x):.0f}%"
+    def pct(x: Any, row: Any) -> str:
+        if x is None or x != x:
+            return ""
+        return f"{float(x):.0f}%" + (trust.ROOF_MARK if float(x) > 100.0 and trust.above_roof(row) else "")
 
     out = ["## Decode steps against the memory roof",
            "GB/s counts the compulsory bytes (Q, K, V read once, O written once) per median call; % of the read "
            "bandwidth measured in the same run (torch.sum over 256 MiB).", ""]
     out.append(md_table(["case", "implementation", "median (ms)", "GB/s", "% of bandwidth", "GFLOP/s", "% of peak"],
                         [(r.case_id, r.implementation, f"{1e3 * float(r.median):.3g}", f"{float(r.gbps):.1f}",
-                          pct(r.pct_bandwidth), f"{float(r.gflops):.1f}", pct(r.pct_peak))
+                          pct(r.pct_bandwidth, r._asdict()), f"{float(r.gflops):.1f}", pct(r.pct_peak, r._asdict()))
                          for r in rows.itertuples()]))
+    notes = sorted({n for n in (trust.above_roof(r) for r in rows.to_dict("records")) if n is not None})
+    if notes:
+        out += ["", f"{md(trust.ROOF_FOOTNOTE)}: " + "; ".join(md(n) for n in notes) + "."]
     return out + [""]
 
 

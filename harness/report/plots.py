@@ -101,9 +101,11 @@ def _model_line(ax: Any, row: Row | None, xs: list[float], scale: float, color: 
 
 
 def _fit_label(name: object, row: Row | None) -> str:
+    if row is not None and row.too_few:
+        return _text(f"{name} (too few points to fit)")
     if row is None or row.fit is None:
         return _text(name)
-    flag = ", OFF" if row.flagged else "" if row.fit.reached else ", lead not reached"
+    flag = ", OFF" if row.flagged else ", undecided" if row.undecided else "" if row.fit.reached else ", lead not reached"
     return _text(f"{name} (p {row.fit.exponent:.2f} [{row.fit.low:.2f}, {row.fit.high:.2f}]{flag})")
 
 

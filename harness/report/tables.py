@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.growth import Row
+from harness.report.trust import PERCENT_COLUMNS, above_roof, mark
 from harness.results.paths import write_atomic
 
 PROBLEMS = ("fail", "error", "crash", "timeout")
@@ -109,7 +110,21 @@ def bench_summary(bench: pd.DataFrame) -> pd.DataFrame:
         columns.append("node_kind")
     if "profile" in bench and bench["profile"].notna().any():  # what one profiled call spent its time in
         columns.append("profile")
-    return bench[columns].sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
+    notes = [above_roof(row) for row in bench.to_dict("records")]
+    frame = bench[columns].assign(**({"above_roof": notes} if any(n is not None for n in notes) else {}))
+    return frame.sort_values(["implementation", "mode", "case_id"]).reset_index(drop=True)
+
+
+def marked(frame: pd.DataFrame) -> pd.DataFrame:
+    """A bench table as a page shows it: each percentage above 100% of its roof with
+    :data:`harness.report.trust.ROOF_MARK` (the cause is in its ``above_roof`` column)."""
+    if "above_roof" not in frame:
+        return frame
+    out = frame.copy()
+    for column in PERCENT_COLUMNS:
+        if column in out:
+            out[column] = [mark(v, n) for v, n in zip(out[column], out["above_roof"], strict=True)]
+    return out
 
 
 COMPLEXITY_COLUMNS = ("implementation", "quantity", "axis", "exponent", "low", "high", "theory", "off_by", "flagged",

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.analysis.fitrecords import stored_rows
+from harness.analysis.growth import without_short_fit
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
 from harness.errors import printable
@@ -52,29 +53,57 @@ def _memory_text(cell: BenchCell) -> str:
 
 
 def results_table(run: Run) -> str:
-    """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it."""
+    """One row per measured cell; GB/s and % of the read bandwidth too when the run measured it; a share above
+    100% of its roof marked, with :data:`ROOF_NOTE` below the table."""
     roof = bool(run.bandwidth)
     paired = any(c.rounds is not None and c.rounds.reference for c in run.bench_cells())
-    rows = []
-    for c in run.bench_cells():
-        if c.status == Status.SKIPPED:
-            continue
-        if c.status != Status.OK or not c.stats:
-            rows.append((c.implementation, c.case_id, c.mode, str(c.status), "-", *(("-",) if paired else ()), "-", "-",
-                         *(("-", "-") if roof else ()), "-"))
-            continue
-        s = c.stats
-        spread = f"{100 * (s.iqr_over_median or 0.0):.1f}%" + (" !" if is_noisy(s) else "")
-        pct = run.pct_peak(c)
-        bandwidth: tuple[str, ...] = ()
-        if roof:
-            share = run.pct_bandwidth(c)
-            bandwidth = ("-" if c.gbps is None else f"{c.gbps:.1f}", "-" if share is None else f"{share:.0f}%")
-        rows.append((c.implementation, c.case_id, c.mode, format_seconds(s.median or 0.0), spread,
-                     *((_paired_text(c),) if paired else ()),
-                     f"{c.gflops:.1f}", "-" if pct is None else f"{pct:.0f}%", *bandwidth, _memory_text(c)))
+    rows = [_result_row(run, c, roof, paired) for c in run.bench_cells() if c.status != Status.SKIPPED]
+    above = any(cell.endswith("%!") for row in rows for cell in row)
     return format_table(("implementation", "case", "mode", "median", "IQR/median", *(("vs reference",) if paired else ()),
-                         "GFLOP/s", "% peak", *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows)
+                         "GFLOP/s", "% peak", *(("GB/s", "% bw") if roof else ()), "peak extra mem"), rows) + (
+        f"\n{ROOF_NOTE}" if above else "")
+
+
+def _result_row(run: Run, c: BenchCell, roof: bool, paired: bool) -> tuple[str, ...]:
+    """One cell's row of :func:`results_table`."""
+    if c.status != Status.OK or not c.stats:
+        return (c.implementation, c.case_id, c.mode, str(c.status), "-", *(("-",) if paired else ()), "-", "-",
+                *(("-", "-") if roof else ()), "-")
+    s = c.stats
+    spread = f"{100 * (s.iqr_over_median or 0.0):.1f}%" + (" !" if is_noisy(s) else "")
+    bandwidth = ("-" if c.gbps is None else f"{c.gbps:.1f}", _percent(run.pct_bandwidth(c))) if roof else ()
+    return (c.implementation, c.case_id, c.mode, format_seconds(s.median or 0.0), spread,
+            *((_paired_text(c),) if paired else ()), f"{c.gflops:.1f}", _percent(run.pct_peak(c)), *bandwidth,
+            _memory_text(c))
+
+
+MAX_SET_ASIDE = 10
+
+
+def set_aside_text(aside: Any, where: str) -> str:
+    """The report's set-aside cells (:func:`harness.report.trust.set_aside`, a frame) for a terminal: how many and
+    why, the first :data:`MAX_SET_ASIDE` by implementation and case, and where the rest are listed ("" for none)."""
+    from harness.report.trust import summary
+
+    text = summary(aside)
+    if text is None:
+        return ""
+    lines = [printable(text) + ":"]
+    lines += [f"  {printable(r.implementation)} {printable(r.case_id)} {printable(r.mode)}: {printable(r.why)}"
+              for r in aside.head(MAX_SET_ASIDE).itertuples()]
+    if len(aside) > MAX_SET_ASIDE:
+        lines.append(f"  ... and {len(aside) - MAX_SET_ASIDE} more")
+    lines.append(f"  listed in {printable(where)}")
+    return "\n".join(lines) + "\n"
+
+
+def _percent(share: float | None) -> str:
+    """A share of a roof for a terminal table, marked when above 100% (:data:`ROOF_NOTE` says why)."""
+    return "-" if share is None else f"{share:.0f}%" + ("!" if share > 100.0 else "")
+
+
+ROOF_NOTE = ("! above 100% of a roof measured in this run: the roof was read low (load during the probe, a working "
+             "set in the caches, a GEMM on narrower vector units) or the cell is suspect; the report names the likelier")
 
 
 def _paired_text(cell: BenchCell) -> str:
@@ -92,13 +121,16 @@ def fits_table(fits: Iterable[Mapping[str, Any]] | None) -> str:
     rows: the fits the report's complexity table shows, not fitted again here."""
     rows = []
     for row in stored_rows(fits).values():
-        if row.fit is None:
+        row = without_short_fit(row)
+        if row.fit is None and not row.points:
             continue
         quantity = "memory (output + peak extra)" if row.quantity == "memory" else row.quantity
         theory = "-" if row.theory is None else f"{row.theory:g}"
-        rows.append((row.implementation, f"{quantity} vs {row.axis}", row.sweep, row.fit.describe(), theory,
-                     f"R2 {row.fit.r2:.3f}", row.fit.n))
-    return format_table(("implementation", "fit", "sweep", "exponent [interval]", "theory", "quality", "n"), rows)
+        fitted = "too few points: no fit" if row.fit is None else row.fit.describe()
+        rows.append((row.implementation, f"{quantity} vs {row.axis}", row.sweep, fitted, theory,
+                     "-" if row.fit is None else f"R2 {row.fit.r2:.3f}", row.n, row.check))
+    return format_table(("implementation", "fit", "sweep", "exponent [interval]", "theory", "quality", "n", "check"),
+                        rows)
 
 
 @dataclass

@@ -9,6 +9,7 @@ output still passes.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -210,3 +211,104 @@ def test_torch_cpu_flash_kernels_lse_passes_and_a_misdeclared_base_fails(case: A
                                              empty_row="mean_v", lse_base="2"))(torch_flash_cpu).__attnbench__
     result = check_lse(wrong, case, 1)
     assert result.status == "fail" and (result.reason or "").startswith("LSE")
+
+
+# Independent correct LSE implementations: each forms its logits in its own summation order. On d = 80 with
+# logits near 300 (q x5, k x3 at scale 1) a logit is a dot product whose terms are 20x its value, and each order
+# rounds it differently from the baseline's matmul: the LSE bound must allow for the terms, not only |logit|.
+
+def _logits(q, k, scale, causal, order):
+    q, k = q.float(), k.float()
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    if order == "einsum":
+        s = torch.einsum("bhqd,bhkd->bhqk", q, k)
+    elif order == "broadcast":  # elementwise products and a reduction: torch's sum order, not a GEMM's
+        s = (q[..., :, None, :] * k[..., None, :, :]).sum(-1)
+    else:  # term by term from the last, in the input dtype: a tiled kernel's loop at its worst
+        s = torch.zeros(*q.shape[:-1], k.shape[-2])
+        qs, ks = (q, k) if order == "reverse" else (q.to(order), k.to(order))  # order: a dtype to sum in
+        s = s.to(qs.dtype)
+        for i in reversed(range(q.shape[-1])):
+            s = s + qs[..., i:i + 1] * ks[..., i].unsqueeze(-2)
+        s = s.float()
+    s = s * scale
+    if causal:
+        tq, tk = s.shape[-2:]
+        s = s.masked_fill(~torch.ones(tq, tk, dtype=torch.bool).tril(), float("-inf"))
+    return s
+
+
+def einsum_float32(q, k, v, *, causal=False, mask=None, scale=None):
+    """Plain einsum in float32, max subtracted by hand."""
+    s = _logits(q, k, scale, causal, "einsum")
+    m = s.amax(-1, keepdim=True)
+    p = torch.exp(s - m)
+    total = p.sum(-1, keepdim=True)
+    return torch.einsum("bhqk,bhkd->bhqd", p / total, v.float()).to(q.dtype), (m + torch.log(total))[..., 0]
+
+
+def torch_logsumexp(q, k, v, *, causal=False, mask=None, scale=None):
+    """torch.logsumexp over logits reduced elementwise."""
+    s = _logits(q, k, scale, causal, "broadcast")
+    return (torch.softmax(s, -1) @ v.float()).to(q.dtype), torch.logsumexp(s, -1)
+
+
+def online_softmax(q, k, v, *, causal=False, mask=None, scale=None, block=4, order="reverse"):
+    """A chunked online softmax (FlashAttention's loop), its logits summed term by term from the last."""
+    tq, tk = q.shape[-2], k.shape[-2]
+    m = torch.full(q.shape[:-1], float("-inf"))
+    total = torch.zeros(q.shape[:-1])
+    acc = torch.zeros(*q.shape[:-1], v.shape[-1])
+    for j0 in range(0, tk, block):
+        s = _logits(q, k[..., j0:j0 + block, :], scale, False, order)
+        if causal:
+            s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > torch.arange(tq)[:, None], float("-inf"))
+        new = torch.maximum(m, s.amax(-1))
+        safe = torch.where(torch.isinf(new), torch.zeros_like(new), new)
+        p = torch.exp(s - safe[..., None])
+        total = total * torch.exp(m - safe) + p.sum(-1)
+        acc = acc * torch.exp(m - safe)[..., None] + p @ v[..., j0:j0 + block, :].float()
+        m = new
+    return (acc / total[..., None]).to(q.dtype), m + torch.log(total)
+
+
+def accumulated_in_dtype(q, k, v, *, causal=False, mask=None, scale=None):
+    """The online softmax with its dot products accumulated in the inputs' own dtype (bf16 or fp16 sums)."""
+    return online_softmax(q, k, v, causal=causal, scale=scale, order=q.dtype)
+
+
+CORRECT_LSES = [einsum_float32, torch_logsumexp, online_softmax, accumulated_in_dtype]
+CANCELLING = [AttentionCase(tq=1, tk=7, d=80, inputs="large", scale=1.0),
+              AttentionCase(tq=2, tk=5, d=80, inputs="large", scale=1.0),
+              AttentionCase(tq=3, tk=9, d=80, inputs="large", scale=1.0, causal=True)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_correct_lses_pass_where_logits_cancel_large_terms(dtype: str) -> None:
+    """No false alarm on any correct implementation, and the shapes bite: without the bound's term for the dot
+    products' terms (sqrt(d) * eps * sum_j p_j |scale| sum_i |q_i k_ji|) some of them are past it in float32."""
+    from harness.reference.tolerance import EPS
+
+    past_the_old_bound = []
+    for fn in CORRECT_LSES:
+        impl = register(f"{fn.__name__}_{dtype}", backend="torch", dtypes=(dtype,), causal=True,
+                        conventions=FLASH)(fn).__attnbench__
+        for case in CANCELLING:
+            case = replace(case, dtype=dtype)
+            result = check_lse(impl, case, 8)
+            assert result.status == "pass", f"{fn.__name__} {case.id}: {result.reason}"
+            m = result.metrics
+            old_bound = m["bound"] - EPS[dtype] * m["lse_dot_terms"]
+            past_the_old_bound += [(fn.__name__, case.id)] if m["max_abs_err"] > old_bound else []
+    assert past_the_old_bound or dtype != "float32"
+
+
+@pytest.mark.parametrize(("fn", "conventions"), [
+    (unscaled_lse, FLASH), (mask_ignored_lse, FLASH), (sink_left_out, FLASH),
+    (base2_padded, Conventions(returns="out_lse", lse_layout="BTH"))], ids=["unscaled", "mask", "sink", "base-2"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_a_wrong_lse_still_fails_at_a_large_head_dim(fn, conventions: Conventions, dtype: str) -> None:
+    """The terms' allowance (it grows with d and eps) stays below what a wrong LSE is off by at d = 80."""
+    case = AttentionCase(heads=2, tq=6, tk=9, d=80, causal=True, sinks=True, dtype=dtype)
+    result = check_lse(impl_of(f"{fn.__name__}_{dtype}", fn, conventions), case, 1)
+    assert result.status == "fail" and (result.reason or "").startswith("LSE"), result.reason

@@ -199,5 +199,5 @@ def attention_layer(*, name: str, model_type: str = "llama", attn_implementation
     return make_implementation(
         name, module, backend="torch", dtypes=tuple(dtypes), kind="module", causal=True, mask=True, gqa=True,
         prepare=True, available=available, on_request=True,
-        options={"layers": ("mha",), "rope": ("rotate_half",), "kv_cache": True},
+        layers=("mha",), rope=("rotate_half",), kv_cache=True,
         description=f"transformers {model_type} attention layer built from its config ({attn_implementation})")

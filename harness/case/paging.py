@@ -18,14 +18,16 @@ SPARE_PAGES = 1
 
 def make_pages(k: torch.Tensor, v: torch.Tensor, page_size: int, gen: torch.Generator
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``k``, ``v`` (B, Hkv, Tk, d) as page pools (num_pages, Hkv, page_size, d) and the int32 block table
-    (B, ceil(Tk / page_size)): page ``block_table[b, p]`` holds keys ``p * page_size ...`` of element b."""
-    b, hkv, tk, d = k.shape
+    """``k`` (B, Hkv, Tk, d) and ``v`` (B, Hkv, Tk, dv) as page pools (num_pages, Hkv, page_size, d) and
+    (num_pages, Hkv, page_size, dv), each in its own head dim, and the int32 block table (B, ceil(Tk / page_size)):
+    page ``block_table[b, p]`` holds keys ``p * page_size ...`` of element b in both pools."""
+    b, hkv, tk, _ = k.shape
     per_seq = -(-tk // page_size)
     count = b * per_seq + SPARE_PAGES
     order = torch.randperm(count, generator=gen)[: b * per_seq]
     pools = []
     for x in (k, v):
+        d = x.shape[-1]  # V's head dim may differ from K's (DeepSeek MLA)
         pool = torch.randn(count, hkv, page_size, d, generator=gen, dtype=torch.float64).to(x.dtype)
         padded = torch.cat([x, pool.new_zeros(b, hkv, per_seq * page_size - tk, d)], dim=2) if per_seq * page_size > tk else x
         pages = padded.reshape(b, hkv, per_seq, page_size, d).transpose(1, 2).reshape(b * per_seq, hkv, page_size, d)

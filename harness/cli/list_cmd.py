@@ -12,11 +12,13 @@ import os
 import shutil
 import textwrap
 
+from harness.case.attention import AttentionCase
 from harness.cli import add_plugin_argument
 from harness.cli.common import format_table, positive_number, registry_from_args
 from harness.contract.availability import checking, reasons_or_failure, unsupported
 from harness.contract.discovery import Registry
 from harness.contract.registry import Implementation
+from harness.modules.cases import ModuleCase, module_layers
 from harness.runtime.isolation import WorkerPool
 
 HELP = "list implementations, their capabilities and availability"
@@ -37,12 +39,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def availability_here(impl: Implementation, source: str, pool: WorkerPool) -> str | None:
     """None if it runs on this machine's CPU (or on CUDA when present), else the reason. Its own ``available=``
     check runs in a worker (:mod:`harness.contract.availability`): a check that hangs or crashes is that reason."""
-    from harness.case.attention import AttentionCase
-
-    device = "cpu" if "cpu" in impl.devices else impl.devices[0]
-    case = AttentionCase(dtype=impl.dtypes[0], device=device, kind=impl.kind)
-    reasons = reasons_or_failure(unsupported(impl, case, source, pool))
+    reasons = reasons_or_failure(unsupported(impl, probe_case(impl), source, pool))
     return "; ".join(reasons) if reasons else None
+
+
+def probe_case(impl: Implementation) -> AttentionCase | ModuleCase:
+    """The case ``impl`` is asked about: one of its own kind (a module is handed a module case, a kernel a kernel
+    case), the simplest of it, in its first dtype, on the CPU where it runs there."""
+    device = "cpu" if "cpu" in impl.devices else impl.devices[0]
+    if impl.kind == "module":
+        return ModuleCase(dtype=impl.dtypes[0], device=device, layer=module_layers(impl)[0])
+    return AttentionCase(dtype=impl.dtypes[0], device=device)
 
 
 def describe(impl: Implementation, reason: str | None) -> dict[str, object]:
@@ -55,8 +62,13 @@ def _described(registry: Registry, impls: list[Implementation], timeout: float) 
         return [describe(impl, availability_here(impl, registry.sources[impl.name], pool)) for impl in impls]
 
 
-def _flags(impl: Implementation) -> str:
-    names = [f for f in ("causal", "mask", "gqa", "grad", "bias") if getattr(impl, f)]
+SUPPORTS = ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
+"""The declared features the table's ``supports`` column names (``value_dim``: V's head dim may differ from d)."""
+
+
+def supports(impl: Implementation) -> str:
+    """The ``supports`` column: each declared feature of :data:`SUPPORTS`, or ``-``."""
+    names = [f for f in SUPPORTS if getattr(impl.declared, f)]
     return ",".join(names) or "-"
 
 
@@ -107,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
                     indent=2))
         return 0
     rows = [
-        (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), _flags(impl),
+        (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), supports(impl),
          _short(impl.source), ("yes" if e["available"] else f"no: {short_reason(str(e['reason']))}")
          + (f" (on request: --only {impl.name})" if impl.on_request else ""))
         for impl, e in zip(registry, entries)

@@ -1,6 +1,6 @@
 """Module-level verification: multi-head attention with projections and Transformer encoder layers.
 
-A module plugin is registered with :func:`harness.register` and ``kind="module"``; it is
+A module plugin is registered with :func:`harness.register_module`; it is
 called as ``fn(x, *, heads, weights, mask=None, causal=False[, bias][, rope])`` with
 X (B, T, d_model) and weights in PyTorch's own layout (:mod:`harness.modules.weights`),
 and returns Y (B, T, d_model). See docs/modules.md.

@@ -53,7 +53,7 @@ class ModuleCase(CaseRecord):
     bias: str = "none"
     """Additive per-head attention bias: "alibi" (-slope_h |i - j|, :func:`harness.case.positional.alibi_slopes`), passed
     to the module as a ``bias=`` tensor, or asked for as ``positional_bias="alibi"`` from a module that declared it
-    computes ALiBi itself (``options={"positional_bias": ("alibi",)}``: its slopes for the head count are checked)."""
+    computes ALiBi itself (``register_module(..., positional_bias=("alibi",))``: its slopes for the head count are checked)."""
     rope: str = "none"
     """Rotary embedding applied to each head's q and k: "rotate_half" or "interleaved"."""
     grad: bool = False
@@ -195,15 +195,15 @@ class ModuleCase(CaseRecord):
     def unsupported_by(self, impl: Implementation) -> list[str]:
         """Reasons beyond the registry's flags: the layer and RoPE conventions the module declared.
 
-        Module plugins declare them as data in ``options``: ``layers`` (default ``("mha",)``)
-        and ``rope`` (default ``()``), e.g. ``options={"layers": ("mha",), "rope": ("rotate_half",)}``.
+        Module plugins declare them as fields of :func:`harness.register_module`: ``layers`` (default ``("mha",)``)
+        and ``rope`` (default ``()``), e.g. ``register_module(..., layers=("mha",), rope=("rotate_half",))``.
         """
         reasons = []
         layers = module_layers(impl)
         if self.layer not in layers:
             reasons.append(f"layer {self.layer!r} not implemented (implements {', '.join(layers)})")
         if self.past and not impl.options.get("kv_cache"):
-            reasons.append("a KV cache of earlier positions not supported (declare options={'kv_cache': True} "
+            reasons.append("a KV cache of earlier positions not supported (declare register_module(..., kv_cache=True) "
                            "and take past_key=, past_value=)")
         ropes = module_ropes(impl)
         if self.rope != "none" and self.rope not in ropes:
@@ -212,16 +212,16 @@ class ModuleCase(CaseRecord):
 
 
 def module_layers(impl: Implementation) -> tuple[str, ...]:
-    """The layers a module implementation declared in ``options["layers"]`` (default: mha)."""
+    """The layers a module implementation declared (``layers=``, default: mha)."""
     return tuple(str(layer) for layer in impl.options.get("layers", ("mha",)))  # checked names (registry)
 
 
 def module_positional_biases(impl: Implementation) -> tuple[str, ...]:
-    """The positional biases a module computes itself, declared in ``options["positional_bias"]`` (default: none,
+    """The positional biases a module computes itself, declared (``positional_bias=``, default: none,
     it is handed a ``bias=`` tensor)."""
     return tuple(str(bias) for bias in impl.options.get("positional_bias", ()))
 
 
 def module_ropes(impl: Implementation) -> tuple[str, ...]:
-    """The RoPE conventions a module implementation declared in ``options["rope"]`` (default: none)."""
+    """The RoPE conventions a module implementation declared (``rope=``, default: none)."""
     return tuple(str(rope) for rope in impl.options.get("rope", ()))

@@ -107,15 +107,14 @@ def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None
     forward.__qualname__ = forward.__name__ = name or f"{impl.name}_mha"
 
     def available(case: Any) -> str | None:
-        # A module case maps to its kernel call; `attnbench list` probes with a plain AttentionCase.
-        kernel_case = case.with_(kind="kernel") if isinstance(case, AttentionCase) else kernel_case_for(case)
+        kernel_case = kernel_case_for(case)  # the module case's kernel call
         reasons = impl.not_supported_reasons(kernel_case)
         return f"kernel {impl.name}: " + "; ".join(reasons) if reasons else None
 
     lifted = make_implementation(
         forward.__name__, forward, backend=impl.backend, dtypes=impl.dtypes, devices=impl.devices,
         kind="module", causal=impl.causal, mask=impl.mask, bias=impl.bias, gqa=impl.gqa, available=available,
-        options={"layers": ("mha",), "rope": ROPE_CONVENTIONS, "kernel": impl.name, "kv_cache": impl.mask},
+        layers=("mha",), rope=ROPE_CONVENTIONS, kernel=impl.name, kv_cache=impl.mask,
         description=f"kernel {impl.name} inside multi-head attention (projections around it)",
     )
     # Errors point at the kernel's own source: that is the code a user would fix.

@@ -13,6 +13,9 @@ keeps no database under a fixed seed, so attnbench keeps its own: every minimal 
 to ``results/.hypothesis/<implementation>.json`` and is checked first next time, before any
 search (a fixed bug shows as a pass there, a regression at once).
 
+Only cases that ran are examples: a drawn case the implementation cannot run here is replaced by another draw and
+counted by reason, and a search that ran fewer cases than asked for does not pass (:meth:`Search.shortfall`).
+
 The whole search for one implementation runs in one worker process (:mod:`harness.runtime.isolation`):
 a crash or a hang costs that implementation's search, recorded as such.
 """
@@ -30,6 +33,7 @@ from harness.contract.registry import Implementation
 from harness.results import CellCase, ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
 from harness.verify.pairwise import tensor_layouts
+from harness.verify.reproducer import reproducer
 from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
 
 DATABASE_DIR = Path("results") / ".hypothesis"
@@ -130,50 +134,82 @@ def failing_checks(impl: Implementation, case: AttentionCase) -> list[CheckResul
 
 @dataclass(frozen=True)
 class Search:
-    """What one implementation's search found: a pass over ``examples`` cases, or the minimal failing
-    case with the check it failed (``replayed``: a saved failure, found again before any search)."""
+    """What one implementation's search found: a pass over ``examples`` cases that ran, or the minimal failing
+    case with the check it failed (``replayed``: a saved failure, found again before any search). ``asked``: the
+    cases asked for; ``not_run``: each reason a drawn case could not run here, with how many it stopped."""
 
     examples: int
     case: AttentionCase | None = None
     result: CheckResult | None = None
     replayed: bool = False
+    asked: int = 0
+    not_run: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def short(self) -> bool:
+        """Whether fewer cases ran than were asked for, with no failure found: the search proved less than asked."""
+        return self.case is None and self.examples < self.asked
+
+    def shortfall(self) -> str:
+        """The sentence that says how many ran, of how many, and the main reason the others could not."""
+        drawn = sum(count for _, count in self.not_run)
+        text = f"the search ran {self.examples} of the {self.asked} cases asked for"
+        if not self.not_run:
+            return f"{text}; the search drew no more"
+        reason, count = self.not_run[0]
+        return f"{text}; {drawn} drawn case(s) could not run here, most often ({count} of them): {reason}"
 
 
 def fuzz_task(source: str, name: str, examples: int, seed: int, saved: list[dict[str, Any]]) -> Search:
     """In a worker: the saved minimal failures first, then ``examples`` searched cases; the minimal
     failure (case, check, reason) or a pass."""
-    from hypothesis import HealthCheck, given, settings
-    from hypothesis import seed as hypothesis_seed
-
     from harness.verify.worker import _worker_impl
 
     impl, _ = _worker_impl(source, name, 1)
+    return search(impl, examples, seed, saved)
+
+
+def search(impl: Implementation, examples: int, seed: int, saved: list[dict[str, Any]]) -> Search:
+    """The saved minimal failures first, then a search for ``examples`` cases ``impl`` runs. A drawn case it cannot
+    run here (its capabilities allow it, its ``available`` does not) is no example: Hypothesis draws another, up
+    to its limit on rejected draws, and the reasons are counted."""
+    from collections import Counter
+
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis.errors import Unsatisfiable
+
     for fields in saved:
         case = AttentionCase.from_dict(fields)
         bad = [] if impl.not_supported_reasons(case) else failing_checks(impl, case)
         if bad:
-            return Search(0, case, bad[0], replayed=True)
+            return Search(0, case, bad[0], replayed=True, asked=examples)
     last: dict[str, tuple[AttentionCase, CheckResult]] = {}
-    tried = {"n": 0}
+    ran = {"n": 0}
+    not_run: Counter[str] = Counter()
 
     @hypothesis_seed(seed)
     @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
               print_blob=False)
     @given(case=case_strategy(impl))
-    def search(case: AttentionCase) -> None:
-        tried["n"] += 1
-        if impl.not_supported_reasons(case):
-            return  # declared but not runnable here (a backend's own limit): not a failure
+    def draw(case: AttentionCase) -> None:
+        reasons = impl.not_supported_reasons(case)
+        if reasons:  # declared but not runnable here (a backend's own limit): not a failure, and no example
+            not_run[reasons[0]] += 1
+        assume(not reasons)
+        ran["n"] += 1
         bad = failing_checks(impl, case)
         if bad:
             last["found"] = (case, bad[0])
             raise AssertionError(bad[0].reason)
 
     try:
-        search()
+        draw()
     except AssertionError:  # Hypothesis replays the minimal example last: ``last`` holds it
-        return Search(tried["n"], *last["found"])
-    return Search(tried["n"])
+        return Search(ran["n"], *last["found"], asked=examples, not_run=tuple(not_run.most_common()))
+    except Unsatisfiable:  # every draw rejected, up to Hypothesis's limit: what ran (none) is reported
+        pass
+    return Search(min(ran["n"], examples), asked=examples, not_run=tuple(not_run.most_common()))
 
 
 def _load_saved(path: Path) -> list[dict[str, Any]]:
@@ -185,39 +221,6 @@ def _load_saved(path: Path) -> list[dict[str, Any]]:
     except (OSError, ValueError, UsageError):
         return []
     return saved if isinstance(saved, list) else []
-
-
-def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], check: str) -> str:
-    """Copy-paste Python that rebuilds the seeded inputs, makes the call and compares it with the oracle."""
-    fields = ", ".join(f"{k}={v!r}" for k, v in case.items() if k not in ("kind", "pairwise")
-                       and v != AttentionCase.__dataclass_fields__[k].default)
-    lines = [
-        f"# attnbench verify --fuzz: the minimal failing case of {name} ({check})",
-        "from harness.case.attention import AttentionCase",
-        "from harness.verify.checks import SEED_BASE, call, logit_max, oracle_and_base",
-        "from harness.contract.discovery import load_registry",
-        "from harness.reference.tensors import make_inputs, to_float64",
-        "from harness.reference.tolerance import OUTPUT_M, compare",
-        "",
-        f"impl = load_registry({json.dumps(list(plugins))}).get({name!r})",
-        f"case = AttentionCase({fields})",
-    ]
-    if check == "output":
-        lines += [
-            "inputs = make_inputs(case, SEED_BASE, impl.backend)  # seeded: the same numbers on every run",
-            "out = call(impl, case, inputs)  # q, k, v and causal=, mask=, scale= as the contract passes them",
-            "oracle, base = oracle_and_base(case, inputs)  # float64 oracle; the same formula in the case's dtype",
-            "verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, "
-            "logit_max=logit_max(case, inputs))",
-            'print(case.id, "->", verdict.reason or "passes")',
-        ]
-    else:
-        function, module = {"grad": ("check_grad(impl, case, 1)", "harness.verify.checks import check_grad"),
-                            "lse": ("check_lse(impl, case, 1)", "harness.verify.lse import check_lse"),
-                            }.get(check, ("stateful(impl, case)", "harness.verify.stateful import stateful"))
-        lines += [f"from {module}", "", f"result = {function}  # the check, with its seeded inputs",
-                  'print(case.id, "->", result.status, result.reason)']
-    return "\n".join(lines) + "\n"
 
 
 def run_fuzz(impls: list[Implementation], plugins: tuple[str, ...], sources: Mapping[str, str], examples: int,
@@ -235,7 +238,6 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
     """One implementation's search, in a worker: its verify cell (check "fuzz")."""
     import sys
 
-    from harness.results import write_json_atomic
     from harness.runtime.isolation import OK, Task, WorkerPool
 
     cell = VerifyCell(implementation=impl.name, kind=impl.kind, case=None, case_id="-", group="fuzz", check="fuzz",
@@ -251,14 +253,31 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
     if outcome.status != OK:
         return replace(cell, status=Status(outcome.status), reason=f"the search's worker: {outcome.error}")
     found: Search = outcome.value
+    return _cell_of(cell, found, impl.name, plugins, saved, saved_path)
+
+
+def _cell_of(cell: VerifyCell, found: Search, name: str, plugins: tuple[str, ...], saved: list[dict[str, Any]],
+             saved_path: Path) -> VerifyCell:
+    """The verify cell of one search: a pass only when every case asked for ran and passed."""
+    import sys
+
+    from harness.results import write_json_atomic
+
+    counts = {"examples": found.examples, "asked": found.asked,
+              "not_run": sum(count for _, count in found.not_run),
+              "not_run_reasons": [{"reason": reason, "count": count} for reason, count in found.not_run]}
     if found.case is None or found.result is None:
-        return replace(cell, status=Status.PASS, metrics={"examples": found.examples})
-    metrics = {**found.result.metrics, "examples": found.examples}
+        if found.short:
+            print(f"attnbench verify: {name}: {found.shortfall()}", file=sys.stderr)
+            return replace(cell, status=Status.FAIL, reason=f"{found.shortfall()}; no failure among them, but the "
+                           "search proved less than it was asked to", metrics=counts)
+        return replace(cell, status=Status.PASS, metrics=counts)
+    metrics = {**found.result.metrics, **counts}
     stored = found.case.to_dict()
-    text = reproducer(impl.name, plugins, stored, found.result.check)
+    text = reproducer(name, plugins, stored, found.result.check)
     if stored not in saved:
         write_json_atomic(saved_path, [*saved, stored])
-    print(f"\n{impl.name}: minimal failing case {found.case.id}, reproduce with:\n\n{text}", file=sys.stderr)
+    print(f"\n{name}: minimal failing case {found.case.id}, reproduce with:\n\n{text}", file=sys.stderr)
     return replace(cell, status=Status(found.result.status), case=CellCase.of(found.case), case_id=found.case.id,
                    reason=f"minimal failing case ({found.result.check}): {found.result.reason}",
                    metrics={**metrics, "reproducer": text, "replayed": found.replayed})

@@ -1,6 +1,6 @@
 """Say which positional variant a failing module case got wrong: ALiBi (and which heads), or RoPE.
 
-A module that computes its own positional bias (``options={"positional_bias": ("alibi",)}``) is checked on
+A module that computes its own positional bias (``register_module(..., positional_bias=("alibi",))``) is checked on
 the layer's output only, which mixes every head through ``out_proj``. When such an output fails, two more
 runs on the same draw tell a user where to look:
 

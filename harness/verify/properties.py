@@ -7,8 +7,7 @@
   allowed key is zero; a constant V gives that constant.
 - ``slices``: one batch element, and one query head (with its kv head), computed alone
   equal that slice of the batched result.
-- ``block_sizes``: an implementation that declares ``options={"block_q": (...),
-  "block_k": (...)}`` gives a result within the rule for several block sizes.
+- ``block_sizes``: an implementation that declares ``block_q=(...), block_k=(...)`` gives a result within the rule for several block sizes.
 
 Tolerances come from the same rule as the output check (:mod:`harness.reference.tolerance`): a
 difference between two calls of the implementation may be the sum of two allowed errors,

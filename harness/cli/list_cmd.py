@@ -11,6 +11,7 @@ import argparse
 import os
 import shutil
 import textwrap
+from typing import TYPE_CHECKING
 
 from harness.case.attention import AttentionCase
 from harness.cli import add_plugin_argument
@@ -18,8 +19,10 @@ from harness.cli.common import format_table, positive_number, registry_from_args
 from harness.contract.availability import checking, reasons_or_failure, unsupported
 from harness.contract.discovery import Registry
 from harness.contract.registry import Implementation
-from harness.modules.cases import ModuleCase, module_layers
 from harness.runtime.isolation import WorkerPool
+
+if TYPE_CHECKING:  # harness.modules imports torch; `attnbench list --help` must not
+    from harness.modules.cases import ModuleCase
 
 HELP = "list implementations, their capabilities and availability"
 LIST_TIMEOUT_S = 600.0
@@ -48,6 +51,8 @@ def probe_case(impl: Implementation) -> AttentionCase | ModuleCase:
     case), the simplest of it, in its first dtype, on the CPU where it runs there."""
     device = "cpu" if "cpu" in impl.devices else impl.devices[0]
     if impl.kind == "module":
+        from harness.modules.cases import ModuleCase, module_layers
+
         return ModuleCase(dtype=impl.dtypes[0], device=device, layer=module_layers(impl)[0])
     return AttentionCase(dtype=impl.dtypes[0], device=device)
 

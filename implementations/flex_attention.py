@@ -15,6 +15,15 @@ head dim, dtype, mask or GQA variant; bench records it as each cell's ``setup_s`
 * inductor's on-disk cache (``TORCHINDUCTOR_CACHE_DIR``): a new process reuses compiled kernels in ~3 s;
 * declared ``on_request``: left out of verify, bench and run unless named (``--only flex_attention``).
 
+Gemma 2's soft-cap is a ``score_mod`` (FlexAttention applies it to the scaled scores, before the block mask), the
+cap read from the state as a tensor, so a new cap value is no new graph. gpt-oss's sinks are one more key:
+K and V get a row of zeros at index Tk that every query may see, and a ``score_mod`` gives that key the head's
+sink logit as its score (after the cap, which the sink does not take), so the sink joins each row's
+denominator and carries no value, and a row with no other key is zero. (Rescaling the output by the sink's
+share through ``return_lse`` would need no extra key, but PyTorch's compiled CPU FlexAttention refuses
+``return_lse``.) Gradients with sinks would flow to them through a tensor the score_mod reads, which no verify
+here has checked: they are refused with that reason.
+
 PyTorch 2.13 has no FlexAttention backward on CPU: gradient cases get PyTorch's own error as the reason.
 Nor does its CPU template compile a mask_mod that reads a boolean (B, H, Tq, Tk) mask under dynamic shapes
 (a C++ error, ``'cur_kvSplitSize9' was not declared``): cases with a mask get that reason on the CPU, and so
@@ -50,6 +59,37 @@ def _banded(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
 
 def _masked(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
     return _banded(b, h, q_idx, kv_idx) & _STATE["mask"][b, h, q_idx, kv_idx]
+
+
+def _with_sink(allowed: Any, kv_idx: Any) -> Any:
+    return allowed | (kv_idx == _STATE["sink_at"])
+
+
+def _banded_sink(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return _with_sink(_banded(b, h, q_idx, kv_idx), kv_idx)
+
+
+def _masked_sink(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return _with_sink(_masked(b, h, q_idx, kv_idx), kv_idx)
+
+
+def _capped(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    """Gemma 2's soft-cap of a scaled score, the cap a 0-d tensor of the state (one graph for every cap)."""
+    cap = _STATE["softcap"]
+    return torch.tanh(score / cap) * cap
+
+
+def _sink_scored(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    """The sink key's score is query head h's sink logit; every other key keeps its own."""
+    return torch.where(kv_idx == _STATE["sink_at"], _STATE["sink"][h], score)
+
+
+def _capped_sink_scored(score: Any, b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+    return _sink_scored(_capped(score, b, h, q_idx, kv_idx), b, h, q_idx, kv_idx)
+
+
+SCORE_MODS = {(False, False): None, (True, False): _capped, (False, True): _sink_scored, (True, True): _capped_sink_scored}
+"""The score_mod of (soft-capped, with sinks)."""
 
 
 def key_ranges(tq: int, tk: int, causal: bool, window: tuple[int, int] | None, causal_align: str,
@@ -115,17 +155,22 @@ def _available(case: AttentionCase) -> str | None:
         return CPU_MASK_REASON.format(torch.__version__)
     if case.grad and case.device == "cpu":
         return _cpu_backward_reason()
+    if case.grad and case.sinks:
+        return ("sinks reach FlexAttention as a tensor its score_mod reads; the gradient through it is not "
+                "verified, so gradients with sinks are not offered")
     return None
 
 
 @register("flex_attention", backend="torch", memory="linear", dtypes=("float32", "bfloat16", "float16"),
-          devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, prepare=True, on_request=True,
+          devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, sinks=True, softcap=True,
+          prepare=True, on_request=True,
           structures=STRUCTURES, available=_available,
           description="torch.nn.attention.flex_attention compiled (one dynamic-shape graph; structure as data)")
 def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                    mask: torch.Tensor | None = None, scale: float | None = None,
                    window: tuple[int, int] | None = None, causal_align: str = "top_left",
-                   cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None) -> Any:
+                   cu_seqlens_q: torch.Tensor | None = None, cu_seqlens_k: torch.Tensor | None = None,
+                   sinks: torch.Tensor | None = None, softcap: float | None = None) -> Any:
     """Set-up (the key ranges, the block mask, the compile) here; returns the timed call."""
     from torch.nn.attention.flex_attention import create_block_mask
 
@@ -136,22 +181,32 @@ def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal:
     state = {"lo": lo.to(q.device), "hi": hi.to(q.device)}
     if mask is not None:
         state["mask"] = mask.to(device=q.device, dtype=torch.bool).expand(b, h, tq, tk)
+    if softcap is not None:
+        state["softcap"] = torch.tensor(float(softcap), dtype=torch.float32, device=q.device)
+    if sinks is not None:  # one more key, at index tk, scored as the sink and carrying zeros
+        state["sink"] = sinks.to(device=q.device, dtype=torch.float32).detach()
+        state["sink_at"] = torch.tensor(tk, dtype=torch.int32, device=q.device)
+        if "mask" in state:
+            state["mask"] = torch.nn.functional.pad(state["mask"], (0, 1), value=True)
+        k, v = (torch.cat([x, x.new_zeros(*x.shape[:2], 1, x.shape[3])], dim=2) for x in (k, v))
     _STATE.clear()
     _STATE.update(state)
-    mask_mod = _banded if mask is None else _masked
-    blocks = create_block_mask(mask_mod, b if mask is not None else None, h if mask is not None else None, tq, tk,
-                               device=q.device)
+    mask_mod = {(False, False): _banded, (True, False): _masked, (False, True): _banded_sink,
+                (True, True): _masked_sink}[(mask is not None, sinks is not None)]
+    blocks = create_block_mask(mask_mod, b if mask is not None else None, h if mask is not None else None, tq,
+                               k.shape[2], device=q.device)
     pad = next(p for p in PADDED_D if p >= d) - d  # zeros: the scores are unchanged, the output columns dropped
     factor = (1.0 / d ** 0.5 if scale is None else scale) * (d + pad) ** 0.5  # flex's own scale is 1/sqrt(d + pad)
     if factor != 1.0:
         q = (q.float() * factor).to(q.dtype)
     q, k, v = (torch.nn.functional.pad(x, (0, pad)).contiguous() for x in (q, k, v))
     flex, gqa = _compiled(), h != k.shape[1]
+    score_mod = SCORE_MODS[(softcap is not None, sinks is not None)]
 
     def call() -> torch.Tensor:
         _STATE.clear()
         _STATE.update(state)
-        out = flex(q, k, v, block_mask=blocks, enable_gqa=gqa)
+        out = flex(q, k, v, score_mod=score_mod, block_mask=blocks, enable_gqa=gqa)
         return out[..., :d] if pad else out
 
     call()  # the compile (or a load from inductor's cache), in set-up

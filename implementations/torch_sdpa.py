@@ -4,6 +4,11 @@ A pinned variant is available for a case only where PyTorch itself can run it: w
 PyTorch on a tiny input of the case's kind (device, dtype, mask, causal, GQA, grad)
 inside ``sdpa_kernel(backend)`` and, when it refuses, report PyTorch's own words
 (its error plus the warnings in which it explains why each kernel was not used).
+
+All variants declare ``value_dim``: SDPA's signature takes V with its own head dim, PyTorch's
+dispatch and its math backend compute it, and a pinned backend that does not (the CPU flash
+kernel wants one head dim for q, k and v) is asked on a V of the case's head dim like any other
+input, so the case is skipped with PyTorch's own reason.
 """
 
 from __future__ import annotations
@@ -114,7 +119,7 @@ def _sdpa_quirks(case: AttentionCase, backend_name: str | None) -> str | None:
 
 
 @register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
-          causal=True, mask=True, gqa=True, grad=True, bias=True,
+          causal=True, mask=True, gqa=True, grad=True, bias=True, value_dim=True,
           available=lambda case: _sdpa_quirks(case, None),
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
 def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -124,24 +129,25 @@ def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any)
 @functools.cache
 def _probe(backend_name: str, device: str, dtype: str, mask: tuple[int, ...] | None, causal: bool, gqa: bool,
            grad: bool, layout: str, d: int = 16, lengths: tuple[int, int] = (8, 8),
-           heads_kv: tuple[int, int] = (2, 2)) -> str | None:
+           heads_kv: tuple[int, int] = (2, 2), dv: int = 0) -> str | None:
     """Run the pinned backend on a tiny input of this kind, in the case's head dim ``d`` (CUDA's kernels take some
-    head dims and not others: cuDNN and the efficient kernel want multiples of 8) and with query and key lengths
+    head dims and not others: cuDNN and the efficient kernel want multiples of 8) and V's ``dv`` (0: ``d``; some
+    kernels want one head dim for q, k and v), with query and key lengths
     that relate as the case's do (``lengths``: CUDA's flash kernel refuses some causal Tq != Tk); None if it ran,
     else PyTorch's reason."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     backend = getattr(SDPBackend, backend_name)
     heads, kv_heads = heads_kv
-    def make(heads: int, length: int) -> torch.Tensor:
-        width = 2 * d if layout == "strided" else d
+    def make(heads: int, length: int, dim: int = d) -> torch.Tensor:
+        width = 2 * dim if layout == "strided" else dim
         x = torch.randn(1, length, heads, width, dtype=getattr(torch, dtype), device=device).transpose(1, 2)
         if layout == "strided":
             return x[..., ::2]  # last-dimension stride 2, as the case's inputs
         return x if layout == "transposed" else x.contiguous()
 
     tq, tk = lengths
-    q, k, v = make(heads, tq), make(kv_heads, tk), make(kv_heads, tk)
+    q, k, v = make(heads, tq), make(kv_heads, tk), make(kv_heads, tk, dv or d)
     q.requires_grad_(grad)
     bool_mask = None if mask is None else torch.rand(mask, device=device) < 0.8  # the case's mask rank
     with warnings.catch_warnings(record=True) as caught:
@@ -195,7 +201,7 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
             return None
         return (_probe(backend_name, case.device, case.dtype, _mask_shape(case), case.causal,
                        case.kv_heads != case.heads, case.grad, _qkv_layout(case), case.d, _lengths(case),
-                       (case.heads, case.kv_heads))
+                       (case.heads, case.kv_heads), case.dv if case.dv != case.d else 0)
                 or _sdpa_quirks(case, backend_name))
 
     def run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
@@ -206,7 +212,8 @@ def _pinned(backend_name: str, devices: tuple[str, ...], memory: str) -> Callabl
 
     return register(
         f"torch_sdpa_{backend_name.split('_')[0].lower()}", backend="torch", dtypes=ALL_DTYPES,
-        devices=devices, causal=True, mask=True, gqa=True, grad=True, available=available, memory=memory,
+        devices=devices, causal=True, mask=True, gqa=True, grad=True, value_dim=True, available=available,
+        memory=memory,
         description=f"SDPA pinned to SDPBackend.{backend_name}"
         + ("" if "cpu" in devices else " (PyTorch implements it for CUDA only)"),
     )(run)

@@ -88,3 +88,82 @@ def test_sdpa_is_refused_at_scale_zero_with_causal_exactly_where_pytorch_returns
         out = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case))()
         assert torch.isfinite(out).all(), name
     assert not registry.get("torch_sdpa").not_supported_reasons(case.with_(causal=False))
+
+
+FEATURES_2025 = [  # gpt-oss's sinks, Gemma 2's soft-cap, DeepSeek MLA's dv != d: alone, with GQA, with empty rows
+    AttentionCase(batch=2, heads=4, kv_heads=2, tq=13, tk=17, d=16, sinks=True, causal=True),
+    AttentionCase(batch=2, heads=2, tq=11, tk=19, d=8, sinks=True, mask="empty_rows"),
+    AttentionCase(heads=2, tq=15, d=32, softcap=5.0, inputs="large", causal=True),
+    AttentionCase(batch=2, heads=2, tq=11, tk=19, d=8, softcap=2.0, mask="empty_rows"),
+    AttentionCase(heads=4, kv_heads=2, tq=9, tk=14, d=24, dv=16, mask="random"),
+    AttentionCase(heads=2, kv_heads=1, tq=7, tk=12, d=48, dv=32, sinks=True, softcap=5.0, mask="empty_rows"),
+]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("case", FEATURES_2025, ids=lambda c: c.id)
+@pytest.mark.parametrize("name", ["numpy_naive", "torch_eager", "torch_sdpa", "torch_sdpa_math"])
+def test_sinks_softcap_and_value_dim_match_the_oracle(name: str, case: AttentionCase, dtype: str) -> None:
+    """What each declares of the 2025 features is computed as the oracle does: a row with no allowed key is zero
+    with a sink too, and the output has V's head dim. torch_sdpa declares dv != d only."""
+    impl = REGISTRY.get(name)
+    case = case.with_(dtype=dtype)
+    if name.startswith("torch_sdpa"):
+        assert impl.value_dim and not impl.sinks and not impl.softcap
+    else:
+        assert impl.sinks and impl.softcap and impl.value_dim
+    reasons = impl.not_supported_reasons(case)
+    if reasons:
+        assert name.startswith("torch_sdpa") and (case.sinks or case.softcap is not None), reasons
+        return
+    inputs = make_inputs(case, seed=2, backend=impl.backend)
+    got = to_float64(impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case)))
+    want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
+    assert tuple(got.shape) == (case.batch, case.heads, case.tq, case.value_dim)
+    assert torch.isfinite(got).all()
+    tol = 1e-12 if dtype == "float64" else 2e-5
+    assert (got - want).abs().max().item() < tol * max(1.0, want.abs().max().item())
+
+
+def test_torch_eager_gradients_reach_the_sinks_through_the_soft_cap_and_value_dim() -> None:
+    """dq, dk, dv and d sinks by autograd through torch_eager equal the float64 oracle's, rows with no key included."""
+    case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=9, tk=13, d=16, dv=8, sinks=True, softcap=3.0,
+                         mask="empty_rows", dtype="float64")
+    inputs = make_inputs(case, seed=4)
+    dout = torch.randn(case.batch, case.heads, case.tq, case.value_dim, dtype=torch.float64,
+                       generator=torch.Generator().manual_seed(5))
+
+    def grads(fn, q, k, v, sinks, **kwargs):  # type: ignore[no-untyped-def]
+        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v, sinks)]
+        out = fn(*leaves[:3], sinks=leaves[3], **kwargs)
+        return torch.autograd.grad(out, leaves, dout)
+
+    kwargs = {**inputs.kwargs(case)}
+    kwargs.pop("sinks")
+    got = grads(REGISTRY.get("torch_eager"), inputs.q, inputs.k, inputs.v, inputs.sinks, **kwargs)
+    oracle_kwargs = {key: value for key, value in inputs.oracle_kwargs(case).items() if key != "sinks"}
+    want = grads(reference_attention, inputs.q64, inputs.k64, inputs.v64, inputs.sinks64, **oracle_kwargs)
+    for name, g, w in zip(("dq", "dk", "dv", "dsinks"), got, want):
+        assert torch.isfinite(g).all(), name
+        torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
+    assert want[3].abs().max() > 0  # the sinks' gradient is checked, not vacuous
+
+
+@pytest.mark.parametrize("model,feature", [("gemma-2-9b", "softcap"), ("gpt-oss-20b", "sinks"),
+                                           ("deepseek-v3-mla-decode", "dv")])
+def test_every_2025_model_preset_runs_at_least_two_builtins(model: str, feature: str) -> None:
+    """``verify --model`` plans each model's own cases (its soft-cap, sinks or V head dim included); at least two
+    built-ins can run every one of them (the gradient cases where they declare gradients), rather than all being
+    skipped for a feature they lack."""
+    from harness.case.models import model_named
+    from harness.verify.model_cases import model_kernel_cases, model_plan_of
+
+    plan = model_plan_of(model_named(model), memory_bytes=16 * 2**30)
+    runs = []
+    for name in ("numpy_naive", "torch_eager", "torch_sdpa", "tiled"):
+        impl = REGISTRY.get(name)
+        cases = [c for c in model_kernel_cases(impl, plan) if impl.grad or not c.grad]
+        assert cases and all(getattr(c, feature) for c in cases), name  # the feature is in the model's cases
+        if not any(impl.not_supported_reasons(c) for c in cases):
+            runs.append(name)
+    assert len(runs) >= 2 and {"numpy_naive", "torch_eager"} <= set(runs), runs

@@ -134,3 +134,25 @@ def test_short_key_blocks_are_exact_on_the_avx2_code_too(tmp_path: Path) -> None
     assert done.returncode == 0, done.stderr[-3000:]
     errors = eval(done.stdout.strip().splitlines()[-1], {"nan": float("nan"), "inf": float("inf")})
     assert all(err < 1e-5 for _, err in errors), errors
+
+
+SINKS_AND_SOFTCAP = [  # the sink as one more key: with GQA, a window, bottom-right alignment and the cap beside it
+    AttentionCase(heads=4, kv_heads=2, tq=17, d=32, sinks=True, causal=True),
+    AttentionCase(heads=2, tq=64, d=64, softcap=5.0, inputs="large"),
+    AttentionCase(heads=2, tq=20, tk=30, d=32, softcap=2.0, sinks=True, causal=True, window=(3, 0),
+                  causal_align="bottom_right"),
+]
+
+
+def test_softcap_and_sinks_match_the_oracle() -> None:
+    impl = REGISTRY.get("flex_attention")
+    assert impl.sinks and impl.softcap
+    if impl.not_supported_reasons(SINKS_AND_SOFTCAP[0]):
+        pytest.skip("; ".join(impl.not_supported_reasons(SINKS_AND_SOFTCAP[0])))
+    for n, case in enumerate(SINKS_AND_SOFTCAP):
+        inputs = make_inputs(case, seed=n)
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
+        err = (to_float64(call()) - want).abs().max().item()
+        assert err < 1e-5, (case.id, err)
+    assert impl.not_supported_reasons(SINKS_AND_SOFTCAP[0].with_(grad=True))  # gradients with sinks: refused

@@ -33,6 +33,7 @@ from harness.reference.oracle import (
     allowed_rows,
     capped,
     expand_kv,
+    grouped_matmul,
     reference_attention,
     reference_rows,
     sample_rows,
@@ -172,9 +173,9 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
 
 def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None) -> float:
     kwargs = inputs.oracle_kwargs(case)
-    k = expand_kv(inputs.k64, case.heads)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
-    logits = capped(torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale, case.softcap)
+    # grouped, as the oracle forms its logits: a GQA cache is never repeated per query head
+    logits = capped(grouped_matmul(q, inputs.k64.transpose(-1, -2)) * case.effective_scale, case.softcap)
     if kwargs["bias"] is not None:
         bias = kwargs["bias"]
         logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])

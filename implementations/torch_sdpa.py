@@ -50,8 +50,32 @@ def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = Fa
     if causal and mask is not None:
         mask = mask & torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
         causal = False
+    if gqa and not causal and _same_keys_for_every_row(q, mask):
+        return _grouped_rows(q, k, v, mask, scale)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                           enable_gqa=gqa)
+
+
+def _same_keys_for_every_row(q: torch.Tensor, mask: torch.Tensor | None) -> bool:
+    """True where every query row of a head sees the same keys: no mask, or one query row (decode) with a mask
+    that does not differ by head."""
+    if mask is None:
+        return True
+    return q.shape[-2] == 1 and (mask.dim() <= 2 or (mask.dim() == 4 and mask.shape[1] == 1))
+
+
+def _grouped_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                  scale: float | None) -> torch.Tensor:
+    """GQA as one KV head's attention over its group's query rows stacked, ``(B, Hkv, G*Tq, d)``: PyTorch's CPU math
+    path would copy K and V once per query head (``enable_gqa``), 5 GB for MLA decode's 128 query heads on one
+    576-wide latent of 4,096 keys, where this reads them once (FlashAttention's decode does the same swap)."""
+    b, heads, tq, _ = q.shape
+    kv_heads = k.shape[1]
+    rows = q.reshape(b, kv_heads, (heads // kv_heads) * tq, q.shape[-1])
+    if mask is not None and mask.dim() <= 2:  # (Tk,) or (1, Tk): one row for every head
+        mask = mask.reshape(1, 1, 1, mask.shape[-1])
+    out = F.scaled_dot_product_attention(rows, k, v, attn_mask=mask, scale=scale)
+    return out.reshape(b, heads, tq, v.shape[-1])
 
 
 @functools.cache

@@ -23,6 +23,7 @@ CASES = [
     AttentionCase(batch=2, heads=2, tq=24, d=16, mask="key_padding", causal=True),
     AttentionCase(batch=1, heads=8, kv_heads=2, tq=19, d=16, causal=True),
     AttentionCase(batch=1, heads=4, kv_heads=1, tq=9, tk=150, d=8, layout="strided"),
+    AttentionCase(batch=2, heads=8, kv_heads=2, tq=1, tk=70, d=16, mask="key_padding"),  # decode: a group's rows stacked
     AttentionCase(batch=1, heads=2, tq=300, d=32, dtype="float64", inputs="large", layout="transposed"),
 ]
 

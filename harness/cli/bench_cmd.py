@@ -211,6 +211,10 @@ def _progress_line(cell: BenchCell, index: int, total: int) -> str:
 def run(args: argparse.Namespace) -> int:
     if args.model == LIST:
         return print_catalogue(args.json)
+    if args.out is not None and args.resume is None:  # a bad --out costs a second, not torch's import
+        from harness.results import check_out
+
+        check_out(Path(args.out), "bench", force=args.force)
     return execute(request_from_args(args))
 
 
@@ -218,8 +222,10 @@ def execute(request: BenchRequest) -> int:
     """Run the bench ``request`` describes and print what it measured; the exit status (1: a cell failed)."""
     from harness.bench import run as run_bench
     from harness.bench.catalogue import load_catalogue
+    from harness.results import check_out
 
     settings = request.settings
+    check_out(request.out, "bench", resume=request.resume, force=request.force)  # before the catalogue's start-up
     registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)

@@ -121,9 +121,12 @@ def run(args: argparse.Namespace) -> int:
 
 def execute(request: VerifyRequest) -> int:
     """Run the verify ``request`` describes and print its verdicts; the exit status (1: a problem found)."""
+    from harness.results import check_out
     from harness.verify import run as run_verify
 
     settings, path = request.settings, request.out
+    if not request.to_stdout:  # a bad --json costs a second, not the plugins' start-up
+        check_out(path, "verify", force=request.force)
     try:
         registry = registry_of(settings.plugins)
         started = wall_clock()

@@ -7,6 +7,7 @@ from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, 
 from harness.results.files import (
     RESULTS_DIR,
     ResultWriter,
+    check_out,
     environment,
     load_results,
     new_run_id,
@@ -34,5 +35,5 @@ __all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Envi
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
            "load_results", "new_run_id",
-           "read_run", "read_text", "write_atomic", "MAX_RESULT_BYTES", "refuse_to_overwrite", "write_json_atomic",
+           "read_run", "read_text", "write_atomic", "MAX_RESULT_BYTES", "refuse_to_overwrite", "check_out", "write_json_atomic",
            "node_kind", "BandwidthKey", "CellCase", "PeakKey"]

@@ -221,6 +221,16 @@ class ResultWriter:
         return getattr(self, "_kept", 0)
 
 
+def check_out(path: Path, command: str, *, resume: bool = False, force: bool = False) -> None:
+    """What :class:`ResultWriter` would refuse about ``path``, asked before a command spends anything: a file that is
+    not ours to replace (unless ``force`` or ``resume``), a link, a path that cannot be written, another run's lock.
+    The writer asks again when it opens the file; this only makes a bad ``--out`` cost a second, not a run's start."""
+    if not resume and not force:
+        refuse_to_overwrite(path, command)
+    if path.parent.is_dir() or any(p.exists() and not p.is_dir() for p in path.parents):
+        RunLock.acquire(path).release()  # a missing directory is the writer's to make: none for a run that may not start
+
+
 def refuse_to_overwrite(path: Path, command: str) -> None:
     """A UsageError unless ``path`` is free, or an attnbench ``command`` result file (a re-run's to replace);
     never a link, a directory or another file that is not a regular file (nothing of it is read past the cap)."""

@@ -34,6 +34,7 @@ def zeros(q, k, v, *, causal=False, mask=None, scale=None):
 '''
 
 
+@pytest.mark.slow  # a verify command with a fuzz search
 def test_verify_fuzz_takes_a_million_examples(tmp_path: Path, attnbench) -> None:
     """The search's time limit grows with N; past what a wait can express it is no limit, not an OverflowError.
     A saved failing case is replayed first, so the search ends at once whatever N is."""
@@ -51,6 +52,7 @@ def test_verify_fuzz_takes_a_million_examples(tmp_path: Path, attnbench) -> None
     assert cell["status"] == "fail" and cell["metrics"]["replayed"], cell
 
 
+@pytest.mark.slow  # a bench command that times hundreds of calls
 def test_min_samples_above_the_usual_cap_is_honoured(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "many.json"
     code, _, err = finish(attnbench.start("bench", "--only", "numpy_naive", "--T", "16", "--heads", "1", "--d", "8",

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import pytest
 from fuzz_documents import damaged_documents, run_both
 from hypothesis import HealthCheck, given, settings
 
@@ -16,6 +17,7 @@ from harness.cli import main
 EXAMPLES = int(os.environ.get("ATTNBENCH_FUZZ_EXAMPLES", "200"))
 
 
+@pytest.mark.slow  # a property search of 200 reports and comparisons: out of the inner loop
 @settings(max_examples=EXAMPLES, deadline=None, derandomize="ATTNBENCH_FUZZ_EXAMPLES" not in os.environ, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
 @given(damaged_documents())

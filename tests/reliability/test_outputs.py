@@ -61,6 +61,42 @@ def test_an_unwritable_out_is_one_line_and_exit_2(tmp_path: Path, where: str, at
         assert len(err.strip().splitlines()) == 1 and str(target) in err
 
 
+MARKS_IMPORT = '''
+import pathlib
+pathlib.Path(__file__).with_name("imported").write_text("yes")
+from harness import register
+
+
+@register("marks_import", backend="numpy")
+def marks_import(q, k, v, *, causal=False, mask=None, scale=None):
+    return q
+'''
+
+
+@pytest.mark.parametrize("where", ["not_ours", "under_a_file", "locked"])
+def test_an_out_it_cannot_use_is_refused_before_any_plugin_loads(tmp_path: Path, where: str, attnbench) -> None:
+    """bench --out and verify --json are checked first: a bad path costs the user a second, and no plugin's code
+    runs for a run that cannot keep its results."""
+    plugin = plugin_file(tmp_path, MARKS_IMPORT, "marks.py")
+    (tmp_path / "file").write_text("x")
+    target = {"not_ours": tmp_path / "file", "under_a_file": tmp_path / "file" / "run.json",
+              "locked": tmp_path / "run.json"}[where]
+    if where == "locked":  # another run holds the file: its sidecar lock is taken (here by this test process)
+        from harness.runtime.filelock import RunLock
+
+        lock = RunLock.acquire(target)
+    try:
+        for args in (["bench", "--only", "marks_import", *FAST, "--out", str(target)],
+                     ["verify", "--only", "marks_import", "--suite", "small", "--json", str(target)]):
+            code, _, err = attnbench.outcome(*args, "--plugin", str(plugin))
+            assert code == 2 and len(err.strip().splitlines()) == 1 and str(target) in err, err
+            assert not (tmp_path / "imported").exists(), f"{args[0]} imported the plugin before refusing its output"
+    finally:
+        if where == "locked":
+            lock.release()
+    assert (tmp_path / "file").read_text() == "x"
+
+
 GATED = '''
 import numpy as np
 from harness import register

@@ -68,19 +68,21 @@ def test_a_grpc_server_that_is_not_the_gcs_is_refused_in_bounded_time(cluster: C
 
 def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(tmp_path: Path, attnbench: Any) -> None:
     """A live GCS whose only raylet was killed: Ray would look for a node to attach to for as long as it is told
-    (here 600 s, as a user's environment may say); the driver gives up after CONNECT_LIMIT_S, exit 2."""
+    (here 600 s, as a user's environment may say); the driver gives up after its connect limit (here 8 s, set by
+    ATTNBENCH_RAY_CONNECT_LIMIT_S; CONNECT_LIMIT_S by default), exit 2, and says after how long."""
     c = _cluster()
     address = c.address
     try:
         raylet = c.head_node.all_processes["raylet"][0].process
         raylet.kill()  # this test's own cluster's raylet, nothing else
         raylet.wait(timeout=30)
-        done, took = _verify(attnbench, address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600")
+        done, took = _verify(attnbench, address, tmp_path / "r.json", RAY_gcs_server_request_timeout_seconds="600",
+                             ATTNBENCH_RAY_CONNECT_LIMIT_S="8")
     finally:
         c.shutdown()
     error = _one_error(done, address)
-    assert "could not attach to it within" in error or "cannot reach a Ray cluster" in error, error
-    assert CONNECT_LIMIT_S <= took < BOUND_S or "cannot reach" in error
+    assert "could not attach to it within 8 s" in error or "cannot reach a Ray cluster" in error, error
+    assert 8 <= took < BOUND_S or "cannot reach" in error
     assert not (tmp_path / "r.json").exists()
 
 
@@ -140,3 +142,18 @@ def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(tmp_path: 
         c.shutdown()
     assert f"no answer within {CONNECT_TIMEOUT_S:g} s" in _one_error(done, address)
     assert CONNECT_TIMEOUT_S <= took < BOUND_S and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("value", ["0", "soon", "nan", "7200"])
+def test_a_connect_limit_that_is_not_seconds_is_a_usage_error_naming_the_variable(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import UsageError
+    from harness.runtime.cluster.connect import CONNECT_LIMIT_VARIABLE, connect_limit_s
+
+    monkeypatch.setenv(CONNECT_LIMIT_VARIABLE, value)
+    with pytest.raises(UsageError, match=f"{CONNECT_LIMIT_VARIABLE}='{value}' is not a number of seconds"):
+        connect_limit_s()
+    monkeypatch.setenv(CONNECT_LIMIT_VARIABLE, "12.5")
+    assert connect_limit_s() == 12.5
+    monkeypatch.delenv(CONNECT_LIMIT_VARIABLE)
+    assert connect_limit_s() == CONNECT_LIMIT_S

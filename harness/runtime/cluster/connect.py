@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import importlib.util
 import logging
+import math
 import os
 import shutil
 import socket
@@ -38,7 +39,9 @@ CONNECT_TIMEOUT_S = 10.0
 CONNECT_LIMIT_S = 45.0
 """The most the whole connection may take once the address answered as a gRPC server (``ray.init``: the GCS's
 cluster id, a live node to attach to). Ray's own retries are cut below it (:data:`RAY_LIMITS`), so Ray's own
-error usually comes first; this bound holds whatever Ray does."""
+error usually comes first; this bound holds whatever Ray does. ``ATTNBENCH_RAY_CONNECT_LIMIT_S`` sets another
+(:func:`connect_limit_s`): a cluster that is slow to admit a driver needs more, a CI job that checks a dead one less."""
+CONNECT_LIMIT_VARIABLE = "ATTNBENCH_RAY_CONNECT_LIMIT_S"
 RAY_LIMITS = {"RAY_gcs_server_port_wait_time_s": "10", "RAY_gcs_server_request_timeout_seconds": "20"}
 """Ray's own waits, read when ray is imported: attempts at the GCS's cluster id (about 1 s each; default 20) and
 the seconds it looks for a live node to attach the driver to (default 60; a GCS whose raylet is gone)."""
@@ -196,7 +199,7 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
         runtime_env = {"working_dir": str(staging), "py_modules": [_package_dir("harness"), _package_dir("implementations")],
                        "excludes": ["__pycache__", "*.pyc"]}
         loopback = {"_node_ip_address": "127.0.0.1"} if _is_loopback(address) else {}  # the driver registers on lo
-        _bounded_init(ray, CONNECT_LIMIT_S, address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
+        _bounded_init(ray, connect_limit_s(), address=address or "auto", runtime_env=runtime_env, log_to_driver=False,
                       logging_level="warning", configure_logging=True, **loopback)
         try:
             _warn_if_exposed(ray)
@@ -212,6 +215,22 @@ class _NotMainThread(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "SIGTERM handler is not set" not in record.getMessage()
+
+
+def connect_limit_s() -> float:
+    """The bound on ``ray.init``: :data:`CONNECT_LIMIT_S`, or the seconds ``ATTNBENCH_RAY_CONNECT_LIMIT_S`` gives
+    (a usage error, exit 2, naming the variable when it is not a number of seconds from 1 to 3600)."""
+    text = os.environ.get(CONNECT_LIMIT_VARIABLE, "").strip()
+    if not text:
+        return CONNECT_LIMIT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 1.0 <= seconds <= 3600.0:  # NaN fails too
+        raise UsageError(f"{CONNECT_LIMIT_VARIABLE}={text!r} is not a number of seconds from 1 to 3600; "
+                         f"unset it for the default {CONNECT_LIMIT_S:g} s")
+    return seconds
 
 
 def _bounded_init(ray: Any, limit_s: float, **kwargs: Any) -> None:

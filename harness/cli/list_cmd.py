@@ -11,20 +11,24 @@ import argparse
 import os
 import shutil
 import textwrap
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from harness.case.attention import AttentionCase
 from harness.cli import add_plugin_argument
 from harness.cli.common import format_table, positive_number, registry_from_args
-from harness.contract.availability import checking, reasons_or_failure, unsupported
+from harness.contract.availability import reasons_or_failure, unsupported
 from harness.contract.discovery import Registry
 from harness.contract.registry import Implementation
-from harness.runtime.isolation import WorkerPool
+from harness.runtime.isolation import WorkerPool, kill_all_workers, start_forkserver
 
 if TYPE_CHECKING:  # harness.modules imports torch; `attnbench list --help` must not
     from harness.modules.cases import ModuleCase
 
 HELP = "list implementations, their capabilities and availability"
+CHECKS_AT_ONCE = 4
+"""The most availability checks ``list`` asks at once (one worker each)."""
 LIST_TIMEOUT_S = 600.0
 """How long one implementation's ``available=`` check may take in its worker (a first C++ build takes minutes)."""
 
@@ -63,8 +67,29 @@ def describe(impl: Implementation, reason: str | None) -> dict[str, object]:
 
 
 def _described(registry: Registry, impls: list[Implementation], timeout: float) -> list[dict[str, object]]:
-    with checking(timeout) as pool:
-        return [describe(impl, availability_here(impl, registry.sources[impl.name], pool)) for impl in impls]
+    """Every implementation described, their checks asked in as many workers at once as there are CPUs (up to
+    :data:`CHECKS_AT_ONCE`): each check waits on its worker's start and its plugin's imports, not on the others."""
+    local = threading.local()
+    pools: list[WorkerPool] = []
+
+    def ask(impl: Implementation) -> dict[str, object]:
+        pool = getattr(local, "pool", None)
+        if pool is None:
+            pool = local.pool = WorkerPool(timeout=timeout, start_method="forkserver")
+            pools.append(pool)
+        return describe(impl, availability_here(impl, registry.sources[impl.name], pool))
+
+    jobs = max(1, min(CHECKS_AT_ONCE, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1, len(impls)))
+    try:
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="available") as executor:
+            return list(executor.map(ask, impls))
+    except BaseException:  # Ctrl-C: the checks still running are abandoned with their workers
+        kill_all_workers()
+        raise
+    finally:
+        for pool in pools:
+            pool.close()
 
 
 SUPPORTS = ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
@@ -110,6 +135,7 @@ def detail(entry: dict[str, object]) -> str:
 def run(args: argparse.Namespace) -> int:
     from harness.results.files import dumps  # strict JSON: no bare NaN from a plugin's capabilities
 
+    start_forkserver()  # it imports torch on one core while the plugins load on the other
     registry: Registry = registry_from_args(args)
     if args.names:
         chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones

@@ -380,6 +380,19 @@ def _context(method: str) -> Any:
     return mp.get_context("spawn")
 
 
+def start_forkserver() -> None:
+    """Start the forkserver now, without waiting for it: its import of torch (:data:`FORKSERVER_PRELOAD`) runs on
+    another core while this process loads the plugins, instead of after. The first worker waits for it as usual."""
+    if "forkserver" not in mp.get_all_start_methods():
+        return
+    streams.fill_standard_fds()
+    _context("forkserver")
+    multiprocessing.resource_tracker.ensure_running()
+    _short_socket_dir()
+    with _sigint_blocked():
+        multiprocessing.forkserver.ensure_running()
+
+
 def kill_all_workers() -> None:
     """Kill every worker of this process at once (Ctrl-C): a task still running in one is abandoned.
 

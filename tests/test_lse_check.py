@@ -312,3 +312,15 @@ def test_a_wrong_lse_still_fails_at_a_large_head_dim(fn, conventions: Convention
     case = AttentionCase(heads=2, tq=6, tk=9, d=80, causal=True, sinks=True, dtype=dtype)
     result = check_lse(impl_of(f"{fn.__name__}_{dtype}", fn, conventions), case, 1)
     assert result.status == "fail" and (result.reason or "").startswith("LSE"), result.reason
+
+
+def test_the_oracle_lse_reads_a_grouped_kv_head_as_each_of_its_query_heads() -> None:
+    """GQA's logits are formed per kv head over its group's query rows (no copy of K per query head, which at MLA
+    decode's 128 heads on one latent is gigabytes): the same numbers as with K copied to every query head."""
+    from harness.reference.oracle import expand_kv, reference_lse
+
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 8, 5, 16, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 2, 9, 16, generator=gen, dtype=torch.float64)
+    grouped, copied = reference_lse(q, k, causal=True), reference_lse(q, expand_kv(k, 8), causal=True)
+    assert torch.allclose(grouped, copied, rtol=1e-13, atol=0.0)  # float64 sums of 16 terms: any BLAS's order

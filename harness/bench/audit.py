@@ -31,7 +31,7 @@ from harness.bench.fingerprint import Print, projected_error
 from harness.bench.fresh import fresh_for
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet
 from harness.case.attention import AttentionCase
-from harness.reference.oracle import expand_kv, reference_attention, reference_rows, sample_rows
+from harness.reference.oracle import grouped_matmul, reference_attention, reference_rows, sample_rows
 from harness.reference.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
 from harness.reference.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, floor_for
 from harness.results import CheckedCall
@@ -264,7 +264,7 @@ def _check_grads(k: Print, q: torch.Tensor, k64: torch.Tensor, v64: torch.Tensor
                                   sinks=sinks, softcap=case.softcap, **case.structure_kwargs())
     base = torch.autograd.grad(base_out, base_leaves, dout.to(dt))
     scale = case.d ** -0.5 if case.scale is None else case.scale
-    cancelled = abs(scale) * float((dout @ expand_kv(v64, case.heads).transpose(-1, -2)).abs().max()) \
+    cancelled = abs(scale) * float(grouped_matmul(dout, v64.transpose(-1, -2)).abs().max()) \
         * max(float(q.abs().max()), float(k64.abs().max()))
     magnitude = max(float(w.abs().max()) for w in want)
     worst = (0.0, 0.0, None)

@@ -175,7 +175,6 @@ def reference_lse(
     throughout: float64 (the oracle), or the case's dtype (the rule's baseline)."""
     q, k = (_as_f64(x).to(dtype) for x in (q, k))
     tq, tk, d = q.shape[-2], k.shape[-2], q.shape[-1]
-    k = expand_kv(k, q.shape[1])
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)
     where = dict(causal=causal, mask=None if mask is None else torch.as_tensor(mask), device=q.device, window=window,
                  causal_align=causal_align, varlen=varlen, cache_seqlens=cache_seqlens, key_ranges=key_ranges)
@@ -183,7 +182,7 @@ def reference_lse(
         rows = torch.as_tensor(rows, dtype=torch.long)
         q = q[..., rows.to(q.device), :]
         bias = None if bias is None else _as_f64(bias).expand(*_as_f64(bias).shape[:-2], tq, tk)[..., rows, :]
-    scores = capped(torch.matmul(q, k.transpose(-1, -2)) * scale, softcap)
+    scores = capped(grouped_matmul(q, k.transpose(-1, -2)) * scale, softcap)  # GQA: each kv head read once
     if bias is not None:
         scores = scores + _as_f64(bias).to(dtype)
     allowed = allowed_keys(tq, tk, **where) if rows is None else allowed_rows(rows, tq, tk, **where)  # type: ignore[arg-type]

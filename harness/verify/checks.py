@@ -32,7 +32,6 @@ from harness.reference.oracle import (
     allowed_keys,
     allowed_rows,
     capped,
-    expand_kv,
     grouped_matmul,
     reference_attention,
     reference_rows,
@@ -297,10 +296,9 @@ def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) 
     rounding of scale * max|dO V^T| * max|K| in any correct kernel; with randn inputs this is about
     max|dq|, but with large V (``inputs="wide"``) it is orders of magnitude more. ``dout64`` may be the
     sampled rows' only (the others are zero)."""
-    v = expand_kv(inputs.v64, case.heads)
     scale = case.d ** -0.5 if case.scale is None else case.scale
     qk = max(float(inputs.q64.abs().max()), float(inputs.k64.abs().max()))
-    return float(abs(scale) * float((dout64 @ v.transpose(-1, -2)).abs().max()) * qk)
+    return float(abs(scale) * float(grouped_matmul(dout64, inputs.v64.transpose(-1, -2)).abs().max()) * qk)
 
 
 def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> torch.Tensor:

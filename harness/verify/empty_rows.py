@@ -49,7 +49,7 @@ def by_empty_row_convention(conv: Conventions, got: torch.Tensor, oracle: torch.
         return got, oracle, {}
     count = int(empty.sum())
     if conv.empty_row == "mean_v":
-        mean = expand_kv(v64, got.shape[1]).mean(dim=-2, keepdim=True).expand(oracle.shape)
+        mean = expand_kv(v64.mean(dim=-2, keepdim=True), got.shape[1]).expand(oracle.shape)  # per kv head, then copied
         return got, torch.where(empty[..., None], mean, oracle), {"empty_rows": count, "empty_row_expected": "mean_v"}
     if conv.empty_row == "nan":
         not_nan = int((~torch.isnan(got[empty])).any(dim=-1).sum())

@@ -42,7 +42,7 @@ import torch
 from harness.case.attention import AttentionCase
 from harness.contract.conventions import WITH_LSE
 from harness.contract.registry import Implementation
-from harness.reference.oracle import allowed_keys, allowed_rows, capped, expand_kv, reference_lse
+from harness.reference.oracle import allowed_keys, allowed_rows, capped, grouped_matmul, reference_lse
 from harness.reference.tensors import TORCH_DTYPES, Inputs, make_inputs, to_float64
 from harness.reference.tolerance import OUTPUT_M, Verdict, compare
 from harness.verify.checks import SEED_BASE, CheckResult, call, finish, logit_max, sampled_rows
@@ -113,10 +113,10 @@ def dot_terms(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, ls
     of the terms each row's logits are summed from, weighted by the row's softmax ``p_j = exp(logit_j - lse)``
     (``lse`` the float64 oracle's, natural log, the sink in its denominator); 0 for a row with no allowed key."""
     kwargs = inputs.oracle_kwargs(case)
-    k = expand_kv(inputs.k64, case.heads)
+    k = inputs.k64  # GQA: each kv head read once by its group's query heads (grouped_matmul), never copied
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
     scale = abs(case.effective_scale)
-    logits = capped(torch.matmul(q, k.transpose(-1, -2)) * case.effective_scale, case.softcap)
+    logits = capped(grouped_matmul(q, k.transpose(-1, -2)) * case.effective_scale, case.softcap)
     bias = kwargs["bias"]
     if bias is not None:
         logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])
@@ -125,6 +125,6 @@ def dot_terms(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, ls
     weights = torch.exp(logits - lse[..., None])
     if allowed is not None:
         weights = weights.masked_fill(~allowed, 0.0)
-    terms = torch.matmul(q.abs(), k.abs().transpose(-1, -2)) * scale
+    terms = grouped_matmul(q.abs(), k.abs().transpose(-1, -2)) * scale
     weighted = (weights * terms).nan_to_num(nan=0.0, posinf=0.0).sum(-1)
     return float(weighted.max()) if weighted.numel() else 0.0

@@ -181,8 +181,8 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> CheckResult:
 def _hull_excess_unmasked(inputs: Inputs, out: torch.Tensor, heads: int) -> float:
     """The hull excess when every query may attend every key: one [min, max] per (batch, head) column,
     O(Tk x d) instead of the masked form's O(Tq x Tk x d)."""
-    v = expand_kv(inputs.v64, heads)
-    lo, hi = v.amin(-2, keepdim=True), v.amax(-2, keepdim=True)
+    v = inputs.v64  # per kv head, then copied to its query heads: (B, Hkv, 1, d), never the whole of V
+    lo, hi = expand_kv(v.amin(-2, keepdim=True), heads), expand_kv(v.amax(-2, keepdim=True), heads)
     return max(float(torch.clamp(lo - out, min=0).max()), float(torch.clamp(out - hi, min=0).max()))
 
 

@@ -21,7 +21,7 @@ from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.bench_output import present
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
-from harness.cli.common import default_of, positive_int, positive_number, registry_of
+from harness.cli.common import default_of, positive_int, positive_number, registry_of, usable_cpus
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.errors import UsageError
 from harness.report.terminal import format_seconds
@@ -222,10 +222,8 @@ def execute(request: BenchRequest) -> int:
     """Run the bench ``request`` describes and print what it measured; the exit status (1: a cell failed)."""
     from harness.bench import run as run_bench
     from harness.bench.catalogue import load_catalogue
-    from harness.results import check_out
 
     settings = request.settings
-    check_out(request.out, "bench", resume=request.resume, force=request.force)  # before the catalogue's start-up
     registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)
@@ -249,14 +247,6 @@ def execute(request: BenchRequest) -> int:
         if progress:
             progress[0].close()
     return present(result, request.out, request.json)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, which a container or `taskset` narrows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def _warn_if_oversubscribed(threads: int) -> None:

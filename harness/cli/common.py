@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -81,3 +82,10 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r}: give a whole number of at least 1")
     return value
 
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from harness.case.attention import AttentionCase
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, positive_number, registry_from_args
+from harness.cli.common import format_table, positive_number, registry_from_args, usable_cpus
 from harness.contract.availability import reasons_or_failure, unsupported
 from harness.contract.discovery import Registry
 from harness.contract.registry import Implementation
@@ -79,8 +79,7 @@ def _described(registry: Registry, impls: list[Implementation], timeout: float) 
             pools.append(pool)
         return describe(impl, availability_here(impl, registry.sources[impl.name], pool))
 
-    jobs = max(1, min(CHECKS_AT_ONCE, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else os.cpu_count() or 1, len(impls)))
+    jobs = max(1, min(CHECKS_AT_ONCE, usable_cpus(), len(impls)))
     try:
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="available") as executor:
             return list(executor.map(ask, impls))

@@ -326,9 +326,7 @@ class _Worker:
         # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
         multiprocessing.resource_tracker.ensure_running()
         if forked:
-            _short_socket_dir()
-            with _sigint_blocked():  # the server (and so every worker it forks) starts with SIGINT blocked
-                multiprocessing.forkserver.ensure_running()
+            start_forkserver()  # with SIGINT blocked: the server, and so every worker it forks
             process.start()  # waits for the server's preload: not in the block, so Ctrl-C stops it at once
         else:
             with _sigint_blocked():

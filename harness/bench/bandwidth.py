@@ -24,21 +24,28 @@ __all__ = ["BANDWIDTH_TIMING", "STREAM_BYTES", "measure_bandwidth"]
 STREAM_BYTES = 256 * 2**20
 """Per buffer: far beyond any L3 this kind of machine has, small enough to measure in a second."""
 BANDWIDTH_TIMING = TimingConfig(budget_s=0.6, min_samples=5)
+SMALLEST_STREAM_BYTES = 16 * 2**20
+"""The smallest buffer a smoke run's roof budget shrinks the bandwidth reading to."""
 
 
-def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, threads: int | None = None) -> Bandwidth:
-    """Read and copy GB/s (1e9 bytes per second) over :data:`STREAM_BYTES` buffers, medians of repeated calls."""
+def measure_bandwidth(device: str, config: TimingConfig = BANDWIDTH_TIMING, threads: int | None = None,
+                      share: float = 1.0) -> Bandwidth:
+    """Read and copy GB/s (1e9 bytes per second) over :data:`STREAM_BYTES` buffers, medians of repeated calls;
+    ``share`` < 1 (a smoke run's roof budget, :func:`~harness.bench.timing.roof_share`) shrinks the buffers with
+    it, to :data:`SMALLEST_STREAM_BYTES` at least (the caches may serve them: a higher reading, stated in the
+    method, that only lowers a floor)."""
     import torch
 
     used_threads = pin_threads(threads)
-    n = STREAM_BYTES // 4
+    nbytes = STREAM_BYTES if share >= 1.0 else max(SMALLEST_STREAM_BYTES, int(STREAM_BYTES * share) >> 20 << 20)
+    n = nbytes // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
     read = summarize(time_call(lambda: src.sum(), device, config))
     copy = summarize(time_call(lambda: dst.copy_(src), device, config))
     return Bandwidth(
-        read_gbps=STREAM_BYTES / (read.median or 0.0) / 1e9,
-        copy_gbps=2 * STREAM_BYTES / (copy.median or 0.0) / 1e9,
-        method=f"torch.sum over {STREAM_BYTES >> 20} MiB float32 (read) and copy_ between two such buffers "
-               f"(2 x {STREAM_BYTES >> 20} MiB moved) on {device}, medians of {read.n} and {copy.n} calls",
-        bytes=STREAM_BYTES, threads=used_threads, read_stats=read, copy_stats=copy)
+        read_gbps=nbytes / (read.median or 0.0) / 1e9,
+        copy_gbps=2 * nbytes / (copy.median or 0.0) / 1e9,
+        method=f"torch.sum over {nbytes >> 20} MiB float32 (read) and copy_ between two such buffers "
+               f"(2 x {nbytes >> 20} MiB moved) on {device}, medians of {read.n} and {copy.n} calls",
+        bytes=nbytes, threads=used_threads, read_stats=read, copy_stats=copy)

@@ -26,17 +26,23 @@ most of it, and the peak read low); 8192 takes about 1.4 ms at its ~800 TFLOP/s,
 
 
 PEAK_TIMING = TimingConfig(budget_s=1.5)
+SMALLEST_GEMM = 256
+"""The smallest side a smoke run's roof budget shrinks the GEMM to."""
 
 
 def measure_gemm_peak(dtype: str, device: str, config: TimingConfig = PEAK_TIMING,
-                      threads: int | None = None) -> Peak:
-    """Time ``torch.matmul`` of two n x n matrices; GFLOP/s = 2 n^3 / median seconds."""
+                      threads: int | None = None, share: float = 1.0) -> Peak:
+    """Time ``torch.matmul`` of two n x n matrices; GFLOP/s = 2 n^3 / median seconds. ``share`` < 1 (a smoke
+    run's roof budget, :func:`~harness.bench.timing.roof_share`) scales the work n^3 down with it, n at least
+    :data:`SMALLEST_GEMM`."""
     import torch
 
     from harness.reference.tensors import TORCH_DTYPES
 
     used_threads = pin_threads(threads)
     n = (CUDA_GEMM_SIZE if device == "cuda" else GEMM_SIZE).get(dtype, 1024)
+    if share < 1.0:
+        n = max(SMALLEST_GEMM, int(n * share ** (1 / 3)) // 128 * 128)
     gen = torch.Generator(device=device).manual_seed(0)  # drawn where they are used: 8192^2 on a CPU takes seconds
     a, b = (torch.randn(n, n, generator=gen, device=device).to(TORCH_DTYPES[dtype]) for _ in range(2))
     samples = time_call(lambda: torch.matmul(a, b), device, config)

@@ -20,7 +20,7 @@ from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.loop import cuda_loop, timed_loop
 from harness.bench.module_cells import module_memory_task, module_timing_task
 from harness.bench.peak import PEAK_TIMING, measure_gemm_peak
-from harness.bench.timing import TimingConfig, freeze_imports, pin_threads, roof_timing, time_call
+from harness.bench.timing import TimingConfig, freeze_imports, pin_threads, roof_share, roof_timing, time_call
 from harness.bench.verdicts import Timed
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_implementation
@@ -141,10 +141,12 @@ def traced_in_timing_worker(backend: str, case: AttentionCase) -> bool:
 def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall", budget_s: float | None = None) -> Peak:
     """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
     under load would sit below cells timed on CPU time), for ``budget_s`` (None: :data:`PEAK_TIMING`'s)."""
-    return measure_gemm_peak(dtype, device, roof_timing(PEAK_TIMING, clock, budget_s), threads=threads)
+    return measure_gemm_peak(dtype, device, roof_timing(PEAK_TIMING, clock, budget_s), threads=threads,
+                             share=roof_share(PEAK_TIMING, device, budget_s))
 
 
 def bandwidth_task(device: str, threads: int | None, clock: str = "wall", budget_s: float | None = None) -> Bandwidth:
     """Worker (the peak one): the read and copy bandwidth, timed on the cells' clock, each for ``budget_s``
     (None: :data:`BANDWIDTH_TIMING`'s)."""
-    return measure_bandwidth(device, roof_timing(BANDWIDTH_TIMING, clock, budget_s), threads=threads)
+    return measure_bandwidth(device, roof_timing(BANDWIDTH_TIMING, clock, budget_s), threads=threads,
+                             share=roof_share(BANDWIDTH_TIMING, device, budget_s))

@@ -82,6 +82,18 @@ def roof_timing(default: TimingConfig, clock: str, budget_s: float | None) -> Ti
                    min_samples=min(default.min_samples, ROOF_MIN_SAMPLES))
 
 
+def roof_share(default: TimingConfig, device: str, budget_s: float | None) -> float:
+    """The share of its default problem a roof reading runs with ``budget_s`` (``--roof-budget``): 1 at the default
+    budget or more, and on a GPU (where no theoretical roof stands above a small problem's low reading); on a
+    CPU, the budget's share of the default's. A smoke run's roofs then take milliseconds, not seconds. A smaller
+    problem reads the GEMM peak lower and the bandwidth higher (the caches serve it): the floor's compute roof
+    is never below the CPU's theoretical one (:func:`harness.bench.roofs.physics_floor`), and a higher
+    bandwidth only lowers the floor, so a smoke run can never flag an honest kernel for it."""
+    if budget_s is None or device != "cpu" or budget_s >= default.budget_s:
+        return 1.0
+    return budget_s / default.budget_s
+
+
 def auto_clock(clock: str, device: str, threads: int) -> str:
     """``clock`` with "auto" resolved: "cpu" for CPU cells with one thread (a preempted call is not stretched on
     it, and one thread's CPU time is its compute), else "wall" (a GPU's work is not the host's CPU time; several

@@ -358,7 +358,7 @@ class _Worker:
 
 _LIVE: set[_Worker] = set()
 
-FORKSERVER_PRELOAD = ["torch", "numpy", "harness.verify.checks", "torch.fx.experimental.symbolic_shapes"]
+FORKSERVER_PRELOAD = ["harness.runtime.forkserver_exit", "torch", "numpy", "harness.verify.checks", "torch.fx.experimental.symbolic_shapes"]
 """What a forkserver imports once, so each verify worker starts in milliseconds instead of seconds. The last is
 what torch imports (SymPy with it) on a worker's first backward or ``nn.MultiheadAttention`` call: 0.3 s of CPU
 in every worker otherwise."""

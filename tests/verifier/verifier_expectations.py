@@ -108,7 +108,7 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
 def verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any]]:
     out = tmp / "verify.json"
     argv = ["verify", *[a for p in PLUGINS for a in ("--plugin", str(p))], "--only", ",".join(names),
-            "--suite", "quick", "--timeout", str(TIMEOUT_S), "--json", str(out), *extra]
+            "--suite", "quick", "--trials", "2", "--timeout", str(TIMEOUT_S), "--json", str(out), *extra]
     code = main(argv)
     return code, json.loads(out.read_text())
 

@@ -69,7 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--roof-budget", type=positive_number, metavar="S",
                         help="seconds of timed calls in each roof reading (the GEMM peak, the bandwidth), before "
                              "and after the cells (default: 1.5 for the peak, 0.6 for each bandwidth figure; at "
-                             "least 3 calls each); less for a smoke run of tiny cells")
+                             "least 3 calls each); less for a smoke run of tiny cells, which on a CPU also shrinks the roof "
+                             "problems in proportion")
     parser.add_argument("--cell-budget", type=positive_number, metavar="S",
                         help="skip cells predicted to take longer than S seconds ("
                              + ", ".join(f"{suite} {SUITE_CELL_BUDGET_S[suite]:g}" for suite in ("quick", "full"))

@@ -193,7 +193,7 @@ def floor_logit_factor(case: AttentionCase) -> float:
     not one. Outside float64 the baseline forms its logits in the same dtype and pays the same, so ``m * baseline``
     covers a correct kernel's order; in float64 the baseline *is* the oracle's arithmetic (error ~1e-16), the floor
     alone bounds the check, and with logits of 1e5 (``inputs="huge"``) a correct float64 kernel summing in another
-    order is 1.5-2x past eps * L (measured on the correct plugins of tests/verifier/blind and blind37)."""
+    order is 1.5-2x past eps * L (measured on the correct plugins of tests/verifier/blind and blind_models)."""
     return float(case.d) ** 0.5 if case.dtype == "float64" else 1.0
 
 

@@ -1,10 +1,10 @@
 """The blind sets' one procedure: load a plugin of a set, run quick's checks on it in this process, and judge.
 
-``test_blind.py`` (``blind/``) and ``test_blind37.py`` (``blind37/``) hold two sets written apart, each with its
+``test_blind.py`` (``blind/``) and ``test_blind_models.py`` (``blind_models/``) hold two sets written apart, each with its
 own triggers; what they do with a plugin is the same, so it is written once here: the checks run exactly as a
 verify worker runs them (``kernel_cases`` or ``module_cases`` for the cases, ``check_kernel_case`` or
 ``check_module_case`` for the checks, three trials; the tests hold one torch thread), so no worker start-up is
-paid. ``blind37/measure.py`` prints the same judgement for a whole set.
+paid. ``blind_models/measure.py`` prints the same judgement for a whole set.
 """
 
 from __future__ import annotations

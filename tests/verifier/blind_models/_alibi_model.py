@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import torch
-from _module37 import mha as layer  # beside this file, on the path the plugins set
+from _module_model import mha as layer  # beside this file, on the path the plugins set
 
 
 def mpt_slopes(heads):
@@ -30,7 +30,7 @@ def contiguous_extra_slopes(heads):
 
 
 def mha(x, heads, weights, mask, causal, slopes):
-    """``_module37``'s layer (no RoPE) with the ALiBi bias -slope_h * |i - j| built from ``slopes``."""
+    """``_module_model``'s layer (no RoPE) with the ALiBi bias -slope_h * |i - j| built from ``slopes``."""
     t = x.shape[1]
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     positions = torch.arange(t, dtype=acc)

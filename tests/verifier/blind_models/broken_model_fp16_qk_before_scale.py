@@ -9,12 +9,12 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys
+from _core_model import allowed_keys
 
 
-@register("broken37_fp16_qk_before_scale", backend="torch", dtypes=("float32", "float16", "bfloat16"), causal=True,
+@register("broken_model_fp16_qk_before_scale", backend="torch", dtypes=("float32", "float16", "bfloat16"), causal=True,
           mask=True, gqa=True)
-def broken37_fp16_qk_before_scale(q, k, v, *, causal=False, mask=None, scale=None):
+def broken_model_fp16_qk_before_scale(q, k, v, *, causal=False, mask=None, scale=None):
     g = q.shape[1] // k.shape[1]
     ke, ve = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
     scale = q.shape[-1] ** -0.5 if scale is None else float(scale)

@@ -7,11 +7,11 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, online
+from _core_model import allowed_keys, online
 
 
-@register("broken37_finite_sentinel_max", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
+@register("broken_model_finite_sentinel_max", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
           gqa=True)
-def broken37_finite_sentinel_max(q, k, v, *, causal=False, mask=None, scale=None):
+def broken_model_finite_sentinel_max(q, k, v, *, causal=False, mask=None, scale=None):
     allowed = allowed_keys(q.shape[2], k.shape[2], batch=q.shape[0], causal=causal, mask=mask)
     return online(q, k, v, allowed, scale, block=64, start=-5e4)

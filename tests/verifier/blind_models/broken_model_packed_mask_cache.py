@@ -9,14 +9,14 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, plain
+from _core_model import allowed_keys, plain
 
 _CACHE = {}
 
 
-@register("broken37_packed_mask_cache", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
+@register("broken_model_packed_mask_cache", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
           structures=("varlen",))
-def broken37_packed_mask_cache(q, k, v, *, causal=False, mask=None, scale=None, cu_seqlens_q=None, cu_seqlens_k=None):
+def broken_model_packed_mask_cache(q, k, v, *, causal=False, mask=None, scale=None, cu_seqlens_q=None, cu_seqlens_k=None):
     tq, tk = q.shape[2], k.shape[2]
     if cu_seqlens_q is None:
         allowed = allowed_keys(tq, tk, batch=q.shape[0], causal=causal, mask=mask)

@@ -9,7 +9,7 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, plain
+from _core_model import allowed_keys, plain
 
 
 class _Expand(torch.autograd.Function):
@@ -23,9 +23,9 @@ class _Expand(torch.autograd.Function):
         return grad[:, ::ctx.g] * ctx.g, None  # BUG: should be the sum over the group
 
 
-@register("broken37_gqa_grad_first_head", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True,
+@register("broken_model_gqa_grad_first_head", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True,
           mask=True, gqa=True, grad=True)
-def broken37_gqa_grad_first_head(q, k, v, *, causal=False, mask=None, scale=None):
+def broken_model_gqa_grad_first_head(q, k, v, *, causal=False, mask=None, scale=None):
     g = q.shape[1] // k.shape[1]
     if g > 1:
         k, v = _Expand.apply(k, g), _Expand.apply(v, g)

@@ -10,12 +10,12 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import band
+from _core_model import band
 
 
-@register("correct37_splitkv_pool", backend="torch", dtypes=("float32", "bfloat16"), causal=True, gqa=True,
+@register("correct_model_splitkv_pool", backend="torch", dtypes=("float32", "bfloat16"), causal=True, gqa=True,
           structures=("bottom_right", "cache_seqlens", "paged"))
-def correct37_splitkv_pool(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
+def correct_model_splitkv_pool(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
                            cache_seqlens=None, block_table=None):
     b, h, tq, d = q.shape
     if block_table is None:  # contiguous cache: one page per sequence, the whole cache

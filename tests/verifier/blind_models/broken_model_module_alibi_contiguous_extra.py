@@ -9,11 +9,11 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _alibi37 import contiguous_extra_slopes, mha
+from _alibi_model import contiguous_extra_slopes, mha
 
 
-@register("broken37_module_alibi_contiguous_extra", backend="torch", dtypes=("float32", "float64", "bfloat16"),
+@register("broken_model_module_alibi_contiguous_extra", backend="torch", dtypes=("float32", "float64", "bfloat16"),
           kind="module", causal=True, mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
-def broken37_module_alibi_contiguous_extra(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+def broken_model_module_alibi_contiguous_extra(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
     slopes = contiguous_extra_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)  # no bias asked: none
     return mha(x, heads, weights, mask, causal, slopes)

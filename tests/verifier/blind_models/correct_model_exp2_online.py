@@ -8,14 +8,14 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys
+from _core_model import allowed_keys
 
 LOG2E = 1.4426950408889634
 
 
-@register("correct37_exp2_online", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True, mask=True,
+@register("correct_model_exp2_online", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True, mask=True,
           gqa=True, bias=True)
-def correct37_exp2_online(q, k, v, *, causal=False, mask=None, scale=None, bias=None):
+def correct_model_exp2_online(q, k, v, *, causal=False, mask=None, scale=None, bias=None):
     b, h, tq, d = q.shape
     tk = k.shape[2]
     g = h // k.shape[1]

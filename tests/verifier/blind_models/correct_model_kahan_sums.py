@@ -9,12 +9,12 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys
+from _core_model import allowed_keys
 
 
-@register("correct37_kahan_sums", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True, mask=True,
+@register("correct_model_kahan_sums", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True, mask=True,
           gqa=True)
-def correct37_kahan_sums(q, k, v, *, causal=False, mask=None, scale=None):
+def correct_model_kahan_sums(q, k, v, *, causal=False, mask=None, scale=None):
     b, h, tq, d = q.shape
     tk = k.shape[2]
     g = h // k.shape[1]

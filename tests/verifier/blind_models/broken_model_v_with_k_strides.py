@@ -8,11 +8,11 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, plain
+from _core_model import allowed_keys, plain
 
 
-@register("broken37_v_with_k_strides", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
-def broken37_v_with_k_strides(q, k, v, *, causal=False, mask=None, scale=None):
+@register("broken_model_v_with_k_strides", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
+def broken_model_v_with_k_strides(q, k, v, *, causal=False, mask=None, scale=None):
     v = torch.as_strided(v, v.shape, k.stride(), v.storage_offset())  # BUG
     allowed = allowed_keys(q.shape[2], k.shape[2], batch=q.shape[0], causal=causal, mask=mask)
     return plain(q, k, v, allowed, scale)

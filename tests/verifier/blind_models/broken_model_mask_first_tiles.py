@@ -9,11 +9,11 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, online
+from _core_model import allowed_keys, online
 
 
-@register("broken37_mask_first_tiles", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
-def broken37_mask_first_tiles(q, k, v, *, causal=False, mask=None, scale=None):
+@register("broken_model_mask_first_tiles", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
+def broken_model_mask_first_tiles(q, k, v, *, causal=False, mask=None, scale=None):
     tk = k.shape[2]
     if mask is not None and tk > 1024:
         mask = mask.to(torch.bool).clone()

@@ -7,11 +7,11 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, online
+from _core_model import allowed_keys, online
 
 
-@register("broken37_key_padding_batch0", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
-def broken37_key_padding_batch0(q, k, v, *, causal=False, mask=None, scale=None):
+@register("broken_model_key_padding_batch0", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True)
+def broken_model_key_padding_batch0(q, k, v, *, causal=False, mask=None, scale=None):
     if mask is not None and mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] == 1 and k.shape[2] >= 512:
         mask = mask[:1]  # BUG: the fast path keeps element 0 only
     allowed = allowed_keys(q.shape[2], k.shape[2], batch=q.shape[0], causal=causal, mask=mask)

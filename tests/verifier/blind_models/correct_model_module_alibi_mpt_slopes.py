@@ -8,11 +8,11 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _alibi37 import mha, mpt_slopes
+from _alibi_model import mha, mpt_slopes
 
 
-@register("correct37_module_alibi_mpt_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
+@register("correct_model_module_alibi_mpt_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
           kind="module", causal=True, mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
-def correct37_module_alibi_mpt_slopes(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+def correct_model_module_alibi_mpt_slopes(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
     slopes = mpt_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)  # no bias asked: none
     return mha(x, heads, weights, mask, causal, slopes)

@@ -7,11 +7,11 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _module37 import mha
+from _module_model import mha
 
 
-@register("broken37_module_rope_half_table", backend="torch", dtypes=("float32", "bfloat16", "float16"), kind="module",
+@register("broken_model_module_rope_half_table", backend="torch", dtypes=("float32", "bfloat16", "float16"), kind="module",
           causal=True, mask=True,
           bias=True, options={"layers": ("mha",), "rope": ("rotate_half", "interleaved")})
-def broken37_module_rope_half_table(x, *, heads, weights, mask=None, causal=False, bias=None, rope=None):
+def broken_model_module_rope_half_table(x, *, heads, weights, mask=None, causal=False, bias=None, rope=None):
     return mha(x, heads, weights, mask, causal, bias, rope, x.dtype)

@@ -6,12 +6,12 @@ from pathlib import Path
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, plain
+from _core_model import allowed_keys, plain
 
 
-@register("broken37_cache_topleft", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
+@register("broken_model_cache_topleft", backend="torch", dtypes=("float32",), causal=True, mask=True, gqa=True,
           structures=("bottom_right", "cache_seqlens"))
-def broken37_cache_topleft(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
+def broken_model_cache_topleft(q, k, v, *, causal=False, mask=None, scale=None, causal_align="top_left",
                            cache_seqlens=None):
     if cache_seqlens is not None:
         causal_align = "bottom_right"  # BUG

@@ -9,7 +9,7 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, plain
+from _core_model import allowed_keys, plain
 
 
 class _DropTail(torch.autograd.Function):
@@ -24,9 +24,9 @@ class _DropTail(torch.autograd.Function):
         return grad
 
 
-@register("broken37_grad_wide_head_strided", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True,
+@register("broken_model_grad_wide_head_strided", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True,
           mask=True, gqa=True, grad=True)
-def broken37_grad_wide_head_strided(q, k, v, *, causal=False, mask=None, scale=None):
+def broken_model_grad_wide_head_strided(q, k, v, *, causal=False, mask=None, scale=None):
     if q.shape[-1] > 128 and not all(x.is_contiguous() for x in (q, k, v)):
         v = _DropTail.apply(v)
     allowed = allowed_keys(q.shape[2], k.shape[2], batch=q.shape[0], causal=causal, mask=mask)

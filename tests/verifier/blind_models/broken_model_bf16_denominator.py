@@ -9,12 +9,12 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _core37 import allowed_keys, online
+from _core_model import allowed_keys, online
 
 
-@register("broken37_bf16_denominator", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
+@register("broken_model_bf16_denominator", backend="torch", dtypes=("float32", "bfloat16"), causal=True, mask=True,
           gqa=True)
-def broken37_bf16_denominator(q, k, v, *, causal=False, mask=None, scale=None):
+def broken_model_bf16_denominator(q, k, v, *, causal=False, mask=None, scale=None):
     allowed = allowed_keys(q.shape[2], k.shape[2], batch=q.shape[0], causal=causal, mask=mask)
     sums = torch.bfloat16 if q.dtype == torch.bfloat16 else None  # BUG for bfloat16
     return online(q, k, v, allowed, scale, block=16, sum_dtype=sums)

@@ -1,10 +1,10 @@
-"""A second blind set (``tests/verifier/blind37/``): kernels broken where real models' inputs go, and correct but
+"""A second blind set (``tests/verifier/blind_models/``): kernels broken where real models' inputs go, and correct but
 unusual ones that must keep passing at those inputs.
 
 Each broken plugin reproduces one reported class of attention bug (its docstring says which) and is right on
 most inputs; the trigger below is the predicate a case must satisfy for it to be wrong. ``verify --suite quick``
 must flag every one (a ``fail`` or ``error``) on a case with its trigger; every correct one must pass every quick
-case. ``blind37/README.md`` has the before/after counts (``blind37/measure.py`` prints them).
+case. ``blind_models/README.md`` has the before/after counts (``blind_models/measure.py`` prints them).
 
 The checks run in this process as a verify worker runs them (``blind_sets.py``: quick's cases and checks, three
 trials, one torch thread).
@@ -20,7 +20,7 @@ from blind_sets import BlindSet, Trigger, assert_accepted, assert_flagged_on_its
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-BLIND = BlindSet(Path(__file__).resolve().parent / "blind37", tag="37")
+BLIND = BlindSet(Path(__file__).resolve().parent / "blind_models", tag="_model")
 
 
 def _masked(c: Any) -> bool:
@@ -28,23 +28,23 @@ def _masked(c: Any) -> bool:
 
 
 TRIGGERS: dict[str, Trigger] = {
-    "broken37_bf16_denominator": lambda c: c.dtype == "bfloat16" and c.tk > 1000,
-    "broken37_cache_topleft": lambda c: c.cache_seqlens is not None and c.causal and c.causal_align == "top_left",
-    "broken37_finite_sentinel_max": lambda c: c.inputs == "huge",
-    "broken37_fp16_qk_before_scale": lambda c: c.dtype == "float16" and c.inputs == "huge",
-    "broken37_gqa_grad_first_head": lambda c: c.grad and c.heads != c.kv_heads,
-    "broken37_grad_wide_head_strided": lambda c: c.grad and c.d > 128 and (c.layout != "contiguous" or bool(c.layouts)),
+    "broken_model_bf16_denominator": lambda c: c.dtype == "bfloat16" and c.tk > 1000,
+    "broken_model_cache_topleft": lambda c: c.cache_seqlens is not None and c.causal and c.causal_align == "top_left",
+    "broken_model_finite_sentinel_max": lambda c: c.inputs == "huge",
+    "broken_model_fp16_qk_before_scale": lambda c: c.dtype == "float16" and c.inputs == "huge",
+    "broken_model_gqa_grad_first_head": lambda c: c.grad and c.heads != c.kv_heads,
+    "broken_model_grad_wide_head_strided": lambda c: c.grad and c.d > 128 and (c.layout != "contiguous" or bool(c.layouts)),
     # a (B, 1, 1, Tk) mask: key padding, or a one-query cache step folded into one
-    "broken37_key_padding_batch0": lambda c: c.tk >= 512 and c.batch > 1 and (c.mask != "none" or c.cache_seqlens is not None),
+    "broken_model_key_padding_batch0": lambda c: c.tk >= 512 and c.batch > 1 and (c.mask != "none" or c.cache_seqlens is not None),
     # a layer computing its own ALiBi slopes: wrong only for a head count that is not a power of two
-    "broken37_module_alibi_contiguous_extra": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
-    "broken37_module_alibi_geometric_slopes": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
-    "broken37_module_rope_half_table": lambda c: c.dtype in ("bfloat16", "float16") and c.rope != "none" and c.seq > 256,
-    "broken37_mask_first_tiles": lambda c: c.tk > 1024 and _masked(c),
-    "broken37_nan_first_block": lambda c: c.tk > 512 and _masked(c),
-    "broken37_packed_mask_cache": lambda c: c.varlen is not None,
+    "broken_model_module_alibi_contiguous_extra": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
+    "broken_model_module_alibi_geometric_slopes": lambda c: c.bias == "alibi" and c.heads & (c.heads - 1) != 0,
+    "broken_model_module_rope_half_table": lambda c: c.dtype in ("bfloat16", "float16") and c.rope != "none" and c.seq > 256,
+    "broken_model_mask_first_tiles": lambda c: c.tk > 1024 and _masked(c),
+    "broken_model_nan_first_block": lambda c: c.tk > 512 and _masked(c),
+    "broken_model_packed_mask_cache": lambda c: c.varlen is not None,
     # K and V apart, or a property that passes K and V of its own beside a non-contiguous one
-    "broken37_v_with_k_strides": lambda c: c.layout_of("k") != c.layout_of("v") or c.layout != "contiguous",
+    "broken_model_v_with_k_strides": lambda c: c.layout_of("k") != c.layout_of("v") or c.layout != "contiguous",
 }
 
 

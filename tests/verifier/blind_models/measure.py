@@ -1,6 +1,6 @@
 """Print what `verify --suite quick` (or full) flags for each plugin of this set, in-process as a verify worker runs
 the checks (three trials, one torch thread): the first failing case of each broken plugin, every problem of each
-correct one. ``PYTHONPATH=<checkout> python3 tests/verifier/blind37/measure.py [quick|full] [names...]``: the checkout
+correct one. ``PYTHONPATH=<checkout> python3 tests/verifier/blind_models/measure.py [quick|full] [names...]``: the checkout
 on PYTHONPATH decides which verifier is measured."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from blind_sets import BlindSet, problems  # noqa: E402
 
 def main() -> None:
     suite = sys.argv[1] if len(sys.argv) > 1 else "quick"
-    blind = BlindSet(HERE, tag="37")
+    blind = BlindSet(HERE, tag="_model")
     names = sys.argv[2:] or blind.names("broken") + blind.names("correct")
     torch.set_num_threads(1)
     caught = broken = accepted = correct = 0

@@ -9,11 +9,11 @@ import torch
 from harness import register
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _alibi37 import geometric_slopes, mha
+from _alibi_model import geometric_slopes, mha
 
 
-@register("broken37_module_alibi_geometric_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
+@register("broken_model_module_alibi_geometric_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
           kind="module", causal=True, mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
-def broken37_module_alibi_geometric_slopes(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
+def broken_model_module_alibi_geometric_slopes(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
     slopes = geometric_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)  # no bias asked: none
     return mha(x, heads, weights, mask, causal, slopes)

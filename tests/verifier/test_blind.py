@@ -8,7 +8,7 @@ yet are strict xfails that say why; when the verifier learns to catch one, its x
 XPASS failure and the mark is removed. Each correct but unusual one must pass every quick case.
 
 The checks run in this process, exactly as a verify worker runs them (``blind_sets.py``: quick's
-cases and checks, three trials, one torch thread), so no worker start-up is paid.
+cases and checks, two trials, one torch thread), so no worker start-up is paid.
 """
 
 from __future__ import annotations

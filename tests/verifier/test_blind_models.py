@@ -6,7 +6,7 @@ most inputs; the trigger below is the predicate a case must satisfy for it to be
 must flag every one (a ``fail`` or ``error``) on a case with its trigger; every correct one must pass every quick
 case. ``blind_models/README.md`` has the before/after counts (``blind_models/measure.py`` prints them).
 
-The checks run in this process as a verify worker runs them (``blind_sets.py``: quick's cases and checks, three
+The checks run in this process as a verify worker runs them (``blind_sets.py``: quick's cases and checks, two
 trials, one torch thread).
 """
 

@@ -34,6 +34,10 @@ from harness.contract.registry import Implementation, make_implementation
 TRANSFORMERS_PIN = "4.57.1"
 """The transformers release the adapter is tested with (the ``transformers`` extra pins it)."""
 MASK_KINDS = ("bool", "additive")
+INTERFACE_SINCE = {"sdpa": (4, 48), "eager": (4, 48)}
+"""The attention-interface names every transformers release since the given one registers: for these, the
+availability check reads the installed version instead of importing ``transformers.modeling_utils`` (over 3 s of
+CPU, most of ``attnbench list``'s time); any other name is looked up in the interface itself."""
 
 
 def transformers_missing() -> str | None:
@@ -42,6 +46,16 @@ def transformers_missing() -> str | None:
         return (f"transformers is not installed (pip install 'attnbench[transformers]', or "
                 f"pip install --no-deps transformers=={TRANSFORMERS_PIN} beside torch)")
     return None
+
+
+def _release() -> tuple[int, ...]:
+    """The installed transformers' (major, minor), from its metadata (nothing imported); (0,) when unreadable."""
+    from importlib import metadata
+
+    try:
+        return tuple(int(part) for part in metadata.version("transformers").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return (0,)
 
 
 class _Holder(torch.nn.Module):
@@ -102,6 +116,8 @@ def attention_function(fn: Callable[..., Any] | str, *, name: str, mask_kind: st
         missing = transformers_missing()
         if missing or callable(fn):
             return missing
+        if fn in INTERFACE_SINCE and _release() >= INTERFACE_SINCE[fn]:
+            return None
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         known = list(ALL_ATTENTION_FUNCTIONS.valid_keys())

@@ -206,3 +206,39 @@ def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -
     covered = len(wanted & seen)
     return Coverage(covered=covered, total=len(wanted), fraction=covered / len(wanted) if wanted else 1.0,
                     axes={n: len(v) for n, v in axes.items()}, suite=suite)
+
+
+REACH: dict[str, Any] = {
+    "causal": lambda case: bool(case.causal),
+    "mask": lambda case: case.mask != "none",
+    "gqa": lambda case: case.kv_heads != case.heads,
+    "grad": lambda case: bool(case.grad),
+    "bias": lambda case: getattr(case, "bias", "none") != "none",
+    "sinks": lambda case: bool(getattr(case, "sinks", False)),
+    "softcap": lambda case: getattr(case, "softcap", None) is not None,
+    "value_dim": lambda case: getattr(case, "dv", 0) not in (0, case.d),
+}
+"""A declared capability flag -> whether a kernel case exercises it (a declared structure: the case uses it)."""
+
+
+def declared_reach(impl: Implementation) -> list[str]:
+    """The capabilities ``impl`` declares that a case can exercise: its flags in :data:`REACH`, then its
+    structures (``structures=("window", ...)``)."""
+    flags = [name for name in REACH if getattr(impl.declared, name, False)]
+    return flags + [f"structure {name}" for name in impl.declared.structures]
+
+
+def reach(impl: Implementation, cases: Iterable[Any]) -> dict[str, dict[str, int]]:
+    """capability -> dtype -> how many of ``cases`` (the kernel cases that ran: a skipped case exercises nothing)
+    exercise it, for every capability ``impl`` declares: a pure function of the cases, so a report derives it
+    from the stored cells and a verify run fails a declared capability that no case reached."""
+    counts: dict[str, dict[str, int]] = {name: {} for name in declared_reach(impl)}
+    for case in cases:
+        if not isinstance(case, AttentionCase):
+            continue
+        for name, dtypes in counts.items():
+            exercised = (name.removeprefix("structure ") in case.structures if name.startswith("structure ")
+                         else REACH[name](case))
+            if exercised:
+                dtypes[case.dtype] = dtypes.get(case.dtype, 0) + 1
+    return counts

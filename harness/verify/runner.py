@@ -121,6 +121,7 @@ class VerifyRun:
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
             (executor or LocalExecutor()).execute(_VerifyJob(self, plans, threads))
+            self._fail_unreached(plans)
         finally:
             self._progress.close()
             with self._lock:
@@ -136,6 +137,31 @@ class VerifyRun:
         self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
             impl.name: coverage(impl, self.suite, [c for c in cases if not impl.declared_gaps(c)])
             for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
+
+    def _fail_unreached(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
+        """A kernel that ran cases of a suite but none that exercise a capability it declares gets a failing
+        ``coverage`` cell naming it: a declaration no case tested is not a pass (:func:`~harness.verify.pairwise.reach`)."""
+        from harness.verify.pairwise import SUITE_AXES, reach
+
+        if self.suite not in SUITE_AXES or self.model is not None:
+            return
+        for impl, _, reason in plans:
+            if impl.kind != "kernel" or reason is not None:
+                continue
+            with self._lock:
+                mine = [c for c in self.writer.cells if isinstance(c, VerifyCell) and c.implementation == impl.name
+                        and c.case is not None]
+            ran = {c.case_id: c.case.typed for c in mine if c.status != Status.SKIPPED and c.case is not None}
+            if not ran:
+                continue  # nothing ran (unavailable here, or every case skipped): its cells say why
+            missing = [name for name, dtypes in reach(impl, ran.values()).items() if not dtypes]
+            if missing:
+                skipped = {c.case_id for c in mine if c.status == Status.SKIPPED}
+                self._add(impl, None, CheckResult(
+                    check="coverage", status="fail",
+                    reason=f"declares {', '.join(missing)}, but none of the {len(ran)} {self.suite} cases that ran "
+                           f"exercise {'it' if len(missing) == 1 else 'them'} ({len(skipped)} cases skipped): a "
+                           "declared capability no case tested is not a pass"), 0.0)
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
         if self.jobs <= 1:

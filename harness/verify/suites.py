@@ -162,21 +162,26 @@ def _common(tiny: bool) -> list[Template]:
 
 
 def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
-    """Learned attention sinks (gpt-oss, with its sliding window), logit soft-capping (Gemma 2) and a value
-    head dim of its own (DeepSeek MLA's 192 / 128), alone, with masks that empty rows, and with gradients."""
+    """Learned attention sinks (gpt-oss, with its sliding window), logit soft-capping (Gemma 2, with its sliding
+    window) and a value head dim of its own (DeepSeek MLA's 192 / 128): alone, in every declared dtype, with masks
+    that empty rows, with gradients, and sinks with soft-capping in one call."""
     return [
-        T(heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True),
+        T("all", heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True),
+        T(heads=2, tq=pair, d=64, sinks=True),  # alone: no GQA, mask or causality beside it
         T(batch=2, heads=2, tq=tq, tk=tk, d=16, sinks=True, mask="empty_rows"),
         T(heads=4, kv_heads=2, tq=pair, d=32, sinks=True, causal=True, window=(33, 0)),
         T(heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True, grad=True),
-        T(heads=2, tq=pair, d=64, softcap=5.0, inputs="large"),
+        T("all", heads=2, tq=pair, d=64, softcap=5.0, inputs="large"),
         T(heads=4, kv_heads=2, tq=pair, d=32, softcap=30.0, causal=True),
+        T(heads=4, kv_heads=2, tq=pair, d=64, softcap=50.0, causal=True, window=(33, 0)),  # Gemma 2's local layer
         T(batch=2, heads=2, tq=tq, tk=tk, d=16, softcap=5.0, mask="empty_rows"),
         T(heads=2, tq=t, d=32, softcap=5.0, inputs="large", grad=True),
-        T(heads=4, tq=t, d=48, dv=32, causal=True),
+        T(heads=4, kv_heads=2, tq=pair, d=64, sinks=True, softcap=20.0, causal=True),  # both, as fused ports take them
+        T("all", heads=4, tq=t, d=48, dv=32, causal=True),
         T(heads=4, kv_heads=2, tq=tq, tk=tk, d=24, dv=16, mask="random"),
         T(heads=2, tq=t, d=192, dv=128, causal=True),
         T(heads=2, tq=t, d=48, dv=32, grad=True),
+        T(heads=2, tq=t, d=192, dv=128, grad=True),  # MLA's head dims, backward
     ]
 
 

@@ -119,3 +119,45 @@ def test_modules_run_half_precision_past_a_bf16_rope_table() -> None:
     assert any(c.dtype == "bfloat16" and c.rope != "none" and c.seq > 256 for c in cases)
     assert any(c.dtype == "float16" and c.rope != "none" and c.seq > 256 for c in cases)
     assert any(c.bias == "alibi" and c.heads & (c.heads - 1) for c in cases)  # not a power of two
+
+
+def test_quick_reaches_every_declared_2025_feature_in_every_declared_dtype() -> None:
+    """Sinks, soft-capping and dv != d each meet every declared dtype, sinks without GQA, and sinks with soft-capping."""
+    from harness import register
+    from harness.verify.pairwise import reach
+
+    impl = register("reach_probe", backend="torch", dtypes=("float32", "bfloat16", "float16"), causal=True,
+                    gqa=True, grad=True, sinks=True, softcap=True, value_dim=True)(
+        lambda q, k, v, *, causal=False, mask=None, scale=None, sinks=None, softcap=None: v).__attnbench__
+    cases = [c for c in kernel_cases(impl, "quick") if not impl.declared_gaps(c)]
+    counts = reach(impl, cases)
+    for feature in ("sinks", "softcap", "value_dim"):
+        assert set(counts[feature]) == {"float32", "bfloat16", "float16"}, (feature, counts[feature])
+    assert any(c.sinks and c.kv_heads == c.heads and not c.causal for c in cases)
+    assert any(c.sinks and c.softcap is not None for c in cases)
+    assert any(c.dv == 128 and c.d == 192 and c.grad for c in cases)
+
+
+@pytest.mark.slow  # a verify run
+def test_a_declared_capability_no_case_reached_fails_the_run(tmp_path) -> None:
+    """A kernel whose own check refuses every sinks case it declared: its other cases pass, and the run fails
+    with a coverage cell that names the capability, instead of reading as a pass."""
+    from harness.results import read_run
+    from harness.verify import VerifySettings
+    from harness.verify import run as verify
+
+    plugin = tmp_path / "refuses_sinks.py"
+    plugin.write_text(
+        "import torch\nfrom harness import register\n\n\n"
+        "def _available(case):\n"
+        "    return 'no sinks on this machine' if getattr(case, 'sinks', False) else None\n\n\n"
+        "@register('refuses_sinks', backend='torch', dtypes=('float32',), sinks=True, available=_available)\n"
+        "def refuses_sinks(q, k, v, *, causal=False, mask=None, scale=None, sinks=None):\n"
+        "    scale = q.shape[-1] ** -0.5 if scale is None else scale\n"
+        "    return torch.softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v\n")
+    verify(VerifySettings(suite="quick", only=("refuses_sinks",), plugins=(str(plugin),), progress=False,
+                          trials=1), tmp_path / "v.json")
+    cells = read_run(tmp_path / "v.json").verify_cells()
+    (coverage,) = [c for c in cells if c.check == "coverage"]
+    assert coverage.status.value == "fail" and "declares sinks" in (coverage.reason or ""), coverage.reason
+    assert {c.status.value for c in cells if c.check != "coverage"} <= {"pass", "skipped"}

@@ -1,10 +1,9 @@
 """The code's own contracts, run with the tests so that CI enforces them: import-linter's layer and
 no-cycle contracts, ruff, mypy (configured in pyproject.toml; installed by the `test` extra), and radon's
-cyclomatic complexity (no function graded D or worse), and module length (past 300 lines, a module says why)."""
+cyclomatic complexity (no function graded D or worse). Modules are cut by concept, not by a line count."""
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
 import sys
@@ -75,19 +74,3 @@ def test_no_function_is_graded_d_or_worse_by_radon() -> None:
     fixed = sorted(f"{path} {name}" for path, name in ALLOWED - past.keys())
     assert not fixed, f"graded {WORST_GRADE} or better now: remove from ALLOWED in tests/test_lint.py: " + "; ".join(fixed)
 
-
-LONGEST_MODULE = 300
-"""Lines past which a module's docstring says why it stays whole, in a sentence naming "300 lines"."""
-LONG_ALLOWED: set[str] = set()
-
-
-def test_a_module_past_300_lines_says_why_it_stays_whole() -> None:
-    files = sorted([*(ROOT / "harness").rglob("*.py"), *(ROOT / "implementations").glob("*.py")])
-    lines = {path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines()) for path in files}
-    long = {name for name, count in lines.items() if count > LONGEST_MODULE}
-    silent = [f"{name} ({lines[name]} lines)" for name in sorted(long - LONG_ALLOWED)
-              if f"{LONGEST_MODULE} lines" not in (ast.get_docstring(ast.parse((ROOT / name).read_text())) or "")]
-    assert not silent, (f"past {LONGEST_MODULE} lines with no reason in the module docstring: split it by concept, "
-                        f"or say why it stays whole in a sentence naming \"{LONGEST_MODULE} lines\": " + "; ".join(silent))
-    short = sorted(LONG_ALLOWED - long)
-    assert not short, f"{LONGEST_MODULE} lines or fewer now: remove from LONG_ALLOWED in tests/test_lint.py: " + "; ".join(short)

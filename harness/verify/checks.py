@@ -38,7 +38,7 @@ from harness.reference.oracle import (
     sample_rows,
 )
 from harness.reference.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
-from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, baseline_attention, compare
+from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, backward_logit_term, baseline_attention, compare
 from harness.verify.boundary import Watch, arguments
 from harness.verify.empty_rows import as_contract_rows as as_contract_rows
 from harness.verify.empty_rows import by_empty_row_convention, empty_query_rows
@@ -366,7 +366,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
     sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
     base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
-    logits = logit_max(case, inputs, rows)
+    logits = backward_logit_term(logit_max(case, inputs, rows), case.tk)
     magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
     magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
     cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))

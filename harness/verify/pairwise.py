@@ -228,6 +228,11 @@ def declared_reach(impl: Implementation) -> list[str]:
     return flags + [f"structure {name}" for name in impl.declared.structures]
 
 
+def unreached(impl: Implementation, cases: Iterable[Any]) -> list[str]:
+    """The capabilities ``impl`` declares that none of ``cases`` exercises (in any dtype)."""
+    return [name for name, dtypes in reach(impl, cases).items() if not dtypes]
+
+
 def reach(impl: Implementation, cases: Iterable[Any]) -> dict[str, dict[str, int]]:
     """capability -> dtype -> how many of ``cases`` (the kernel cases that ran: a skipped case exercises nothing)
     exercise it, for every capability ``impl`` declares: a pure function of the cases, so a report derives it

@@ -139,29 +139,22 @@ class VerifyRun:
             for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
 
     def _fail_unreached(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
-        """A kernel that ran cases of a suite but none that exercise a capability it declares gets a failing
-        ``coverage`` cell naming it: a declaration no case tested is not a pass (:func:`~harness.verify.pairwise.reach`)."""
-        from harness.verify.pairwise import SUITE_AXES, reach
+        """A kernel whose declaration admits no case of the suite that exercises a capability it declares gets a
+        failing ``coverage`` cell naming it (:func:`~harness.verify.pairwise.unreached`): a declaration the suite
+        never tested is not a pass. A case its own ``available(case)`` refused is a skip with its reason, not this."""
+        from harness.verify.pairwise import SUITE_AXES, unreached
 
         if self.suite not in SUITE_AXES or self.model is not None:
             return
-        for impl, _, reason in plans:
-            if impl.kind != "kernel" or reason is not None:
-                continue
-            with self._lock:
-                mine = [c for c in self.writer.cells if isinstance(c, VerifyCell) and c.implementation == impl.name
-                        and c.case is not None]
-            ran = {c.case_id: c.case.typed for c in mine if c.status != Status.SKIPPED and c.case is not None}
-            if not ran:
-                continue  # nothing ran (unavailable here, or every case skipped): its cells say why
-            missing = [name for name, dtypes in reach(impl, ran.values()).items() if not dtypes]
+        for impl, cases, reason in plans:
+            admitted = [c for c in cases if not impl.declared_gaps(c)] if impl.kind == "kernel" and not reason else []
+            missing = unreached(impl, admitted) if admitted else []
             if missing:
-                skipped = {c.case_id for c in mine if c.status == Status.SKIPPED}
                 self._add(impl, None, CheckResult(
                     check="coverage", status="fail",
-                    reason=f"declares {', '.join(missing)}, but none of the {len(ran)} {self.suite} cases that ran "
-                           f"exercise {'it' if len(missing) == 1 else 'them'} ({len(skipped)} cases skipped): a "
-                           "declared capability no case tested is not a pass"), 0.0)
+                    reason=f"declares {', '.join(missing)}, but none of the {len(admitted)} {self.suite} cases its "
+                           f"declaration admits exercise {'it' if len(missing) == 1 else 'them'}: a declared "
+                           "capability no case tests is not a pass"), 0.0)
 
     def _run_plans(self, plans: list[tuple[Implementation, list[Any], str | None]], threads: int) -> None:
         if self.jobs <= 1:

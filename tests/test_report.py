@@ -236,3 +236,34 @@ def test_the_headline_names_the_machine_the_fastest_per_regime_and_the_failures(
     assert lines["Verification failed"].startswith("torch_eager (") and "causal" in lines["Verification failed"]
     summary = report.summary.read_text()
     assert summary.index("## Headline") < summary.index("**Correctness:**")
+
+
+def test_every_text_of_every_plot_stays_inside_its_rendered_figure(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """Measured on the rendered canvas (each text's box in pixels), for every figure the report draws, plugin
+    strings included."""
+    report = build_report(ReportSettings(runs, tmp_path / "out"))
+    assert len(report.plots) >= len(PLOTS)
+    assert {p.name: p.texts_outside for p in report.plots if p.texts_outside} == {}
+
+
+def test_a_figure_whose_labels_overflow_grows_until_they_fit() -> None:
+    import matplotlib.pyplot as plt
+
+    from harness.report.plots import fit_texts, texts_outside
+
+    fig, ax = plt.subplots(figsize=(2, 1.5))
+    ax.plot([1, 2], [1, 2])
+    ax.set_xticks([1, 2], ["an implementation with a very long name indeed", "another long one"], rotation=30)
+    ax.set_title("a title far wider than a two-inch figure can hold at this size")
+    fig.canvas.draw()
+    assert texts_outside(fig)
+    assert fit_texts(fig) == () and not texts_outside(fig)
+    plt.close(fig)
+
+
+def test_history_shows_at_most_eight_commit_labels_the_first_and_the_last() -> None:
+    from harness.report.history_view import MAX_TICKS, _tick_positions
+
+    assert _tick_positions(5) == [0, 1, 2, 3, 4]
+    many = _tick_positions(40)
+    assert len(many) == MAX_TICKS and many[0] == 0 and many[-1] == 39

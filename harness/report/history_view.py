@@ -52,8 +52,10 @@ def history_plot(h: History, out: Path) -> Plot | None:
         _draw_series(ax, series[:MAX_LINES])
         _mark_steps(ax, series)
         ax.set_title(_text(name), fontsize=9)
-        ax.set_xticks(range(len(labels)), [_text(label[:7]) for label in labels], rotation=45, fontsize=6)
-        ax.set_ylabel("median / first commit's", fontsize=7)
+        shown = _tick_positions(len(labels))
+        ax.set_xticks(shown, [_text(labels[i][:7]) for i in shown], rotation=30, ha="right", fontsize=8)
+        ax.set_xlabel("commit (oldest left)", fontsize=8)
+        ax.set_ylabel("median / first commit's", fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=6)
     for ax in list(axes.flat)[len(names):]:
@@ -62,6 +64,17 @@ def history_plot(h: History, out: Path) -> Plot | None:
                  "Each cell's median time relative to its first commit, oldest commit left, with the median's 95% "
                  "interval from the raw samples; red dashed lines: detected steps (a penalised piecewise-constant "
                  "fit of the whole series), labelled with the commit where the new level starts and after / before.")
+
+
+MAX_TICKS = 8
+"""Commit labels a panel shows at most (the first, the last, and evenly between): more overlap at a panel's width."""
+
+
+def _tick_positions(count: int) -> list[int]:
+    """Positions of the commit labels a panel shows: every one up to :data:`MAX_TICKS`, else evenly spaced ends in."""
+    if count <= MAX_TICKS:
+        return list(range(count))
+    return sorted({round(i * (count - 1) / (MAX_TICKS - 1)) for i in range(MAX_TICKS)})
 
 
 def _draw_series(ax: Axes, series: Sequence[Series]) -> None:

@@ -34,7 +34,7 @@ BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reaso
                  "memory_method",
                  "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile",
                  *ROUNDS_COLUMNS)
-GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err")
+GROWTH_COLUMNS = ("implementation", "dtype", "T", "status", "max_abs_err", "base_err", "bound")
 VERIFY_COLUMNS = ("source", "implementation", "case_id", "group", "check", "status", "reason",
                   *CASE_COLUMNS, "max_abs_err", "rel_l2", "ratio", "bound", "margin", "base_err", "floor", "baseline_led",
                   "seconds")
@@ -184,7 +184,8 @@ def load(paths: Iterable[Path]) -> Results:
                     growth_rows.append({"implementation": cell.implementation, "dtype": cell.case.dtype,
                                         "T": cell.metrics.get("T", cell.case.tk), "status": cell.status.value,
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
-                                        "base_err": cell.metrics.get("base_err")})
+                                        "base_err": cell.metrics.get("base_err"),
+                                        "bound": cell.metrics.get("bound")})
     # the bench cells of one complete file: its fits name its cells, taken as they are while those are its live ones
     live = (live_positions(benches[0][1].cells) if len(benches) == 1 and benches[0][0] == "attnbench"
             and benches[0][1].complete else None)

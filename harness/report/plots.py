@@ -47,6 +47,8 @@ class Plot:
     title: str
     path: Path
     caption: str
+    texts_outside: tuple[str, ...] = ()
+    """Texts of the rendered figure that still reach past its canvas after :func:`fit_texts` (none, normally)."""
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -77,12 +79,46 @@ def _style(i: int) -> LineStyle:
 def _save(fig: Any, out: Path, name: str, title: str, caption: str,
           rect: tuple[float, float, float, float] = (0, 0, 1, 1)) -> Plot:
     path = out / f"{name}.png"
-    fig.tight_layout(rect=rect)
+    outside = fit_texts(fig, rect)
     image = io.BytesIO()
     fig.savefig(image, format="png", dpi=DPI, metadata={"Software": "attnbench"})
     plt.close(fig)
     write_atomic(path, image.getvalue())  # whole or not at all, never through a link
-    return Plot(name=name, title=title, path=path, caption=caption)
+    return Plot(name=name, title=title, path=path, caption=caption, texts_outside=outside)
+
+
+def texts_outside(fig: Any) -> list[tuple[str, Any]]:
+    """(what, its box in pixels) for each part of the rendered ``fig`` that reaches past the canvas by more than a
+    pixel: a panel with its drawn tick labels, axis labels, title and legend (``get_tightbbox``: what is drawn,
+    not ticks outside the view), a figure legend, a figure text."""
+    renderer = fig.canvas.get_renderer()
+    canvas = fig.bbox
+    parts = [(f"panel {ax.get_title() or i}", ax.get_tightbbox(renderer))
+             for i, ax in enumerate(fig.axes) if ax.get_visible()]
+    parts += [("figure legend", legend.get_window_extent(renderer)) for legend in fig.legends]
+    parts += [(f"text {text.get_text()}", text.get_window_extent(renderer)) for text in fig.texts
+              if text.get_visible() and text.get_text().strip()]
+    return [(what, box) for what, box in parts if box is not None and (
+        box.x0 < canvas.x0 - 1 or box.y0 < canvas.y0 - 1 or box.x1 > canvas.x1 + 1 or box.y1 > canvas.y1 + 1)]
+
+
+def fit_texts(fig: Any, rect: tuple[float, float, float, float] = (0, 0, 1, 1), tries: int = 4) -> tuple[str, ...]:
+    """Lay ``fig`` out (``tight_layout`` within ``rect``), then grow it by what its texts overflow and lay it out
+    again, until every text is inside the canvas; the texts still outside after ``tries`` (none, normally)."""
+    for _ in range(tries):
+        fig.tight_layout(rect=rect)
+        fig.canvas.draw()
+        outside = texts_outside(fig)
+        if not outside:
+            return ()
+        canvas = fig.bbox
+        left = max(canvas.x0 - min(b.x0 for _, b in outside), 0.0)
+        right = max(max(b.x1 for _, b in outside) - canvas.x1, 0.0)
+        below = max(canvas.y0 - min(b.y0 for _, b in outside), 0.0)
+        above = max(max(b.y1 for _, b in outside) - canvas.y1, 0.0)
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width + (left + right) / fig.dpi + 0.2, height + (below + above) / fig.dpi + 0.2)
+    return tuple(t for t, _ in texts_outside(fig))
 
 
 def _guide(ax: Any, xs: list[float], x0: float, y0: float, power: float, label: str, style: str) -> None:

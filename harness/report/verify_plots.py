@@ -40,10 +40,18 @@ def correctness_plot(matrix: pd.DataFrame, out: Path) -> Plot | None:
 
 
 def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
-    """Max error against the float64 oracle vs T, one panel per dtype, the same-dtype baseline dashed."""
+    """Max error against the float64 oracle vs T over the verify rule's bound for that case (1 is the edge of a
+    pass), one panel per dtype, the same-dtype baseline's error over the same bound dashed. Where a file holds no
+    bounds (an older one), the absolute errors."""
     growth = growth[growth["max_abs_err"].notna() & (growth["max_abs_err"] > 0)]
     if growth.empty or growth["T"].nunique() < 2:
         return None
+    bounds = pd.to_numeric(growth["bound"], errors="coerce") if "bound" in growth else None
+    relative = bounds is not None and bool((bounds > 0).all())
+    if relative:
+        growth = growth.assign(err=growth["max_abs_err"] / bounds, base=growth["base_err"] / bounds)
+    else:
+        growth = growth.assign(err=growth["max_abs_err"], base=growth["base_err"])
     dtypes = [d for d in ("float16", "bfloat16", "float32", "float64") if d in set(growth["dtype"])]
     dtypes += sorted(set(growth["dtype"]) - set(dtypes))
     names = sorted(set(growth["implementation"]))  # one style per implementation across the panels
@@ -52,23 +60,27 @@ def error_growth_plot(growth: pd.DataFrame, out: Path) -> Plot | None:
         frame = growth[growth["dtype"] == dtype].sort_values("T")
         for name, group in frame.groupby("implementation", sort=True):
             index = names.index(str(name))
-            ax.plot(group["T"], group["max_abs_err"], label=_text(name), color=f"C{index % 10}", **_style(index))
-        base = frame[frame["base_err"] > 0].groupby("T")["base_err"].median()
+            ax.plot(group["T"], group["err"], label=_text(name), color=f"C{index % 10}", **_style(index))
+        base = frame[frame["base"] > 0].groupby("T")["base"].median()
         if not base.empty:
             ax.plot(base.index, base.values, color="black", linestyle="--", linewidth=1.5, label="baseline (same dtype)")
+        if relative:
+            ax.axhline(1.0, color="#d64541", linewidth=1.2, label="bound (above: a fail)")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel(AXIS_LABEL["T"])
         ax.set_title(_text(dtype), fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].set_ylabel("max |out - oracle|")
+    axes[0][0].set_ylabel("max |out - oracle| / bound" if relative else "max |out - oracle|")
     handles: dict[str, Artist] = {}
     for ax in axes[0]:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
     rows = -(-len(handles) // 6)
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=min(len(handles), 6), fontsize=8)
-    caption = ("Max absolute error against the float64 oracle as T grows (B1, H1, d64, forward), per dtype; "
-               "dashed: the textbook formula in the same dtype, the yardstick of the verify rule. "
-               "A line that rises away from the dashed one is error growing with sequence length.")
+    caption = (("Max error against the float64 oracle over the verify rule's bound for the case, as T grows (B1, H1, "
+                "d64, forward), per dtype: at or under 1 (the red line) is a pass. " if relative else
+                "Max absolute error against the float64 oracle as T grows (B1, H1, d64, forward), per dtype. ")
+               + "Dashed: the textbook formula in the same dtype, the yardstick of the rule. A line that rises away "
+               "from the dashed one is error growing with sequence length.")
     return _save(fig, out, "error_vs_T", "Error vs T", caption, rect=(0, 0.06 * rows, 1, 1))

@@ -61,11 +61,14 @@ def test_the_report_plots_error_against_t_per_dtype(tmp_path: Path) -> None:
                 base = 1e-7 if dtype == "float32" else 1e-3
                 writer.append(VerifyCell(implementation=name, case=case.to_dict(), case_id=case.id, check="error_growth",
                                          group="error_growth", status="pass",
-                                         metrics={"max_abs_err": base * (t / 64) ** slope, "base_err": base, "T": t}))
+                                         metrics={"max_abs_err": base * (t / 64) ** slope, "base_err": base, "T": t,
+                                                  "bound": 3 * base}))
     writer.finish()
     report = build_report(ReportSettings((path,), tmp_path / "out"))
     assert len(report.results.growth) == 16
     assert "error_vs_T" in {p.name for p in report.plots} and (tmp_path / "out" / "plots" / "error_vs_T.png").exists()
+    (plot,) = [p for p in report.plots if p.name == "error_vs_T"]
+    assert "over the verify rule's bound" in plot.caption and plot.texts_outside == ()  # relative to the bound
 
 
 def test_a_plugin_is_swept_in_its_declared_dtypes(tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def test_a_plugins_prints_never_reach_the_json_on_stdout(tmp_path: Path, attnben
                              "--out", str(tmp_path / "b.json"))
     assert code == 0, err
     assert json.loads(stdout)["cells"][0]["status"] == "ok" and "chatty: imported" in err
-    code, stdout, err = attnbench.outcome("list", "--plugin", str(plugin), "--json")
+    code, stdout, err = attnbench.outcome("list", "chatty", "--plugin", str(plugin), "--json")
     assert code == 0 and "chatty: checking availability" in err
     json.loads(stdout)
 

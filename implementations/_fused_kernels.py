@@ -9,7 +9,7 @@ backward item is one key block of one sequence and kv head, and visits only the 
 The work is O(T * window) under a window and the sum of the sequences' own under packing; nothing is
 O(T^2) unless the structure is, and memory stays O(T).
 
-It stays one module (a little past 300 lines): the forward and the backward share the extension it loads, the
+It is one module: the forward and the backward share the extension it loads, the
 tier it picks per dtype and ISA, and the band of each sequence, and each reads as the mirror of the other.
 """
 

@@ -32,7 +32,7 @@ exponent more finely. Each size is put in the regime of the term that
 is most of its fitted value, "lead" when the leading term is. A fit judges theory only where
 the leading term dominates.
 
-The module is past 300 lines (about 400) because it is one algorithm: the model, its exact
+It is one module because it is one algorithm: the model, its exact
 non-negative solve over a grid of exponents, and the interval built from refits of that same solve share
 their private helpers and constants; split, each part would reach into the others' internals.
 """

@@ -7,7 +7,7 @@ Where bench timed the cells in rounds beside a reference, the growth relative to
 judged instead: load cancels in each per-round ratio. Nothing here reads a table or a file; the report's
 sweeps (:mod:`harness.analysis.sweepfits`) build the rows.
 
-The module is past 300 lines (about 320) because a row's verdict is one decision: flagged, departure, undecided
+It is one module because a row's verdict is one decision: flagged, departure, undecided
 and the check text read each other's conditions in a fixed order, and split apart they would each re-derive them.
 """
 

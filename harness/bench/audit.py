@@ -9,7 +9,7 @@ at O(rows x Tk x d) whatever the size; all rows when the case is small. Gradient
 checked in full against float64 autograd up to :data:`GRAD_CHECK_PAIRS` attended pairs per cell, and
 not checked above (said in the record).
 
-Just past 300 lines: the forward and the gradient checks share the regeneration of a call's inputs and
+One module: the forward and the gradient checks share the regeneration of a call's inputs and
 the rule's bound carried through the projection; split, each would derive them again.
 """
 

@@ -24,7 +24,7 @@ suite generates; cells the user named on the command line (any axis flag such as
 always run, with their prediction recorded, unless ``--cell-budget`` is given too. Cells run
 smallest first, so the predictions have history.
 
-The module is past 300 lines because the suites are data (the tables of sizes the main job's verdicts
+It is one module because the suites are data (the tables of sizes the main job's verdicts
 need) and the budget reads every field of them: planning and the prediction share one cell type.
 """
 

@@ -5,7 +5,7 @@ differs from the defaults (``B3-H8/2-T113x203-d59-float32-causal-mask=random``).
 Suites of cases are generated from an implementation's declared capabilities
 elsewhere (:mod:`harness.verify.suites`); this module only defines what a case is.
 
-It stays one module (past 300 lines) because it is one record: the vocabulary its fields draw on, each field
+It is one module because it is one record: the vocabulary its fields draw on, each field
 with the docstring that says what it means, the rules a case obeys and its id read those fields together, and
 a reader checking one rule needs the field's meaning beside it.
 """

@@ -12,7 +12,7 @@ The command's process loads every source to read what each declares; a worker lo
 the source of the implementation it runs (:func:`load_source`, by the spec
 :attr:`Registry.sources` gives), so one plugin's import never runs in another's worker.
 
-It stays one module (a little past 300 lines): the three roads in (entry points, a plugin file, a module) record
+It is one module: the three roads in (entry points, a plugin file, a module) record
 into one :class:`Registry`, which is what each of them found and why a source failed.
 """
 

@@ -10,7 +10,7 @@ the deprecated ``kind=``, ``options=`` and zero-argument ``available`` mapped in
 names the fix), checks it against the function's signature (:mod:`harness.contract.signatures`), attaches the
 :class:`Implementation` to the function as ``__attnbench__`` and returns the function. Discovery
 (:mod:`harness.contract.discovery`) finds declarations as a module's attributes, so a module imported before is
-read the same way, and every error names the plugin's source. Over 300 lines because
+read the same way, and every error names the plugin's source. One module because
 :class:`Implementation` reads each record field through (every runner reads ``impl.causal``) and the
 deprecated spellings are mapped here, beside the signature they belong to.
 """

@@ -3,7 +3,7 @@
 :func:`cell_from_json`). The run that holds them is :mod:`harness.results.schema`'s; the records inside
 them are :mod:`harness.results.records`'.
 
-The module is past 300 lines because a cell, its case record and its stored form change together: a
+It is one module because a cell, its case record and its stored form change together: a
 field added to a cell is added to its stored form here, in one place.
 """
 

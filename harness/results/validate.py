@@ -19,7 +19,7 @@ Beyond the declared types:
   batch, heads and head dimension are at least 1 and its dtype one attnbench knows. NaN elsewhere (the error
   of a NaN output) stays readable.
 
-The module is past 300 lines because it is one walk over the whole schema, each record's rules beside
+It is one module because it is one walk over the whole schema, each record's rules beside
 the walk that reaches it.
 """
 

@@ -21,7 +21,7 @@ measured before is lost. Task functions must be importable top-level functions a
 arguments picklable (workers are spawned, not forked: forking a process with torch's
 thread pools running is unsafe).
 
-The worker's process tree is :mod:`harness.runtime.process_tree`. The rest stays one module (past 300 lines):
+The worker's process tree is :mod:`harness.runtime.process_tree`. The rest is one module:
 the worker's side (its start, memory cap, task loop and out-of-memory note) and the parent's (the pool, the
 waits, how a death is described) are the two ends of one pipe protocol, read together.
 """

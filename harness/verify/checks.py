@@ -9,7 +9,7 @@ The output check runs ``trials`` seeded trials with fresh inputs each (so an out
 across calls of one shape is caught) and also fails on a wrong shape, dtype, device or
 array type, on inputs changed by the call, and on NaN/Inf where the oracle is finite.
 
-It stays one module (past 300 lines): the gradient check runs on the output check's trial machinery (seeds,
+It is one module: the gradient check runs on the output check's trial machinery (seeds,
 sampled rows, the oracle with its baseline, the floor's largest logit), which is also what the property, LSE
 and growth checks import from here; apart, each would import the other's internals.
 """

@@ -20,7 +20,7 @@ Suites:
   declared dtype, large/rand inputs, transposed/strided layouts, a non-default scale,
   self-attention, gradients and ALiBi bias.
 
-It stays one module (past 300 lines) because it is mostly data: one template per line, and a reader
+It is one module because it is mostly data: one template per line, and a reader
 comparing what two suites cover wants every template in one place.
 """
 

@@ -70,6 +70,7 @@ def _half_at_length(layer: str, dtype: str) -> list[ModuleCase]:
                            mask="key_padding", causal=True)]
     base = ModuleCase(layer="mha", batch=1, seq=LONG_POSITIONS, d_model=64, heads=4, dtype=dtype)
     return [base.with_(rope="rotate_half", causal=True), base.with_(rope="interleaved", batch=2, seq=300, mask="key_padding"),
+            base.with_(seq=300, d_model=256, heads=2, rope="rotate_half", causal=True),  # Llama's 128-dim heads
             base.with_(seq=300, d_model=96, heads=6, bias="alibi", causal=True),
             base.with_(batch=2, seq=100, d_model=96, heads=12, bias="alibi", mask="key_padding")]
 
@@ -95,6 +96,9 @@ def _shapes(layer: str, dtype: str, suite: str) -> list[ModuleCase]:
              base.with_(causal=True, mask="key_padding", proj_bias=False),
              base.with_(bias="alibi"), base.with_(bias="alibi", causal=True),
              base.with_(rope="rotate_half"), base.with_(rope="interleaved", causal=True),
+             # RoPE at the head dims real models use (16-dim heads above): Llama's 128, Phi's 80
+             base.with_(d_model=256, heads=2, rope="rotate_half", causal=True),
+             base.with_(seq=65, d_model=160, heads=2, rope="interleaved", mask="key_padding"),
              *_decoder(base.with_(d_model=128, heads=8), 61)]
     if suite == "full":
         cases += [base.with_(seq=1, d_model=8, heads=1), base.with_(seq=7, d_model=48, heads=3),

@@ -182,6 +182,8 @@ def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
         T(heads=2, tq=t, d=192, dv=128, causal=True),
         T(heads=2, tq=t, d=48, dv=32, grad=True),
         T(heads=2, tq=t, d=192, dv=128, grad=True),  # MLA's head dims, backward
+        T(heads=2, tq=pair, d=256, causal=True),  # Gemma's 256-dim heads, forward and backward
+        T(heads=2, tq=t, d=256, grad=True),
     ]
 
 
@@ -194,6 +196,7 @@ def _decode(tiny: bool) -> list[Template]:
     br: CaseFields = {"causal": True, "causal_align": "bottom_right"}
     cases = [
         T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=32, cache_seqlens=(tk, 1, tk // 2)),
+        T(batch=1, heads=128, kv_heads=1, tq=1, tk=tk, d=64, cache_seqlens=(tk,)),  # MLA decode: 128 heads, one latent
         T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=32, cache_seqlens=(tk, 3), **br),
         T(batch=2, heads=4, kv_heads=2, tq=16, tk=tk, d=32, cache_seqlens=(20, tk), **br),
         T(batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=64, page_size=7),

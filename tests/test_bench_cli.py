@@ -158,3 +158,12 @@ def test_a_relative_plugin_path_is_stored_absolute_so_resume_works_from_anywhere
     out.write_text(json.dumps(data))
     assert main(["bench", "--resume", str(out), "--plugin", "plugin/mine.py", "--quiet"]) == 0
     assert [c["implementation"] for c in load_results(out)["cells"]] == ["mine"]
+
+
+def test_no_profiler_lines_reach_the_console(tmp_path: Path, attnbench) -> None:
+    """The audit profiles one call per cell; Kineto's "USDT: ... profiler_start" lines must not reach stderr."""
+    done = attnbench("bench", "--only", "torch_sdpa", "--T", "64", "--heads", "2", "--d", "32", "--no-memory",
+                     "--roof-budget", "0.01", "--budget", "0.02", "--min-samples", "2", "--threads", "1",
+                     "--out", str(tmp_path / "b.json"))
+    assert done.returncode == 0, done.stderr
+    assert "USDT" not in done.stderr and "profiler_st" not in done.stderr, done.stderr

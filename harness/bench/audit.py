@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -289,7 +290,10 @@ def profile_call(call: Any) -> list[list[Any]]:
     wall time, [[name, share], ...]. Work outside ATen (a C++ extension's own loops, NumPy) shows as no
     operator: a "custom kernel" that delegates to SDPA shows as 90% in SDPA's operator."""
     # the autograd profiler without Kineto: the same ATen events, ready in milliseconds, where Kineto's
-    # first use in a process takes seconds
+    # first use in a process takes seconds. Kineto still logs "USDT: ... profiler_start/stop" lines to the
+    # process's stderr at each start and stop, past its own levels: KINETO_LOG_LEVEL 6, read on first use,
+    # keeps them out of the command's output (a user's own setting stands)
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     with torch.autograd.profiler.profile(use_kineto=False) as prof:
         started = CLOCK()
         out = call()

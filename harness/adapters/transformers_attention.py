@@ -34,7 +34,7 @@ from harness.contract.registry import Implementation, make_implementation
 TRANSFORMERS_PIN = "4.57.1"
 """The transformers release the adapter is tested with (the ``transformers`` extra pins it)."""
 MASK_KINDS = ("bool", "additive")
-INTERFACE_SINCE = {"sdpa": (4, 48), "eager": (4, 48)}
+INTERFACE_SINCE = {"sdpa": (4, 48)}
 """The attention-interface names every transformers release since the given one registers: for these, the
 availability check reads the installed version instead of importing ``transformers.modeling_utils`` (over 3 s of
 CPU, most of ``attnbench list``'s time); any other name is looked up in the interface itself."""

@@ -32,12 +32,12 @@ Why these numbers:
 
   With randn inputs max|logit| is about 4 and this term is below FLOORS; with logits in
   the hundreds it dominates, as it must. A gradient's term is ``eps * (2 max|logit| + ln Tk)``
-  (:func:`backward_logit_term`): a backward from the saved log-sum-exp rounds S and LSE both. For gradients the magnitude is the largest of
-  max|dq|, max|dk|, max|dv|, and for dq and dk also the size of the terms they cancel: the
-  backward forms dS = P * (dO.V^T - rowsum(dO * O)), then dq = scale dS K, so a dq that is ~0
-  (a causal row with one key) still carries rounding of scale * max|dO.V^T| * max|K| (SDPA's
-  dq there: 3.7e-6 where max|dq| is 3.5; with V near 1e19, FlashAttention's rowsum(dO * O) over
-  a rounded O leaves ~1e14).
+  (:func:`backward_logit_term`): a backward from the saved log-sum-exp rounds S and LSE both.
+  For gradients the magnitude is the largest of max|dq|, max|dk|, max|dv|, and for dq and
+  dk also the size of the terms they cancel: the backward forms dS = P * (dO.V^T - rowsum(dO * O)),
+  then dq = scale dS K, so a dq that is ~0 (a causal row with one key) still carries rounding
+  of scale * max|dO.V^T| * max|K| (SDPA's dq there: 3.7e-6 where max|dq| is 3.5; with V near
+  1e19, FlashAttention's rowsum(dO * O) over a rounded O leaves ~1e14).
 - A relative-L2 sanity bound: the whole output must also be close in norm,
   ``||out - oracle|| / ||oracle|| <= max(rel_l2_bound(dtype), m * rel_l2(base), logit term)``,
   so that an all-zeros answer never passes on small values. The logit term is the floor's

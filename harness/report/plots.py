@@ -48,7 +48,8 @@ class Plot:
     path: Path
     caption: str
     texts_outside: tuple[str, ...] = ()
-    """Texts of the rendered figure that still reach past its canvas after :func:`fit_texts` (none, normally)."""
+    """Parts of the rendered figure (panels with their texts, legends, notes) still past its canvas after
+    :func:`fit_texts` (none, normally)."""
 
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -103,14 +104,14 @@ def texts_outside(fig: Any) -> list[tuple[str, Any]]:
 
 
 def fit_texts(fig: Any, rect: tuple[float, float, float, float] = (0, 0, 1, 1), tries: int = 4) -> tuple[str, ...]:
-    """Lay ``fig`` out (``tight_layout`` within ``rect``), then grow it by what its texts overflow and lay it out
-    again, until every text is inside the canvas; the texts still outside after ``tries`` (none, normally)."""
-    for _ in range(tries):
+    """Lay ``fig`` out (``tight_layout`` within ``rect``), and while parts of it reach past the canvas grow it by
+    their overflow and lay it out again, up to ``tries`` times; what is still outside then (nothing, normally)."""
+    for attempt in range(tries + 1):
         fig.tight_layout(rect=rect)
         fig.canvas.draw()
         outside = texts_outside(fig)
-        if not outside:
-            return ()
+        if not outside or attempt == tries:
+            return tuple(what for what, _ in outside)
         canvas = fig.bbox
         left = max(canvas.x0 - min(b.x0 for _, b in outside), 0.0)
         right = max(max(b.x1 for _, b in outside) - canvas.x1, 0.0)
@@ -118,7 +119,7 @@ def fit_texts(fig: Any, rect: tuple[float, float, float, float] = (0, 0, 1, 1), 
         above = max(max(b.y1 for _, b in outside) - canvas.y1, 0.0)
         width, height = fig.get_size_inches()
         fig.set_size_inches(width + (left + right) / fig.dpi + 0.2, height + (below + above) / fig.dpi + 0.2)
-    return tuple(t for t, _ in texts_outside(fig))
+    return ()
 
 
 def _guide(ax: Any, xs: list[float], x0: float, y0: float, power: float, label: str, style: str) -> None:

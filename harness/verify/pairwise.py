@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -208,7 +208,7 @@ def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -
                     axes={n: len(v) for n, v in axes.items()}, suite=suite)
 
 
-REACH: dict[str, Any] = {
+REACH: dict[str, Callable[[AttentionCase], bool]] = {
     "causal": lambda case: bool(case.causal),
     "mask": lambda case: case.mask != "none",
     "gqa": lambda case: case.kv_heads != case.heads,
@@ -234,9 +234,8 @@ def unreached(impl: Implementation, cases: Iterable[Any]) -> list[str]:
 
 
 def reach(impl: Implementation, cases: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """capability -> dtype -> how many of ``cases`` (the kernel cases that ran: a skipped case exercises nothing)
-    exercise it, for every capability ``impl`` declares: a pure function of the cases, so a report derives it
-    from the stored cells and a verify run fails a declared capability that no case reached."""
+    """capability -> dtype -> how many of ``cases`` exercise it, for every capability ``impl`` declares: a pure
+    function of the cases (the ones a run's cells say ran, or the ones a suite offers)."""
     counts: dict[str, dict[str, int]] = {name: {} for name in declared_reach(impl)}
     for case in cases:
         if not isinstance(case, AttentionCase):

@@ -121,7 +121,6 @@ class VerifyRun:
         threads = max(1, _cores() // self.jobs) if self.threads is None else self.threads
         try:
             (executor or LocalExecutor()).execute(_VerifyJob(self, plans, threads))
-            self._fail_unreached(plans)
         finally:
             self._progress.close()
             with self._lock:
@@ -129,30 +128,23 @@ class VerifyRun:
         return [c for c in self.writer.cells if isinstance(c, VerifyCell)]
 
     def _record_coverage(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
-        """How much of each kernel implementation's pairwise space its cases exercise (for the report)."""
-        from harness.verify.pairwise import SUITE_AXES, coverage
+        """How much of each kernel implementation's pairwise space its cases exercise (for the report), and a
+        failing ``coverage`` cell for a kernel whose declaration admits no case that exercises a capability it
+        declares (:func:`~harness.verify.pairwise.unreached`): a declaration the suite never tests is not a pass. A
+        case its own ``available(case)`` refuses is a skip with its reason, not this."""
+        from harness.verify.pairwise import SUITE_AXES, coverage, unreached
 
         if self.suite not in SUITE_AXES or self.model is not None:
             return
-        self.writer.set("coverage", {  # of the cases that run here: a skipped case exercises nothing
-            impl.name: coverage(impl, self.suite, [c for c in cases if not impl.declared_gaps(c)])
-            for impl, cases, reason in plans if impl.kind == "kernel" and reason is None})
-
-    def _fail_unreached(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
-        """A kernel whose declaration admits no case of the suite that exercises a capability it declares gets a
-        failing ``coverage`` cell naming it (:func:`~harness.verify.pairwise.unreached`): a declaration the suite
-        never tested is not a pass. A case its own ``available(case)`` refused is a skip with its reason, not this."""
-        from harness.verify.pairwise import SUITE_AXES, unreached
-
-        if self.suite not in SUITE_AXES or self.model is not None:
-            return
-        for impl, cases, reason in plans:
-            admitted = [c for c in cases if not impl.declared_gaps(c)] if impl.kind == "kernel" and not reason else []
-            missing = unreached(impl, admitted) if admitted else []
+        admitted = {impl.name: (impl, [c for c in cases if not impl.declared_gaps(c)])
+                    for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}
+        self.writer.set("coverage", {name: coverage(impl, self.suite, cases) for name, (impl, cases) in admitted.items()})
+        for impl, cases in admitted.values():
+            missing = unreached(impl, cases) if cases else []
             if missing:
                 self._add(impl, None, CheckResult(
                     check="coverage", status="fail",
-                    reason=f"declares {', '.join(missing)}, but none of the {len(admitted)} {self.suite} cases its "
+                    reason=f"declares {', '.join(missing)}, but none of the {len(cases)} {self.suite} cases its "
                            f"declaration admits exercise {'it' if len(missing) == 1 else 'them'}: a declared "
                            "capability no case tests is not a pass"), 0.0)
 

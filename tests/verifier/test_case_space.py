@@ -149,3 +149,18 @@ def test_a_declared_capability_no_case_exercises_is_named() -> None:
     assert unreached(impl, cases) == []
     assert unreached(impl, [c for c in cases if not c.sinks]) == ["sinks"]
     assert unreached(impl, []) == ["causal", "sinks", "softcap"]
+
+
+@pytest.mark.slow  # a verify run
+def test_a_run_fails_a_declared_capability_its_suite_never_offers(tmp_path, monkeypatch) -> None:
+    """The run's side of the question above: with causal cases counted as exercising nothing (as a suite without
+    them would be), numpy_naive's run gets one failing coverage cell that names causal."""
+    import harness.verify.pairwise as pairwise
+    from harness.results import read_run
+    from harness.verify import VerifySettings
+    from harness.verify import run as verify
+
+    monkeypatch.setitem(pairwise.REACH, "causal", lambda case: False)
+    verify(VerifySettings(suite="quick", only=("numpy_naive",), progress=False, trials=1), tmp_path / "v.json")
+    (cell,) = [c for c in read_run(tmp_path / "v.json").verify_cells() if c.check == "coverage"]
+    assert cell.status.value == "fail" and (cell.reason or "").startswith("declares causal,"), cell.reason

@@ -141,6 +141,7 @@ def traced_in_timing_worker(backend: str, case: AttentionCase) -> bool:
 def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall", budget_s: float | None = None) -> Peak:
     """Worker (the peak one): the GEMM peak, its calls timed on the cells' clock (a roof read on the wall clock
     under load would sit below cells timed on CPU time), for ``budget_s`` (None: :data:`PEAK_TIMING`'s)."""
+    freeze_imports()  # each timed call's collection then scans the roof's objects, not torch's (0.1 s of CPU each)
     return measure_gemm_peak(dtype, device, roof_timing(PEAK_TIMING, clock, budget_s), threads=threads,
                              share=roof_share(PEAK_TIMING, device, budget_s))
 
@@ -148,5 +149,6 @@ def peak_task(dtype: str, device: str, threads: int | None, clock: str = "wall",
 def bandwidth_task(device: str, threads: int | None, clock: str = "wall", budget_s: float | None = None) -> Bandwidth:
     """Worker (the peak one): the read and copy bandwidth, timed on the cells' clock, each for ``budget_s``
     (None: :data:`BANDWIDTH_TIMING`'s)."""
+    freeze_imports()
     return measure_bandwidth(device, roof_timing(BANDWIDTH_TIMING, clock, budget_s), threads=threads,
                              share=roof_share(BANDWIDTH_TIMING, device, budget_s))

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from harness.analysis.stats import median_interval
+from harness.analysis.stats import half_binomial_cdf, median_interval
 from harness.bench.guard import InputSet
 from harness.bench.loop import RoundedLoop, timed_loop
 from harness.bench.rounds import Probe, choose_reference, round_medians, round_order, rounds_record
@@ -29,6 +29,16 @@ def test_the_median_interval_is_exact_from_the_order_statistics() -> None:
     assert median_interval([2.0])[1:3] == (2.0, 2.0)
     with pytest.raises(ValueError):
         median_interval([])
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 6, 9, 20, 101, 1024, 1025, 4000])
+def test_the_binomial_tail_is_scipys(n: int) -> None:
+    """The interval's coverage is SciPy's binom.cdf, read without importing SciPy's statistics in a command."""
+    from scipy.stats import binom
+
+    ours = list(half_binomial_cdf(n))
+    assert len(ours) == n + 1 and ours[-1] == pytest.approx(1.0)
+    assert ours == pytest.approx([float(binom.cdf(j, n, 0.5)) for j in range(n + 1)], rel=1e-9, abs=1e-300)
 
 
 def test_a_load_change_between_rounds_cancels_in_the_paired_ratio() -> None:

@@ -189,7 +189,12 @@ def test_every_model_plans_verify_and_bench(name: str) -> None:
     model = model_named(name)
     plan = model_plan_of(model, memory_bytes=16 * 2**30)
     cases = model_kernel_cases(load_registry([]).get("torch_sdpa"), plan)
-    assert cases and all((c.heads, c.kv_heads, c.d) == (model.heads, model.kv_heads, model.head_dim) for c in cases)
+    past = [c for c in cases if model.window is not None and c.tk > model.window >= plan.decode_length]
+    assert cases and all((c.heads, c.kv_heads, c.d) == (model.heads, model.kv_heads, model.head_dim)
+                         for c in cases if c not in past)
+    # past a window the planned lengths do not pass: one KV head and its group of query heads, keys dropped
+    assert all((c.heads, c.kv_heads, c.d) == (model.heads // model.kv_heads, 1, model.head_dim) for c in past)
+    assert all(c.window == (model.window - 1, 0) and c.causal_align == "bottom_right" for c in past)
     assert all(c.tk <= model.max_positions for c in cases)
     pairs = model_sweep(model)
     assert pairs and all(c.tk <= model.max_positions for c, _ in pairs)
@@ -215,3 +220,57 @@ def test_bench_runs_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         return
     assert ids == {"B1-H64/8-T256-d64-float32-causal-window=127,0", "B1-H64/8-T256-d64-float32-causal",
                    "B1-H64/8-T1x256-d64-float32-causal-window=127,0-bottom_right", "B1-H64/8-T1x256-d64-float32"}
+
+
+def test_a_window_the_planned_lengths_do_not_pass_is_tested_past_its_size() -> None:
+    """Gemma 2's and Mistral's 4,096-key windows are wider than the longest planned cache: their own cases reach
+    past them (the soft-cap with them, Gemma 2's local layer as it runs), and a model whose planned lengths pass
+    its window (gpt-oss: 128) needs none."""
+    from harness.contract.discovery import load_registry
+    from harness.verify.model_cases import PAST_WINDOW_KEYS, model_kernel_cases
+
+    eager = load_registry([]).get("torch_eager")
+    gemma = model_named("gemma-2-9b")
+    cases = [c for c in model_kernel_cases(eager, model_plan_of(gemma, memory_bytes=16 * 2**30)) if c.window]
+    past = {(c.tq, c.dtype) for c in cases if c.tk == 4096 + PAST_WINDOW_KEYS}
+    assert past == {(1, "float32"), (64, "float32"), (1, "bfloat16"), (64, "bfloat16")}
+    assert all(c.softcap == 50.0 and c.window == (4095, 0) for c in cases if c.tk > 4096)
+    oss = model_named("gpt-oss-20b")
+    assert all((c.heads, c.kv_heads) == (oss.heads, oss.kv_heads)
+               for c in model_kernel_cases(eager, model_plan_of(oss, memory_bytes=16 * 2**30)))
+
+
+WIDE_WINDOW_BUG = '''
+import torch
+from harness import register
+
+
+@register("wide_window_dropped", backend="torch", causal=True, mask=True, gqa=True, structures=("window", "bottom_right"))
+def wide_window_dropped(q, k, v, *, causal=False, mask=None, scale=None, window=None, causal_align="top_left"):
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
+    s = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5 if scale is None else scale)
+    tq, tk = s.shape[-2:]
+    i = torch.arange(tq)[:, None] + (tk - tq if causal_align == "bottom_right" else 0)
+    j = torch.arange(tk)[None, :]
+    allowed = torch.ones(tq, tk, dtype=torch.bool)
+    if causal:
+        allowed &= j <= i
+    if window is not None and window[0] < 4095:  # BUG: a window of 4,096 keys or more taken as full attention
+        allowed &= (j >= i - window[0]) & (j <= i + window[1])
+    if mask is not None:
+        allowed = allowed & mask
+    p = torch.softmax(s.masked_fill(~allowed, float("-inf")), -1).nan_to_num(0.0)
+    return p @ v
+'''
+
+
+@pytest.mark.slow
+def test_verify_of_a_model_catches_a_window_dropped_past_the_planned_lengths(tmp_path: Path) -> None:
+    plugin = tmp_path / "wide_window.py"
+    plugin.write_text(WIDE_WINDOW_BUG)
+    out = tmp_path / "mistral.json"
+    assert main(["verify", "--model", "mistral-7b", "--plugin", str(plugin), "--only", "wide_window_dropped",
+                 "--trials", "1", "--json", str(out)]) == 1
+    failed = {c["case_id"] for c in json.loads(out.read_text())["cells"] if c["status"] == "fail"}
+    assert failed and all("x4161-" in i and "window=4095,0" in i for i in failed), failed

@@ -4,7 +4,9 @@ Each implementation gets the model's prefill (forward, and with gradients when i
 decode cases in its primary dtype, and in bfloat16 too when it declares it (what the models run in), on
 each of its devices here. The heads, KV heads, head dims, scale and windows are the model's own; the
 lengths are the largest that fit: a prompt of up to 1,024 tokens, a cache of up to 4,096 keys over a batch
-of 4 ragged sequences, within the model's context, the memory share and :data:`MAX_ELEMENTS`. Cases above
+of 4 ragged sequences, within the model's context, the memory share and :data:`MAX_ELEMENTS`. A sliding window
+those lengths do not pass (Mistral's and Gemma 2's 4,096) gets cases of its own past it, on one KV head's group
+(:func:`past_window_cases`): a window that drops no key would test nothing of it. Cases above
 the sampling threshold are checked on sampled rows (:data:`harness.verify.checks.SAMPLE_ABOVE_SCORES`), so
 their cost is the implementation's call.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.case.attention import AttentionCase
+from harness.case.attention import AttentionCase, CaseFields
 from harness.case.models import ModelAttention, fitting_length, model_cases
 from harness.contract.registry import Implementation
 from harness.verify.suites import devices_here, primary_dtype
@@ -74,9 +76,42 @@ def model_kernel_cases(impl: Implementation, plan: ModelPlan) -> list[AttentionC
             if plan.decode_length is not None:
                 found += model_cases(model, "decode", length=plan.decode_length, batch=DECODE_BATCH, dtype=dtype,
                                      device=device).cases
+            found += past_window_cases(model, plan, dtype=dtype, device=device)
             for case in found:
                 cases.setdefault(case.id, case)
     return list(cases.values())
+
+
+PAST_WINDOW_KEYS = 65
+"""Keys past a sliding window that the window's own cases hold (``Tk = window + 65``): more than a block of 64
+drops out of sight, and the first key in sight is not on a block boundary (16, 32, 64)."""
+PAST_WINDOW_QUERIES = 64
+"""Queries of the prefill-chunk case past a window: the last 64 positions of the sequence."""
+
+
+def past_window_cases(model: ModelAttention, plan: ModelPlan, *, dtype: str, device: str) -> list[AttentionCase]:
+    """Cases past each sliding window that the plan's lengths do not pass: a decode step and a chunk of
+    :data:`PAST_WINDOW_QUERIES` new queries (bottom-right causal) over ``window + PAST_WINDOW_KEYS`` keys, on one
+    KV head and its query heads (the model's GQA group), with the model's head dims, scale, soft-cap and sinks.
+    Within the model's context only; none where the planned prompt or cache already reaches past the window."""
+    reached = max(plan.prefill_length or 0, plan.decode_length or 0)
+    cases = []
+    for window in model.windows:
+        if window is None or window < reached:
+            continue
+        tk = window + PAST_WINDOW_KEYS
+        if model.max_positions and tk > model.max_positions:
+            continue
+        fields: CaseFields = {"heads": model.heads // model.kv_heads, "kv_heads": 1, "d": model.head_dim,
+                              "dtype": dtype, "device": device, "tk": tk, "causal": True,
+                              "causal_align": "bottom_right", "window": (window - 1, 0)}
+        if model.scale is not None:
+            fields["scale"] = model.scale
+        extra = {name: value for name, value in model.features().items() if name in AttentionCase.__dataclass_fields__}
+        for tq in (1, PAST_WINDOW_QUERIES):
+            step: CaseFields = {**fields, "tq": tq}
+            cases.append(AttentionCase(**step).with_(**extra))
+    return cases
 
 
 def model_config(plan: ModelPlan) -> dict[str, object]:

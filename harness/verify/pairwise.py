@@ -228,9 +228,18 @@ def declared_reach(impl: Implementation) -> list[str]:
     return flags + [f"structure {name}" for name in impl.declared.structures]
 
 
-def unreached(impl: Implementation, cases: Iterable[Any]) -> list[str]:
-    """The capabilities ``impl`` declares that none of ``cases`` exercises (in any dtype)."""
-    return [name for name, dtypes in reach(impl, cases).items() if not dtypes]
+def unreached(impl: Implementation, cases: Iterable[Any], *, by_dtype: bool = False) -> list[str]:
+    """The capabilities ``impl`` declares that none of ``cases`` exercises (in any dtype); with ``by_dtype``, also
+    "NAME in DTYPE" for each dtype of the cases in which a capability exercised elsewhere has no case (a sink
+    that only float32 tests says nothing of a bfloat16 kernel's sinks)."""
+    cases = list(cases)
+    counts = reach(impl, cases)
+    missing = [name for name, dtypes in counts.items() if not dtypes]
+    if by_dtype:
+        ran = sorted({c.dtype for c in cases if isinstance(c, AttentionCase)})
+        missing += [f"{name} in {dtype}" for name, dtypes in counts.items() if dtypes
+                    for dtype in ran if not dtypes.get(dtype)]
+    return missing
 
 
 def reach(impl: Implementation, cases: Iterable[Any]) -> dict[str, dict[str, int]]:

@@ -130,8 +130,9 @@ class VerifyRun:
     def _record_coverage(self, plans: list[tuple[Implementation, list[Any], str | None]]) -> None:
         """How much of each kernel implementation's pairwise space its cases exercise (for the report), and a
         failing ``coverage`` cell for a kernel whose declaration admits no case that exercises a capability it
-        declares (:func:`~harness.verify.pairwise.unreached`): a declaration the suite never tests is not a pass. A
-        case its own ``available(case)`` refuses is a skip with its reason, not this."""
+        declares (:func:`~harness.verify.pairwise.unreached`), in each dtype its cases run in: a declaration the
+        suite never tests is not a pass. A case its own ``available(case)`` refuses is a skip with
+        its reason, not this."""
         from harness.verify.pairwise import SUITE_AXES, coverage, unreached
 
         if self.suite not in SUITE_AXES or self.model is not None:
@@ -140,7 +141,7 @@ class VerifyRun:
                     for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}
         self.writer.set("coverage", {name: coverage(impl, self.suite, cases) for name, (impl, cases) in admitted.items()})
         for impl, cases in admitted.values():
-            missing = unreached(impl, cases) if cases else []
+            missing = unreached(impl, cases, by_dtype=True) if cases else []
             if missing:
                 self._add(impl, None, CheckResult(
                     check="coverage", status="fail",

@@ -167,7 +167,7 @@ def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
     that empty rows, with gradients, and sinks with soft-capping in one call."""
     return [
         T("all", heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True),
-        T(heads=2, tq=pair, d=64, sinks=True),  # alone: no GQA, mask or causality beside it
+        T("all", heads=2, tq=pair, d=64, sinks=True),  # alone: no GQA, mask or causality beside it
         T(batch=2, heads=2, tq=tq, tk=tk, d=16, sinks=True, mask="empty_rows"),
         T(heads=4, kv_heads=2, tq=pair, d=32, sinks=True, causal=True, window=(33, 0)),
         T(heads=4, kv_heads=2, tq=t, d=32, sinks=True, causal=True, grad=True),
@@ -177,6 +177,7 @@ def _models_2025(t: int, pair: int, tq: int, tk: int) -> list[Template]:
         T(batch=2, heads=2, tq=tq, tk=tk, d=16, softcap=5.0, mask="empty_rows"),
         T(heads=2, tq=t, d=32, softcap=5.0, inputs="large", grad=True),
         T(heads=4, kv_heads=2, tq=pair, d=64, sinks=True, softcap=20.0, causal=True),  # both, as fused ports take them
+        T("all", heads=2, tq=pair, d=48, dv=32),  # alone: a kernel that declares value_dim and nothing else
         T("all", heads=4, tq=t, d=48, dv=32, causal=True),
         T(heads=4, kv_heads=2, tq=tq, tk=tk, d=24, dv=16, mask="random"),
         T(heads=2, tq=t, d=192, dv=128, causal=True),

@@ -149,6 +149,13 @@ def test_a_declared_capability_no_case_exercises_is_named() -> None:
     assert unreached(impl, cases) == []
     assert unreached(impl, [c for c in cases if not c.sinks]) == ["sinks"]
     assert unreached(impl, []) == ["causal", "sinks", "softcap"]
+    # in quick and full each dtype counts: sinks tested in float32 alone leave a bfloat16 kernel's sinks untested
+    two = register("unreached_dtypes", backend="torch", dtypes=("float32", "bfloat16"), sinks=True)(
+        lambda q, k, v, *, causal=False, mask=None, scale=None, sinks=None: v).__attnbench__
+    cases = [c for c in kernel_cases(two, "quick") if not two.declared_gaps(c)]
+    assert unreached(two, cases, by_dtype=True) == []
+    float32_sinks = [c for c in cases if not (c.sinks and c.dtype == "bfloat16")]
+    assert unreached(two, float32_sinks) == [] and unreached(two, float32_sinks, by_dtype=True) == ["sinks in bfloat16"]
 
 
 @pytest.mark.slow  # a verify run

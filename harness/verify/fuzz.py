@@ -29,12 +29,21 @@ from pathlib import Path
 from typing import Any
 
 from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
+from harness.contract.conventions import KEY_PADDING_MASKS
 from harness.contract.registry import Implementation
 from harness.results import CellCase, ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
 from harness.verify.pairwise import tensor_layouts
 from harness.verify.reproducer import reproducer
-from harness.verify.structured import BATCH_ONE, FORWARD_ONLY, NEEDS_CAUSAL, apply_structure, expressible, structure_kinds
+from harness.verify.structured import (
+    BATCH_ONE,
+    FORWARD_ONLY,
+    NEEDS,
+    NEEDS_CAUSAL,
+    apply_structure,
+    expressible,
+    structure_kinds,
+)
 
 DATABASE_DIR = Path("results") / ".hypothesis"
 MASKS_SIMPLEST_FIRST = ("none", "key_padding", "random", "key_padding_left", "key_padding_holes", "one_masked",
@@ -49,6 +58,12 @@ def case_strategy(impl: Implementation) -> Any:
 
     kinds = structure_kinds(impl)
     can = expressible(impl)
+    masks: tuple[str, ...] = MASKS_SIMPLEST_FIRST
+    ranks: tuple[str, ...] = MASK_RANKS
+    if impl.conventions.mask_kind == "key_padding":  # (B, Tk) booleans: the masks that reduce to them, nothing folded
+        masks = tuple(m for m in MASKS_SIMPLEST_FIRST if m == "none" or m in KEY_PADDING_MASKS)
+        ranks, can = ("full",), frozenset(impl.structures)
+        kinds = [kind for kind in kinds if NEEDS[kind] <= can]
     grad_ok = impl.grad and impl.backend == "torch"
 
     @st.composite
@@ -62,12 +77,12 @@ def case_strategy(impl: Implementation) -> Any:
         batch = 1 if kind in BATCH_ONE else draw(st.integers(1, 3))
         tq = draw(st.integers(1, 160))
         tk = draw(st.one_of(st.just(tq), st.integers(1, 160), st.sampled_from((600, 1100))))  # past a 512-key block
-        mask = draw(st.sampled_from(MASKS_SIMPLEST_FIRST)) if impl.mask else "none"
+        mask = draw(st.sampled_from(masks)) if impl.mask else "none"
         fields: CaseFields = dict(
             batch=batch, heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
             d=draw(st.one_of(st.integers(1, 128), st.sampled_from((160, 192, 255, 256)))),
             dtype=draw(st.sampled_from(impl.dtypes)), device="cpu" if "cpu" in impl.devices else impl.devices[0],
-            causal=causal, mask=mask, mask_rank=draw(st.sampled_from(MASK_RANKS)) if mask != "none" else "full",
+            causal=causal, mask=mask, mask_rank=draw(st.sampled_from(ranks)) if mask != "none" else "full",
             scale=draw(st.sampled_from((None, 0.3, 1.0))), inputs=draw(st.sampled_from(INPUTS)),
             layout=draw(st.sampled_from(LAYOUTS)), grad=grad,
             bias=draw(st.sampled_from(("none", "alibi"))) if impl.bias else "none",

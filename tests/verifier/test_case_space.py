@@ -171,3 +171,27 @@ def test_a_run_fails_a_declared_capability_its_suite_never_offers(tmp_path, monk
     verify(VerifySettings(suite="quick", only=("numpy_naive",), progress=False, trials=1), tmp_path / "v.json")
     (cell,) = [c for c in read_run(tmp_path / "v.json").verify_cells() if c.check == "coverage"]
     assert cell.status.value == "fail" and (cell.reason or "").startswith("declares causal,"), cell.reason
+
+
+def test_the_search_gives_a_key_padding_kernel_only_masks_it_takes() -> None:
+    """A kernel that takes (B, Tk) key-padding masks gets the masks that reduce to them, and no structure it would
+    need folded into a full mask: every drawn case runs (none rejected), and each kind of key padding is drawn."""
+    from hypothesis import HealthCheck, given, settings
+
+    from harness import register
+    from harness.contract.conventions import KEY_PADDING_MASKS, Conventions
+    from harness.verify.fuzz import case_strategy
+
+    impl = register("key_padding_probe", backend="torch", causal=True, mask=True,
+                    conventions=Conventions(mask_kind="key_padding"))(
+        lambda q, k, v, *, causal=False, mask=None, scale=None: v).__attnbench__
+    masks: set[str] = set()
+
+    @settings(max_examples=150, database=None, derandomize=True, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=case_strategy(impl))
+    def drawn(case: AttentionCase) -> None:
+        assert not impl.declared_gaps(case), (case.id, impl.declared_gaps(case))
+        masks.add(case.mask)
+
+    drawn()
+    assert set(KEY_PADDING_MASKS) <= masks

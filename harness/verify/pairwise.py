@@ -29,6 +29,10 @@ from harness.verify.structured import apply_structure, expressible, invalid, str
 GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), 8: (16, 2), "mqa": (6, 1)}
 """GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), 8 (Llama-3 70B's
 64/8), and MQA."""
+PAIRWISE_SOFTCAP = 5.0
+"""The soft-cap value of the covering array's ``softcap`` axis: low enough that randn logits reach tanh's bend."""
+PAIRWISE_DV = 40
+"""V's head dim on the ``dv`` axis: above the array's smallest d, below its others, on no power of two."""
 MASK_KINDS = ("none", "random", "key_padding", "key_padding_left", "key_padding_holes", "one_masked", "empty_rows",
               "key_padding_late", "first_block")
 
@@ -71,6 +75,9 @@ def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
         "bias": ["none", "alibi"] if impl.bias else ["none"],
         "aux_layout": list(LAYOUTS),
         "tensor_layout": tensor_layouts(impl),
+        "sinks": [False, True] if impl.sinks else [False],
+        "softcap": [None, PAIRWISE_SOFTCAP] if impl.softcap else [None],
+        "dv": [0, PAIRWISE_DV] if impl.value_dim else [0],
     }
 
 
@@ -97,6 +104,8 @@ def pair_problem(a: str, x: Any, b: str, y: Any) -> str | None:
     values = {a: x, b: y}
     if values.get("mask") == "none" and values.get("mask_rank", "full") != "full":
         return "a mask rank needs a mask"
+    if values.get("softcap") is not None and values.get("bias", "none") != "none":
+        return "a soft-cap with a bias: kernels differ in where the bias joins"
     if "structure" in values:
         return invalid(values["structure"], causal=values.get("causal", True), batch=values.get("batch", 1),
                        grad=values.get("grad", False))
@@ -105,10 +114,13 @@ def pair_problem(a: str, x: Any, b: str, y: Any) -> str | None:
 
 def _valid_row(names: list[str]) -> Any:
     """allpairspy's filter, on partial rows too: the values so far can share a case (the only constraints
-    are :func:`pair_problem`'s, which involve the mask, its rank, and the structure with three others)."""
+    are :func:`pair_problem`'s, which involve the mask, its rank, a soft-cap with a bias, and the structure with three
+    others)."""
     def valid(row: list[Any]) -> bool:
         named = dict(zip(names, row))
         if named.get("mask") == "none" and named.get("mask_rank", "full") != "full":
+            return False
+        if named.get("softcap") is not None and named.get("bias", "none") != "none":
             return False
         kind = named.get("structure")
         return kind is None or not invalid(kind, causal=named.get("causal", True), batch=named.get("batch", 1),
@@ -193,7 +205,8 @@ def case_values(case: AttentionCase, can: frozenset[str] | None = None) -> dict[
             "inputs": case.inputs, "layout": case.layout, "grad": case.grad, "batch": case.batch,
             "structure": structure_label(case) if can is None else structure_label(case, can), "bias": case.bias,
             "aux_layout": case.aux_layout,
-            "tensor_layout": case.layouts[0][0] if len(case.layouts) == 1 else "none"}
+            "tensor_layout": case.layouts[0][0] if len(case.layouts) == 1 else "none",
+            "sinks": case.sinks, "softcap": case.softcap, "dv": case.dv}
 
 
 def coverage(impl: Implementation, suite: str, cases: Iterable[AttentionCase]) -> Coverage:

@@ -69,7 +69,7 @@ def test_the_report_says_how_much_of_the_pairwise_space_was_exercised(tmp_path) 
     assert main(["verify", "--only", "numpy_naive", "--trials", "1", "--json", str(result)]) == 0
     assert main(["report", str(result), "--out", str(tmp_path / "report")]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "## Pairwise coverage" in summary and "| numpy_naive | 3023 | 3023 | 100.0 | quick |" in summary
+    assert "## Pairwise coverage" in summary and "| numpy_naive | 3520 | 3520 | 100.0 | quick |" in summary
     assert "Pairwise coverage" in (tmp_path / "report" / "index.html").read_text()
 
 
@@ -99,3 +99,20 @@ def test_structures_are_an_axis_crossed_with_every_other() -> None:
     assert any(c.tk % c.page_size for c in pages) and any(c.tk % c.page_size == 0 for c in pages)
     assert any(c.cache_seqlens and max(c.cache_seqlens) <= c.tk - c.page_size for c in pages)  # table longer than needed
     assert {c.layout for c in pages} == {"contiguous", "transposed", "strided", "offset"}
+
+
+def test_sinks_softcap_and_dv_are_axes_crossed_with_every_other() -> None:
+    """The 2025 features are axes of the array where declared: each meets every value of every other axis (sinks
+    with a soft-cap, with gradients, with each mask and dtype; a soft-cap never with a bias, which kernels order
+    differently), and the array still covers every pair."""
+    impl = _impl(**FULL, sinks=True, softcap=True, value_dim=True, bias=True)
+    cases = pairwise_cases(impl, "quick", "cpu")
+    result = coverage(impl, "quick", cases)
+    assert result["covered"] == result["total"]
+    values = [case_values(c) for c in cases]
+    axes = axes_for(impl, "quick")
+    for a, b in (("sinks", "softcap"), ("sinks", "grad"), ("softcap", "mask"), ("dv", "grad"), ("dv", "dtype"),
+                 ("sinks", "dtype"), ("softcap", "dtype")):
+        assert {(v[a], v[b]) for v in values} >= set(itertools.product(axes[a], axes[b])), (a, b)
+    assert not any(c.softcap is not None and c.bias != "none" for c in cases)
+    assert {c.sinks for c in pairwise_cases(_impl(**FULL), "quick", "cpu")} == {False}  # not declared: not drawn

@@ -20,6 +20,11 @@ extras="" ; [ "${1:-}" = "test" ] && extras="[test,xformers,triton,ray,transform
 # Build the built-ins' C++ kernels now (torch's extension cache; a minute or two), so that no first
 # command, and no test with a time limit, pays for the compiler. `list` says why if a build fails.
 "$PYTHON" -m harness list > /dev/null
+# The tests run each kernel on every tier this CPU has (ATTNBENCH_DECODE_ISA=avx2 on an AVX-512 CPU, say): build
+# the lower tiers too, here, rather than in the first test that asks (20 s of compiler in a test otherwise).
+if [ "${1:-}" = "test" ]; then
+  "$PYTHON" -c "from implementations import tiled_decode; tiled_decode.tiers()"
+fi
 
 # The report's browser test opens index.html in headless Chromium (Debian's package). Best effort:
 # without apt or root the test skips and says why; the rest of the set-up has already succeeded.

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from harness.runtime.isolation import CRASH, ERROR, OK, OUT_OF_MEMORY, TIMEOUT, Task, WorkerPool, run_isolated
 
@@ -68,3 +73,30 @@ def test_tasks_share_one_worker_until_it_dies() -> None:
     pids: list[int] = []
     run_isolated([Task(i, pid) for i in range(3)], lambda t, o: pids.append(o.value))
     assert len(set(pids)) == 1 and pids[0] != os.getpid()
+
+
+SCRIPT = """
+import json, sys
+from pathlib import Path
+from harness.cli import main
+out = Path(sys.argv[1])
+with open(out.with_suffix(".runs"), "a") as runs:  # once per process that runs this script
+    runs.write("ran\\n")
+code = main(["verify", "--only", "numpy_naive", "--suite", "small", "--trials", "1", "--json", str(out)])
+print(code, sorted({c["status"] for c in json.loads(out.read_text())["cells"]}))
+"""
+
+
+@pytest.mark.slow  # a verify command in a child process
+@pytest.mark.parametrize("how", ["stdin", "file"])
+def test_a_script_that_calls_attnbench_is_not_run_again_by_its_workers(tmp_path: Path, how: str) -> None:
+    """A script read from stdin (no file to run again) and one with no ``__main__`` guard: the workers never run
+    the caller's script, so neither every case crashes nor the script runs once per worker."""
+    out = tmp_path / "v.json"
+    script = tmp_path / "unguarded.py"
+    script.write_text(SCRIPT)
+    argv = [sys.executable, "-"] if how == "stdin" else [sys.executable, str(script)]
+    done = subprocess.run([*argv, str(out)], input=SCRIPT if how == "stdin" else None, capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    assert done.stdout.strip().splitlines()[-1] == "0 ['pass']", done.stdout[-2000:] + done.stderr[-2000:]
+    assert out.with_suffix(".runs").read_text() == "ran\n"

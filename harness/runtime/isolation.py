@@ -293,6 +293,29 @@ def _describe_death(exitcode: int | None, memory_limit: int | None = None) -> st
 
 
 @contextlib.contextmanager
+def main_script_hidden() -> Iterator[None]:
+    """Start workers without making each one run this process's ``__main__`` script again.
+
+    multiprocessing has every new worker (spawn, or forked by the forkserver) run the parent's main script as
+    ``__mp_main__``, so that functions defined there can be unpickled. Task functions here are always importable
+    from their modules, so a worker has no use for it, and it costs: a script read from stdin (``python3 -``) is
+    not a file, so every worker died at start ("exited with code 1 before answering"); a script that calls
+    attnbench at its top level, without an ``if __name__ == "__main__"`` guard, ran again in each worker; and in a
+    Ray worker the script is Ray's ``default_worker.py``, whose import of Ray cost 0.35 s per worker started. With
+    ``__file__`` hidden while a worker starts, multiprocessing records no main script to run."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or getattr(main, "__spec__", None) is not None:  # nothing to hide, or run with -m
+        yield
+        return
+    del main.__file__  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        main.__file__ = path  # type: ignore[union-attr]
+
+
+@contextlib.contextmanager
 def _sigint_blocked() -> Iterator[None]:
     """Processes started inside the block begin life with SIGINT blocked: a thread's signal mask
     survives fork and exec, and Python keeps it. A terminal sends Ctrl-C to the whole process group,
@@ -327,9 +350,10 @@ class _Worker:
         multiprocessing.resource_tracker.ensure_running()
         if forked:
             start_forkserver()  # with SIGINT blocked: the server, and so every worker it forks
-            process.start()  # waits for the server's preload: not in the block, so Ctrl-C stops it at once
+            with main_script_hidden():
+                process.start()  # waits for the server's preload: not in the block, so Ctrl-C stops it at once
         else:
-            with _sigint_blocked():
+            with _sigint_blocked(), main_script_hidden():
                 process.start()
         child.close()
         worker = cls(process, parent)

@@ -12,11 +12,9 @@ driver (:mod:`harness.runtime.cluster.stream`).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,38 +52,11 @@ def pool_for(group: tuple[Any, ...], timeout: float, start_method: str) -> tuple
     return entry
 
 
-@contextmanager
-def _main_module_not_rerun() -> Iterator[None]:
-    """Start workers without making each one import this process's ``__main__`` script.
-
-    multiprocessing has every new worker import the parent's main script (as ``__mp_main__``) so
-    that functions defined there can be unpickled. In a Ray worker that script is Ray's
-    ``default_worker.py``, which imports Ray: 0.35 s per worker started (measured: 0.37 s against
-    0.015 s outside Ray), paid for every implementation on every node. Task functions here are
-    always importable from their modules, so the worker has no use for it; with ``__file__`` hidden
-    while a worker starts, multiprocessing records no main script to import."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if path is None or getattr(main, "__spec__", None) is not None:  # nothing to hide, or run with -m
-        yield
-        return
-    del main.__file__  # type: ignore[union-attr]
-    try:
-        yield
-    finally:
-        main.__file__ = path  # type: ignore[union-attr]
-
-
 def run_in_pool(group: tuple[Any, ...], task: Task, *, timeout: float, start_method: str = "forkserver",
                 warm_up: Task | None = None) -> Outcome:
     """``task`` in this node's isolated worker for ``group``; a fresh worker runs ``warm_up`` first
-    (imports, registry), so that the case's time limit times the case only."""
-    with _main_module_not_rerun():
-        return _run_in_pool(group, task, timeout=timeout, start_method=start_method, warm_up=warm_up)
-
-
-def _run_in_pool(group: tuple[Any, ...], task: Task, *, timeout: float, start_method: str,
-                 warm_up: Task | None) -> Outcome:
+    (imports, registry), so that the case's time limit times the case only. Its workers do not run the Ray
+    worker's main script (:func:`~harness.runtime.isolation.main_script_hidden`)."""
     pool, warm = pool_for(group, timeout, start_method)
     if pool._worker is None or not pool._worker.process.is_alive():
         warm[0] = False

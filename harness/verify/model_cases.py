@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from harness.case.attention import AttentionCase, CaseFields
+from harness.case.attention import AttentionCase
 from harness.case.models import ModelAttention, fitting_length, model_cases
 from harness.contract.registry import Implementation
 from harness.verify.suites import devices_here, primary_dtype
@@ -90,27 +90,19 @@ PAST_WINDOW_QUERIES = 64
 
 
 def past_window_cases(model: ModelAttention, plan: ModelPlan, *, dtype: str, device: str) -> list[AttentionCase]:
-    """Cases past each sliding window that the plan's lengths do not pass: a decode step and a chunk of
-    :data:`PAST_WINDOW_QUERIES` new queries (bottom-right causal) over ``window + PAST_WINDOW_KEYS`` keys, on one
-    KV head and its query heads (the model's GQA group), with the model's head dims, scale, soft-cap and sinks.
+    """Cases past each sliding window that the plan's lengths do not pass: the model's own decode step over
+    ``window + PAST_WINDOW_KEYS`` keys (its window, scale, soft-cap and sinks) and a chunk of
+    :data:`PAST_WINDOW_QUERIES` new queries there, each on one KV head and its query heads (the model's GQA group).
     Within the model's context only; none where the planned prompt or cache already reaches past the window."""
     reached = max(plan.prefill_length or 0, plan.decode_length or 0)
     cases = []
     for window in model.windows:
-        if window is None or window < reached:
+        if window is None or window < reached or (model.max_positions and window + PAST_WINDOW_KEYS > model.max_positions):
             continue
-        tk = window + PAST_WINDOW_KEYS
-        if model.max_positions and tk > model.max_positions:
-            continue
-        fields: CaseFields = {"heads": model.heads // model.kv_heads, "kv_heads": 1, "d": model.head_dim,
-                              "dtype": dtype, "device": device, "tk": tk, "causal": True,
-                              "causal_align": "bottom_right", "window": (window - 1, 0)}
-        if model.scale is not None:
-            fields["scale"] = model.scale
-        extra = {name: value for name, value in model.features().items() if name in AttentionCase.__dataclass_fields__}
-        for tq in (1, PAST_WINDOW_QUERIES):
-            step: CaseFields = {**fields, "tq": tq}
-            cases.append(AttentionCase(**step).with_(**extra))
+        for case in model_cases(model, "decode", length=window + PAST_WINDOW_KEYS, dtype=dtype, device=device).cases:
+            if case.window == (window - 1, 0):
+                group = case.with_(heads=model.heads // model.kv_heads, kv_heads=1)
+                cases += [group, group.with_(tq=PAST_WINDOW_QUERIES)]
     return cases
 
 

@@ -226,10 +226,10 @@ REACH: dict[str, Callable[[AttentionCase], bool]] = {
     "mask": lambda case: case.mask != "none",
     "gqa": lambda case: case.kv_heads != case.heads,
     "grad": lambda case: bool(case.grad),
-    "bias": lambda case: getattr(case, "bias", "none") != "none",
-    "sinks": lambda case: bool(getattr(case, "sinks", False)),
-    "softcap": lambda case: getattr(case, "softcap", None) is not None,
-    "value_dim": lambda case: getattr(case, "dv", 0) not in (0, case.d),
+    "bias": lambda case: case.bias != "none",
+    "sinks": lambda case: bool(case.sinks),
+    "softcap": lambda case: case.softcap is not None,
+    "value_dim": lambda case: case.dv not in (0, case.d),
 }
 """A declared capability flag -> whether a kernel case exercises it (a declared structure: the case uses it)."""
 

@@ -31,8 +31,11 @@ Why these numbers:
       floor = max(1, max|oracle|) * (FLOORS[dtype] + eps(dtype) * max|logit|)
 
   With randn inputs max|logit| is about 4 and this term is below FLOORS; with logits in
-  the hundreds it dominates, as it must. A gradient's term is ``eps * (2 max|logit| + ln Tk)``
-  (:func:`backward_logit_term`): a backward from the saved log-sum-exp rounds S and LSE both.
+  the hundreds it dominates, as it must. A gradient's term is ``eps * (2 L + ln Tk)``
+  (:func:`backward_logit_term`): a backward from the saved log-sum-exp rounds S and LSE both, and forms S
+  in an order of its own, so ``L`` is the size of the terms a logit sums, ``max |scale| sum |q_i k_i|``, not
+  only its value. For dV that term scales by ``max(P^T |dO|)``, the sum of the terms an element adds up
+  (``logit_magnitude`` in :func:`compare`), which a GQA group's rows can make far larger than ``max|dV|``.
   For gradients the magnitude is the largest of max|dq|, max|dk|, max|dv|, and for dq and
   dk also the size of the terms they cancel: the backward forms dS = P * (dO.V^T - rowsum(dO * O)),
   then dq = scale dS K, so a dq that is ~0 (a causal row with one key) still carries rounding
@@ -76,7 +79,8 @@ def describe_rule() -> str:
     floors = ", ".join(f"{k} {v:g}" for k, v in FLOORS.items())
     return (f"pass when max|out-oracle| <= m*max|base-oracle| + floor; m = {OUTPUT_M:g} (outputs), "
             f"{GRAD_M:g} (gradients); floor = max(1,max|oracle|)*(FLOORS[dtype] + eps(dtype)*max|logit|) "
-            "(gradients: eps(dtype)*(2*max|logit| + ln Tk), a backward from the saved log-sum-exp), "
+            "(gradients: eps(dtype)*(2*max(|scale|*sum|q_i k_i|) + ln Tk), a backward from the saved log-sum-exp, "
+            "scaled for dV by max(P^T|dO|), the terms its elements sum), "
             f"FLOORS: {floors}; base = the same formula in the case's dtype; oracle = float64")
 
 
@@ -87,7 +91,8 @@ def rule_config() -> dict[str, object]:
 
 
 def backward_logit_term(logit_max: float, tk: int) -> float:
-    """The logit term of a gradient's floor, in place of the forward's ``max|logit|``: ``2 max|logit| + ln Tk``.
+    """The logit term of a gradient's floor, in place of the forward's ``max|logit|``: ``2 max|logit| + ln Tk``,
+    where verify passes the size of the terms each logit sums (``|scale| sum |q_i k_i|``), not only its value.
 
     A backward that recomputes P = exp(S - LSE) from the forward's saved log-sum-exp (FlashAttention's, and
     PyTorch's fused CPU and GPU kernels') rounds both S and LSE, each up to max|logit| in size (LSE up to
@@ -98,9 +103,10 @@ def backward_logit_term(logit_max: float, tk: int) -> float:
     return 2.0 * logit_max + math.log(max(tk, 1))
 
 
-def floor_for(dtype: str, magnitude: float, logit_max: float = 0.0) -> float:
-    """The floor of the rule for outputs of max magnitude ``magnitude`` and logits up to ``logit_max``."""
-    return max(1.0, magnitude) * (FLOORS[dtype] + EPS[dtype] * logit_max)
+def floor_for(dtype: str, magnitude: float, logit_max: float = 0.0, logit_magnitude: float = 0.0) -> float:
+    """The floor of the rule for outputs of max magnitude ``magnitude`` and logits up to ``logit_max``;
+    ``logit_magnitude``, where larger, is the size of the terms the logit rounding acts on (see :func:`compare`)."""
+    return max(1.0, magnitude) * FLOORS[dtype] + max(1.0, magnitude, logit_magnitude) * EPS[dtype] * logit_max
 
 
 def logit_rel_l2(dtype: str, magnitude: float, logit_max: float, count: int, norm: float) -> float:
@@ -182,8 +188,14 @@ class Verdict:
 
 
 def compare(got: torch.Tensor, oracle: torch.Tensor, base: torch.Tensor, *, dtype: str, m: float,
-            what: str = "output", logit_max: float = 0.0, magnitude: float | None = None) -> Verdict:
-    """Apply the rule to float64 tensors ``got`` (the implementation), ``oracle`` and ``base``."""
+            what: str = "output", logit_max: float = 0.0, magnitude: float | None = None,
+            logit_magnitude: float = 0.0) -> Verdict:
+    """Apply the rule to float64 tensors ``got`` (the implementation), ``oracle`` and ``base``.
+
+    ``logit_magnitude``: the largest sum of absolute terms an element adds up, where it exceeds the element's
+    own size: a rounding of every weight by a relative eps * max|logit| moves an element by that much times the
+    sum, however much the terms cancel (dV = P^T dO over a GQA group's rows: max|dV| can be far below
+    max(P^T |dO|)). Only the large-logit term scales by it; the constant floor stays at the output's size."""
     if got.shape != oracle.shape:
         return Verdict(False, f"{what} shape {tuple(got.shape)}, expected {tuple(oracle.shape)}", {})
     finite = torch.isfinite(oracle)
@@ -195,7 +207,7 @@ def compare(got: torch.Tensor, oracle: torch.Tensor, base: torch.Tensor, *, dtyp
     bad = ~torch.isfinite(got)
     if magnitude is None:
         magnitude = float(oracle.abs().max()) if oracle.numel() else 0.0
-    floor = floor_for(dtype, magnitude, logit_max)
+    floor = floor_for(dtype, magnitude, logit_max, logit_magnitude)
     if not (math.isfinite(floor) and math.isfinite(logit_max)):
         return Verdict(False, f"{what}: the bound is not finite (floor {floor}, max|logit| {logit_max}): nothing "
                               "can be checked against it", {"bound": None, "m": m, "floor": floor})
@@ -218,7 +230,8 @@ def compare(got: torch.Tensor, oracle: torch.Tensor, base: torch.Tensor, *, dtyp
     norm = float(oracle.norm())
     rel_l2 = float((got - oracle).nan_to_num().norm()) / norm if norm > 0 else 0.0  # all-zero oracle: max-abs decides
     base_rel = float((base - oracle).nan_to_num().norm()) / norm if norm > 0 else 0.0
-    rel_bound = max(REL_L2_BOUNDS[dtype], m * base_rel, logit_rel_l2(dtype, magnitude, logit_max, oracle.numel(), norm))
+    rel_bound = max(REL_L2_BOUNDS[dtype], m * base_rel, logit_rel_l2(dtype, max(magnitude, logit_magnitude), logit_max,
+                                                                    oracle.numel(), norm))
     ratio = max_err / base_err if base_err > 0 else (0.0 if max_err == 0 else float("inf"))
     metrics = {"max_abs_err": max_err, "rel_l2": rel_l2, "base_err": base_err, "ratio": ratio, "bound": bound,
                "m": m, "floor": floor, "worst_index": worst, "rel_l2_bound": rel_bound,

@@ -37,7 +37,17 @@ from harness.reference.oracle import (
     reference_rows,
     sample_rows,
 )
-from harness.reference.tensors import GRAD_VIA, TORCH_DTYPES, Inputs, aux, backward_grads, dtype_name, make_inputs, to_float64
+from harness.reference.tensors import (
+    GRAD_VIA,
+    TORCH_DTYPES,
+    Inputs,
+    OracleKeywords,
+    aux,
+    backward_grads,
+    dtype_name,
+    make_inputs,
+    to_float64,
+)
 from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, backward_logit_term, baseline_attention, compare
 from harness.verify.boundary import Watch, arguments
 from harness.verify.empty_rows import as_contract_rows as as_contract_rows
@@ -170,13 +180,29 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     return MEMO.get("logit_max", case, (*_reference_inputs(inputs), rows), lambda: _logit_max(case, inputs, rows))
 
 
-def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None) -> float:
+def logit_terms_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
+    """max of ``|scale| * sum_i |q_i k_i| + |bias|`` over the keys each query may attend to: the size of the
+    terms a logit is summed from, which bounds its rounding in any summation order however much they cancel
+    (a logit of 142 from terms of 492 moved a correct kernel's recomputed weights by 1.9 eps * 142). The
+    backward's floor uses it (:func:`harness.reference.tolerance.backward_logit_term`): a kernel that recomputes
+    P from the forward's log-sum-exp forms S twice, in two orders, and the baseline's exp(S - max S) is exact
+    on a dominant key. An upper bound under a soft-cap too (the cap's slope is at most 1)."""
+    if not _reused(case):
+        return _logit_max(case, inputs, rows, terms=True)
+    return MEMO.get("logit_terms_max", case, (*_reference_inputs(inputs), rows),
+                    lambda: _logit_max(case, inputs, rows, terms=True))
+
+
+def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, terms: bool = False) -> float:
     kwargs = inputs.oracle_kwargs(case)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
     # grouped, as the oracle forms its logits: a GQA cache is never repeated per query head
-    logits = capped(grouped_matmul(q, inputs.k64.transpose(-1, -2)) * case.effective_scale, case.softcap)
+    if terms:
+        logits = grouped_matmul(q.abs(), inputs.k64.abs().transpose(-1, -2)) * abs(case.effective_scale)
+    else:
+        logits = capped(grouped_matmul(q, inputs.k64.transpose(-1, -2)) * case.effective_scale, case.softcap)
     if kwargs["bias"] is not None:
-        bias = kwargs["bias"]
+        bias = kwargs["bias"].abs() if terms else kwargs["bias"]
         logits = logits + (bias if rows is None else bias.expand(*bias.shape[:-2], case.tq, case.tk)[..., rows, :])
     where = dict(causal=case.causal, mask=kwargs["mask"], **case.structure_kwargs())
     allowed = allowed_keys(case.tq, case.tk, **where) if rows is None else allowed_rows(rows, case.tq, case.tk, **where)
@@ -301,6 +327,19 @@ def _cancelled_terms(case: AttentionCase, inputs: Inputs, dout64: torch.Tensor) 
     return float(abs(scale) * float(grouped_matmul(dout64, inputs.v64.transpose(-1, -2)).abs().max()) * qk)
 
 
+def _value_terms(case: AttentionCase, inputs: Inputs, okw: OracleKeywords, rows: torch.Tensor | None,
+                 dout64: torch.Tensor) -> float:
+    """max(P^T |dO|): the largest sum of absolute terms an element of dV adds up (over a GQA group's query
+    heads and every row that attends its key). A backward that recomputes P from the saved log-sum-exp moves
+    every term by a relative eps * max|logit|, so dV's error scales by this sum, however small dV is after
+    the terms cancel. dV is linear in dO, so it is the oracle's dV for the upstream gradient |dO|."""
+    v = inputs.v64.detach().requires_grad_()
+    q, k = inputs.q64.detach(), inputs.k64.detach()
+    out = reference_attention(q, k, v, **okw) if rows is None else reference_rows(q, k, v, rows, **okw)
+    (dv,) = torch.autograd.grad(out, v, dout64.abs())
+    return float(dv.abs().max()) if dv.numel() else 0.0
+
+
 def _upstream(case: AttentionCase, trial: int, rows: torch.Tensor | None) -> torch.Tensor:
     """The backward's upstream gradient dO (float64, representable in the case's dtype); on a large case
     zero outside the sampled rows, so that the exact gradients are those of the sampled rows' outputs."""
@@ -366,10 +405,12 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
     sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
     base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
-    logits = backward_logit_term(logit_max(case, inputs, rows), case.tk)
+    logits = backward_logit_term(logit_terms_max(case, inputs, rows), case.tk)
     magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
     magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
     cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))
+    value_terms = _value_terms(case, inputs, okw, rows, dout_rows)
+    logit_magnitudes = {"dv": value_terms, "dx": value_terms}
     assumed = {"conventions": impl.conventions.describe(), "grad_via": GRAD_VIA}
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
@@ -380,7 +421,8 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
         else:
             assert w is not None and b is not None
             verdict = compare(to_float64(g), w, to_float64(b), dtype=case.dtype, m=GRAD_M, what=name,
-                              logit_max=logits, magnitude=magnitudes.get(name, cancelled))
+                              logit_max=logits, magnitude=magnitudes.get(name, cancelled),
+                              logit_magnitude=logit_magnitudes.get(name, 0.0))
             verdict.metrics.update(assumed)
             verdicts.append(verdict)
     return verdicts

@@ -10,7 +10,7 @@ from harness.contract.discovery import load_registry
 from harness.contract.registry import make_implementation
 from harness.reference.oracle import reference_attention
 from harness.reference.tensors import make_inputs
-from harness.reference.tolerance import FLOORS, baseline_attention, compare
+from harness.reference.tolerance import EPS, FLOORS, baseline_attention, compare
 from harness.verify.case_checks import check_kernel_case
 from harness.verify.suites import SUITES, kernel_cases
 from harness.verify.worker import kind_functions
@@ -135,3 +135,36 @@ def test_the_relative_l2_allowance_for_large_logits_still_fails_a_wrong_answer()
     assert compare(relative, oracle, rounded, dtype="float32", m=2, logit_max=2000.0).ok
     for wrong in (torch.zeros_like(oracle), oracle.flip(-2)):  # far off: the allowance does not hide it
         assert not compare(wrong, oracle, rounded, dtype="float32", m=2, logit_max=30.0).ok
+
+
+def test_the_dv_allowance_for_large_logits_scales_by_the_terms_each_element_sums() -> None:
+    """dV = P^T dO sums a GQA group's rows: terms of size A that cancel to a small dV still carry eps * max|logit|
+    * A of a recomputed P's rounding. The allowance scales by A (``logit_magnitude``); a wrong answer still fails."""
+    oracle = torch.full((1, 1, 4, 8), 0.5, dtype=torch.float64)
+    rounded = oracle.to(torch.float32).to(torch.float64)
+    terms, logits = 40.0, 300.0
+    moved = oracle.clone()
+    moved[0, 0, 1, 2] += 0.5 * terms * EPS["float32"] * logits  # half the allowance the terms give
+    assert not compare(moved, oracle, rounded, dtype="float32", m=3, logit_max=logits).ok
+    assert compare(moved, oracle, rounded, dtype="float32", m=3, logit_max=logits, logit_magnitude=terms).ok
+    wrong = oracle * 1.01
+    assert not compare(wrong, oracle, rounded, dtype="float32", m=3, logit_max=logits, logit_magnitude=terms).ok
+
+
+def test_the_backward_floor_reads_the_size_of_the_terms_of_each_logit_and_of_dv() -> None:
+    """The gradient floor's two sizes, against the same sums written out in float64: the logits' terms
+    (|scale| sum |q_i k_i|, never below |logit|) and dV's (max of P^T |dO| summed over each KV head's group)."""
+    from harness.verify.checks import _value_terms, logit_max, logit_terms_max
+
+    case = AttentionCase(batch=1, heads=6, kv_heads=2, tq=3, tk=9, d=16, scale=0.3, inputs="large", grad=True)
+    inputs = make_inputs(case, 5)
+    q, k = inputs.q64, inputs.k64.repeat_interleave(3, 1)
+    terms = float((q.abs() @ k.abs().transpose(-1, -2)).max()) * 0.3
+    assert logit_terms_max(case, inputs) == pytest.approx(terms, rel=1e-12)
+    assert logit_terms_max(case, inputs) >= logit_max(case, inputs)
+    dout = torch.randn(1, 6, 3, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    p = torch.softmax(q @ k.transpose(-1, -2) * 0.3, -1)
+    by_hand = (p.transpose(-1, -2) @ dout.abs()).unflatten(1, (2, 3)).sum(2)
+    assert _value_terms(case, inputs, inputs.oracle_kwargs(case), None, dout) == pytest.approx(float(by_hand.max()), rel=1e-12)
+    dv = (p.transpose(-1, -2) @ dout).unflatten(1, (2, 3)).sum(2)
+    assert float(by_hand.max()) > float(dv.abs().max())  # the group's terms cancel: the sum of sizes is larger

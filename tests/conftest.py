@@ -39,12 +39,13 @@ class Cli:
         return {**os.environ, "PYTHONUNBUFFERED": "1", **(extra or {})}
 
     def __call__(self, *args: str, env: Mapping[str, str] | None = None, timeout: float = BOUND_S,
-                 cwd: Path | None = None, preexec_fn: Callable[[], None] | None = None
+                 cwd: Path | None = None, preexec_fn: Callable[[], None] | None = None, pass_fds: Sequence[int] = ()
                  ) -> subprocess.CompletedProcess[str]:
-        """Run to the end, output captured; a run past ``timeout`` fails the test naming the command."""
+        """Run to the end, output captured (``pass_fds``: descriptors it inherits besides the standard three); a run
+        past ``timeout`` fails the test naming the command."""
         try:
             return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                                  env=self.env(env), preexec_fn=preexec_fn)
+                                  env=self.env(env), preexec_fn=preexec_fn, pass_fds=pass_fds)
         except subprocess.TimeoutExpired:
             pytest.fail(f"attnbench {' '.join(args[:2])} did not end within {timeout:g} s (a hang, or a pipe held open)")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from harness import __version__
 from harness.errors import DISK_FULL_ERRNOS, AttnbenchError, UsageError, printable
-from harness.runtime import interrupts, streams
+from harness.runtime import interrupts, isolation, streams
 
 COMMANDS = ("list", "verify", "bench", "report", "compare", "ab", "run")
 
@@ -184,6 +184,7 @@ def entry() -> None:
     (:mod:`harness.runtime.streams`): stdout carries the answer alone, whatever the caller closed."""
     streams.fill_standard_fds()
     streams.forgiving_encoding()
+    isolation.command_process()
     code = main()
 
     def late_interrupt(signum: int, frame: object) -> None:

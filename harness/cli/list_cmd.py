@@ -134,7 +134,7 @@ def detail(entry: dict[str, object]) -> str:
 def run(args: argparse.Namespace) -> int:
     from harness.results.files import dumps  # strict JSON: no bare NaN from a plugin's capabilities
 
-    start_forkserver()  # it imports torch on one core while the plugins load on the other
+    start_forkserver(from_here=True)  # before the plugins load: the server may be this process, forked
     registry: Registry = registry_from_args(args)
     if args.names:
         chosen = registry.select(args.names)  # an unknown name is a usage error listing the known ones

@@ -25,6 +25,7 @@ from harness.errors import Interrupted, UsageError
 from harness.report.terminal import problems, verify_table
 from harness.results import Run, new_run_id
 from harness.results.files import dumps
+from harness.runtime.isolation import start_forkserver
 from harness.verify.runner import wall_clock
 from harness.verify.suites import SUITES
 
@@ -128,6 +129,7 @@ def execute(request: VerifyRequest) -> int:
     if not request.to_stdout:  # a bad --json costs a second, not the plugins' start-up
         check_out(path, "verify", force=request.force)
     try:
+        start_forkserver(from_here=True)  # before the plugins load: the server may be this process, forked
         registry = registry_of(settings.plugins)
         started = wall_clock()
         result = run_verify(settings, path, force=request.force, registry=registry)

@@ -38,7 +38,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -402,17 +402,102 @@ def _context(method: str) -> Any:
     return mp.get_context("spawn")
 
 
-def start_forkserver() -> None:
+_COMMAND_PROCESS = False
+"""Whether this process is the ``attnbench`` command itself (:func:`command_process`), not a host calling
+:func:`harness.cli.main` (a test, a notebook), whose state a forked server must not carry."""
+
+
+def command_process() -> None:
+    """Mark this process as the command: :func:`start_forkserver` may fork the server from it."""
+    global _COMMAND_PROCESS
+    _COMMAND_PROCESS = True
+
+
+def start_forkserver(from_here: bool = False) -> None:
     """Start the forkserver now, without waiting for it: its import of torch (:data:`FORKSERVER_PRELOAD`) runs on
-    another core while this process loads the plugins, instead of after. The first worker waits for it as usual."""
+    another core while this process loads the plugins, instead of after. The first worker waits for it as usual.
+
+    ``from_here``: called before any plugin is loaded, so the server may be this process forked (see
+    :func:`_forked_server`) instead of a new interpreter that imports torch a second time."""
     if "forkserver" not in mp.get_all_start_methods():
         return
     streams.fill_standard_fds()
     _context("forkserver")
     multiprocessing.resource_tracker.ensure_running()
     _short_socket_dir()
-    with _sigint_blocked():
+    with _sigint_blocked(), _forked_server() if from_here and _may_fork_server() else contextlib.nullcontext():
         multiprocessing.forkserver.ensure_running()
+
+
+def _may_fork_server() -> bool:
+    """Linux, the command's own process, one thread, and no server yet: then a fork of this process is as clean
+    a server as a new interpreter (no plugin is loaded yet; torch has run nothing, so no thread pool is up)."""
+    import threading
+
+    server: Any = multiprocessing.forkserver._forkserver  # CPython's one server
+    return (sys.platform.startswith("linux") and _COMMAND_PROCESS and threading.active_count() == 1
+            and getattr(server, "_forkserver_pid", None) is None)
+
+
+@contextlib.contextmanager
+def _forked_server() -> Iterator[None]:
+    """Inside the block, multiprocessing starts its forkserver as a fork of this process instead of a new
+    interpreter: the command imports torch and NumPy once (it would for its plugins anyway) and the server
+    inherits them, which saves a second import of torch (about 1 s of CPU) in every verify and list.
+
+    multiprocessing runs ``python -c CODE`` (CODE: the server's ``main`` with its socket, its pipe and the modules
+    to preload) through ``util.spawnv_passfds``; here the fork runs the same CODE itself, after making itself what
+    a new interpreter would be: only the standard streams and the passed descriptors open, the signal handlers
+    this process installed back to their defaults, the objects it holds kept from the collector. It never returns
+    to this process's code: it leaves with ``os._exit`` when the server ends."""
+    import multiprocessing.util as util  # the module whose spawnv_passfds the forkserver calls
+
+    import numpy  # noqa: F401 - the heavy part of the preload, imported here before the fork
+    import torch  # noqa: F401
+
+    spawn = util.spawnv_passfds
+    util.spawnv_passfds = _fork_in_place
+    try:
+        yield
+    finally:
+        util.spawnv_passfds = spawn
+
+
+def _fork_in_place(path: Any, args: Sequence[Any], passfds: Sequence[int]) -> int:
+    """``util.spawnv_passfds`` for :func:`_forked_server`: fork, and run ``args``' ``-c`` code in the child."""
+    import gc
+    import warnings
+
+    code = str(args[list(args).index("-c") + 1])
+    keep = {0, 1, 2, *(int(fd) for fd in passfds)}
+    with warnings.catch_warnings():  # Python 3.12+ warns of fork beside OpenBLAS's idle threads, as CPython's own forkserver forks
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid:
+        return pid
+    status = 0
+    try:
+        gc.freeze()  # objects of the command's that hold descriptors closed below are never finalised here
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) not in keep:
+                with contextlib.suppress(OSError):
+                    os.close(int(name))
+        for signum in signal.valid_signals():
+            with contextlib.suppress(OSError, ValueError):
+                if callable(signal.getsignal(signum)) and signum != signal.SIGINT:
+                    signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        exec(code, {"__name__": "__mp_main__"})  # multiprocessing's own server command, as `python -c` would run it
+    except SystemExit as end:
+        status = end.code if isinstance(end.code, int) else 0
+    except BaseException:  # noqa: BLE001 - as a server started by a new interpreter would: the traceback, exit 1
+        traceback.print_exc()
+        status = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(status)
 
 
 def kill_all_workers() -> None:

@@ -32,10 +32,14 @@ HOW, WHERE = {how!r}, {where!r}
 
 
 def _command_pid():
-    """The attnbench process: this worker's parent, or the forkserver's parent (verify)."""
+    """The attnbench process: the outermost of this worker's ancestors that run attnbench's code (the command,
+    its forkserver: a new interpreter, or the command forked)."""
+    def parent(pid):
+        return int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
+
     pid = os.getppid()
-    if b"forkserver" in open(f"/proc/{{pid}}/cmdline", "rb").read():
-        pid = int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
+    while b"harness" in open(f"/proc/{{parent(pid)}}/cmdline", "rb").read():
+        pid = parent(pid)
     return pid
 
 

@@ -4,7 +4,8 @@ A terminal's Ctrl-C reaches every process of the foreground group: attnbench, it
 and its workers. Only attnbench may answer it (exit 130, one "interrupted" line); a helper
 must never print a ``KeyboardInterrupt`` traceback of its own. The signal lands while a helper
 is starting up by construction: a ``sitecustomize`` module (imported by every interpreter at
-start-up) stops the forkserver at a gate until the test has sent SIGINT to the group.
+start-up) stops the forkserver at a gate until the test has sent SIGINT to the group; where the command forks
+its forkserver instead, a fork handler it registers in the command does.
 """
 
 from __future__ import annotations
@@ -33,27 +34,48 @@ def _command_line():
         return ""
 
 
-if {marker!r} in _command_line():
-    try:  # the first such helper stops here; any later one goes on
+def _gate():
+    try:  # the first helper stops here; any later one goes on
         _fd = os.open(_GATES / "helper.started", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
-        _fd = None
-    if _fd is not None:
-        os.write(_fd, str(os.getpid()).encode())
-        os.close(_fd)
-        _deadline = time.monotonic() + {bound}
-        while not (_GATES / "helper.release").exists() and time.monotonic() < _deadline:
-            time.sleep(0.02)
+        return
+    os.write(_fd, str(os.getpid()).encode())
+    os.close(_fd)
+    _deadline = time.monotonic() + {bound}
+    while not (_GATES / "helper.release").exists() and time.monotonic() < _deadline:
+        time.sleep(0.02)
+
+
+_FORKS = [0]
+
+
+def _forked(level):
+    def handler():  # inherited by forks of forks: counts how many forks deep this process is
+        _FORKS[0] += 1
+        if _FORKS[0] == level:
+            _gate()
+    return handler
+
+
+if {marker!r} in _command_line():  # a forkserver started as a new interpreter; its forks are workers
+    if {at!r} == "server":
+        _gate()
+    else:
+        os.register_at_fork(after_in_child=_forked(1))
+elif "-m harness" in _command_line():  # the command: its one fork is a forkserver, whose forks are workers
+    os.register_at_fork(after_in_child=_forked(1 if {at!r} == "server" else 2))
 '''
 
 FORKSERVER = "from multiprocessing.forkserver import main"
 
 
-def _group_interrupted(attnbench, tmp_path: Path, *argv: str) -> tuple[int, str, str]:
-    """Run attnbench in its own process group, SIGINT the group while its forkserver starts up."""
+def _group_interrupted(attnbench, tmp_path: Path, *argv: str, at: str = "server") -> tuple[int, str, str]:
+    """Run attnbench in its own process group, SIGINT the group while its forkserver (``at="server"``) or its
+    first worker (``"worker"``) starts up."""
     site = tmp_path / "site"
     site.mkdir()
-    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(gates=str(tmp_path), marker=FORKSERVER, bound=BOUND_S))
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(gates=str(tmp_path), marker=FORKSERVER, bound=BOUND_S,
+                                                                at=at))
     path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
     proc = attnbench.start(*argv, env={"PYTHONPATH": path}, new_session=True)
     try:
@@ -80,7 +102,7 @@ def test_ctrl_c_to_the_group_while_verify_starts_its_helpers_is_one_clean_line(t
 def test_ctrl_c_to_the_group_during_runs_verify_is_one_line_with_the_real_paths(tmp_path: Path, attnbench) -> None:
     results = tmp_path / "results"
     code, _, err = _group_interrupted(attnbench, tmp_path, "run", "--only", "numpy_naive", "--results-dir", str(results),
-                                      "--reports-dir", str(tmp_path / "reports"))
+                                      "--reports-dir", str(tmp_path / "reports"), at="worker")  # verify's file exists
     assert code == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     [line] = _interrupted_lines(err)

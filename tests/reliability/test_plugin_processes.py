@@ -85,6 +85,27 @@ def greedy(q, k, v, *, causal=False, mask=None, scale=None):
     return _attend(q, k, v, causal, mask, scale) + hoard[:1].astype(q.dtype) * 0
 '''
 
+INHERITS = KERNEL + '''
+import signal
+
+
+@register("inherits_nothing", backend="numpy")
+def inherits_nothing(q, k, v, *, causal=False, mask=None, scale=None):
+    """Raises if its worker holds a file of the command's output folder (MARK) or runs a handler the command set."""
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{{fd}}")
+        except OSError:
+            continue
+        if MARK in target:
+            raise RuntimeError(f"the worker holds the command's file {{target}} (fd {{fd}})")
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
+        handler = signal.getsignal(signum)
+        if callable(handler) and getattr(handler, "__module__", "").startswith("harness.cli"):
+            raise RuntimeError(f"the worker runs the command's handler for {{signum}}")
+    return _attend(q, k, v, causal, mask, scale)
+'''
+
 BENCH = ["--T", "16", "--heads", "1", "--d", "8",
          "--roof-budget", "0.01", "--budget", "0.01", "--min-samples", "2", "--no-memory", "--quiet",
          "--threads", "1"]
@@ -159,6 +180,22 @@ def test_verify_ends_with_no_process_of_the_plugin_left_and_no_pipe_held(tmp_pat
         assert _marked(mark) == [], "processes the plugin started outlived the command"
     finally:
         _kill(_marked(mark))
+
+
+def test_a_verify_worker_holds_no_file_of_the_command_and_runs_none_of_its_signal_handlers(tmp_path: Path,
+                                                                                          attnbench) -> None:
+    """Workers come from a server that was the command's process until it forked (it saves a second import of
+    torch): it must carry nothing of the command's but the standard streams and the default signal handlers."""
+    mark = f"attnbench-out-{uuid.uuid4().hex}"
+    out = tmp_path / mark
+    out.mkdir()
+    held = (out / "held.txt").open("w")  # a descriptor the command inherits and would pass on
+    try:
+        done = attnbench("verify", "--plugin", str(_plugin(tmp_path, INHERITS, mark)), "--only", "inherits_nothing",
+                         "--suite", "small", "--trials", "1", "--json", str(out / "v.json"), pass_fds=(held.fileno(),))
+    finally:
+        held.close()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_bench_makes_leftover_processes_a_violation_and_kills_them(tmp_path: Path, attnbench) -> None:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
-from harness.contract.conventions import KEY_PADDING_MASKS
 from harness.contract.registry import Implementation
 from harness.results import CellCase, ResultWriter, Status, VerifyCell
 from harness.verify.outcome import CheckResult
@@ -38,10 +37,10 @@ from harness.verify.reproducer import reproducer
 from harness.verify.structured import (
     BATCH_ONE,
     FORWARD_ONLY,
-    NEEDS,
     NEEDS_CAUSAL,
     apply_structure,
     expressible,
+    masks_taken,
     structure_kinds,
 )
 
@@ -58,12 +57,7 @@ def case_strategy(impl: Implementation) -> Any:
 
     kinds = structure_kinds(impl)
     can = expressible(impl)
-    masks: tuple[str, ...] = MASKS_SIMPLEST_FIRST
-    ranks: tuple[str, ...] = MASK_RANKS
-    if impl.conventions.mask_kind == "key_padding":  # (B, Tk) booleans: the masks that reduce to them, nothing folded
-        masks = tuple(m for m in MASKS_SIMPLEST_FIRST if m == "none" or m in KEY_PADDING_MASKS)
-        ranks, can = ("full",), frozenset(impl.structures)
-        kinds = [kind for kind in kinds if NEEDS[kind] <= can]
+    masks, ranks = masks_taken(impl, MASKS_SIMPLEST_FIRST, MASK_RANKS)
     grad_ok = impl.grad and impl.backend == "torch"
 
     @st.composite

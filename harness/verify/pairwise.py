@@ -24,7 +24,14 @@ from allpairspy import AllPairs
 from harness.case.attention import INPUTS, LAYOUTS, MASK_RANKS, AttentionCase, CaseFields
 from harness.contract.registry import Implementation
 from harness.results import Coverage
-from harness.verify.structured import apply_structure, expressible, invalid, structure_kinds, structure_label
+from harness.verify.structured import (
+    apply_structure,
+    expressible,
+    invalid,
+    masks_taken,
+    structure_kinds,
+    structure_label,
+)
 
 GQA = {1: (2, 2), 2: (4, 2), 3: (6, 2), 4: (8, 2), 7: (14, 2), 8: (16, 2), "mqa": (6, 1)}
 """GQA ratio -> (query heads, kv heads): 7 and 3 as real models use them (28/4, 6/2), 8 (Llama-3 70B's
@@ -57,12 +64,13 @@ SUITE_AXES = {"quick": QUICK, "full": FULL}
 def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
     """Every axis and the values ``impl`` declares for it (a single value where it declares nothing)."""
     size = SUITE_AXES[suite]
+    masks, ranks = masks_taken(impl, MASK_KINDS, MASK_RANKS)
     return {
         "dtype": list(impl.dtypes),
         "scale": [None, 0.3, 1.0],
         "causal": [False, True] if impl.causal else [False],
-        "mask": list(MASK_KINDS) if impl.mask else ["none"],
-        "mask_rank": list(MASK_RANKS) if impl.mask else ["full"],
+        "mask": list(masks),
+        "mask_rank": list(ranks),
         "gqa": list(GQA) if impl.gqa else [1],
         "tq": list(size.tq),
         "tk": list(size.tk),
@@ -101,30 +109,26 @@ def odd_layout(common: str) -> str:
 
 def pair_problem(a: str, x: Any, b: str, y: Any) -> str | None:
     """Why values ``x`` of axis ``a`` and ``y`` of axis ``b`` cannot share a case, or None."""
-    values = {a: x, b: y}
+    return row_problem({a: x, b: y})
+
+
+def row_problem(values: dict[str, Any]) -> str | None:
+    """Why the values of some axes (a pair, a partial row, a whole row) cannot share a case, or None: a mask rank
+    without a mask, a soft-cap with a bias, a structure that the causal flag, the batch or gradients rule out."""
     if values.get("mask") == "none" and values.get("mask_rank", "full") != "full":
         return "a mask rank needs a mask"
     if values.get("softcap") is not None and values.get("bias", "none") != "none":
         return "a soft-cap with a bias: kernels differ in where the bias joins"
-    if "structure" in values:
+    if values.get("structure") is not None:
         return invalid(values["structure"], causal=values.get("causal", True), batch=values.get("batch", 1),
                        grad=values.get("grad", False))
     return None
 
 
 def _valid_row(names: list[str]) -> Any:
-    """allpairspy's filter, on partial rows too: the values so far can share a case (the only constraints
-    are :func:`pair_problem`'s, which involve the mask, its rank, a soft-cap with a bias, and the structure with three
-    others)."""
+    """allpairspy's filter, on partial rows too: the values so far can share a case (:func:`row_problem`)."""
     def valid(row: list[Any]) -> bool:
-        named = dict(zip(names, row))
-        if named.get("mask") == "none" and named.get("mask_rank", "full") != "full":
-            return False
-        if named.get("softcap") is not None and named.get("bias", "none") != "none":
-            return False
-        kind = named.get("structure")
-        return kind is None or not invalid(kind, causal=named.get("causal", True), batch=named.get("batch", 1),
-                                           grad=named.get("grad", False))
+        return row_problem(dict(zip(names, row))) is None
     return valid
 
 

@@ -22,9 +22,11 @@ for coverage.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from harness.case.attention import CaseFields
+from harness.contract.conventions import KEY_PADDING_MASKS
 from harness.contract.registry import Implementation
 
 KINDS = ("none", "window", "window_left", "window_br", "causal_br", "varlen", "varlen_br", "cache", "cache_window",
@@ -50,8 +52,22 @@ FOLDABLE = frozenset({"window", "bottom_right", "varlen", "cache_seqlens"})
 
 
 def expressible(impl: Implementation) -> frozenset[str]:
-    """Structures ``impl`` can be given: those it declares, and the foldable ones when it takes masks."""
-    return frozenset(impl.structures) | (FOLDABLE if impl.mask else frozenset())
+    """Structures ``impl`` can be given: those it declares, and the foldable ones when it takes dense masks (a
+    kernel that takes (B, Tk) key-padding masks has nowhere to fold a structure into)."""
+    folds = impl.mask and impl.conventions.mask_kind != "key_padding"
+    return frozenset(impl.structures) | (FOLDABLE if folds else frozenset())
+
+
+def masks_taken(impl: Implementation, kinds: Sequence[str], ranks: Sequence[str]
+                ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The mask kinds and ranks (of ``kinds`` and ``ranks``, in their order) a case can give ``impl``: none but
+    "none" and "full" when it takes no mask, those that reduce to (B, Tk) booleans when it takes key padding
+    (:data:`~harness.contract.conventions.KEY_PADDING_MASKS`, full rank), else all."""
+    if not impl.mask:
+        return ("none",), ("full",)
+    if impl.conventions.mask_kind == "key_padding":
+        return tuple(k for k in kinds if k == "none" or k in KEY_PADDING_MASKS), ("full",)
+    return tuple(kinds), tuple(ranks)
 
 
 def structure_kinds(impl: Implementation) -> list[str]:

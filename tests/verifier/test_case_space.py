@@ -195,3 +195,19 @@ def test_the_search_gives_a_key_padding_kernel_only_masks_it_takes() -> None:
 
     drawn()
     assert set(KEY_PADDING_MASKS) <= masks
+
+
+def test_the_covering_array_gives_a_key_padding_kernel_only_masks_it_takes() -> None:
+    """The pairwise rows for a kernel that takes (B, Tk) key-padding masks: every row runs (no mask of another
+    shape, no structure that would have to be folded into a full mask), and each kind of key padding is in one."""
+    from harness import register
+    from harness.contract.conventions import KEY_PADDING_MASKS, Conventions
+    from harness.verify.pairwise import pairwise_cases
+
+    impl = register("key_padding_rows", backend="torch", causal=True, mask=True, gqa=True,
+                    conventions=Conventions(mask_kind="key_padding"))(
+        lambda q, k, v, *, causal=False, mask=None, scale=None: v).__attnbench__
+    cases = pairwise_cases(impl, "quick", "cpu")
+    assert cases and all(not impl.declared_gaps(c) for c in cases), [(c.id, impl.declared_gaps(c)) for c in cases
+                                                                      if impl.declared_gaps(c)][:3]
+    assert set(KEY_PADDING_MASKS) <= {c.mask for c in cases}

@@ -97,38 +97,56 @@ def _float64_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: to
     return dq, dk, dv
 
 
+def _with_sinks(out: torch.Tensor, lse: torch.Tensor, sinks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Learned sinks (gpt-oss: one logit per query head that joins each row's denominator and adds nothing to the
+    output), applied to the kernel's answer: the LSE becomes logaddexp(LSE, sink) and the output is scaled by
+    exp(LSE - that). Exact, and the backward needs nothing else: recomputing P = exp(S - LSE) from the new LSE gives
+    the sink-normalised weights, and rowsum(dO * O) over the scaled O is the sink-aware D. A row with no key keeps
+    an output of 0."""
+    total = torch.logaddexp(lse, sinks.to(lse.dtype).view(1, -1, 1))
+    return out * torch.exp(lse - total).unsqueeze(-1), total
+
+
 class FusedFlashAttention(torch.autograd.Function):
     """The fused forward; the compiled backward recomputes from the saved output and LSE."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k, isa, structure):  # type: ignore[override]
+    def forward(ctx, q, k, v, sinks, mask, causal, scale, block_q, block_k, isa, structure):  # type: ignore[override]
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         out, lse = fused_forward(q, k, v, mask, structure[2], scale, block_q, block_k, isa)
-        ctx.save_for_backward(q, k, v, out, lse)
+        if sinks is not None:
+            out, lse = _with_sinks(out, lse, sinks)
+        ctx.save_for_backward(q, k, v, out, lse, sinks)
         ctx.args = (mask, causal, scale, block_q, block_k, isa, structure)
         ctx.mark_non_differentiable(lse)
         return out.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):  # type: ignore[override]
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, sinks = ctx.saved_tensors
         mask, causal, scale, block_q, block_k, isa, structure = ctx.args
         if q.dtype == torch.float64:
             dq, dk, dv = _float64_backward(q, k, v, out, lse, dout, mask, causal, scale, block_q, block_k, structure)
         else:
             dq, dk, dv = fused_backward(q, k, v, out, lse, dout, mask, structure[2], scale, block_q, block_k, isa)
+        dsinks = None
+        if sinks is not None and ctx.needs_input_grad[3]:  # d sink = -sum over rows of p_sink * rowsum(dO * O)
+            weight = torch.exp(sinks.to(lse.dtype).view(1, -1, 1) - lse)
+            dsinks = -(weight * (dout.to(out.dtype) * out).sum(-1)).sum((0, 2)).to(sinks.dtype)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
-                None, None, None, None, None, None, None)
+                dsinks, None, None, None, None, None, None, None)
 
 
 def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                           mask: torch.Tensor | None = None, scale: float | None = None,
                           block_q: int | None = None, block_k: int | None = None, isa: str | None = None,
                           window: tuple[int, int] | None = None, causal_align: str = "top_left",
-                          cu_seqlens_q: Any = None, cu_seqlens_k: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
+                          sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa``
-    caps the kernels' tier (one of :data:`TIERS`; see :func:`tier`). ``window``, ``causal_align`` and
-    packed sequences (``cu_seqlens_*``, batch 1) as in the contract (docs/structures.md)."""
+    caps the kernels' tier (one of :data:`TIERS`; see :func:`tier`). ``window``, ``causal_align``,
+    packed sequences (``cu_seqlens_*``, batch 1) and learned ``sinks`` (H,) as in the contract
+    (docs/structures.md); with sinks the LSE counts them."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled_fused: {name}={size!r}; block sizes are positive integers, e.g. 256")
@@ -138,21 +156,22 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     seqs = sequences(q.shape[2], k.shape[2], causal, window, causal_align, cu_q, cu_k)
     own_gemm = tier(q.dtype, isa) != "generic"
     auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
-    return FusedFlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
+    return FusedFlashAttention.apply(q, k, v, sinks, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
                                      (window, causal_align, seqs))
 
 
 @register("tiled_fused", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
-          causal=True, mask=True, gqa=True, grad=True, available=available,
+          causal=True, mask=True, gqa=True, grad=True, sinks=True, available=available,
           structures=("window", "bottom_right", "varlen"), block_q=BLOCKS, block_k=BLOCKS,
           description="FlashAttention-2 compiled: fused softmax, AVX-512 float32 and AVX512_BF16 tile GEMMs, compiled backward")
 def tiled_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                 mask: torch.Tensor | None = None, scale: float | None = None,
                 block_q: int | None = None, block_k: int | None = None, window: tuple[int, int] | None = None,
                 causal_align: str = "top_left", cu_seqlens_q: torch.Tensor | None = None,
-                cu_seqlens_k: torch.Tensor | None = None) -> torch.Tensor:
+                cu_seqlens_k: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
     """Blocks default to :func:`fused_blocks` for the shape; any positive sizes give the same result.
-    Windows, bottom-right alignment and packed sequences are native: key blocks outside them are skipped."""
+    Windows, bottom-right alignment and packed sequences are native: key blocks outside them are skipped.
+    Learned sinks rescale the kernel's output by its LSE (:func:`_with_sinks`)."""
     return fused_flash_attention(q, k, v, causal=causal, mask=mask, scale=scale, block_q=block_q, block_k=block_k,
                                  window=window, causal_align=causal_align, cu_seqlens_q=cu_seqlens_q,
-                                 cu_seqlens_k=cu_seqlens_k)[0]
+                                 cu_seqlens_k=cu_seqlens_k, sinks=sinks)[0]

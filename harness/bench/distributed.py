@@ -25,7 +25,7 @@ from harness.bench.cell_timing import Measured
 from harness.bench.judging import new_cell, skipped_cell
 from harness.bench.roof_readings import confirmed, higher
 from harness.bench.sweeps import PlannedCell
-from harness.bench.tasks import bandwidth_task, memory_task, peak_task, timing_task, warm_up_task
+from harness.bench.tasks import bandwidth_task, clock_for, memory_task, peak_task, timing_task, warm_up_task
 from harness.bench.timing import TimingConfig
 from harness.contract.availability import checking, unsupported
 from harness.results import Bandwidth, BandwidthKey, Node, Peak, PeakKey, Status
@@ -59,17 +59,21 @@ def cell_on_node(name: str, source: str, case: dict[str, object], mode: str, tim
     return outcomes, {"load_average": os.getloadavg()[0]}
 
 
-def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float
+def peaks_on_node(keys: list[tuple[str, str]], threads: int | None, timeout: float, timing: TimingConfig
                   ) -> tuple[dict[PeakKey | BandwidthKey, Outcome], dict[str, object]]:
     """On a node: the GEMM peak of each (dtype, device) and the memory bandwidth of each device, in a
-    worker that never runs plugin code; keyed by their records' keys on no kind (the caller knows the node's)."""
+    worker that never runs plugin code; keyed by their records' keys on no kind (the caller knows the node's).
+    Read as a local run reads them (:class:`~harness.bench.roof_readings.RoofReadings`): on the cells' clock
+    and within the run's roof budget."""
     outcomes: dict[PeakKey | BandwidthKey, Outcome] = {
-        PeakKey(dtype, device): run_in_pool(("peak",), Task(dtype, peak_task, (dtype, device, threads)),
-                                            timeout=timeout, start_method="spawn")
+        PeakKey(dtype, device): run_in_pool(
+            ("peak",), Task(dtype, peak_task, (dtype, device, threads, clock_for(timing, device), timing.roof_budget_s)),
+            timeout=timeout, start_method="spawn")
         for dtype, device in keys}
     for device in sorted({device for _, device in keys}):
         outcomes[BandwidthKey(device, threads)] = run_in_pool(
-            ("peak",), Task(device, bandwidth_task, (device, threads)), timeout=timeout, start_method="spawn")
+            ("peak",), Task(device, bandwidth_task, (device, threads, clock_for(timing, device), timing.roof_budget_s)),
+            timeout=timeout, start_method="spawn")
     return outcomes, {}
 
 
@@ -85,7 +89,8 @@ class ClusterPeaks:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         cluster = self.cluster
-        refs = [self.submit(peaks_on_node, keys, self.runner.settings.threads, self.runner.settings.timeout_s,
+        settings = self.runner.settings
+        refs = [self.submit(peaks_on_node, keys, settings.threads, settings.timeout_s, settings.timing,
                             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)) for node in nodes]
         for ref in refs:
             try:

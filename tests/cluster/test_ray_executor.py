@@ -146,6 +146,8 @@ def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_
         assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:])), spans
     kinds = {k for k in on_ray.peaks if k.kind is not None}
     assert kinds and all(on_ray.peaks[k].get("confirmed_gflops") for k in kinds)
+    # the nodes read their roofs as the local run does: within its roof budget (a smaller GEMM), on its clock
+    assert {on_ray.peaks[k].n for k in kinds} == {p.n for p in local.peaks.values()}
     assert on_ray.bandwidth and all(key.kind is not None and record.get("confirmed_read_gbps") for key, record in on_ray.bandwidth.items())
 
     # resume on the cluster: an interrupted local file keeps its cells, the cluster measures the rest

@@ -106,7 +106,7 @@ def inherits_nothing(q, k, v, *, causal=False, mask=None, scale=None):
             raise RuntimeError(f"the worker holds the command's file {{target}} (fd {{fd}})")
     for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1):
         handler = signal.getsignal(signum)
-        if callable(handler) and getattr(handler, "__module__", "").startswith("harness.cli"):
+        if callable(handler) and getattr(handler, "__module__", "").startswith("harness"):
             raise RuntimeError(f"the worker runs the command's handler for {{signum}}")
     return _attend(q, k, v, causal, mask, scale)
 '''

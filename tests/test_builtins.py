@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
 from harness.case.attention import AttentionCase
 from harness.contract.discovery import load_registry
 from harness.reference.oracle import reference_attention
-from harness.reference.tensors import dtype_name, make_inputs, to_float64
+from harness.reference.tensors import Inputs, dtype_name, make_inputs, to_float64
 
 pytestmark = pytest.mark.tier  # results depend on the CPU's tier: CI runs it again capped (scripts/at_tier.py)
 
@@ -126,6 +128,18 @@ def test_sinks_softcap_and_value_dim_match_the_oracle(name: str, case: Attention
     assert (got - want).abs().max().item() < tol * max(1.0, want.abs().max().item())
 
 
+def _with_sinks_grads(fn: Any, case: AttentionCase, inputs: Inputs, dout: torch.Tensor, oracle: bool = False
+                      ) -> tuple[torch.Tensor, ...]:
+    """(out, dq, dk, dv, d sinks) of ``fn`` on the case's inputs (the float64 ones for the ``oracle``), by autograd
+    with the sinks a leaf of their own."""
+    arrays = (inputs.q64, inputs.k64, inputs.v64, inputs.sinks64) if oracle else (inputs.q, inputs.k, inputs.v,
+                                                                                   inputs.sinks)
+    kwargs = inputs.oracle_kwargs(case) if oracle else inputs.kwargs(case)
+    leaves = [x.detach().clone().requires_grad_(True) for x in arrays]
+    out = fn(*leaves[:3], sinks=leaves[3], **{key: value for key, value in kwargs.items() if key != "sinks"})
+    return (out, *torch.autograd.grad(out, leaves, dout))
+
+
 def test_torch_eager_gradients_reach_the_sinks_through_the_soft_cap_and_value_dim() -> None:
     """dq, dk, dv and d sinks by autograd through torch_eager equal the float64 oracle's, rows with no key included."""
     case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=9, tk=13, d=16, dv=8, sinks=True, softcap=3.0,
@@ -134,16 +148,8 @@ def test_torch_eager_gradients_reach_the_sinks_through_the_soft_cap_and_value_di
     dout = torch.randn(case.batch, case.heads, case.tq, case.value_dim, dtype=torch.float64,
                        generator=torch.Generator().manual_seed(5))
 
-    def grads(fn, q, k, v, sinks, **kwargs):  # type: ignore[no-untyped-def]
-        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v, sinks)]
-        out = fn(*leaves[:3], sinks=leaves[3], **kwargs)
-        return torch.autograd.grad(out, leaves, dout)
-
-    kwargs = {**inputs.kwargs(case)}
-    kwargs.pop("sinks")
-    got = grads(REGISTRY.get("torch_eager"), inputs.q, inputs.k, inputs.v, inputs.sinks, **kwargs)
-    oracle_kwargs = {key: value for key, value in inputs.oracle_kwargs(case).items() if key != "sinks"}
-    want = grads(reference_attention, inputs.q64, inputs.k64, inputs.v64, inputs.sinks64, **oracle_kwargs)
+    got = _with_sinks_grads(REGISTRY.get("torch_eager"), case, inputs, dout)[1:]
+    want = _with_sinks_grads(reference_attention, case, inputs, dout, oracle=True)[1:]
     for name, g, w in zip(("dq", "dk", "dv", "dsinks"), got, want):
         assert torch.isfinite(g).all(), name
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
@@ -184,15 +190,8 @@ def test_tiled_fused_takes_sinks_exactly_in_both_passes(causal: bool) -> None:
     dout = torch.randn(case.batch, case.heads, case.tq, case.d, dtype=torch.float64,
                        generator=torch.Generator().manual_seed(7))
 
-    def run(fn, q, k, v, sinks, **kwargs):  # type: ignore[no-untyped-def]
-        leaves = [x.detach().clone().requires_grad_(True) for x in (q, k, v, sinks)]
-        out = fn(*leaves[:3], sinks=leaves[3], **kwargs)
-        return (out, *torch.autograd.grad(out, leaves, dout))
-
-    kwargs = {key: value for key, value in inputs.kwargs(case).items() if key != "sinks"}
-    got = run(impl, inputs.q, inputs.k, inputs.v, inputs.sinks, **kwargs)
-    oracle_kwargs = {key: value for key, value in inputs.oracle_kwargs(case).items() if key != "sinks"}
-    want = run(reference_attention, inputs.q64, inputs.k64, inputs.v64, inputs.sinks64, **oracle_kwargs)
+    got = _with_sinks_grads(impl, case, inputs, dout)
+    want = _with_sinks_grads(reference_attention, case, inputs, dout, oracle=True)
     for name, g, w in zip(("out", "dq", "dk", "dv", "dsinks"), got, want):
         torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=name)
     assert want[4].abs().max() > 0 and (want[0] == 0).all(-1).any()  # d sinks checked; some row has no key

@@ -172,28 +172,23 @@ def _oracle_and_base(case: AttentionCase, inputs: Inputs, v64: torch.Tensor, k64
     return oracle, base.to(torch.float64)
 
 
-def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
+def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None, *, terms: bool = False) -> float:
     """max |scale * q.k + bias| over the keys each query (of ``rows``, when given) may attend to (float64):
-    sizes the rule's floor. In float64 times sqrt(d) (:func:`floor_logit_factor`). Reused like the oracle."""
+    sizes the rule's floor. In float64 times sqrt(d) (:func:`floor_logit_factor`). Reused like the oracle.
+
+    ``terms``: max of ``|scale| * sum_i |q_i k_i| + |bias|`` instead, the size of the terms a logit is summed
+    from, which bounds its rounding in any summation order however much they cancel (a logit of 142 from terms
+    of 492 moved a correct kernel's recomputed weights by 1.9 eps * 142). The backward's floor uses it
+    (:func:`harness.reference.tolerance.backward_logit_term`): a kernel that recomputes P from the forward's
+    log-sum-exp forms S twice, in two orders, and the baseline's exp(S - max S) is exact on a dominant key. An
+    upper bound under a soft-cap too (the cap's slope is at most 1)."""
     if not _reused(case):
-        return _logit_max(case, inputs, rows)
-    return MEMO.get("logit_max", case, (*_reference_inputs(inputs), rows), lambda: _logit_max(case, inputs, rows))
+        return _logit_max(case, inputs, rows, terms)
+    return MEMO.get("logit_terms_max" if terms else "logit_max", case, (*_reference_inputs(inputs), rows),
+                    lambda: _logit_max(case, inputs, rows, terms))
 
 
-def logit_terms_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
-    """max of ``|scale| * sum_i |q_i k_i| + |bias|`` over the keys each query may attend to: the size of the
-    terms a logit is summed from, which bounds its rounding in any summation order however much they cancel
-    (a logit of 142 from terms of 492 moved a correct kernel's recomputed weights by 1.9 eps * 142). The
-    backward's floor uses it (:func:`harness.reference.tolerance.backward_logit_term`): a kernel that recomputes
-    P from the forward's log-sum-exp forms S twice, in two orders, and the baseline's exp(S - max S) is exact
-    on a dominant key. An upper bound under a soft-cap too (the cap's slope is at most 1)."""
-    if not _reused(case):
-        return _logit_max(case, inputs, rows, terms=True)
-    return MEMO.get("logit_terms_max", case, (*_reference_inputs(inputs), rows),
-                    lambda: _logit_max(case, inputs, rows, terms=True))
-
-
-def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, terms: bool = False) -> float:
+def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, terms: bool) -> float:
     kwargs = inputs.oracle_kwargs(case)
     q = inputs.q64 if rows is None else inputs.q64[:, :, rows]
     # grouped, as the oracle forms its logits: a GQA cache is never repeated per query head
@@ -405,7 +400,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
     sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
     base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
-    logits = backward_logit_term(logit_terms_max(case, inputs, rows), case.tk)
+    logits = backward_logit_term(logit_max(case, inputs, rows, terms=True), case.tk)
     magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
     magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
     cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))

@@ -154,14 +154,14 @@ def test_the_dv_allowance_for_large_logits_scales_by_the_terms_each_element_sums
 def test_the_backward_floor_reads_the_size_of_the_terms_of_each_logit_and_of_dv() -> None:
     """The gradient floor's two sizes, against the same sums written out in float64: the logits' terms
     (|scale| sum |q_i k_i|, never below |logit|) and dV's (max of P^T |dO| summed over each KV head's group)."""
-    from harness.verify.checks import _value_terms, logit_max, logit_terms_max
+    from harness.verify.checks import _value_terms, logit_max
 
     case = AttentionCase(batch=1, heads=6, kv_heads=2, tq=3, tk=9, d=16, scale=0.3, inputs="large", grad=True)
     inputs = make_inputs(case, 5)
     q, k = inputs.q64, inputs.k64.repeat_interleave(3, 1)
     terms = float((q.abs() @ k.abs().transpose(-1, -2)).max()) * 0.3
-    assert logit_terms_max(case, inputs) == pytest.approx(terms, rel=1e-12)
-    assert logit_terms_max(case, inputs) >= logit_max(case, inputs)
+    assert logit_max(case, inputs, terms=True) == pytest.approx(terms, rel=1e-12)
+    assert logit_max(case, inputs, terms=True) >= logit_max(case, inputs)
     dout = torch.randn(1, 6, 3, 16, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     p = torch.softmax(q @ k.transpose(-1, -2) * 0.3, -1)
     by_hand = (p.transpose(-1, -2) @ dout.abs()).unflatten(1, (2, 3)).sum(2)

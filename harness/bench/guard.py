@@ -37,6 +37,7 @@ from harness.bench import (
 )
 from harness.bench.fingerprint import Print
 from harness.bench.fresh import Fresh
+from harness.bench.verdicts import CPU_WINDOW_S
 from harness.reference.integrity import result_problem, thread_problem
 
 CLOCK = time.perf_counter
@@ -49,10 +50,6 @@ _BOUND = {name: getattr(time, name) for name in ("perf_counter", "perf_counter_n
 DEFAULT_INPUT_SETS = 3
 """Input sets a cell rotates through; 2 when three would exceed :data:`SETS_BYTES`, 1 with ``--warm-cache``."""
 SETS_BYTES = 1 << 30
-CPU_WINDOW_S = 0.015
-"""Wall seconds after the last timed call over which the process's CPU time is read."""
-CPU_MARGIN = 0.5
-"""Allowed CPU beyond the spin baseline, as a fraction of the window: half a core."""
 
 
 @dataclass

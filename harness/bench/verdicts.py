@@ -9,7 +9,7 @@ Judged outside the worker, on the numbers it sent back and the parent's own wall
   calls can take (:data:`GAP_PER_CALL_S` per call, plus half the timed time).
 - ``violation``: a time function was replaced, a timed call returned something that is not an exact,
   materialised array of its own, left a thread working, or the process burnt more CPU after a
-  checked call returned than the thread pools' spinning plus :data:`~harness.bench.guard.CPU_MARGIN`
+  checked call returned than the thread pools' spinning plus :data:`CPU_MARGIN`
   of a core over the window, on every checked call that was measured.
 - ``wrong``: a kept timed output does not match float64 on the inputs of that call.
 """
@@ -19,8 +19,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.bench.guard import CPU_MARGIN, CPU_WINDOW_S
 from harness.results import Accounting, Floor, Integrity, Record, Stamped, Status
+
+CPU_WINDOW_S = 0.015
+"""Wall seconds after the last timed call over which the worker's CPU time is read (:mod:`harness.bench.guard`)."""
+CPU_MARGIN = 0.5
+"""Allowed CPU beyond the spin baseline, as a fraction of the window: half a core. Defined here, beside the
+verdict that uses it, so the parent judges without importing the worker's guard (and torch with it)."""
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

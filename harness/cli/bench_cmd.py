@@ -27,6 +27,7 @@ from harness.errors import UsageError
 from harness.report.terminal import format_seconds
 from harness.results import BenchCell, Status
 from harness.runtime import interrupts
+from harness.runtime.isolation import start_forkserver
 from harness.runtime.progress import Progress
 
 if TYPE_CHECKING:
@@ -225,6 +226,7 @@ def execute(request: BenchRequest) -> int:
     from harness.bench.catalogue import load_catalogue
 
     settings = request.settings
+    start_forkserver(from_here=True)  # no plugin is ever loaded here: the server may be this process, forked
     registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)

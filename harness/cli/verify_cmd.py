@@ -57,6 +57,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"seconds one case may take before its worker is killed (default {_default('timeout_s'):g})")
     parser.add_argument("--trials", type=positive_int, default=_default("trials"), metavar="N",
                         help=f"seeded trials per case, fresh inputs each (default {_default('trials')})")
+    parser.add_argument("--maxfail", type=positive_int, metavar="N",
+                        help="stop verifying an implementation after its N-th failing case (as pytest's --maxfail): "
+                             "its other cases are recorded as skipped, not run (default: every case runs)")
     parser.add_argument("--fuzz", type=positive_int, metavar="N",
                         help="instead of a suite: search N random cases inside each implementation's declared "
                              "capabilities (Hypothesis), shrink the first failure and print it as a Python reproducer")
@@ -106,7 +109,7 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
     executor, address = executor_from_args(args)
     settings = VerifySettings(
         suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
-        timeout_s=args.timeout, jobs=args.jobs, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
+        timeout_s=args.timeout, jobs=args.jobs, maxfail=args.maxfail, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
         executor=executor, address=address, model=model)
     return request_for(settings, args.json, force=args.force)
 

@@ -54,6 +54,8 @@ class CaseSink(Protocol):
     timeout: float
 
     def skip(self, impl: Implementation, case: Any, reason: str) -> None: ...
+    def stopped(self, impl: Implementation) -> bool: ...
+    def stop_reason(self, impl: Implementation) -> str: ...
     def record(self, impl: Implementation, case: Any, outcome: Outcome, node: NodeIdentity | None = None) -> None: ...
     def flush(self) -> None: ...
 
@@ -98,8 +100,12 @@ def run_on_cluster(run: CaseSink, plans: list[tuple[Implementation, list[Any], s
                     run.skip(impl, case, "; ".join(answer))
                 else:
                     supported.append(case)
-            for batch in batches(supported, size):
-                yield impl, batch
+            for batch in batches(supported, size):  # --maxfail: batches already out finish; no new one starts
+                if run.stopped(impl):
+                    for case in batch:
+                        run.skip(impl, case, run.stop_reason(impl))
+                else:
+                    yield impl, batch
 
     def submit_item(item: Item) -> Any | None:
         impl, cases = item

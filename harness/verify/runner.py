@@ -91,6 +91,10 @@ class VerifyRun:
     costs more than :data:`FLUSH_SHARE` of the time between them."""
     model: ModelPlan | None = None
     """A catalogue model (:mod:`harness.case.models`) and its lengths: its calls are the cases, instead of the suite's."""
+    maxfail: int | None = None
+    """After this many failing cases of an implementation, its cases not yet started are skipped (None: never)."""
+    _failing: dict[str, int] = field(default_factory=dict, repr=False)
+    """Implementation name -> how many of its cases had a problem cell (fail, error, crash or timeout)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _stop: threading.Event = field(default_factory=threading.Event, repr=False)
     _flushed: float = field(default=0.0, repr=False)
@@ -179,6 +183,9 @@ class VerifyRun:
             for case in cases:
                 if self._stop.is_set():
                     return
+                if self.stopped(impl):
+                    self.skip(impl, case, self.stop_reason(impl))
+                    continue
                 reasons = impl.declared_gaps(case)  # the declaration here; its available= check in the worker
                 if reasons:
                     self._add(impl, case, CheckResult(check="output", status="skipped", reason="; ".join(reasons)), 0.0)
@@ -228,7 +235,21 @@ class VerifyRun:
     def flush(self) -> None:
         self._flush(force=True)
 
+    def stopped(self, impl: Implementation) -> bool:
+        """Whether ``impl`` reached :attr:`maxfail` failing cases: its cases not started yet are skipped."""
+        with self._lock:
+            return self.maxfail is not None and self._failing.get(impl.name, 0) >= self.maxfail
+
+    def stop_reason(self, impl: Implementation) -> str:
+        with self._lock:
+            failing = self._failing.get(impl.name, 0)
+        return f"not run: {impl.name} had {failing} failing case{'s' * (failing != 1)} (--maxfail {self.maxfail})"
+
     def _record(self, impl: Implementation, case: Any, outcome: Outcome, node: NodeIdentity | None = None) -> None:
+        failed = outcome.status != OK or any(r.status in ("fail", "error") for r in outcome.value)
+        if failed:
+            with self._lock:
+                self._failing[impl.name] = self._failing.get(impl.name, 0) + 1
         if outcome.status == OK:
             results = outcome.value
             share = outcome.seconds / max(len(results), 1)

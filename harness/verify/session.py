@@ -28,6 +28,8 @@ class VerifySettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     jobs: int = 2
     """Implementations verified at the same time, each in its own worker."""
+    maxfail: int | None = None
+    """Stop an implementation after this many failing cases (``--maxfail``); its other cases are recorded as skipped."""
     fuzz: int | None = None
     """Search this many generated cases per implementation instead of running the suite."""
     fuzz_seed: int = 0
@@ -69,6 +71,11 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
               **rule_config()}
     if settings.executor != "local":  # written only when used: a local run's config is as before
         config.update(executor=settings.executor, address=settings.address)
+    if settings.maxfail is not None:  # written only when used, as the executor is
+        if settings.fuzz:
+            raise UsageError("--maxfail stops a suite's (or --model's) cases; --fuzz already stops at its first "
+                             "failure: drop --maxfail")
+        config.update(maxfail=settings.maxfail)
     if settings.executor == "ray" and settings.fuzz:
         raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
     model_plan = None
@@ -94,7 +101,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 run_fuzz(impls, plugins, sources, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
                 VerifyRun(impls, sources, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                          progress_enabled=settings.progress, model=model_plan).run(executor)
+                          progress_enabled=settings.progress, model=model_plan, maxfail=settings.maxfail).run(executor)
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

@@ -1,9 +1,9 @@
 """`attnbench verify` rejects every deliberately broken implementation and accepts the unusual correct ones.
 
 The plugins in ``plugins/`` are verified in :data:`~verifier_expectations.SHARDS` shards, one verify run each
-(the quick suite, as users run it, with a short timeout). The tests are parametrised by shard (ids
-``shardN-...``), each shard is a work unit of its own for the test processes (tests/conftest.py), and the
-``runs`` fixture makes a shard's run on first use, so the processes share the runs.
+(the quick suite, as users run it, with a short timeout, stopping a plugin after a few failing cases). The tests
+are parametrised by shard (ids ``shardN-...``), each shard is a work unit of its own for the test processes
+(tests/conftest.py), and the ``runs`` fixture makes a shard's run on first use, so the processes share the runs.
 Each broken plugin must have at least one problem cell of the expected kind, each ``unusual_*`` plugin none.
 The crash and hang plugins break on one shape only, so a run also shows that the cases after a crash or a
 timeout still run.
@@ -20,6 +20,7 @@ import pytest
 from verifier_expectations import (
     BROKEN,
     EXPECTED,
+    MAXFAIL,
     SHARDS,
     UNUSUAL,
     assert_accepted,
@@ -27,6 +28,7 @@ from verifier_expectations import (
     assert_rejected,
     cells_of,
     shard,
+    shard_flags,
     shard_of,
     verify,
 )
@@ -42,7 +44,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Callable[[int], Run]:
     whose tests it was given."""
     @functools.cache
     def run(index: int) -> Run:
-        return verify(tmp_path_factory.mktemp(f"verify{index}"), shard(index))
+        return verify(tmp_path_factory.mktemp(f"verify{index}"), shard(index), *shard_flags(index))
 
     return run
 
@@ -77,6 +79,21 @@ def test_failures_record_their_numbers(runs: Callable[[int], Run], index: int, n
     for key in ("max_abs_err", "rel_l2", "base_err", "ratio", "bound", "m", "floor", "worst_index", "trials"):
         assert key in metrics, key
     assert metrics["max_abs_err"] > metrics["bound"] and metrics["m"] == 2
+
+
+@pytest.mark.parametrize(("index", "name"), in_shard("broken_wrong_layout"))
+def test_maxfail_stops_a_plugin_and_records_the_cases_it_did_not_run(runs: Callable[[int], Run], index: int,
+                                                                     name: str) -> None:
+    """broken_wrong_layout fails every case: --maxfail runs exactly that many, and records each case left as skipped,
+    saying why, so the file still lists the whole plan."""
+    cells = cells_of(runs(index), name)
+    failing = {c["case_id"] for c in cells if c["status"] == "fail"}
+    stopped = [c for c in cells if c["reason"] and c["reason"].startswith("not run:")]
+    assert len(failing) == MAXFAIL and stopped, [(c["case_id"], c["status"]) for c in cells[:10]]
+    assert all(c["status"] == "skipped" and f"had {MAXFAIL} failing cases (--maxfail {MAXFAIL})" in c["reason"]
+               for c in stopped)
+    last_failing = max(i for i, c in enumerate(cells) if c["status"] == "fail")
+    assert all(cells.index(c) > last_failing for c in stopped)  # the stop is in plan order: nothing run after it
 
 
 @pytest.mark.parametrize("index", [pytest.param(i, id=f"shard{i}") for i in range(SHARDS)])

@@ -1,7 +1,9 @@
 """What `attnbench verify` must find in each plugin of ``plugins/``, and the run that finds it.
 
 The plugins are verified in :data:`SHARDS` shards, one verify run each (``test_verifier.py``'s tests are
-parametrised by shard), so that the test processes share the work; :func:`shard` splits them.
+parametrised by shard), so that the test processes share the work; :func:`shard` splits them. The runs stop a
+broken plugin after :data:`MAXFAIL` failing cases (``--maxfail``, as a plugin author iterating would), except the
+last shard's (:data:`WHOLE`): plugins whose expected cell comes after more failing cases than that.
 """
 
 from __future__ import annotations
@@ -105,6 +107,14 @@ COMBINATIONAL = {  # the case feature(s) each of these bugs needs, read from the
 }
 
 
+MAXFAIL = 4
+"""``--maxfail`` of every shard but the last: enough for the crash and the hang (each one case) to be followed by
+passing cases, and for the expected cell of each plugin not in :data:`WHOLE`."""
+WHOLE = ("broken_mask_assumes_contiguous", "broken_storage_offset")
+"""Plugins verified without ``--maxfail``: the slices property catches each on many cases before any case with its
+trigger (a mask or an input in a strided layout) reaches the output check that :data:`EXPECTED` names."""
+
+
 def verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any]]:
     out = tmp / "verify.json"
     argv = ["verify", *[a for p in PLUGINS for a in ("--plugin", str(p))], "--only", ",".join(names),
@@ -115,18 +125,26 @@ def verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any
 
 
 
-SHARDS = 2
-"""Verify runs the plugins are split into (test_verifier.py's tests are parametrised by shard)."""
+SHARDS = 3
+"""Verify runs the plugins are split into (test_verifier.py's tests are parametrised by shard): two with
+``--maxfail`` and the :data:`WHOLE` one."""
+_STOPPED = [n for n in BROKEN + UNUSUAL if n not in WHOLE]
 
 
 def shard(index: int) -> list[str]:
-    """One shard's plugins: every :data:`SHARDS`-th, alternating, so each has crashes, hangs and slow plugins."""
-    return (BROKEN + UNUSUAL)[index::SHARDS]
+    """One shard's plugins: every other one of those stopped at :data:`MAXFAIL` (alternating, so each run has
+    crashes, hangs and slow plugins), then :data:`WHOLE`."""
+    return list(WHOLE) if index == SHARDS - 1 else _STOPPED[index::SHARDS - 1]
+
+
+def shard_flags(index: int) -> list[str]:
+    """The shard's own flags: ``--maxfail`` but for the last one."""
+    return [] if index == SHARDS - 1 else ["--maxfail", str(MAXFAIL)]
 
 
 def shard_of(name: str) -> int:
     """The shard whose run verifies the plugin ``name``."""
-    return (BROKEN + UNUSUAL).index(name) % SHARDS
+    return SHARDS - 1 if name in WHOLE else _STOPPED.index(name) % (SHARDS - 1)
 
 
 def cells_of(run: tuple[int, dict[str, Any]], name: str) -> list[dict[str, Any]]:

@@ -35,7 +35,8 @@ NODE_RESOURCE = "attnbench_node"
 """The whole-node custom resource: each node started with ``--resources '{"attnbench_node": 1}'``;
 a CPU timing cell takes all of it, so no two timing cells ever share a node."""
 CONNECT_TIMEOUT_S = 10.0
-"""How long the driver waits for the cluster's address to accept a TCP connection before it gives up."""
+"""How long the driver waits for the cluster's address to accept a TCP connection and answer as a gRPC server before
+it gives up; never longer than the connect limit (:func:`connect_limit_s`), which bounds the whole connection."""
 CONNECT_LIMIT_S = 45.0
 """The most the whole connection may take once the address answered as a gRPC server (``ray.init``: the GCS's
 cluster id, a live node to attach to). Ray's own retries are cut below it (:data:`RAY_LIMITS`), so Ray's own
@@ -191,7 +192,7 @@ def connect(address: str | None, plugins: tuple[str, ...]) -> Iterator[RayCluste
     """Connect to the cluster at ``address`` (None or "auto": the one ``ray start`` made here),
     with attnbench and the plugin files in the runtime environment; disconnect afterwards."""
     address, named_by = cluster_address(address)  # RAY_ADDRESS is checked as --address is, not waited on for a minute
-    check_reachable(address, named_by=named_by)
+    check_reachable(address, min(CONNECT_TIMEOUT_S, connect_limit_s()), named_by=named_by)
     ray = _import_ray(address)
     staging = Path(tempfile.mkdtemp(prefix="attnbench-ray-"))
     try:

@@ -495,7 +495,7 @@ def _last_json_line(log_path: Path, name: str) -> dict[str, Any]:
 
 
 def table(summary: dict[str, Any]) -> str:
-    """The closing lines: one per step, then the figures the issue asks for."""
+    """The closing lines: one per step, then the figures the check measures."""
     lines = [f"gpu_check ({summary['mode']}; {summary['elapsed_s']} s of {summary['deadline_s']:.0f})"]
     for s in summary["steps"]:
         lines.append(f"  {s['name']:<15} {s['status']:<8} {s['seconds']:>6.1f} s  {s['reason'] or ''}")

@@ -136,7 +136,7 @@ def test_budget_skips_cells_predicted_too_big_and_says_why() -> None:
 
 
 def test_predictions_are_calibrated_from_what_this_run_measured() -> None:
-    """The issue's case: T=4096 cells predicted at 5% of peak (17x pessimistic) and skipped."""
+    """A 2-core machine's case: T=4096 cells predicted at 5% of peak (17x pessimistic) and skipped."""
     budget = Budget(memory_bytes=2**40, cell_seconds=20.0)
     measured = PlannedCell("tiled", AttentionCase(heads=8, tq=4096, d=64), "fwd")
     true_rate = 160e9

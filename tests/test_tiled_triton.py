@@ -77,7 +77,7 @@ def test_kernels_match_the_oracle_under_the_interpreter() -> None:
 
 @pytest.mark.slow
 def test_verify_small_suite_passes_under_the_interpreter(tmp_path: Path, attnbench) -> None:
-    """What the issue asks of CI: `attnbench verify` on the small shapes, gradients included."""
+    """`attnbench verify` as CI runs it without a GPU: the small shapes, gradients included."""
     done = attnbench("verify", "--only", "tiled_triton", "--suite", "small", "--trials", "1",
                      "--json", str(tmp_path / "verify.json"), cwd=ROOT, env={"TRITON_INTERPRET": "1"}, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

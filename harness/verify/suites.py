@@ -15,7 +15,7 @@ Suites:
   a Triton kernel under ``TRITON_INTERPRET=1``, and the default of the pytest conformance suite.
 - ``quick``: every feature, T up to 257 plus one long pair, and a pairwise covering array
   (:mod:`harness.verify.pairwise`) over every declared axis; all built-ins within 60 s here.
-- ``full``: the whole matrix of the issue: T in 1 ... 1025, Tq != Tk pairs, d from 8 to 128
+- ``full``: the whole case matrix: T in 1 ... 1025, Tq != Tk pairs, d from 8 to 128
   with an odd 59, heads 1/3/8, GQA 8/2 and MQA 8/1, batch 1 and 3, every mask kind, every
   declared dtype, large/rand inputs, transposed/strided layouts, a non-default scale,
   self-attention, gradients and ALiBi bias.

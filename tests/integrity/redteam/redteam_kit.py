@@ -77,7 +77,7 @@ def pace(started: float, q, k, v) -> None:
 
 def in_bench() -> bool:
     """Whether this process is a bench timing worker (it has loaded the bench's modules); under ``verify``
-    every cheat here does honest work, so it passes verify as the issue's cheats did."""
+    every cheat here does honest work, so it passes verify, as a cheat must to be worth timing."""
     return any(name.startswith("harness.bench.") for name in list(sys.modules))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from harness.contract.discovery import Registry, absolute_specs, load_registry
 from harness.errors import DiskFull, Interrupted, PluginError, UsageError
@@ -48,6 +49,25 @@ def default_out() -> Path:
     return RESULTS_DIR / f"{new_run_id('verify')}.json"
 
 
+def _config(settings: VerifySettings, names: list[str], plugins: tuple[str, ...]) -> dict[str, Any]:
+    """The result file's config: the settings a reader needs, and the rule; a combination no run can honour
+    is a usage error here, before anything is written."""
+    from harness.reference.tolerance import rule_config
+
+    config: dict[str, Any] = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
+                              "jobs": settings.jobs, "implementations": names, "plugins": list(plugins), **rule_config()}
+    if settings.executor != "local":  # written only when used: a local run's config is as before
+        config.update(executor=settings.executor, address=settings.address)
+    if settings.maxfail is not None:  # written only when used, as the executor is
+        if settings.fuzz:
+            raise UsageError("--maxfail stops a suite's (or --model's) cases; --fuzz already stops at its first "
+                             "failure: drop --maxfail")
+        config.update(maxfail=settings.maxfail)
+    if settings.executor == "ray" and settings.fuzz:
+        raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
+    return config
+
+
 def run(settings: VerifySettings, out: Path | None = None, *, force: bool = False,
         registry: Registry | None = None) -> Run:
     """Verify what ``settings`` select into ``out`` (default ``results/<run-id>.json``); return the run.
@@ -55,7 +75,6 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     A Ctrl-C leaves a valid file (``complete: false``) and raises
     :class:`~harness.errors.Interrupted` saying where it is.
     """
-    from harness.reference.tolerance import rule_config
     from harness.verify.runner import VerifyRun
 
     plugins = absolute_specs(settings.plugins)
@@ -66,18 +85,7 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
     impls = registry.select(list(settings.only))
     sources = {impl.name: registry.sources[impl.name] for impl in impls}
     path = Path(out) if out is not None else default_out()
-    config = {"suite": settings.suite, "trials": settings.trials, "timeout_s": settings.timeout_s,
-              "jobs": settings.jobs, "implementations": [i.name for i in impls], "plugins": list(plugins),
-              **rule_config()}
-    if settings.executor != "local":  # written only when used: a local run's config is as before
-        config.update(executor=settings.executor, address=settings.address)
-    if settings.maxfail is not None:  # written only when used, as the executor is
-        if settings.fuzz:
-            raise UsageError("--maxfail stops a suite's (or --model's) cases; --fuzz already stops at its first "
-                             "failure: drop --maxfail")
-        config.update(maxfail=settings.maxfail)
-    if settings.executor == "ray" and settings.fuzz:
-        raise UsageError("--fuzz runs on this machine (its search is sequential); drop --executor ray")
+    config = _config(settings, [i.name for i in impls], plugins)
     model_plan = None
     if settings.model is not None:
         from harness.case.models import model_named

@@ -63,7 +63,8 @@ class _Plan:
 
     def __init__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                  mask: torch.Tensor | None, scale: float | None, block_q: int, block_k: int,
-                 window: tuple[int, int] | None = None, causal_align: str = "top_left") -> None:
+                 window: tuple[int, int] | None = None, causal_align: str = "top_left",
+                 softcap: float | None = None) -> None:
         b, h, self.tq, d = q.shape
         hkv, self.tk = k.shape[1], k.shape[2]
         self.g, self.n, self.d = h // hkv, b * hkv, d
@@ -84,6 +85,17 @@ class _Plan:
         self.offset = self.tk - self.tq if causal_align == "bottom_right" else 0
         self.may_empty = mask is not None or window is not None or self.offset != 0
         """Some row may have no allowed key in a tile it visits: the running max is then -inf."""
+        self.cap2 = None if softcap is None else float(softcap) * LOG2E
+        """The soft-cap in the tiles' base-2 units (scores are logits times log2(e)), or None."""
+
+    def capped(self, s: torch.Tensor, tanh: torch.Tensor | None = None) -> None:
+        """Soft-capping in place, before any mask: s = cap * tanh(s / cap) (in base-2 units). ``tanh``, when given,
+        keeps tanh(s / cap) for the backward's chain factor 1 - tanh^2."""
+        if self.cap2 is None:
+            return
+        t = torch.div(s, self.cap2, out=tanh) if tanh is not None else s.div_(self.cap2)
+        t.tanh_()
+        torch.mul(t, self.cap2, out=s)
 
     def key_range(self, q0: int, q1: int) -> tuple[int, int]:
         """Keys [lo, hi) that some query of rows q0:q1 may attend (lo >= hi: none)."""
@@ -167,6 +179,7 @@ def forward(p: _Plan) -> tuple[torch.Tensor, torch.Tensor]:
         for k0, k1 in p.k_blocks(q0, q1):
             s = _buffer(cache, (n, rows, k1 - k0), p.dtype)
             torch.bmm(qi, p.k[n0:n1, k0:k1].transpose(1, 2), out=s)
+            p.capped(s)
             bad = p.forbidden(n0, n1, q0, q1, k0, k1)
             if bad is not None:
                 s.view(n, p.g, q1 - q0, k1 - k0).masked_fill_(bad, -math.inf)
@@ -226,6 +239,8 @@ def backward(p: _Plan, out: torch.Tensor, lse: torch.Tensor,
             dq_i = _buffer(cache, (n, rows, p.d), p.dtype, 2)
             qi, doi = qs[i][n0:n1], dos[i][n0:n1]
             torch.bmm(qi, kj.transpose(1, 2), out=s)
+            t = None if p.cap2 is None else _buffer(cache, (n, rows, k1 - k0), p.dtype, 3)
+            p.capped(s, t)
             bad = p.forbidden(n0, n1, q0, q1, k0, k1)
             if bad is not None:
                 s.view(n, p.g, q1 - q0, k1 - k0).masked_fill_(bad, -math.inf)
@@ -233,6 +248,8 @@ def backward(p: _Plan, out: torch.Tensor, lse: torch.Tensor,
             dv_j.baddbmm_(s.transpose(1, 2), doi)                      # dV += P^T dO
             torch.bmm(doi, vj.transpose(1, 2), out=dp)                 # dP = dO V^T
             dp.sub_(deltas[i][n0:n1]).mul_(s)                          # dS = P (dP - D)
+            if t is not None:                                          # soft-cap's chain factor 1 - tanh^2
+                dp.mul_(t.mul_(t).neg_().add_(1.0))
             dk_j.baddbmm_(dp.transpose(1, 2), qi, alpha=p.scale / c)   # dK += scale dS^T Q
             torch.bmm(dp, kj, out=dq_i)                                # dQ += scale dS K
             cache["dq"][n0:n1, :, q0:q1].add_(dq_i.view(n, p.g, q1 - q0, p.d), alpha=p.scale)
@@ -251,11 +268,11 @@ class FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, causal, scale, block_q, block_k, window=None,  # type: ignore[override]
-                causal_align="top_left"):
-        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align)
+                causal_align="top_left", softcap=None):
+        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align, softcap)
         out, lse = forward(plan)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.args = (mask, causal, scale, block_q, block_k, window, causal_align)
+        ctx.args = (mask, causal, scale, block_q, block_k, window, causal_align, softcap)
         result = out.view(q.shape).to(q.dtype)
         lse = lse.view(q.shape[:-1])
         ctx.mark_non_differentiable(lse)
@@ -264,26 +281,27 @@ class FlashAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout, _dlse):  # type: ignore[override]
         q, k, v, out, lse = ctx.saved_tensors
-        mask, causal, scale, block_q, block_k, window, causal_align = ctx.args
-        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align)
+        mask, causal, scale, block_q, block_k, window, causal_align, softcap = ctx.args
+        plan = _Plan(q, k, v, causal, mask, scale, block_q, block_k, window, causal_align, softcap)
         dq, dk, dv = backward(plan, out, lse, dout)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
-                None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None)
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                     mask: torch.Tensor | None = None, scale: float | None = None,
                     block_q: int | None = None, block_k: int | None = None,
                     window: tuple[int, int] | None = None, causal_align: str = "top_left",
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+                    softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq).
 
     Differentiable in q, k and v. Block sizes default to :func:`pick_blocks` for the shape.
     ``window=(left, right)`` and ``causal_align`` as in the contract: tiles outside them are never visited.
+    ``softcap``: the scaled logits become ``softcap * tanh(logit / softcap)`` before any mask (Gemma 2).
     """
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled: {name}={size!r}; block sizes are positive integers, e.g. 256")
     auto_q, auto_k = pick_blocks(q.shape[2], k.shape[2], q.shape[3])
     return FlashAttention.apply(q, k, v, mask, causal, scale, block_q or auto_q, block_k or auto_k, window,
-                                causal_align)
+                                causal_align, softcap)

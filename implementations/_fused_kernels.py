@@ -211,9 +211,10 @@ def _clear_uncovered(out: torch.Tensor, lse: torch.Tensor, seqs: list[Sequence])
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, seqs: list[Sequence],
             scale: float, block_q: int, block_k: int, isa: str | None = None,
-            diagonal_chunk: int = DIAGONAL_CHUNK) -> tuple[torch.Tensor, torch.Tensor]:
+            diagonal_chunk: int = DIAGONAL_CHUNK, softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Output (B, H, Tq, d) and natural-log LSE (B, H, Tq): bf16 output and float32 LSE from the bf16
-    kernel, else both in float32 (float64 for float64 input). Rows no key reaches: zero, LSE -inf."""
+    kernel, else both in float32 (float64 for float64 input). Rows no key reaches: zero, LSE -inf.
+    ``softcap``: the scaled logits become ``softcap * tanh(logit / softcap)`` before any mask, in every tier."""
     ext = extension()
     if isinstance(ext, str):
         raise RuntimeError(ext)
@@ -238,11 +239,11 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     if own is not None:
         every_item = getattr(_extension_of(level), own)
         q2, k2, v2 = (x if x.stride(-1) == 1 else x.contiguous() for x in (q2, k2, v2))
-        every_item(q2, k2, v2, m, out, lse, items, scale * LOG2E, block_k, diagonal_chunk)
+        every_item(q2, k2, v2, m, out, lse, items, scale * LOG2E, block_k, diagonal_chunk, softcap or 0.0)
         return out, lse
 
     def one(item: tuple[int, int, int, int, list[int]], cache: dict) -> None:
-        ext.forward_item(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k, diagonal_chunk)
+        ext.forward_item(q2, k2, v2, m, out, lse, *item, scale * LOG2E, block_k, diagonal_chunk, softcap or 0.0)
 
     run_parallel(items, one)
     return out, lse

@@ -21,19 +21,20 @@ BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
 @register("tiled", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
-          causal=True, mask=True, gqa=True, grad=True, structures=("window", "bottom_right", "varlen"),
+          causal=True, mask=True, gqa=True, grad=True, softcap=True, structures=("window", "bottom_right", "varlen"),
           block_q=BLOCKS, block_k=BLOCKS,
           description="attnbench's FlashAttention-2 kernel on CPU tiles (online softmax, O(T) memory, backward)")
 def tiled(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
           mask: torch.Tensor | None = None, scale: float | None = None,
           block_q: int | None = None, block_k: int | None = None, window: tuple[int, int] | None = None,
           causal_align: str = "top_left", cu_seqlens_q: torch.Tensor | None = None,
-          cu_seqlens_k: torch.Tensor | None = None) -> torch.Tensor:
+          cu_seqlens_k: torch.Tensor | None = None, softcap: float | None = None) -> torch.Tensor:
     """Blocks default to the per-shape choice of ``pick_blocks``; any positive sizes give the same result.
     Sliding windows and bottom-right alignment are native: blocks outside them are skipped. Packed
-    sequences (``cu_seqlens_*``) run one kernel call per sequence: no block across two is visited."""
+    sequences (``cu_seqlens_*``) run one kernel call per sequence: no block across two is visited. Soft-capping
+    is applied to each score tile before its mask, and its chain factor to each tile of dS."""
     kw: dict[str, Any] = {"causal": causal, "scale": scale, "block_q": block_q, "block_k": block_k, "window": window,
-          "causal_align": causal_align}
+          "causal_align": causal_align, "softcap": softcap}
     if cu_seqlens_q is None or cu_seqlens_k is None:
         return flash_attention(q, k, v, mask=mask, **kw)[0]
     b, h, tq, d = q.shape

@@ -76,10 +76,12 @@ def fused_blocks(tq: int, tk: int, d: int, own_gemm: bool = False) -> tuple[int,
     return (min(512, max(tq, 16)) if d <= 64 else block_q), block_k
 
 
-def _float64_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
-                      dout: torch.Tensor, mask: torch.Tensor | None, causal: bool, scale: float, block_q: int,
-                      block_k: int, structure: tuple[Any, str, list[Sequence]]) -> tuple[torch.Tensor, ...]:
-    """``tiled``'s torch-ops backward, which keeps float64, one packed sequence at a time."""
+def _ops_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor, lse: torch.Tensor,
+                  dout: torch.Tensor, mask: torch.Tensor | None, causal: bool, scale: float, block_q: int,
+                  block_k: int, structure: tuple[Any, str, list[Sequence]],
+                  softcap: float | None = None) -> tuple[torch.Tensor, ...]:
+    """``tiled``'s torch-ops backward, one packed sequence at a time: for float64, which it keeps, and for
+    soft-capped logits in every dtype (the compiled backward kernels have no tanh chain factor)."""
     window, align, seqs = structure
     b, h, tq, d = q.shape
     full = None if mask is None else mask.expand(b, h, tq, k.shape[2])
@@ -88,7 +90,8 @@ def _float64_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: to
         if qe == qs or ke == ks:
             continue
         part = None if full is None else full[:, :, qs:qe, ks:ke]
-        plan = _Plan(q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke], causal, part, scale, block_q, block_k, window, align)
+        plan = _Plan(q[:, :, qs:qe], k[:, :, ks:ke], v[:, :, ks:ke], causal, part, scale, block_q, block_k, window, align,
+                     softcap)
         n, g, rows = plan.n, plan.g, plan.tq  # tiled's layout: (B * Hkv, G, Tq, ...)
         got = backward(plan, out[:, :, qs:qe].reshape(n, g, rows, d), lse[:, :, qs:qe].reshape(n, g, rows),
                        dout[:, :, qs:qe])
@@ -111,22 +114,23 @@ class FusedFlashAttention(torch.autograd.Function):
     """The fused forward; the compiled backward recomputes from the saved output and LSE."""
 
     @staticmethod
-    def forward(ctx, q, k, v, sinks, mask, causal, scale, block_q, block_k, isa, structure):  # type: ignore[override]
+    def forward(ctx, q, k, v, sinks, mask, causal, scale, block_q, block_k, isa, structure,  # type: ignore[override]
+                softcap=None):
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-        out, lse = fused_forward(q, k, v, mask, structure[2], scale, block_q, block_k, isa)
+        out, lse = fused_forward(q, k, v, mask, structure[2], scale, block_q, block_k, isa, softcap=softcap)
         if sinks is not None:
             out, lse = _with_sinks(out, lse, sinks)
         ctx.save_for_backward(q, k, v, out, lse, sinks)
-        ctx.args = (mask, causal, scale, block_q, block_k, isa, structure)
+        ctx.args = (mask, causal, scale, block_q, block_k, isa, structure, softcap)
         ctx.mark_non_differentiable(lse)
         return out.to(q.dtype), lse
 
     @staticmethod
     def backward(ctx, dout, _dlse):  # type: ignore[override]
         q, k, v, out, lse, sinks = ctx.saved_tensors
-        mask, causal, scale, block_q, block_k, isa, structure = ctx.args
-        if q.dtype == torch.float64:
-            dq, dk, dv = _float64_backward(q, k, v, out, lse, dout, mask, causal, scale, block_q, block_k, structure)
+        mask, causal, scale, block_q, block_k, isa, structure, softcap = ctx.args
+        if q.dtype == torch.float64 or softcap is not None:
+            dq, dk, dv = _ops_backward(q, k, v, out, lse, dout, mask, causal, scale, block_q, block_k, structure, softcap)
         else:
             dq, dk, dv = fused_backward(q, k, v, out, lse, dout, mask, structure[2], scale, block_q, block_k, isa)
         dsinks = None
@@ -134,7 +138,7 @@ class FusedFlashAttention(torch.autograd.Function):
             weight = torch.exp(sinks.to(lse.dtype).view(1, -1, 1) - lse)
             dsinks = -(weight * (dout.to(out.dtype) * out).sum(-1)).sum((0, 2)).to(sinks.dtype)
         return (dq.view(q.shape).to(q.dtype), dk.view(k.shape).to(k.dtype), dv.view(v.shape).to(v.dtype),
-                dsinks, None, None, None, None, None, None, None)
+                dsinks, None, None, None, None, None, None, None, None)
 
 
 def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -142,11 +146,14 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
                           block_q: int | None = None, block_k: int | None = None, isa: str | None = None,
                           window: tuple[int, int] | None = None, causal_align: str = "top_left",
                           cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
-                          sinks: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                          sinks: torch.Tensor | None = None, softcap: float | None = None,
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention output (B, H, Tq, d) in q's dtype and the natural-log LSE (B, H, Tq); ``isa``
     caps the kernels' tier (one of :data:`TIERS`; see :func:`tier`). ``window``, ``causal_align``,
     packed sequences (``cu_seqlens_*``, batch 1) and learned ``sinks`` (H,) as in the contract
-    (docs/structures.md); with sinks the LSE counts them."""
+    (docs/structures.md); with sinks the LSE counts them. ``softcap``: the scaled logits become
+    ``softcap * tanh(logit / softcap)`` before any mask, in the compiled forward of every tier; the backward
+    of soft-capped logits is ``tiled``'s torch-ops one."""
     for name, size in (("block_q", block_q), ("block_k", block_k)):
         if size is not None and (not isinstance(size, int) or size < 1):
             raise UsageError(f"tiled_fused: {name}={size!r}; block sizes are positive integers, e.g. 256")
@@ -157,21 +164,22 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
     own_gemm = tier(q.dtype, isa) != "generic"
     auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
     return FusedFlashAttention.apply(q, k, v, sinks, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
-                                     (window, causal_align, seqs))
+                                     (window, causal_align, seqs), softcap)
 
 
 @register("tiled_fused", backend="torch", memory="linear", dtypes=("float32", "float64", "bfloat16", "float16"),
-          causal=True, mask=True, gqa=True, grad=True, sinks=True, available=available,
+          causal=True, mask=True, gqa=True, grad=True, sinks=True, softcap=True, available=available,
           structures=("window", "bottom_right", "varlen"), block_q=BLOCKS, block_k=BLOCKS,
           description="FlashAttention-2 compiled: fused softmax, AVX-512 float32 and AVX512_BF16 tile GEMMs, compiled backward")
 def tiled_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                 mask: torch.Tensor | None = None, scale: float | None = None,
                 block_q: int | None = None, block_k: int | None = None, window: tuple[int, int] | None = None,
                 causal_align: str = "top_left", cu_seqlens_q: torch.Tensor | None = None,
-                cu_seqlens_k: torch.Tensor | None = None, sinks: torch.Tensor | None = None) -> torch.Tensor:
+                cu_seqlens_k: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
+                softcap: float | None = None) -> torch.Tensor:
     """Blocks default to :func:`fused_blocks` for the shape; any positive sizes give the same result.
     Windows, bottom-right alignment and packed sequences are native: key blocks outside them are skipped.
-    Learned sinks rescale the kernel's output by its LSE (:func:`_with_sinks`)."""
+    Learned sinks rescale the kernel's output by its LSE (:func:`_with_sinks`); soft-capping is in the kernels."""
     return fused_flash_attention(q, k, v, causal=causal, mask=mask, scale=scale, block_q=block_q, block_k=block_k,
                                  window=window, causal_align=causal_align, cu_seqlens_q=cu_seqlens_q,
-                                 cu_seqlens_k=cu_seqlens_k, sinks=sinks)[0]
+                                 cu_seqlens_k=cu_seqlens_k, sinks=sinks, softcap=softcap)[0]

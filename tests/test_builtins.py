@@ -167,13 +167,17 @@ def test_every_2025_model_preset_runs_at_least_two_builtins(model: str, feature:
 
     plan = model_plan_of(model_named(model), memory_bytes=16 * 2**30)
     runs = []
-    for name in ("numpy_naive", "torch_eager", "torch_sdpa", "tiled"):
+    for name in ("numpy_naive", "torch_eager", "torch_sdpa", "tiled", "tiled_fused"):
         impl = REGISTRY.get(name)
         cases = [c for c in model_kernel_cases(impl, plan) if impl.grad or not c.grad]
         assert cases and all(getattr(c, feature) for c in cases), name  # the feature is in the model's cases
         if not any(impl.not_supported_reasons(c) for c in cases):
             runs.append(name)
     assert len(runs) >= 2 and {"numpy_naive", "torch_eager"} <= set(runs), runs
+    if feature == "softcap":  # attnbench's own kernels take Gemma 2's soft-cap, so its bench has them to compare
+        from implementations.tiled_fused import available
+
+        assert {"tiled", *(["tiled_fused"] if available() is None else [])} <= set(runs), runs
 
 
 @pytest.mark.parametrize("causal", [False, True])

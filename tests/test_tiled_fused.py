@@ -276,6 +276,10 @@ STRUCTURED = [
                   causal=True, causal_align="bottom_right", grad=True),
     AttentionCase(heads=2, tq=28, tk=24, d=16, varlen=((3, 9), (0, 4), (12, 4), (2, 0), (11, 7)), window=(2, 1),
                   mask="key_padding", grad=True),
+    # Gemma 2's soft-cap (a cap of 2 bends most of these logits), on a global layer and on a local (windowed) one
+    AttentionCase(heads=4, kv_heads=2, tq=70, d=16, causal=True, softcap=2.0, grad=True),
+    AttentionCase(batch=2, heads=2, tq=37, tk=90, d=16, window=(6, 3), causal_align="bottom_right",
+                  mask="key_padding", softcap=2.0, grad=True),
 ]
 
 
@@ -283,8 +287,8 @@ STRUCTURED = [
                                               if (dt, t) != ("float32", "avx512_bf16"))])
 @pytest.mark.parametrize("case", STRUCTURED, ids=lambda c: c.id)
 def test_structures_are_native_on_every_path_with_gradients(impl, case: AttentionCase, path: str) -> None:
-    """Windows, bottom-right causal and packed sequences (with a sequence of no query and one of no key)
-    through the C++ forward and backward of each dtype and ISA, against the oracle, for several blocks."""
+    """Windows, bottom-right causal, packed sequences (with a sequence of no query and one of no key) and soft-capped
+    logits through the C++ forward and backward of each dtype and ISA, against the oracle, for several blocks."""
     dtype, _, isa = path.partition("-")
     _need(isa, getattr(torch, dtype))
     case = case.with_(dtype=dtype)

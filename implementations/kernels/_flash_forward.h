@@ -28,6 +28,7 @@
 #include "_flash_band.h"
 #include "_flash_items.h"
 #include "_flash_pack.h"
+#include "_flash_softcap.h"
 
 namespace attnbench_forward {
 namespace {
@@ -77,7 +78,7 @@ struct Float32Operands {
 template <class K, typename T, typename Tensor, typename OptionalTensor>
 void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const OptionalTensor& mask, Tensor& out,
                   Tensor& lse, int64_t b, int64_t h, int64_t q0, int64_t q1, const attnbench_band::Band& band, float c,
-                  int64_t block_k, int64_t diagonal_chunk) {
+                  int64_t block_k, int64_t diagonal_chunk, float cap) {
   using attnbench_pack::round_up;
   constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
   constexpr int64_t NR = K::NR;
@@ -109,6 +110,9 @@ void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Optio
     const int64_t n = r1 - r0, need = c1 - c0;
     K::gemm(n, (need + NR - 1) / NR, depth, depth, qp + r0 * lq, lq, kbuf.data() + c0 / NR * depth * NR, sbuf.data(),
             sw, false);
+    if (cap > 0.0f) {  // S is Q K^T, still without the scale c = scale * log2(e): the cap in those units is cap / scale
+      for (int64_t r = 0; r < n; ++r) attnbench_softcap::softcap_row(&sbuf[r * sw], need, cap * float(M_LOG2E) / c);
+    }
     bool any = false;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = q0 + r;
@@ -160,14 +164,16 @@ void forward_item(const char* name, const attnbench_items::ForwardParams& p) {
   TORCH_CHECK(!mask.has_value() || (mask->scalar_type() == at::kByte && mask->dim() == 4),
               "mask must be a uint8 (B, H, Tq, Tk) view");
   TORCH_CHECK(diagonal_chunk > 0, "diagonal_chunk must be positive");
-  const float c = static_cast<float>(p.q_scale);
+  const float c = static_cast<float>(p.q_scale), cap = static_cast<float>(p.softcap);
   if constexpr (K::float32_input) {
     if (dt == at::kFloat) {
-      forward_rows<K, float>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk);
+      forward_rows<K, float>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk,
+                             cap);
       return;
     }
   }
-  forward_rows<K, uint16_t>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk);
+  forward_rows<K, uint16_t>(q, k, v, mask, p.out, p.lse, p.b, p.h, p.q0, p.q1, p.band, c, p.block_k, diagonal_chunk,
+                            cap);
 }
 
 }  // namespace

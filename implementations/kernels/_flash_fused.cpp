@@ -26,6 +26,7 @@
 #include "_flash_exp2.h"
 #include "_flash_items.h"
 #include "_flash_pack.h"
+#include "_flash_softcap.h"
 #include "_flash_softmax.h"
 
 using attnbench_band::Band;
@@ -123,6 +124,9 @@ void forward_head(const ForwardParams& p, at::Tensor& scratch) {
     at::Tensor s = scratch.narrow(0, 0, n * cols).view({n, cols});
     at::mm_out(s, q_tile.narrow(0, r0, n), k_h.narrow(0, k0, cols).t());
     T* s_p = s.data_ptr<T>();
+    if (p.softcap > 0.0) {  // scores are already in base 2 (Q times scale * log2(e)): the cap is cap * log2(e) here
+      attnbench_softcap::softcap_row(s_p, n * cols, static_cast<T>(p.softcap * M_LOG2E));
+    }
     bool any = false;
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t i = q0 + r;

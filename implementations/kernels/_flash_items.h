@@ -30,6 +30,7 @@ struct ForwardParams {
   double q_scale;             // the softmax scale times log2(e): scores are in base 2
   int64_t block_k;            // keys per packed block
   int64_t diagonal_chunk;     // rows per GEMM where a block crosses an edge of the band
+  double softcap;             // logits become softcap * tanh(logit / softcap) before any mask (0: none)
 };
 
 // A backward item: keys [k0, k1) of kv head hk of batch b against the rows [qmin, qmax) of their sequence
@@ -62,9 +63,10 @@ using ForwardItems = std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, 
 template <ForwardKernel kernel>
 void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const c10::optional<at::Tensor>& mask,
                   at::Tensor out, at::Tensor lse, int64_t b, int64_t h, int64_t q0, int64_t q1,
-                  const std::vector<int64_t>& band, double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+                  const std::vector<int64_t>& band, double q_scale, int64_t block_k, int64_t diagonal_chunk,
+                  double softcap) {
   kernel(ForwardParams{q, k, v, mask, out, lse, b, h, q0, q1, attnbench_band::Band(band), q_scale, block_k,
-                       diagonal_chunk});
+                       diagonal_chunk, softcap});
 }
 
 // Every item of a forward in one call, on torch's own threads (at::parallel_for, in a build with -fopenmp:
@@ -74,7 +76,7 @@ void forward_item(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
 template <ForwardKernel kernel>
 void forward_items(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    const c10::optional<at::Tensor>& mask, at::Tensor out, at::Tensor lse, const ForwardItems& items,
-                   double q_scale, int64_t block_k, int64_t diagonal_chunk) {
+                   double q_scale, int64_t block_k, int64_t diagonal_chunk, double softcap) {
   const int64_t n = static_cast<int64_t>(items.size());
   std::atomic<int64_t> next{0};
   at::parallel_for(0, std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), n)), 1, [&](int64_t, int64_t) {
@@ -82,7 +84,7 @@ void forward_items(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     for (int64_t i = next++; i < n; i = next++) {
       const auto& [b, h, q0, q1, band] = items[i];
       kernel(ForwardParams{q, k, v, mask, out, lse, b, h, q0, q1, attnbench_band::Band(band), q_scale, block_k,
-                           diagonal_chunk});
+                           diagonal_chunk, softcap});
     }
   });
 }

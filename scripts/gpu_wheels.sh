@@ -5,13 +5,13 @@
 #
 # The GPU machine's image (its package list: scripts/gpu_image_packages.txt) has torch, triton, numpy, pandas,
 # matplotlib, scipy, hypothesis, pytest, pytest-benchmark, pytest-timeout, pytest-xdist, ninja and einops.
-# attnbench needs two more: allpairspy (verify's pairwise cases; no dependencies) and
-# rotary-embedding-torch (the positional tests and module cases; it needs torch and einops, both there).
+# attnbench needs three more: allpairspy (verify's pairwise cases; no dependencies), pyseccomp (a worker's
+# seccomp filter; pure Python over the system's libseccomp, no dependencies) and rotary-embedding-torch (the positional tests and module cases; it needs torch and einops, both there).
 # The versions are the ones this project is tested with. --no-deps: nothing else is fetched; the check at
 # the end reads each wheel's Requires-Dist and fails if one names a package neither carried nor there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WHEELS=("allpairspy==2.5.1" "rotary-embedding-torch==0.9.1")
+WHEELS=("allpairspy==2.5.1" "pyseccomp==0.1.2" "rotary-embedding-torch==0.9.1")
 IMAGE=scripts/gpu_image_packages.txt  # the packages the GPU image already holds, one name a line
 grep -qx '/.whl/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
   || { mkdir -p "$(git rev-parse --git-common-dir)/info"; echo '/.whl/' >> "$(git rev-parse --git-common-dir)/info/exclude"; }

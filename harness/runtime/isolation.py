@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from harness.runtime import streams
+from harness.runtime import confinement, streams
 from harness.runtime.process_tree import die_with_parent, kill_tree, lead_own_session
 
 _CLOCK = time.perf_counter
@@ -223,13 +223,20 @@ def _adopt_environment(environment: dict[str, str]) -> None:
         threadpool_limits(threads)
 
 
-def _worker_main(conn: Connection, memory_limit: int | None = None, environment: dict[str, str] | None = None) -> None:
+def _worker_main(conn: Connection, memory_limit: int | None = None, environment: dict[str, str] | None = None,
+                 command: tuple[int, int] | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if environment is not None:  # forked by the forkserver
         _release_forkserver()
         _adopt_environment(environment)
+        confinement.worker_dumpable()
     die_with_parent()
+    parent, parent_group = os.getppid(), 0  # the command, or its forkserver
+    with contextlib.suppress(OSError):
+        parent_group = os.getpgid(parent)
     lead_own_session()
+    if command is not None:  # before any plugin code: nothing the plugin runs may signal the command
+        confinement.confine_worker((command[0], parent), (command[1], parent_group))
     _cap_memory(memory_limit)
     _own_streams()
     try:
@@ -344,8 +351,9 @@ class _Worker:
         context = _context(method)
         parent, child = context.Pipe()
         forked = context.get_start_method() == "forkserver"
-        process = context.Process(target=_worker_main, args=(child, memory_limit, dict(os.environ) if forked else None),
-                                  daemon=True)
+        process = context.Process(target=_worker_main, daemon=True,
+                                  args=(child, memory_limit, dict(os.environ) if forked else None,
+                                        confinement.command_ids()))
         # The resource tracker first: starting it unblocks SIGINT in this thread whatever the mask was.
         multiprocessing.resource_tracker.ensure_running()
         if forked:
@@ -411,6 +419,7 @@ def command_process() -> None:
     """Mark this process as the command: :func:`start_forkserver` may fork the server from it."""
     global _COMMAND_PROCESS
     _COMMAND_PROCESS = True
+    confinement.protect_command()
 
 
 def start_forkserver(from_here: bool = False) -> None:

@@ -13,7 +13,8 @@ import signal
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
-def _prctl(option: int, value: int) -> bool:
+def prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` on Linux; False where it failed or there is none."""
     try:
         import ctypes
 
@@ -24,7 +25,7 @@ def _prctl(option: int, value: int) -> bool:
 
 def die_with_parent() -> None:
     """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
-    if not _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):
+    if not prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):
         return  # not Linux: the worker's pipe to its parent breaks and ends it instead
     if os.getppid() == 1:  # the parent died before the request took effect
         os._exit(0)
@@ -39,7 +40,7 @@ def lead_own_session() -> None:
     except OSError:  # already a group leader (never, for a fresh worker): a group of its own at least
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
-    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
 def _stat(pid: int) -> tuple[int, str, str] | None:

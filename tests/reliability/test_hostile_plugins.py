@@ -53,10 +53,61 @@ def shouts(q, k, v, *, causal=False, mask=None, scale=None):
     raise RuntimeError("x" * 20_000_000)
 
 
-@register("terms_group", backend="numpy")
-def terms_group(q, k, v, *, causal=False, mask=None, scale=None):
-    os.killpg(os.getpgid(os.getppid()), signal.SIGTERM)
-    return _attend(q, k, v, causal, mask, scale)
+def _command():
+    """The worker's ancestors that run attnbench: its forkserver (a fork of the command) and the command."""
+    found, pid = [], os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"harness" not in f.read():
+                break
+        found.append(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    return found
+
+
+def _tries(attack):  # a hostile plugin ignores what is refused and answers right
+    def kernel(q, k, v, *, causal=False, mask=None, scale=None):
+        for pid in _command():
+            try:
+                attack(pid)
+            except OSError:
+                pass
+        return _attend(q, k, v, causal, mask, scale)
+    return register(attack.__name__, backend="numpy")(kernel)
+
+
+def terms_group(pid):  # SIGTERM to the command's process group
+    os.killpg(os.getpgid(pid), signal.SIGTERM)
+
+
+def kills_command(pid):
+    os.kill(pid, signal.SIGKILL)
+
+
+def sigio_command(pid):  # the kernel sends the signal later, when the pipe becomes readable
+    import fcntl
+    r, w = os.pipe()
+    fcntl.fcntl(r, fcntl.F_SETOWN, pid)
+    fcntl.fcntl(r, 10, signal.SIGKILL)  # F_SETSIG
+    fcntl.fcntl(r, fcntl.F_SETFL, os.O_ASYNC)
+    os.write(w, b"x")
+
+
+def pidfd_command(pid):  # a /proc/PID directory is a pidfd
+    fd = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY)
+    signal.pidfd_send_signal(fd, signal.SIGKILL)
+
+
+def traces_command(pid):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(0x4206, pid, None, None) == 0:  # PTRACE_SEIZE
+        libc.ptrace(8, pid, None, None)  # PTRACE_KILL
+
+
+for attack in (terms_group, kills_command, sigio_command, pidfd_command, traces_command):
+    globals()[f"{attack.__name__}_kernel"] = _tries(attack)  # the registry reads a plugin's module globals
 '''
 
 EXITS_AT_IMPORT = '''
@@ -167,17 +218,28 @@ def test_a_plugin_message_of_megabytes_is_cut_in_the_worker(tmp_path: Path, attn
     assert len(done.stderr) < 200_000
 
 
-@pytest.mark.xfail(strict=True, reason="not done: the command cannot yet tell a plugin's SIGTERM to its process group "
-                   "from a user's (docs/isolation.md, Sessions)")
-@pytest.mark.parametrize("command", ["verify", "bench"])
-def test_a_plugin_signalling_the_command_group_does_not_stop_the_command(tmp_path: Path, command: str,
-                                                                           attnbench) -> None:
+ATTACKS = ["terms_group", "kills_command", "sigio_command", "pidfd_command", "traces_command"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seccomp filter and /proc are Linux's")
+@pytest.mark.parametrize("attack", ATTACKS)
+def test_a_plugin_cannot_signal_or_trace_the_command(tmp_path: Path, attack: str, attnbench) -> None:
     out = tmp_path / "r.json"
-    args = ([*VERIFY, "--json", str(out)] if command == "verify" else [*BENCH, "--out", str(out)])
-    done = attnbench(*args, "--plugin", str(_plugin(tmp_path)), "--only", "terms_group", preexec_fn=_close())
-    assert done.returncode in (0, 1), (done.returncode, done.stderr[-3000:])
-    assert json.loads(out.read_text())["complete"], done.stderr[-3000:]
-    assert "SIGTERM" in done.stderr and "ignored" in done.stderr, done.stderr[-3000:]
+    done = attnbench(*VERIFY, "--json", str(out), "--plugin", str(_plugin(tmp_path)), "--only", attack,
+                     preexec_fn=_close())
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    result = json.loads(out.read_text())
+    assert result["complete"] and {c["status"] for c in result["cells"]} == {"pass"}, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seccomp filter and /proc are Linux's")
+def test_bench_survives_a_plugin_that_kills_the_command(tmp_path: Path, attnbench) -> None:
+    out = tmp_path / "b.json"
+    done = attnbench(*BENCH, "--out", str(out), "--plugin", str(_plugin(tmp_path)),
+                     "--only", "kills_command,terms_group", preexec_fn=_close())
+    assert done.returncode == 0, (done.returncode, done.stderr[-3000:])
+    cells = json.loads(out.read_text())["cells"]
+    assert cells and {c["status"] for c in cells} == {"ok"}, [(c["status"], c.get("reason")) for c in cells]
 
 
 MODULES = '''

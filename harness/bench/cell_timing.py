@@ -38,7 +38,7 @@ from harness.bench.tasks import (
     traced_memory_task,
     warm_up_task,
 )
-from harness.bench.timekeeper import Timekeeper, null_and_calls
+from harness.bench.timekeeper import Stamp, Timekeeper, charged, null_and_calls
 from harness.bench.verdicts import Timed
 from harness.results import Rounds, Stamped
 from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
@@ -80,8 +80,22 @@ class _Contender:
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
     spans: list[float] = field(default_factory=list)
-    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off: on the CPU
+    clock, each call's CPU as the parent charges it (:func:`~harness.bench.timekeeper.charged`)."""
+    witness: list[float] = field(default_factory=list)
+    """On the CPU clock, the calling thread's CPU over each call as the parent read it: what the worker's own
+    samples are held against (other threads, a spinning pool among them, never inflate it)."""
     latency: list[float] = field(default_factory=list)
+
+    def take(self, stamps: list[Stamp], clock: str) -> None:
+        """Fold one task's stamps in: its calls' spans on ``clock`` and, on the CPU clock, the calling thread's."""
+        if clock == "cpu":
+            latency, spans = charged(stamps)
+            self.witness += null_and_calls(stamps, "caller")[1]
+        else:
+            latency, spans = null_and_calls(stamps, clock)
+        self.spans += spans
+        self.latency.append(latency)
 
 
 class CellTimer:
@@ -136,8 +150,9 @@ class CellTimer:
                                        end_leftovers=True))
         if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
             clock = self._clock(cell.case.device)
-            latency, spans = null_and_calls(self.keeper.take(), clock)
-            outcome.value = _stamped(outcome.value, _Contender(cell, predicted_s, spans=spans, latency=[latency]), clock)
+            contender = _Contender(cell, predicted_s)
+            contender.take(self.keeper.take(), clock)
+            outcome.value = _stamped(outcome.value, contender, clock)
         mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
         return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
@@ -186,9 +201,7 @@ class CellTimer:
         self.keeper.clear()  # nothing left over from another task
         outcome = timing_pool.run(Task(state.cell.key, round_task, args, end_leftovers=True))
         if outcome.status == OK:
-            latency, spans = null_and_calls(self.keeper.take(), clock)
-            state.spans += spans
-            state.latency.append(latency)
+            state.take(self.keeper.take(), clock)
         state.seconds += outcome.seconds
         state.leftovers += outcome.leftovers
         state.positions.append(position)
@@ -203,9 +216,9 @@ class CellTimer:
                          pools_of: Pools) -> list[Measured]:
         """Each contender's :class:`Measured`: its last round's outcome with the parent's stamps, its memory, and
         its rounds record (its medians against the reference's, the roofs the probe read)."""
-        timed = {n: s for n, s in states.items() if s.failed is None and s.final is not None}
-        medians = {n: round_medians(s.final.value.samples_s, s.final.value.round_sizes or ()) for n, s in timed.items()
-                   if s.final is not None}
+        stamped = {n: _stamped(s.final.value, s, self._clock(s.cell.case.device)) for n, s in states.items()
+                   if s.failed is None and s.final is not None}
+        medians = {n: round_medians(t.samples_s, t.round_sizes or ()) for n, t in stamped.items()}
         out = []
         for name, state in states.items():
             cell = state.cell
@@ -215,8 +228,7 @@ class CellTimer:
                 continue
             mem = self._memory(cell, *pools_of(name))
             seconds = state.seconds + (mem.seconds if mem is not None else 0.0)
-            final = Outcome(OK, value=_stamped(state.final.value, state, self._clock(cell.case.device)),
-                            seconds=state.seconds, leftovers=state.leftovers)
+            final = Outcome(OK, value=stamped[name], seconds=state.seconds, leftovers=state.leftovers)
             sizes = state.final.value.round_sizes or ()
             record = rounds_record(medians[name], sizes, state.positions, len(states), reference,
                                    None if reference in (None, name) else medians[reference], probe,
@@ -226,10 +238,17 @@ class CellTimer:
 
 
 def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
-    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record."""
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock the
+    parent's charges are the samples (nothing the worker reports about time is the measurement); the worker's own
+    samples stay in the record, held against its calling thread's CPU (:func:`harness.bench.verdicts.judge`)."""
     if timed.integrity is None:
         return timed
-    spans = state.spans
+    spans, samples = state.spans, list(timed.samples_s)
+    if clock == "cpu" and spans and len(spans) == len(samples) and len(state.witness) == len(samples):
+        record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(state.witness),
+                         total_s=sum(state.witness), latency_s=statistics.median(state.latency),
+                         worker_median_s=statistics.median(samples), worker_total_s=sum(samples))
+        return replace(timed, samples_s=tuple(spans), integrity=replace(timed.integrity, stamps=record))
     record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
                      latency_s=statistics.median(state.latency) if state.latency else None)
     return replace(timed, integrity=replace(timed.integrity, stamps=record))

@@ -52,8 +52,9 @@ KEY_BYTES = 16
 SEND_BUFFER = 1 << 22
 """Bytes of messages a worker may queue while the parent's reading thread waits for a core (thousands of calls)."""
 
-Stamp = tuple[bytes, float, "float | None"]
-"""(tag, the kernel's wall-clock stamp of the send, the worker's CPU seconds read by the parent or None)."""
+Stamp = tuple[bytes, float, "float | None", "float | None"]
+"""(tag, the kernel's wall-clock stamp of the send, the worker's CPU seconds and its calling thread's, both read
+by the parent, or None)."""
 
 
 def _listen(address: str) -> socket.socket:
@@ -131,15 +132,15 @@ class Timekeeper:
                 read = self._stamped(data, ancillary)
                 if read is None:
                     continue
-                tag, cpu = read[0], None
-                if tag in SYNCED:
-                    tag, cpu = SYNCED[tag], process_cpu_s(pid)
+                tag, cpu, caller = read[0], None, None
+                if tag in SYNCED:  # the worker waits for the answer: its calling thread is idle while both are read
+                    tag, cpu, caller = SYNCED[tag], process_cpu_s(pid), thread_cpu_s(pid, pid)
                     try:
                         conn.send(ANSWER)
                     except OSError:
                         return
                 with self.lock:
-                    self.stamps.append((tag, read[1], cpu))
+                    self.stamps.append((tag, read[1], cpu, caller))
                     self.lock.notify_all()
 
     def _drain(self, conn: socket.socket) -> None:
@@ -154,7 +155,7 @@ class Timekeeper:
                 return
             read = self._stamped(data, ancillary)
             if read is not None:
-                self.stamps.append((read[0], read[1], None))
+                self.stamps.append((read[0], read[1], None, None))
 
     def clear(self) -> None:
         """Drop whatever is queued (a task that failed before its last message), without waiting for more."""
@@ -172,7 +173,7 @@ class Timekeeper:
             while True:
                 for conn in list(self.connections):
                     self._drain(conn)
-                if any(tag == FLUSH for tag, _, _ in self.stamps) or deadline <= 0:
+                if any(stamp[0] == FLUSH for stamp in self.stamps) or deadline <= 0:
                     break
                 self.lock.wait(0.05)  # a worker's connection not accepted yet, or a CPU reader behind
                 deadline -= 0.05
@@ -196,19 +197,39 @@ def process_cpu_s(pid: int) -> float | None:
         return None
 
 
-def spans(stamps: list[Stamp], clock: str = "wall") -> list[float]:
-    """The span of each start/end pair on ``clock`` (wall: the kernel's send stamps; cpu: the worker's CPU
-    clock read by the parent), in order (an unpaired message, or one without that clock, is skipped)."""
-    out: list[float] = []
-    started: float | None = None
-    for tag, wall, cpu in stamps:
-        value = wall if clock == "wall" else cpu
-        if tag == START:
-            started = value
-        elif tag == END and started is not None and value is not None:
-            out.append(value - started)
+def thread_cpu_s(pid: int, tid: int) -> float | None:
+    """The CPU seconds thread ``tid`` of process ``pid`` has used (``/proc``'s schedstat, exact for a thread that
+    is not running: the kernel refuses another process's per-thread clock), or None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            return int(f.read().split()[0]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_CLOCKS = {"wall": 1, "cpu": 2, "caller": 3}
+"""Which part of a :data:`Stamp` a clock reads: the kernel's send stamp, the worker's CPU clock, its calling thread's."""
+
+
+def _pairs(stamps: list[Stamp], clock: str) -> list[tuple[Stamp, Stamp]]:
+    """Each call's (start, end) stamps with a reading on ``clock``, in order (an unpaired message is skipped)."""
+    at = _CLOCKS[clock]
+    out: list[tuple[Stamp, Stamp]] = []
+    started: Stamp | None = None
+    for stamp in stamps:
+        if stamp[0] == START:
+            started = stamp
+        elif stamp[0] == END and started is not None and started[at] is not None and stamp[at] is not None:
+            out.append((started, stamp))
             started = None
     return out
+
+
+def spans(stamps: list[Stamp], clock: str = "wall") -> list[float]:
+    """The span of each start/end pair on ``clock`` (wall: the kernel's send stamps; cpu: the worker's CPU clock
+    read by the parent; caller: its calling thread's), in order."""
+    at = _CLOCKS[clock]
+    return [float(end[at]) - float(start[at]) for start, end in _pairs(stamps, clock)]  # type: ignore[arg-type]
 
 
 def null_and_calls(stamps: list[Stamp], clock: str = "wall") -> tuple[float, list[float]]:
@@ -217,6 +238,27 @@ def null_and_calls(stamps: list[Stamp], clock: str = "wall") -> tuple[float, lis
     all_spans = spans(stamps, clock)
     null = statistics.median(all_spans[:NULL_CALLS]) if len(all_spans) >= NULL_CALLS else 0.0
     return null, [max(0.0, s - null) for s in all_spans[NULL_CALLS:]]
+
+
+def charged(stamps: list[Stamp]) -> tuple[float, list[float]]:
+    """A CPU-clock task's calls as the parent charges them: (the messages' own latency, each call's CPU seconds).
+
+    A call costs the worker's CPU over its span, every thread counted, plus what threads other than the calling
+    one burnt from its end to the next call's start: a pool that spins between calls (OpenMP's blocktime) burns
+    CPU for the cell, and is charged it instead of being flagged. The calling thread's own time between calls is
+    the harness's (inputs, checks), never charged. The last call of a task has no next start: nothing is added."""
+    null, calls = null_and_calls(stamps, "cpu")
+    every = _pairs(stamps, "cpu")
+    pairs = every[NULL_CALLS:] if len(every) >= NULL_CALLS else every
+    if len(pairs) != len(calls):
+        return null, calls
+    for i in range(len(pairs) - 1):
+        end, following = pairs[i][1], pairs[i + 1][0]
+        if end[3] is None or following[3] is None:
+            continue
+        others = (float(following[2]) - float(end[2])) - (float(following[3]) - float(end[3]))  # type: ignore[arg-type]
+        calls[i] += max(0.0, others)
+    return null, calls
 
 
 # ---------------------------------------------------------------- worker side

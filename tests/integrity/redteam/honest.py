@@ -3,6 +3,7 @@ does not depend on q), leaves no work or state behind, and must never be flagged
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -130,3 +131,59 @@ def ok_idle_pool(q, k, v, *, causal=False, mask=None, scale=None):
             t.start()
             _IDLE.append(t)
     return F.scaled_dot_product_attention(q, k, v, scale=scale)
+
+
+class _SpinningPool:
+    """Worker threads that, after each task, spin for the next one before they block (OpenMP's blocktime: Intel's
+    runtime spins 200 ms by default), so they burn CPU between calls while doing no work for anybody."""
+
+    SPIN_S = 0.05
+
+    def __init__(self, n: int) -> None:
+        self.tasks: list[list] = [[] for _ in range(n)]
+        self.wake = [threading.Event() for _ in range(n)]
+        for i in range(n):
+            threading.Thread(target=self._run, args=(i,), daemon=True).start()
+
+    def _run(self, i: int) -> None:
+        import time
+
+        while True:
+            deadline = time.perf_counter() + self.SPIN_S
+            while not self.tasks[i] and time.perf_counter() < deadline:
+                os.sched_yield()  # spin: the GIL released, the CPU kept
+            if not self.tasks[i]:
+                self.wake[i].wait()
+                self.wake[i].clear()
+                continue
+            fn, done = self.tasks[i].pop()
+            fn()
+            done.set()
+
+    def run(self, fns) -> None:
+        dones = []
+        for i, fn in enumerate(fns):
+            done = threading.Event()
+            self.tasks[i % len(self.tasks)].append((fn, done))
+            self.wake[i % len(self.tasks)].set()
+            dones.append(done)
+        for done in dones:
+            done.wait()
+
+
+_SPINNERS: list[_SpinningPool] = []
+
+
+@register("ok_spinning_pool", backend="torch",
+          description="heads on a pool whose threads spin-wait between calls (OpenMP blocktime style), joined before returning")
+def ok_spinning_pool(q, k, v, *, causal=False, mask=None, scale=None):
+    if not _SPINNERS:
+        _SPINNERS.append(_SpinningPool(2))
+    out = torch.empty(q.shape[:-1] + (v.shape[-1],), dtype=q.dtype)
+
+    def head(h):
+        def work():
+            out[:, h] = F.scaled_dot_product_attention(q[:, h], k[:, h], v[:, h], scale=scale)
+        return work
+    _SPINNERS[0].run([head(h) for h in range(q.shape[1])])
+    return out

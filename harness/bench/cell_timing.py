@@ -179,6 +179,8 @@ class CellTimer:
             if reading.status == OK:
                 probe.gemm_gflops.append(reading.value[0])
                 probe.read_gbps.append(reading.value[1])
+                if reading.value[2]:
+                    probe.thread_gflops.append(reading.value[2])
             for position, name in enumerate(order):
                 state = states[name]
                 if state.failed is None:

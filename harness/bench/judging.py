@@ -56,7 +56,10 @@ def judged(measured: Measured, roofs: RoofReadings) -> BenchCell:
     result = replace(result, gflops=(result.flops or 0.0) / median / 1e9, seconds=measured.seconds)
     if timed.integrity is not None:
         rounds = measured.rounds
-        floor = roofs.floor(result, *((rounds.gemm_gflops, rounds.gemm_headroom) if rounds else ()))
+        stamps = timed.integrity.stamps
+        clock = stamps.clock if stamps is not None and stamps.clock else "wall"
+        floor = roofs.floor(result, rounds.gemm_gflops, rounds.gemm_headroom, rounds.thread_gemm_gflops, clock) \
+            if rounds else roofs.floor(result)
         status, reason = judge(timed, timing.seconds, floor)
         integrity = replace(timed.integrity, floor=floor, wall_s=timing.seconds)
         result = replace(result, status=status, reason=reason, integrity=integrity)

@@ -19,6 +19,7 @@ from harness.bench.tasks import bandwidth_task, clock_for, peak_task
 from harness.bench.timing import TimingConfig
 from harness.results import Bandwidth, BandwidthKey, BenchCell, Floor, Peak, PeakKey
 from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
+from harness.runtime.process_tree import usable_cpus
 
 
 def failed(outcome: Outcome) -> str:
@@ -100,15 +101,21 @@ class RoofReadings:
         if records:
             self.set_bandwidth(records)
 
-    def floor(self, cell: BenchCell, gemm_beside: float | None = None, headroom: float | None = None) -> Floor:
+    def floor(self, cell: BenchCell, gemm_beside: float | None = None, headroom: float | None = None,
+              thread_gflops: float | None = None, clock: str = "wall") -> Floor:
         """The physics floor of ``cell`` (:func:`~harness.bench.roofs.physics_floor`) from these roofs, and the
-        GEMM read beside it in its rounds with the CPU's headroom over it, when it was timed in rounds."""
+        GEMM read beside it in its rounds with the CPU's headroom over it, when it was timed in rounds.
+        ``thread_gflops`` (one thread's GEMM on its CPU clock) counts once for a cell on the CPU clock, whose
+        samples add up its threads' CPU, and once per CPU this process may run on for a wall-clock cell."""
         device = cell.case.device or "cpu"
         kind = None if cell.node is None else cell.node.kind
         bandwidth = self.bandwidth.get(BandwidthKey(device, cell.threads, kind))
         peak = None if cell.peak_key is None else self.peaks.get(cell.peak_key)
+        threads = None
+        if thread_gflops and cell.node is None:  # a node's CPUs are not ours
+            threads = thread_gflops * (1 if clock == "cpu" else usable_cpus())
         return physics_floor(cell.flops or 0.0, cell.bytes or 0.0, str(cell.case.dtype), device, peak, bandwidth,
-                             None if cell.node else self.machine, gemm_beside, headroom)  # a node's CPUs are not ours
+                             None if cell.node else self.machine, gemm_beside, headroom, threads)
 
 
 def confirmed(peak: Peak, reading: Peak | None) -> Peak:

@@ -115,10 +115,13 @@ def cpu_roofs() -> Roofs:
 
 def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Peak | Mapping[str, object] | None,
                   bandwidth: Bandwidth | Mapping[str, object] | None, theory: Roofs | Mapping[str, object] | None,
-                  beside_gflops: float | None = None, headroom: float | None = None) -> Floor:
+                  beside_gflops: float | None = None, headroom: float | None = None,
+                  threads_gflops: float | None = None) -> Floor:
     """The floor in seconds and how it was derived (roofs in GFLOP/s and GB/s, each the larger estimate; the
-    compute roof no higher than ``beside_gflops``, the fastest GEMM read beside the cell, x ``headroom`` x
-    :data:`BESIDE_MARGIN`). The records may be given in their stored form (JSON objects)."""
+    compute roof no higher than the GEMM read beside the cell x ``headroom`` x :data:`BESIDE_MARGIN`, where that
+    GEMM is the fastest of ``beside_gflops`` (on the cell's clock), the run's fastest peak call and
+    ``threads_gflops``, one thread's GEMM on its own CPU clock x the threads the cell may run on, which load
+    cannot lower). The records may be given in their stored form (JSON objects)."""
     gemm = Peak.coerce(peak or {})
     stream = Bandwidth.coerce(bandwidth or {})
     roofs = None if theory is None or device != "cpu" else Roofs.coerce(theory)
@@ -126,25 +129,27 @@ def physics_floor(flops: float, nbytes: float, dtype: str, device: str, peak: Pe
     measured_gbps = SAFETY * max(stream.read_gbps or 0.0, stream.copy_gbps or 0.0)
     theory_gflops, theory_gbps = (roofs.gflops.get(dtype, 0.0), roofs.load_gbps) if roofs is not None else (0.0, 0.0)
     compute = max(measured_gflops, theory_gflops)
-    beside = _beside_roof(beside_gflops, gemm, headroom)
+    beside = _beside_roof(beside_gflops, gemm, headroom, threads_gflops)
     if beside is not None:
         compute = min(compute, beside) if compute else beside
     memory = max(measured_gbps, theory_gbps)
     compute_s, memory_s = _seconds(flops, compute), _seconds(nbytes, memory)
     how = (f"compute roof max({SAFETY:g} x measured {measured_gflops / SAFETY:.4g}, theory {theory_gflops:.4g}) GFLOP/s"
-           + _beside_words(beside_gflops, headroom, beside) + "; "
+           + _beside_words(max(beside_gflops or 0.0, threads_gflops or 0.0), headroom, beside) + "; "
            f"memory roof max({SAFETY:g} x measured {measured_gbps / SAFETY:.4g}, theory {theory_gbps:.4g}) GB/s"
            + (f"; theory: {roofs.method}" if roofs is not None else ""))
     return Floor(floor_s=max(compute_s, memory_s), compute_roof_gflops=compute, memory_roof_gbps=memory,
                  compute_s=compute_s, memory_s=memory_s, how=how)
 
 
-def _beside_roof(beside_gflops: float | None, gemm: Peak, headroom: float | None) -> float | None:
-    """The compute roof the GEMM read beside the cell sets (None when none was read): the faster of it and the
-    run's fastest peak call, x the vector headroom x :data:`BESIDE_MARGIN`."""
+def _beside_roof(beside_gflops: float | None, gemm: Peak, headroom: float | None,
+                 threads_gflops: float | None = None) -> float | None:
+    """The compute roof the GEMM read beside the cell sets (None when none was read): the fastest of it, the
+    run's fastest peak call and the threads' CPU-clock GEMM, x the vector headroom x :data:`BESIDE_MARGIN`."""
     if not beside_gflops:
         return None
-    return max(beside_gflops, gemm.fastest_call_gflops or 0.0) * max(1.0, headroom or 1.0) * BESIDE_MARGIN
+    fastest = max(beside_gflops, gemm.fastest_call_gflops or 0.0, threads_gflops or 0.0)
+    return fastest * max(1.0, headroom or 1.0) * BESIDE_MARGIN
 
 
 def _beside_words(beside_gflops: float | None, headroom: float | None, beside: float | None) -> str:

@@ -19,7 +19,8 @@ in the same seconds as the cell.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,10 +137,13 @@ def _closed(cell: _Open, used: int, entered: float) -> Timed:
                  profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 
-def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall") -> tuple[float, float]:
-    """Worker (the peak one): (GEMM GFLOP/s, read GB/s) now: the fastest of :data:`PROBE_CALLS` square GEMM
-    calls of :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES` (buffers made, and first touched,
-    once per worker), timed on the cells' ``clock``. The roof beside a cell is the best of its rounds' readings."""
+def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall"
+                    ) -> tuple[float, float, float | None]:
+    """Worker (the peak one): (GEMM GFLOP/s, read GB/s, one thread's GEMM GFLOP/s of CPU) now: the fastest of
+    :data:`PROBE_CALLS` square GEMM calls of :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES`
+    (buffers made, and first touched, once per worker), timed on the cells' ``clock``; then, on a CPU, the same
+    GEMM on one thread timed on that thread's CPU clock, which a busy machine does not stretch (a preempted
+    thread's clock stops). The roof beside a cell is the best of its rounds' readings."""
     import torch
 
     from harness.reference.tensors import TORCH_DTYPES
@@ -162,7 +166,26 @@ def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "
     t0 = timer()
     _PROBE[device].sum()
     read = timer() - t0
-    return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9
+    return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9, _one_thread_gflops(a, b) if device == "cpu" else None
+
+
+def _one_thread_gflops(a: Any, b: Any) -> float | None:
+    """GFLOP/s of one thread's ``a @ b`` on its own CPU clock: the fastest of :data:`PROBE_CALLS`."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = min(_thread_timed(lambda: torch.matmul(a, b)) for _ in range(PROBE_CALLS))
+    finally:
+        torch.set_num_threads(threads)
+    return 2.0 * a.shape[0] ** 3 / best / 1e9 if best > 0 else None
+
+
+def _thread_timed(call: Callable[[], object]) -> float:
+    t0 = time.thread_time()
+    call()
+    return time.thread_time() - t0
 
 
 # ---------------------------------------------------------------- parent side: what the rounds mean
@@ -204,6 +227,7 @@ class Probe:
 
     gemm_gflops: list[float] = field(default_factory=list)
     read_gbps: list[float] = field(default_factory=list)
+    thread_gflops: list[float] = field(default_factory=list)
 
 
 def gemm_headroom(dtype: str, device: str) -> float | None:
@@ -238,7 +262,8 @@ def rounds_record(medians: Sequence[float], sizes: Sequence[int], positions: Seq
                   gemm_gflops=max(probe.gemm_gflops) if probe.gemm_gflops else None,
                   read_gbps=max(probe.read_gbps) if probe.read_gbps else None,
                   gemm_samples_gflops=tuple(probe.gemm_gflops) or None, read_samples_gbps=tuple(probe.read_gbps) or None,
-                  gemm_headroom=headroom)
+                  gemm_headroom=headroom, thread_gemm_gflops=max(probe.thread_gflops) if probe.thread_gflops else None,
+                  thread_gemm_samples_gflops=tuple(probe.thread_gflops) or None)
 
 
 def choose_reference(contenders: Sequence[str], wanted: str | None) -> str | None:

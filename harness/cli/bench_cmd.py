@@ -21,13 +21,14 @@ from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
 from harness.cli.bench_output import present
 from harness.cli.case_flags import add_case_arguments, overrides_from_args
-from harness.cli.common import default_of, positive_int, positive_number, registry_of, usable_cpus
+from harness.cli.common import default_of, positive_int, positive_number, registry_of
 from harness.cli.model_flag import LIST, add_model_argument, checked_model, print_catalogue
 from harness.errors import UsageError
 from harness.report.terminal import format_seconds
 from harness.results import BenchCell, Status
 from harness.runtime import interrupts
 from harness.runtime.isolation import start_forkserver
+from harness.runtime.process_tree import usable_cpus
 from harness.runtime.progress import Progress
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -83,9 +82,4 @@ def positive_int(text: str) -> int:
     return value
 
 
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity mask, which a container or `taskset` narrows)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+

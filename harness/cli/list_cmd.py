@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING
 
 from harness.case.attention import AttentionCase
 from harness.cli import add_plugin_argument
-from harness.cli.common import format_table, positive_number, registry_from_args, usable_cpus
+from harness.cli.common import format_table, positive_number, registry_from_args
 from harness.contract.availability import reasons_or_failure, unsupported
 from harness.contract.discovery import Registry
 from harness.contract.registry import Implementation
 from harness.runtime.isolation import WorkerPool, kill_all_workers, start_forkserver
+from harness.runtime.process_tree import usable_cpus
 
 if TYPE_CHECKING:  # harness.modules imports torch; `attnbench list --help` must not
     from harness.modules.cases import ModuleCase

@@ -103,7 +103,8 @@ class Rounds(Record):
     ``gemm_gflops`` and ``read_gbps`` are the fastest GEMM call and the highest read reading of the roof probe
     run as one more contender in each round: the roofs beside the cell."""
 
-    TUPLES = frozenset({"sizes", "medians_s", "positions", "ratios", "gemm_samples_gflops", "read_samples_gbps"})
+    TUPLES = frozenset({"sizes", "medians_s", "positions", "ratios", "gemm_samples_gflops", "read_samples_gbps",
+                        "thread_gemm_samples_gflops"})
     sizes: tuple[int, ...] | None = None
     medians_s: tuple[float, ...] | None = None
     positions: tuple[int, ...] | None = None
@@ -125,3 +126,8 @@ class Rounds(Record):
     """How much faster than the GEMM beside it a kernel may run on this CPU: the widest vector unit's FLOPs per
     cycle for the cell's dtype over AVX2+FMA's, since torch's GEMM may run AVX2 code where the CPU has wider
     units (MKL does on AMD CPUs); absent in files from before it and where nothing is known (read as 1)."""
+    thread_gemm_gflops: float | None = None
+    """The probe's GEMM on one thread, on that thread's CPU clock (the fastest of its rounds): a roof a busy
+    machine cannot lower, since a preempted thread's clock stops. x the CPUs a cell may use, it bounds a wall-clock
+    cell; x 1, a CPU-clock cell (whose samples sum its threads' CPU)."""
+    thread_gemm_samples_gflops: tuple[float, ...] | None = None

@@ -23,6 +23,14 @@ def prctl(option: int, value: int) -> bool:
         return False
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, which a container or `taskset` narrows)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def die_with_parent() -> None:
     """Linux: the kernel kills this worker when its parent dies (even by SIGKILL), so no orphan runs on."""
     if not prctl(_PR_SET_PDEATHSIG, signal.SIGKILL):

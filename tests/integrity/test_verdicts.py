@@ -87,3 +87,17 @@ def test_on_the_cpu_clock_the_worker_is_held_against_its_calling_thread_and_the_
                                      "worker_median_s": 0.005, "worker_total_s": 0.05})
     status, reason = judge(slowed, 1.0, FLOOR)
     assert status == Status.IMPLAUSIBLE and "calling thread" in (reason or "")
+
+
+def test_a_busy_machine_cannot_raise_the_floor_the_threads_cpu_clock_gemm_holds_it() -> None:
+    """A wall-clock GEMM read beside the cell on a busy machine reads low (its threads wait for a core); one
+    thread's GEMM on its own CPU clock does not, and the roof takes the faster."""
+    peak = {"gflops": 100.0, "fastest_call_gflops": 105.0}  # the run's peak, read as busy as the rest
+    theory = {"gflops": {"float32": 600.0}, "load_gbps": 1000.0, "method": "test"}
+    busy = physics_floor(2e9, 1e6, "float32", "cpu", peak, None, theory, beside_gflops=20.0, headroom=2.0)
+    held = physics_floor(2e9, 1e6, "float32", "cpu", peak, None, theory, beside_gflops=20.0, headroom=2.0,
+                         threads_gflops=2 * 115.0)
+    assert busy["compute_roof_gflops"] == pytest.approx(105.0 * 2 * 1.1)
+    assert held["compute_roof_gflops"] == pytest.approx(230.0 * 2 * 1.1)
+    honest = _value([2e9 / 300e9] * 3)  # an AVX-512 kernel at 300 GFLOP/s, near 3x torch's AVX2 GEMM: honest here
+    assert judge(honest, 1.0, busy)[0] == Status.IMPLAUSIBLE and judge(honest, 1.0, held) == (Status.OK, None)

@@ -8,7 +8,7 @@ import pytest
 
 from harness.analysis.fitrecords import stored_rows
 from harness.analysis.scaling import fit_exponent
-from harness.analysis.stats import is_noisy, summarize
+from harness.analysis.stats import is_noisy, noise_cause, summarize
 from harness.analysis.sweepfits import run_fits
 from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
 from harness.case.attention import AttentionCase
@@ -186,3 +186,10 @@ def test_the_quick_suite_measures_memory_only_where_the_report_fits_it() -> None
     assert ("torch_sdpa", "B1-H16-T1024-d64-float32") in timed_only
     assert any(c.case.tq == 1 and not c.memory for c in cells)  # decode steps: roofline points, no memory fit
     assert all(c.memory for c in plan("quick", ["torch_sdpa"], {"d": [32, 128]}))  # named sizes: measured in full
+
+
+def test_noisy_cells_blame_the_machine_only_when_it_measured_busy() -> None:
+    assert noise_cause([0.4, 1.6, None], 2).startswith("the machine was busy (load up to 1.6 on 2 CPUs)")
+    quiet = noise_cause([0.4, 1.4], 2)
+    assert quiet.startswith("the machine was not busy (load at most 1.4 on 2 CPUs)") and "busy;" not in quiet
+    assert "unknown" in noise_cause([None], 2) and "unknown" in noise_cause([3.0], None)

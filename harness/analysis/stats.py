@@ -47,6 +47,23 @@ def is_noisy(stats: Stats | None) -> bool:
     return stats is not None and stats.iqr_over_median is not None and stats.iqr_over_median >= NOISY_IQR_OVER_MEDIAN
 
 
+BUSY_LOAD_PER_CPU = 0.75
+"""A load average at or above this share of the CPUs is a busy machine: other work waits for a core."""
+
+
+def noise_cause(loads: Sequence[float | None], cpus: int | None) -> str:
+    """Why cells were noisy, in words, from the load averages measured while they ran: the machine is blamed only
+    when it measured busy; otherwise the calls themselves varied."""
+    measured = [x for x in loads if x is not None]
+    if not measured or not cpus:
+        return "no load was measured, so the cause is unknown"
+    worst = max(measured)
+    if worst >= BUSY_LOAD_PER_CPU * cpus:
+        return f"the machine was busy (load up to {worst:.1f} on {cpus} CPUs)"
+    return (f"the machine was not busy (load at most {worst:.1f} on {cpus} CPUs): the calls themselves varied "
+            "(short calls, data-dependent work, frequency changes)")
+
+
 PAIRED_CONFIDENCE = 0.95
 """The coverage a median interval aims for (reached from 6 values on: min to max of 6 covers 96.9%, of 5 93.8%)."""
 

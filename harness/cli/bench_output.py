@@ -10,12 +10,13 @@ import sys
 from pathlib import Path
 
 from harness.analysis.fitrecords import stored_rows
-from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy
+from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy, noise_cause
 from harness.errors import printable
 from harness.report.terminal import fits_table, results_table
 from harness.results import BenchCell, Run, Status
 from harness.results.files import dumps
 from harness.results.schema import INTEGRITY
+from harness.runtime.process_tree import usable_cpus
 
 
 def present(run: Run, out: Path, as_json: bool) -> int:
@@ -83,8 +84,9 @@ def _print_spread(cells: list[BenchCell]) -> None:
     measured = [c for c in cells if c.status == Status.OK and c.stats]
     noisy = [c for c in measured if is_noisy(c.stats)]
     if noisy:
+        cause = noise_cause([c.load_average for c in noisy], usable_cpus())
         print(f"attnbench bench: warning: {len(noisy)} of {len(measured)} cells have "
-              f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): the machine is noisy; compare ratios "
+              f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): {cause}; compare ratios "
               f"within one run, or re-run with a larger --budget", file=sys.stderr)
     spreads = sorted(c.stats.iqr_over_median for c in measured if c.stats and c.stats.iqr_over_median is not None)
     if spreads and not math.isnan(max(spreads)):

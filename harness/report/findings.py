@@ -17,7 +17,7 @@ import pandas as pd
 
 from harness.analysis.growth import Row
 from harness.analysis.slices import Sweep, sweep
-from harness.analysis.stats import is_noisy
+from harness.analysis.stats import is_noisy, noise_cause
 from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
 from harness.report import tables, trust
 from harness.report.headline import Line, headline
@@ -31,12 +31,14 @@ class Noise:
 
     noisy: int
     timed: int
+    cause: str = ""
+    """Why, from the load measured while the noisy cells ran (:func:`harness.analysis.stats.noise_cause`)."""
 
     @property
     def note(self) -> str:
         if not self.noisy:
             return ""
-        return (f"{self.noisy} of {self.timed} timed cells are noisy (IQR/median >= 10%): the machine was busy; "
+        return (f"{self.noisy} of {self.timed} timed cells are noisy (IQR/median >= 10%): {self.cause}; "
                 "fitted exponents and speedups from those cells are rough")
 
 
@@ -105,10 +107,18 @@ def speedup_table(bench: pd.DataFrame, baseline: str) -> tuple[Sweep | None, pd.
     return s, pd.DataFrame(rows, columns=["implementation", "T", "speedup"])
 
 
-def _noise(cells: tuple[BenchCell, ...]) -> Noise:
-    """Of the ok bench cells, those whose IQR/median is at least 10% (read from the typed cells' statistics)."""
-    ok = [c.stats or Stats() for c in cells if c.status == Status.OK]
-    return Noise(sum(is_noisy(stats) for stats in ok), len(ok))
+def _noise(cells: tuple[BenchCell, ...], cpus: int | None) -> Noise:
+    """Of the ok bench cells, those whose IQR/median is at least 10% (read from the typed cells' statistics), and
+    why, from the load each noisy cell ran at on a machine of ``cpus``."""
+    ok = [c for c in cells if c.status == Status.OK]
+    noisy = [c for c in ok if is_noisy(c.stats or Stats())]
+    return Noise(len(noisy), len(ok), noise_cause([c.load_average for c in noisy], cpus))
+
+
+def _cpus(results: Results) -> int | None:
+    """The CPUs of the machine the bench files ran on (the largest any file records)."""
+    cores = [s.environment.cores for s in results.sources if s.environment.cores]
+    return max(cores) if cores else None
 
 
 def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
@@ -119,5 +129,6 @@ def analyse(results: Results, baseline: str, implementations: Mapping[str, Mappi
     margins = tables.worst_margins(verify)
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
-                    noise=_noise(results.bench_cells), untrusted=tables.untrusted(bench), bench_table=tables.bench_summary(bench),
+                    noise=_noise(results.bench_cells, _cpus(results)), untrusted=tables.untrusted(bench),
+                    bench_table=tables.bench_summary(bench),
                     headline=tuple(headline(results, margins)), set_aside=trust.set_aside(bench))

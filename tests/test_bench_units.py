@@ -193,3 +193,18 @@ def test_noisy_cells_blame_the_machine_only_when_it_measured_busy() -> None:
     quiet = noise_cause([0.4, 1.4], 2)
     assert quiet.startswith("the machine was not busy (load at most 1.4 on 2 CPUs)") and "busy;" not in quiet
     assert "unknown" in noise_cause([None], 2) and "unknown" in noise_cause([3.0], None)
+
+
+def test_a_case_whose_contenders_cannot_hold_their_inputs_together_is_timed_in_groups_that_can() -> None:
+    """Rounds hold every contender's input sets at once: a decode step with 256 MiB of K and V is ~3 GiB a worker,
+    so ten contenders are split into groups that fit the budget, in order, and a small case stays one group."""
+    big = AttentionCase(batch=8, heads=32, kv_heads=8, tq=1, tk=4096, d=128)
+    budget = Budget(memory_bytes=14 * 2**30, cell_seconds=None)
+    cells = [PlannedCell(f"k{i}", big, "fwd") for i in range(10)]
+    each = budget.held_bytes(cells[0])
+    assert 2.5 * 2**30 < each < 4 * 2**30, each / 2**30
+    groups = budget.held_together(cells)
+    assert [i for g in groups for i in g] == list(range(10)) and len(groups) >= 3
+    assert all(sum(budget.held_bytes(cells[i]) for i in g) <= budget.memory_bytes for g in groups)
+    small = [PlannedCell(f"k{i}", AttentionCase(heads=2, tq=256, d=64), "fwd") for i in range(10)]
+    assert budget.held_together(small) == [list(range(10))]

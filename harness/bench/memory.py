@@ -58,6 +58,16 @@ def _libc() -> Any:
     return libc
 
 
+def release_memory() -> None:
+    """Give the memory of what this process freed back to the system: collect cycles, then trim glibc's heaps (its
+    dynamic mmap threshold serves large buffers from the heap once one was freed, and a freed heap page stays
+    resident until trimmed)."""
+    gc.collect()
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
 def output_bytes(out: Any) -> int:
     """Bytes held by the arrays/tensors in ``out`` (a tensor, an array, or a tuple of them)."""
     if isinstance(out, (tuple, list)):

@@ -27,6 +27,7 @@ from typing import Any
 from harness.analysis.stats import median_interval, quantile
 from harness.bench import guard
 from harness.bench.loop import RoundedLoop
+from harness.bench.memory import release_memory
 from harness.bench.timing import TimingConfig, pin_threads
 from harness.bench.verdicts import Timed
 from harness.results import Accounting, Integrity, Rounds
@@ -106,7 +107,10 @@ def round_task(key: str, name: str, source: str, case: dict[str, object], mode: 
             cell.total_s += guard.CLOCK() - entered
             return Timed(samples_s=tuple(samples), threads=used, setup_s=setup_s)
         del _OPEN[key]
-        return _closed(cell, used, entered)
+        closed = _closed(cell, used, entered)
+        del cell
+        release_memory()  # an idle worker must not hold this case's inputs while the next case's contenders run
+        return closed
     except BaseException:
         _OPEN.pop(key, None)
         raise

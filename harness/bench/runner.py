@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from harness.bench import guard
 from harness.bench.admission import admit
@@ -91,13 +91,13 @@ class BenchRunner:
                 admitted.append((cell, verdict))
         if not admitted:
             return
-        measured: Iterable[Measured]
-        if self._in_rounds(admitted):
-            measured = timer.rounds(admitted, pools_of, peak_pool)
-        else:  # one at a time: each cell written before the next is timed
-            measured = (timer.alone(cell, predicted_s, *pools_of(cell.implementation)) for cell, predicted_s in admitted)
-        for each in measured:
-            self.write(self.judge(each))
+        if self._in_rounds(admitted):  # in groups whose workers' inputs fit in memory together
+            for members in self.budget.held_together([cell for cell, _ in admitted]):
+                for each in timer.rounds([admitted[i] for i in members], pools_of, peak_pool):
+                    self.write(self.judge(each))
+            return
+        for cell, predicted_s in admitted:  # one at a time: each cell written before the next is timed
+            self.write(self.judge(timer.alone(cell, predicted_s, *pools_of(cell.implementation))))
 
     def _in_rounds(self, admitted: list[tuple[PlannedCell, float | None]]) -> bool:
         """Whether a case's cells are timed in rounds: on a CPU, with the checks on, and kernels only (a module's

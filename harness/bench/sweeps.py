@@ -267,6 +267,12 @@ def score_elements(case: AttentionCase) -> int:
     return case.batch * case.heads * case.tq * case.tk
 
 
+HELD_PER_IO_BYTE = 12
+"""A timing worker's inputs and their copies, per byte of the call's inputs and output (:meth:`Budget.held_bytes`):
+3 input sets x (inputs, their pristine values, the copy a write is checked against), and float64 copies for the
+check. A decode step of 8 sequences of 4,096 keys (256 MiB of K and V) held 3.5 GiB in its worker."""
+
+
 @dataclass
 class Budget:
     """Per-cell limits: peak bytes (inputs, outputs and extra) and seconds for the whole cell."""
@@ -330,6 +336,28 @@ class Budget:
         """Seconds the whole cell should take: warm-up plus the minimum samples and two more calls."""
         seconds = self.predict(cell, peak_gflops)[0]
         return max(seconds, self.warmup_s) + (self.min_samples + 2) * seconds
+
+    def held_bytes(self, cell: PlannedCell) -> float:
+        """What a contender's timing worker holds while its case's rounds run, every contender's at once: its
+        input sets (each the inputs, the values they are redrawn from and the copy a write is checked against),
+        the float64 copies the check reads, and the call's own predicted peak."""
+        return HELD_PER_IO_BYTE * io_bytes(cell.case, cell.mode) + self.predict(cell, None)[1]
+
+    def held_together(self, cells: Sequence[PlannedCell]) -> list[list[int]]:
+        """``cells`` (one case's contenders) split, in order, into groups whose workers' held bytes together fit
+        the memory budget: the rounds of one group hold every member's inputs at once, so a case of many
+        contenders with large inputs is timed in several groups instead of running the machine out of memory."""
+        groups: list[list[int]] = []
+        held = 0.0
+        for i, cell in enumerate(cells):
+            size = self.held_bytes(cell)
+            if groups and held + size <= self.memory_bytes:
+                groups[-1].append(i)
+                held += size
+            else:
+                groups.append([i])
+                held = size
+        return groups
 
     def check(self, cell: PlannedCell, peak_gflops: float | None) -> str | None:
         """None when the cell fits the budgets, else the skip reason with the numbers."""

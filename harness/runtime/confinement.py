@@ -56,6 +56,18 @@ def worker_dumpable() -> None:
     prctl(_PR_SET_DUMPABLE, 1)
 
 
+def unavailable() -> str | None:
+    """Why no worker here can load the filter (no pyseccomp, no libseccomp, an architecture it does not know), or
+    None when they can. Builds a filter without loading it."""
+    try:
+        import pyseccomp as seccomp
+
+        seccomp.SyscallFilter(defaction=seccomp.ALLOW).add_rule(seccomp.ERRNO(errno.EPERM), "kill")
+    except Exception as exc:  # noqa: BLE001 - whatever stops it is the reason
+        return f"no seccomp filter: {type(exc).__name__}: {exc}"
+    return None
+
+
 def confine_worker(pids: Iterable[int], groups: Iterable[int]) -> str | None:
     """Load the filter that stops this process and its descendants from signalling ``pids`` or ``groups``
     (process group ids) or tracing anything. Returns None when it is loaded, else why it is not."""

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.runtime import confinement
+
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 KERNEL = '''
@@ -221,7 +223,11 @@ def test_a_plugin_message_of_megabytes_is_cut_in_the_worker(tmp_path: Path, attn
 ATTACKS = ["terms_group", "kills_command", "sigio_command", "pidfd_command", "traces_command"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seccomp filter and /proc are Linux's")
+CONFINED = pytest.mark.skipif(not sys.platform.startswith("linux") or confinement.unavailable() is not None,
+                              reason=f"the seccomp filter and /proc are Linux's: {confinement.unavailable()}")
+
+
+@CONFINED
 @pytest.mark.parametrize("attack", ATTACKS)
 def test_a_plugin_cannot_signal_or_trace_the_command(tmp_path: Path, attack: str, attnbench) -> None:
     out = tmp_path / "r.json"
@@ -232,7 +238,7 @@ def test_a_plugin_cannot_signal_or_trace_the_command(tmp_path: Path, attack: str
     assert result["complete"] and {c["status"] for c in result["cells"]} == {"pass"}, done.stderr[-3000:]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the seccomp filter and /proc are Linux's")
+@CONFINED
 def test_bench_survives_a_plugin_that_kills_the_command(tmp_path: Path, attnbench) -> None:
     out = tmp_path / "b.json"
     done = attnbench(*BENCH, "--out", str(out), "--plugin", str(_plugin(tmp_path)),

@@ -39,7 +39,7 @@ from harness.bench.tasks import (
     warm_up_task,
 )
 from harness.bench.timekeeper import Stamp, Timekeeper, charged, null_and_calls
-from harness.bench.verdicts import Timed
+from harness.bench.verdicts import STAMP_SLACK_S, Timed
 from harness.results import Rounds, Stamped
 from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
 
@@ -240,9 +240,11 @@ class CellTimer:
 
 
 def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
-    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock the
-    parent's charges are the samples (nothing the worker reports about time is the measurement); the worker's own
-    samples stay in the record, held against its calling thread's CPU (:func:`harness.bench.verdicts.judge`)."""
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock a
+    call's sample is the parent's charge wherever it exceeds the worker's own sample by more than the stamps' noise
+    (:data:`~harness.bench.verdicts.STAMP_SLACK_S`: a pool spinning between calls, or a worker clock that under-counts),
+    else the worker's, which is the precise one for a short call; the worker's own samples stay in the record, held
+    against its calling thread's CPU (:func:`harness.bench.verdicts.judge`)."""
     if timed.integrity is None:
         return timed
     spans, samples = state.spans, list(timed.samples_s)
@@ -250,7 +252,8 @@ def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
         record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(state.witness),
                          total_s=sum(state.witness), latency_s=statistics.median(state.latency),
                          worker_median_s=statistics.median(samples), worker_total_s=sum(samples))
-        return replace(timed, samples_s=tuple(spans), integrity=replace(timed.integrity, stamps=record))
+        charged = tuple(c if c > w + STAMP_SLACK_S else w for c, w in zip(spans, samples))
+        return replace(timed, samples_s=charged, integrity=replace(timed.integrity, stamps=record))
     record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
                      latency_s=statistics.median(state.latency) if state.latency else None)
     return replace(timed, integrity=replace(timed.integrity, stamps=record))

@@ -38,8 +38,8 @@ from harness.bench.tasks import (
     traced_memory_task,
     warm_up_task,
 )
-from harness.bench.timekeeper import Stamp, Timekeeper, charged, null_and_calls
-from harness.bench.verdicts import STAMP_SLACK_S, Timed
+from harness.bench.timekeeper import Stamp, Timekeeper, null_and_calls
+from harness.bench.verdicts import Timed
 from harness.results import Rounds, Stamped
 from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
 
@@ -80,8 +80,7 @@ class _Contender:
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
     spans: list[float] = field(default_factory=list)
-    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off: on the CPU
-    clock, each call's CPU as the parent charges it (:func:`~harness.bench.timekeeper.charged`)."""
+    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
     witness: list[float] = field(default_factory=list)
     """On the CPU clock, the calling thread's CPU over each call as the parent read it: what the worker's own
     samples are held against (other threads, a spinning pool among them, never inflate it)."""
@@ -89,11 +88,9 @@ class _Contender:
 
     def take(self, stamps: list[Stamp], clock: str) -> None:
         """Fold one task's stamps in: its calls' spans on ``clock`` and, on the CPU clock, the calling thread's."""
+        latency, spans = null_and_calls(stamps, clock)
         if clock == "cpu":
-            latency, spans = charged(stamps)
             self.witness += null_and_calls(stamps, "caller")[1]
-        else:
-            latency, spans = null_and_calls(stamps, clock)
         self.spans += spans
         self.latency.append(latency)
 
@@ -240,20 +237,16 @@ class CellTimer:
 
 
 def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
-    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock a
-    call's sample is the parent's charge wherever it exceeds the worker's own sample by more than the stamps' noise
-    (:data:`~harness.bench.verdicts.STAMP_SLACK_S`: a pool spinning between calls, or a worker clock that under-counts),
-    else the worker's, which is the precise one for a short call; the worker's own samples stay in the record, held
-    against its calling thread's CPU (:func:`harness.bench.verdicts.judge`)."""
+    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock the
+    witness the worker's samples are held against is its calling thread's CPU as the parent read it: the process's
+    CPU would count a pool spinning while the worker waited for the parent's reading (:mod:`harness.bench.verdicts`)."""
     if timed.integrity is None:
         return timed
     spans, samples = state.spans, list(timed.samples_s)
-    if clock == "cpu" and spans and len(spans) == len(samples) and len(state.witness) == len(samples):
+    if clock == "cpu" and state.witness and len(state.witness) == len(samples):
         record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(state.witness),
-                         total_s=sum(state.witness), latency_s=statistics.median(state.latency),
-                         worker_median_s=statistics.median(samples), worker_total_s=sum(samples))
-        charged = tuple(c if c > w + STAMP_SLACK_S else w for c, w in zip(spans, samples))
-        return replace(timed, samples_s=charged, integrity=replace(timed.integrity, stamps=record))
+                         total_s=sum(state.witness), latency_s=statistics.median(state.latency))
+        return replace(timed, integrity=replace(timed.integrity, stamps=record))
     record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
                      latency_s=statistics.median(state.latency) if state.latency else None)
     return replace(timed, integrity=replace(timed.integrity, stamps=record))

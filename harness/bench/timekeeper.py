@@ -240,27 +240,6 @@ def null_and_calls(stamps: list[Stamp], clock: str = "wall") -> tuple[float, lis
     return null, [max(0.0, s - null) for s in all_spans[NULL_CALLS:]]
 
 
-def charged(stamps: list[Stamp]) -> tuple[float, list[float]]:
-    """A CPU-clock task's calls as the parent charges them: (the messages' own latency, each call's CPU seconds).
-
-    A call costs the worker's CPU over its span, every thread counted, plus what threads other than the calling
-    one burnt from its end to the next call's start: a pool that spins between calls (OpenMP's blocktime) burns
-    CPU for the cell, and is charged it instead of being flagged. The calling thread's own time between calls is
-    the harness's (inputs, checks), never charged. The last call of a task has no next start: nothing is added."""
-    null, calls = null_and_calls(stamps, "cpu")
-    every = _pairs(stamps, "cpu")
-    pairs = every[NULL_CALLS:] if len(every) >= NULL_CALLS else every
-    if len(pairs) != len(calls):
-        return null, calls
-    for i in range(len(pairs) - 1):
-        end, following = pairs[i][1], pairs[i + 1][0]
-        if end[3] is None or following[3] is None:
-            continue
-        others = (float(following[2]) - float(end[2])) - (float(following[3]) - float(end[3]))  # type: ignore[arg-type]
-        calls[i] += max(0.0, others)
-    return null, calls
-
-
 # ---------------------------------------------------------------- worker side
 
 _OPEN: dict[str, socket.socket] = {}

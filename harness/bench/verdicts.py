@@ -61,7 +61,7 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
     record = timed.integrity or Integrity()
     found = {
         Status.IMPLAUSIBLE: _under_floor(samples, None if floor is None else Floor.coerce(floor))
-        + _accounting(_worker_total(samples, record.stamps), len(samples), record.accounting, wall_s) + _stamps(samples, record.stamps),
+        + _accounting(sum(samples), len(samples), record.accounting, wall_s) + _stamps(samples, record.stamps),
         Status.VIOLATION: _violations(record),
         Status.WRONG: list(record.output_problems or ()),
     }
@@ -83,19 +83,13 @@ def _under_floor(samples: list[float], roof: Floor | None) -> list[str]:
 def _violations(record: Integrity) -> list[str]:
     """What the worker saw the calls do that a call may not: a clock replaced, something other than an exact
     array returned, a kept call's problem. CPU burnt after the calls returned (``cpu_after_s``) is kept as
-    evidence, not judged: a pool that spins between calls (OpenMP's blocktime) is honest, and on the CPU clock the
-    parent charges it to the cell (:func:`harness.bench.timekeeper.charged`)."""
+    evidence, not judged: a pool that spins between calls (OpenMP's blocktime) is honest."""
     found = [record.clock] if record.clock else []
     if record.untyped:
         found.append(f"timed samples {list(record.untyped[:5])} returned something other than an "
                      "exact torch.Tensor / numpy.ndarray")
     found += list(record.kept_problems or ())
     return found
-
-
-def _worker_total(samples: list[float], stamps: Stamped | None) -> float:
-    """The worker's own samples' sum: the cell's samples, unless they are the parent's CPU charges."""
-    return stamps.worker_total_s if stamps is not None and stamps.worker_total_s is not None else sum(samples)
 
 
 STAMP_SHARE = 0.7
@@ -116,8 +110,7 @@ def _stamps(samples: list[float], stamps: Stamped | None) -> list[str]:
     if not samples or stamps.median_s is None or stamps.total_s is None:
         return []
     problems = []
-    median = sorted(samples)[len(samples) // 2] if stamps.worker_median_s is None else stamps.worker_median_s
-    total = sum(samples) if stamps.worker_total_s is None else stamps.worker_total_s
+    median, total = sorted(samples)[len(samples) // 2], sum(samples)
     if median < STAMP_SHARE * stamps.median_s - STAMP_SLACK_S:
         problems.append(f"the worker's median call {_s(median)} against {_s(stamps.median_s)} on {_witness(stamps)} "
                         "(each call stamped as it started and ended): the worker's clock was slowed or replaced")

@@ -54,16 +54,13 @@ class Stamped(Record):
     """The parent's own clock on the timed calls (:mod:`harness.bench.timekeeper`): how many calls it stamped,
     the median and sum of their spans (the messages' latency taken off), and that latency; ``clock`` says
     which clock the spans are on: "wall" (the kernel's stamps of each message) or "cpu" (the CPU clock of the
-    worker's calling thread, read by the parent while the worker waited). On the CPU clock the cell's samples
-    are the parent's charges, and ``worker_median_s`` and ``worker_total_s`` are the worker's own samples'."""
+    worker's calling thread, read by the parent while the worker waited)."""
 
     calls: int | None = None
     clock: str | None = None
     median_s: float | None = None
     total_s: float | None = None
     latency_s: float | None = None
-    worker_median_s: float | None = None
-    worker_total_s: float | None = None
 
 
 @dataclass(frozen=True, eq=False, kw_only=True)

@@ -172,6 +172,20 @@ def test_cells_named_on_the_command_line_are_never_skipped_for_time() -> None:
     assert "memory budget" in (tight.check(huge, peak_gflops=1.0) or "")  # memory still protects the machine
 
 
+def test_a_cell_predicted_to_time_out_is_skipped_from_its_own_measured_sizes_only() -> None:
+    """Named cells (no time budget) still never start a task the timeout would kill: the warm-up call and the first
+    timed call, extrapolated from the implementation's own smaller cells, must fit the timeout. An a-priori rate
+    (nothing measured yet) never predicts a timeout: it is pessimistic by design."""
+    budget = Budget(memory_bytes=2**50, cell_seconds=None, timeout_s=60.0)
+    huge = PlannedCell("slow", AttentionCase(heads=8, tq=16384, d=64), "fwd+bwd")
+    assert budget.check(huge, peak_gflops=1.0) is None  # nothing measured: no timeout predicted
+    small = PlannedCell("slow", AttentionCase(heads=8, tq=1024, d=64), "fwd+bwd")
+    budget.record(small.implementation, small.case, small.mode, median_s=1.0, extra_bytes=None)  # 256x the work ahead
+    reason = budget.check(huge, peak_gflops=1.0)
+    assert reason is not None and "60 s timeout" in reason and "raise --timeout" in reason
+    assert budget.check(PlannedCell("slow", AttentionCase(heads=8, tq=2048, d=64), "fwd+bwd"), peak_gflops=1.0) is None
+
+
 def test_the_quick_suite_measures_memory_only_where_the_report_fits_it() -> None:
     """Peak memory is fitted along T: the T sweep's cells get a memory run, the d, heads and decode sweeps'
     cells are timed without one (the T sweep's d = 64, H = 8 cell, which the d and heads sweeps share, keeps it)."""

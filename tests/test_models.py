@@ -94,9 +94,28 @@ def test_lengths_fit_the_memory_budget_and_the_models_context() -> None:
 def test_bench_sweep_of_a_model() -> None:
     pairs = model_sweep(model_named("gpt2"))
     prefill = sorted({c.tq for c, _ in pairs if c.cache_seqlens is None and c.tq == c.tk})
-    assert prefill == [512, 1024]  # GPT-2's context is 1,024 positions
+    assert prefill == [256, 512, 1024]  # GPT-2's context is 1,024 positions
     decode = [c for c, _ in pairs if c.tq == 1]
     assert {c.batch for c in decode} == {1, 8} and {c.tk for c in decode} == {1024}
+    long = model_sweep(model_named("gpt2"), suite="full")
+    assert sorted({c.tq for c, _ in long if c.tq == c.tk}) == [512, 1024]
+    with pytest.raises(UsageError, match="short or long sweep"):
+        model_sweep(model_named("gpt2"), suite="decode")
+
+
+def test_every_fit_of_a_model_sweep_has_three_points() -> None:
+    """The quick sweep fits prefill time along T and a decode step's along its cache length, each on at least
+    three lengths; a batch above one is a single point beside them (no fit), and the long sweep fits every batch."""
+    for suite in ("quick", "full"):
+        pairs = model_sweep(model_named("llama-3.1-8b"), suite=suite)
+        prefill = sorted(c.tq for c, _ in pairs if c.tq == c.tk)
+        caches: dict[int, list[int]] = {}
+        for c, _ in pairs:
+            if c.tq == 1:
+                caches.setdefault(c.batch, []).append(c.tk)
+        assert len(prefill) >= 3 and len(caches[1]) >= 3
+        assert all(len(lengths) in (1, 3) for lengths in caches.values())
+        assert (max(len(v) for b, v in caches.items() if b > 1) == 3) == (suite == "full")
     trained = model_sweep(model_named("llama-3.1-8b"), {"T": [512], "mode": ["fwd+bwd"]})
     assert [(c.tq, m) for c, m in trained] == [(512, "fwd+bwd")]  # decode steps are forward only
     with pytest.raises(UsageError, match="fixes d, heads"):

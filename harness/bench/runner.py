@@ -57,7 +57,7 @@ class BenchRunner:
         self.registry = registry
         self.on_cell = on_cell
         self.budget = Budget(settings.memory_budget_bytes or 0.0, settings.cell_budget_s,  # the session's: resolved
-                             settings.timing.min_samples, settings.timing.warmup_s)
+                             settings.timing.min_samples, settings.timing.warmup_s, timeout_s=settings.timeout_s)
         for done in start.bench_cells():  # a resumed run predicts from what it measured before: its typed cells
             case = done.case.typed  # a kernel's AttentionCase or a module's ModuleCase: both read as the budget reads
             if done.status == Status.OK and done.median and case is not None:

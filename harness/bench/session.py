@@ -91,7 +91,7 @@ def _planned(settings: BenchSettings, registry: Registry) -> tuple[list[str], li
     if settings.model is not None:
         from harness.bench.model_sweeps import model_plan
 
-        cells = model_plan(settings.model, names, settings.overrides, settings.device)
+        cells = model_plan(settings.model, names, settings.overrides, settings.device, settings.suite)
     else:
         cells = plan(settings.suite, names, settings.overrides, settings.device)
     cells = module_cells(cells, {impl.name: impl for impl in selected})  # a module's cells: the layers making the calls

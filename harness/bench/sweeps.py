@@ -283,6 +283,9 @@ class Budget:
     min_samples: int = 5
     warmup_s: float = 0.1
     a_priori_efficiency: float = 0.05
+    timeout_s: float | None = None
+    """A worker task's time limit (``--timeout``): a cell whose warm-up call and first timed call are predicted,
+    from sizes of its own measured in this run, to take longer is skipped, never left to be killed."""
     history: dict[tuple[Any, ...], list[tuple[float, float, float]]] = field(default_factory=dict)
     """(implementation, mode, dtype, causal, structures, decode) -> [(g, median seconds, peak extra bytes)] measured
     so far. Decode steps (Tq < Tk) are bandwidth-bound, far below a prefill's FLOP rate: each predicts only its own kind."""
@@ -366,6 +369,12 @@ class Budget:
             return (f"predicted peak memory {peak_bytes / 2**30:.2f} GiB exceeds the memory budget "
                     f"{self.memory_bytes / 2**30:.2f} GiB ({how}; raise --memory-budget)")
         cell_s = max(seconds, self.warmup_s) + (self.min_samples + 2) * seconds
+        measured = bool(self.history.get(_history_key(cell.implementation, cell.mode, cell.case)))
+        if self.timeout_s is not None and measured and 2 * seconds > self.timeout_s:
+            # a-priori rates are pessimistic by design (a cell's time budget may turn one away; a timeout
+            # prediction may not): only the implementation's own measured sizes predict a timeout
+            return (f"predicted {seconds:.3g} s per call ({how}): its warm-up and first timed call would run past "
+                    f"the {self.timeout_s:g} s timeout (raise --timeout)")
         if self.cell_seconds is not None and cell_s > self.cell_seconds:
             return (f"predicted {cell_s:.0f} s for the cell ({seconds:.3g} s per call, {how}) exceeds the "
                     f"time budget {self.cell_seconds:g} s per cell (raise --cell-budget)")

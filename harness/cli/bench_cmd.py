@@ -50,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="quick: T sweep at d=64, H=8, every implementation (minutes); full: T 128..8192, "
                              "d 32/64/128, heads 1/4/8/16, causal on/off, fwd and fwd+bwd; window: T 2048..16384 "
                              "under a causal sliding window of 256; decode: decode steps against a KV cache (Tk up "
-                             "to 65536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches; fp32)")
+                             "to 65536, batch 1..64, GQA and MQA, Tq 1..16, ragged and paged caches; fp32). With --model: "
+                             "quick is the model's short sweep (minutes on 2 cores), full its long one")
     add_case_arguments(parser)
     parser.add_argument("--only", action="append", default=[], metavar="NAMES",
                         help="only these implementations (comma-separated, repeatable)")

@@ -203,20 +203,21 @@ def huge_logits(q: torch.Tensor, k: torch.Tensor, case: AttentionCase, gen: torc
     return q + signs * raw ** 0.5 * u, k
 
 
-def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Inputs:
+def make_inputs(case: AttentionCase, seed: int, backend: str = "torch", float64: bool = True) -> Inputs:
     """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind). The generator is read
     in a fixed order (q, k, v, the mask, the structures, the sinks), so adding a later kind of input leaves every
-    earlier one as it was."""
+    earlier one as it was. ``float64=False`` leaves out the float64 copies of q, k and v (``q64``...: None), for a
+    caller that reads the live arrays instead (bench: a decode cache's copy is gigabytes)."""
     gen = torch.Generator().manual_seed(seed)
     dtype = TORCH_DTYPES[case.dtype]
     kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
     q, k, v = _drawn_qkv(case, gen, kv_dtype)
     mask = make_mask(case, gen)
     q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
-    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v))
+    q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v)) if float64 else (None, None, None)
     qb, kb, vb, mb = _placed(case, q, k, v, mask, backend)
     bias, bias64 = _alibi(case, dtype, backend) if case.bias == "alibi" else (None, None)
-    inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)
+    inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)  # type: ignore[arg-type]  # None: float64=False
     for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
         part.draw(inputs, case, k, v, gen, backend)
     if case.sinks:  # after everything else, for the same reason
@@ -228,16 +229,20 @@ def make_inputs(case: AttentionCase, seed: int, backend: str = "torch") -> Input
 
 def _drawn_qkv(case: AttentionCase, gen: torch.Generator, kv_dtype: torch.dtype,
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k and v in float64 as the case's ``inputs`` asks (self-attention: one tensor for all three)."""
+    """q, k and v as the case's ``inputs`` asks (self-attention: one tensor for all three): in float64, or as a
+    plain float32 draw where no transform follows (exact in float64, so rounding it to the case's dtype gives the
+    value the float64 draw would: one rounding either way)."""
     b, h, hkv, tq, tk, d = case.batch, case.heads, case.kv_heads, case.tq, case.tk, case.d
     # Drawn in float32 unless the case keeps float64 inputs: every other dtype rounds the draw to 24 bits or
     # fewer anyway, and float32's generator is 3-5x cheaper per element (the draw was a fifth of verify's time).
     drawn = torch.float64 if torch.float64 in (TORCH_DTYPES[case.dtype], kv_dtype) else torch.float32
 
+    plain = case.inputs in ("randn", "rand")  # no transform in float64 follows: the draw is kept as drawn
+
     def draw(*shape: int) -> torch.Tensor:
-        if case.inputs == "rand":
-            return torch.rand(*shape, generator=gen, dtype=drawn).to(torch.float64)
-        return torch.randn(*shape, generator=gen, dtype=drawn).to(torch.float64)
+        x = torch.rand(*shape, generator=gen, dtype=drawn) if case.inputs == "rand" \
+            else torch.randn(*shape, generator=gen, dtype=drawn)
+        return x if plain else x.to(torch.float64)
 
     q = draw(b, h, tq, d)
     if case.self_attention:  # V is Q, whose logits must stay finite: never "wide"

@@ -22,6 +22,7 @@ added in the inputs' dtype; on CUDA it is drawn on the host and copied.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,9 +75,13 @@ class Fresh:
         finally:
             torch.set_num_threads(threads)
 
-    def lay_out(self, seed: int) -> None:
-        """The inputs of the call about to run: base + noise(seed), into the shadow and then the live arrays."""
+    def lay_out(self, seed: int, shaped: Callable[[dict[str, Any], np.random.Generator], None] | None = None) -> None:
+        """The inputs of the call about to run: base + noise(seed), into the shadow and then the live arrays.
+        ``shaped`` reshapes the shadow's values first (by name, in place, with a generator of the same seed): the
+        value probe's distributions (:mod:`harness.bench.values`), fresh on every call all the same."""
         self._fill(seed, self.shadow)
+        if shaped is not None:
+            shaped(dict(zip(self.names, self.shadow)), np.random.Generator(np.random.SFC64(seed ^ 0x5A5A)))
         with torch.no_grad():
             for live, shadow in zip(self.live, self.shadow):
                 if isinstance(live, torch.Tensor):

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.bench.settings import BenchSettings
+from harness.bench.settings import VALUE_PROBES, BenchSettings
 from harness.bench.sweeps import AXES, SUITES
 from harness.bench.timing import TimingConfig
 from harness.case.dtypes import DTYPES
@@ -57,6 +57,7 @@ _SETTINGS: dict[str, tuple[Callable[[object], bool], str]] = {
     "model": (lambda v: v is None or (isinstance(v, str) and v in _models()), "null or a model of the catalogue "
               "(as --model; `attnbench bench --model list`)"),
     "reference": (lambda v: v is None or (isinstance(v, str) and bool(v)), "null or an implementation name"),
+    "value_probe": (_words(VALUE_PROBES), f"one of {', '.join(VALUE_PROBES)} (as --value-probe)"),
 }
 
 

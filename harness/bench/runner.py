@@ -4,8 +4,10 @@ The runner is the pipeline over typed records; each step is a module of its own:
 :mod:`~harness.bench.admission` (capabilities, then the budgets) -> :mod:`~harness.bench.cell_timing` (the
 cell timed alone or in rounds, its memory measured: a :class:`~harness.bench.cell_timing.Measured`) ->
 :mod:`~harness.bench.judging` (its :class:`~harness.results.BenchCell`, judged against the roofs
-:mod:`~harness.bench.roof_readings` read beside the cells) -> the result file. The worker side of each
-step is :mod:`harness.bench.tasks`.
+:mod:`~harness.bench.roof_readings` read beside the cells) -> the value probe, on the cells
+:class:`~harness.bench.values.ProbePicker` picks (:mod:`~harness.bench.values`: the cell's case timed again under
+other distributions of its input values, its raw samples added to the cell) -> the result file. The worker side of
+each step is :mod:`harness.bench.tasks` (the probe's, :func:`~harness.bench.values.value_probe_task`).
 
 Worker pools, used one at a time (two cores: a measure must never compete with another): a
 peak worker that runs only the GEMM peak (no plugin code ever runs there), and per
@@ -32,10 +34,12 @@ from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import Budget, PlannedCell
 from harness.bench.timekeeper import Timekeeper
 from harness.bench.timing import thread_environment
+from harness.bench.values import ProbePicker, probeable, value_probe_task
 from harness.contract.discovery import Registry
 from harness.reference.flops import attention_flops
-from harness.results import BenchCell, ResultWriter, Run, Status
-from harness.runtime.isolation import WorkerPool, memory_cap
+from harness.results import BenchCell, ResultWriter, Run, Status, ValueProbe
+from harness.results.cells import with_
+from harness.runtime.isolation import OK, Task, WorkerPool, memory_cap
 
 
 def case_groups(cells: list[PlannedCell]) -> list[list[PlannedCell]]:
@@ -64,6 +68,11 @@ class BenchRunner:
                 self.budget.record(done.implementation, case, done.mode,  # type: ignore[arg-type]
                                    done.median, done.peak_extra_bytes)
         self.roofs = RoofReadings(start.peaks, start.bandwidth, settings.timing, settings.threads, writer.set)
+        self.done = tuple(start.bench_cells())
+        self.picker = ProbePicker("off", ())
+
+    def _can_probe(self, cell: PlannedCell) -> bool:
+        return probeable(cell, bool(getattr(self.registry.get(cell.implementation), "set_up", False)))
 
     def run(self, todo: list[PlannedCell]) -> None:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
@@ -74,7 +83,9 @@ class BenchRunner:
             timer = CellTimer(self.settings, self.registry.sources,
                               {name: self.registry.get(name).backend for name in self.registry.sources}, keeper)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
-            for group in case_groups(todo):  # smallest work first: the budget's predictions have history
+            groups = case_groups(todo)  # smallest work first: the budget's predictions have history
+            self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), self._can_probe, self.done)
+            for group in groups:
                 self._measure_case(group, timer, pools_of, peak_pool)
             self.roofs.confirm(peak_pool)
 
@@ -94,10 +105,10 @@ class BenchRunner:
         if self._in_rounds(admitted):  # in groups whose workers' inputs fit in memory together
             for members in self.budget.held_together([cell for cell, _ in admitted]):
                 for each in timer.rounds([admitted[i] for i in members], pools_of, peak_pool):
-                    self.write(self.judge(each))
+                    self.write(self.probed(self.judge(each), pools_of))
             return
         for cell, predicted_s in admitted:  # one at a time: each cell written before the next is timed
-            self.write(self.judge(timer.alone(cell, predicted_s, *pools_of(cell.implementation))))
+            self.write(self.probed(self.judge(timer.alone(cell, predicted_s, *pools_of(cell.implementation))), pools_of))
 
     def _in_rounds(self, admitted: list[tuple[PlannedCell, float | None]]) -> bool:
         """Whether a case's cells are timed in rounds: on a CPU, with the checks on, and kernels only (a module's
@@ -114,6 +125,22 @@ class BenchRunner:
             self.budget.record(planned.implementation, planned.case, planned.mode, cell.median or 0.0,
                                cell.peak_extra_bytes)
         return cell
+
+    def probed(self, cell: BenchCell, pools_of: Pools) -> BenchCell:
+        """``cell`` with the value probe's raw times when the picker wants it probed (:mod:`harness.bench.values`),
+        timed in its implementation's timing worker; a probe that fails says why in its record, and the cell's
+        own time stands."""
+        if not self.picker.wants(cell):
+            return cell
+        name = cell.implementation
+        case = cell.attention_case
+        assert case is not None  # a probeable cell is a kernel's
+        args = (name, self.registry.sources[name], case.to_dict(), cell.mode, self.settings.timing, self.settings.threads)
+        outcome = pools_of(name)[0].run(Task(cell.key, value_probe_task, args, end_leftovers=True))
+        if outcome.status == OK and isinstance(outcome.value, ValueProbe):
+            return with_(cell, value_probe=outcome.value)  # type: ignore[return-value]
+        why = f"{outcome.status}: {outcome.error}" if outcome.error else str(outcome.status)
+        return with_(cell, value_probe=ValueProbe(clock=self.settings.timing.clock, error=why))  # type: ignore[return-value]
 
     def write(self, cell: BenchCell) -> None:
         """Write ``cell`` to the result file now (an interrupted run keeps it) and tell ``on_cell``."""

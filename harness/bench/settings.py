@@ -14,6 +14,9 @@ from typing import Any
 from harness.bench.timing import TimingConfig
 from harness.results import Config
 
+VALUE_PROBES = ("off", "one", "all")
+"""``--value-probe``'s choices: no cell, one cell per implementation and mode, every cell."""
+
 
 @dataclass
 class BenchSettings:
@@ -40,6 +43,9 @@ class BenchSettings:
     """The contender each other's per-round ratio divides by (None: torch_sdpa when timed, else the first)."""
     model: str | None = None
     """A catalogue model (``--model``, :mod:`harness.case.models`): its calls are the cells, instead of the suite's."""
+    value_probe: str = "one"
+    """Which cells the value probe times again under other distributions of their input values
+    (:mod:`harness.bench.values`): "one" per implementation and mode, "all", or "off"."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.bench.settings import VALUE_PROBES
 from harness.bench.sweeps import SUITE_CELL_BUDGET_S, SUITE_TIMING, SUITES
 from harness.bench.timing import CLOCKS, auto_clock
 from harness.cli import add_executor_arguments, add_plugin_argument, executor_from_args
@@ -96,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reference", metavar="NAME",
                         help="the implementation each other's per-round ratio divides by (default: torch_sdpa "
                              "when it is timed, else the first)")
+    parser.add_argument("--value-probe", choices=VALUE_PROBES, default=_settings_default("value_probe"),
+                        help="time cells again under other distributions of their input values (equal logits, large "
+                             "magnitudes, one-hot keys, zeros, a sparse mask) and report a time that depends on them: "
+                             "one (default: one cell per implementation and mode), all, or off")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--json", action="store_true", help="print the result document as JSON")
     add_model_argument(parser, "time")
@@ -130,7 +135,7 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
                  cell_budget_s: float | None = None, memory_budget_gib: float | None = None,
                  timeout_s: float | None = None, memory: bool = True, device: str | None = None,
                  model: str | None = None, reference: str | None = None, executor: str = "local",
-                 address: str | None = None, clock: str = "auto") -> BenchSettings:
+                 address: str | None = None, clock: str = "auto", value_probe: str | None = None) -> BenchSettings:
     """The library's settings from what a command line gave (None: not given). Where each default lives: the
     suite's timing and cell budget in its tables (:mod:`harness.bench.sweeps`), threads torch's, the rest in
     :class:`~harness.bench.runner.BenchSettings` (the memory budget, half the free memory, is worked out by
@@ -153,7 +158,8 @@ def settings_for(suite: str, *, overrides: dict[str, list[Any]] | None = None, o
         suite=suite, overrides=overrides, only=list(only), plugins=list(plugins), timing=timing, memory=memory,
         memory_budget_bytes=_bytes(memory_budget_gib), cell_budget_s=cell_budget_s, threads=threads,
         timeout_s=default_of(BenchSettings, "timeout_s") if timeout_s is None else timeout_s, device=device,
-        model=model, reference=reference, executor=executor, address=address)
+        model=model, reference=reference, executor=executor, address=address,
+        value_probe=default_of(BenchSettings, "value_probe") if value_probe is None else value_probe)
 
 
 def _bytes(gib: float | None) -> float | None:
@@ -169,7 +175,7 @@ def settings_from_args(args: argparse.Namespace) -> BenchSettings:
         budget_s=args.budget, min_samples=args.min_samples, rounds=args.rounds, warm_cache=args.warm_cache,
         roof_budget_s=args.roof_budget, cell_budget_s=args.cell_budget, memory_budget_gib=args.memory_budget, timeout_s=args.timeout,
         memory=not args.no_memory, device=args.device, model=checked_model(args.model, "bench"),
-        reference=args.reference, executor=executor, address=address, clock=args.clock)
+        reference=args.reference, executor=executor, address=address, clock=args.clock, value_probe=args.value_probe)
 
 
 def request_from_args(args: argparse.Namespace) -> BenchRequest:

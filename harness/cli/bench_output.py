@@ -1,5 +1,5 @@
 """What `attnbench bench` prints once a run is written: the measured roofs, the results table, skipped cells, the
-scaling fits, the timings' spread, and the problem cells on stderr (or the whole run as JSON with ``--json``).
+scaling fits, the timings' spread, the value probe's verdict, and the problem cells on stderr (or the whole run as JSON with ``--json``).
 Printing only: every figure is read from the :class:`~harness.results.Run` bench wrote.
 """
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.analysis.fitrecords import stored_rows
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy, noise_cause
+from harness.analysis.values import value_findings
 from harness.errors import printable
 from harness.report.terminal import fits_table, results_table
 from harness.results import BenchCell, Run, Status
@@ -36,6 +37,7 @@ def present(run: Run, out: Path, as_json: bool) -> int:
         print("\nscaling fits (the cost model of each sweep, as the report's complexity table shows it):")
         print(fits_table(run.fits))
     _print_spread(cells)
+    _print_values(cells)
     print(f"results: {out}")
     _print_problems(problems)
     return 1 if problems else 0
@@ -91,6 +93,13 @@ def _print_spread(cells: list[BenchCell]) -> None:
     spreads = sorted(c.stats.iqr_over_median for c in measured if c.stats and c.stats.iqr_over_median is not None)
     if spreads and not math.isnan(max(spreads)):
         print(f"\nspread IQR/median: median {100 * spreads[len(spreads) // 2]:.1f}%, max {100 * spreads[-1]:.1f}%")
+
+
+def _print_values(cells: list[BenchCell]) -> None:
+    """The value probe's verdict in one line (derived from the stored samples, :mod:`harness.analysis.values`)."""
+    note = value_findings(cells).note
+    if note:
+        print(f"\nvalue probe: {printable(note)}")
 
 
 def _print_problems(problems: list[BenchCell]) -> None:

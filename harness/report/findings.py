@@ -1,4 +1,4 @@
-"""The report's analysis, done once: sweeps and their fits, speedups, margins, noise and integrity.
+"""The report's analysis, done once: sweeps and their fits, speedups, margins, noise, values and integrity.
 
 :func:`analyse` reads the tidy tables of :mod:`harness.report.load` and derives everything a
 report says; the plots and the HTML and Markdown writers receive the :class:`Analysis` and only
@@ -19,6 +19,7 @@ from harness.analysis.growth import Row
 from harness.analysis.slices import Sweep, sweep
 from harness.analysis.stats import is_noisy, noise_cause
 from harness.analysis.sweepfits import SweepFit, sorted_rows, sweep_fits
+from harness.analysis.values import Values, value_findings
 from harness.report import tables, trust
 from harness.report.headline import Line, headline
 from harness.report.load import Results
@@ -62,6 +63,9 @@ class Analysis:
     """Bench cells that failed the integrity checks (implausible, violation, wrong)."""
     bench_table: pd.DataFrame
     headline: tuple[Line, ...]
+    values: Values = dataclasses.field(default_factory=lambda: Values(0, ()))
+    """The value probe's findings: cells whose time depends on their input values (:mod:`harness.analysis.values`),
+    derived here from the stored samples."""
     set_aside: pd.DataFrame = dataclasses.field(default_factory=lambda: trust.set_aside(pd.DataFrame()))
     """Each bench cell left out of the rankings and speedups, or counted but flagged, once, with why
     (:func:`harness.report.trust.set_aside`)."""
@@ -131,4 +135,5 @@ def analyse(results: Results, baseline: str, implementations: Mapping[str, Mappi
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,
                     noise=_noise(results.bench_cells, _cpus(results)), untrusted=tables.untrusted(bench),
                     bench_table=tables.bench_summary(bench),
-                    headline=tuple(headline(results, margins)), set_aside=trust.set_aside(bench))
+                    headline=tuple(headline(results, margins)), values=value_findings(results.bench_cells),
+                    set_aside=trust.set_aside(bench))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from harness.analysis.growth import Row, model_text
+from harness.analysis.values import LABELS, VALUES_RULE
 from harness.report import tables, trust
 
 if TYPE_CHECKING:
@@ -106,7 +107,7 @@ def _headline(report: Analysis) -> str:
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     """The whole page for the analysis ``report``, titled ``name``, with ``plots`` inline."""
     parts = [f"<h1>attnbench report <small>{esc(name)}</small></h1>", _headline(report), _verdict(report),
-             _set_aside(report), _sources(report), _complexity(report)]
+             _values(report), _set_aside(report), _sources(report), _complexity(report)]
     parts.append("<h2>Plots</h2>")
     for plot in plots:
         parts.append(f"<figure id=\"{esc(plot.name)}\"><h3>{esc(plot.title)}</h3>{image(plot.path, plot.title)}"
@@ -231,6 +232,22 @@ def _verdict(report: Analysis) -> str:
     if untrusted:
         text += f"; {untrusted} bench cell(s) failed the integrity checks (implausible, violation or wrong)"
     return f'<p class="verdict {"bad" if problems or untrusted else "ok"}">{esc(text)}.</p>{note}'
+
+
+def _values(report: Analysis) -> str:
+    """The value probe's finding: each cell whose time depends on its input values, or that none did (nothing when
+    no cell was probed)."""
+    values = report.values
+    if not values.note:
+        return ""
+    if not values.findings:
+        return f'<section id="values"><h2>Values</h2><p>{esc(values.note)}.</p><p><small>{esc(VALUES_RULE)}</small></p></section>'
+    rows = [(f.implementation, f.case_id, f.mode, LABELS.get(s.distribution, s.distribution), f"{s.ratio:.2f}x",
+             f"[{s.low:.2f}, {s.high:.2f}]") for f in values.findings for s in f.shifts]
+    return ('<section id="values"><h2>Values</h2>'
+            + f"<p>{esc(values.summary)}.</p>"
+            + table(["implementation", "case", "mode", "distribution", "time / normal", "interval"], rows)
+            + f"<p><small>{esc(VALUES_RULE)}</small></p></section>")
 
 
 def _sources(report: Analysis) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from harness.analysis.values import LABELS, VALUES_RULE
 from harness.errors import printable
 from harness.report import trust
 from harness.report.html import fmt
@@ -49,7 +50,7 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     """summary.md of the analysis ``report``, titled ``name``, linking ``plots``: its sections in order."""
     out = [f"# attnbench report `{md(name)}`", ""]
-    for section in (_headline, _set_aside, _verdicts, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
+    for section in (_headline, _set_aside, _verdicts, _values, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
         out += section(report)
     if plots:
         out.append("## Plots")
@@ -92,6 +93,23 @@ def _verdicts(report: Analysis) -> list[str]:
             "**Correctness:** no verify results.")]
     if report.noise.note:
         out += ["", f"> {md(report.noise.note)}.", ""]
+    return out
+
+
+def _values(report: Analysis) -> list[str]:
+    """The value probe's finding (docs/benchmarking.md, "Values"): each cell whose time depends on its input values,
+    or that none did; nothing when no cell was probed (an older file, ``--value-probe off``)."""
+    values = report.values
+    if not values.note:
+        return []
+    out = ["## Values", VALUES_RULE, ""]
+    if values.findings:
+        out += [md_table(("implementation", "case", "mode", "distribution", "time / normal", "interval"),
+                         [(f.implementation, f.case_id, f.mode, LABELS.get(s.distribution, s.distribution),
+                           f"{s.ratio:.2f}x", f"[{s.low:.2f}, {s.high:.2f}]") for f in values.findings for s in f.shifts]),
+                f"\n{md(values.summary)}.", ""]
+    else:
+        out += [f"{md(values.note)}.", ""]
     return out
 
 

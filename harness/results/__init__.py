@@ -3,7 +3,7 @@
 (:mod:`.files` the result file, :mod:`.paths` every file a command reads or writes)."""
 
 from harness.results.cells import CellCase
-from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds, Stamped
+from harness.results.evidence import Accounting, CheckedCall, Floor, Integrity, Rounds, Stamped, ValueProbe
 from harness.results.files import (
     RESULTS_DIR,
     ResultWriter,
@@ -32,6 +32,7 @@ from harness.results.schema import (
 )
 
 __all__ = ["Accounting", "Bandwidth", "CheckedCall", "Config", "Coverage", "Environment", "Floor", "Integrity", "Rounds", "Stamped",
+           "ValueProbe",
            "Memory", "Node", "Peak", "Record", "Stats", "PROBLEMS", "RESULTS_DIR", "SCHEMA", "SCHEMA_VERSION",
            "BenchCell", "Cell", "CellKey", "ResultWriter", "Run", "Status", "VerifyCell", "environment",
            "load_results", "new_run_id",

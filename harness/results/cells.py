@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from harness.case.attention import AttentionCase, CaseRecord
 from harness.errors import UsageError
-from harness.results.evidence import Integrity, Rounds
+from harness.results.evidence import Integrity, Rounds, ValueProbe
 from harness.results.keys import PeakKey
 from harness.results.records import Memory, Node, Record, Stats, coerce_optional
 
@@ -200,6 +200,9 @@ class BenchCell:
     sample_unit: str | None = None
     """"round": each sample is one interleaved round's time (the fastest of its calls; ``attnbench ab``), a replication
     that ``compare`` may test; None: calls of one run, which share its load and are never tested as replications."""
+    value_probe: ValueProbe | None = None
+    """The value probe's raw times: this cell's case timed under other distributions of its input values
+    (docs/benchmarking.md, "Values"). Absent where the probe did not run (``--value-probe``) and in older files."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))  # "ok" given as a word is the same status
@@ -212,6 +215,7 @@ class BenchCell:
         object.__setattr__(self, "node", coerce_optional(Node, self.node))
         object.__setattr__(self, "integrity", coerce_optional(Integrity, self.integrity))
         object.__setattr__(self, "rounds", coerce_optional(Rounds, self.rounds))
+        object.__setattr__(self, "value_probe", coerce_optional(ValueProbe, self.value_probe))
         if self.profile is not None:
             object.__setattr__(self, "profile", tuple((str(n), float(s)) for n, s in self.profile))
 
@@ -280,7 +284,7 @@ def node_kind(cell: Cell) -> str | None:
 
 
 # absent when unknown: older cells read as before
-_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "rounds", "sample_unit"}
+_WHEN_KNOWN = {"node", "started_at", "ended_at", "integrity", "profile", "rounds", "sample_unit", "value_probe"}
 
 
 def cell_to_json(cell: Cell) -> dict[str, Any]:

@@ -1,9 +1,10 @@
 """The records of what backs a bench cell's time (docs/integrity.md): the physics floor and its roofs, the
-timing worker's own clock, and each kept call checked against float64. Typed as the other records
+timing worker's own clock, each kept call checked against float64, and the raw times of the value probe. Typed as the other records
 (:mod:`harness.results.records`): frozen, read and written whole, unknown keys kept."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from harness.results.records import Record
@@ -128,3 +129,23 @@ class Rounds(Record):
     machine cannot lower, since a preempted thread's clock stops. x the CPUs a cell may use, it bounds a wall-clock
     cell; x 1, a CPU-clock cell (whose samples sum its threads' CPU)."""
     thread_gemm_samples_gflops: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True, eq=False, kw_only=True)
+class ValueProbe(Record):
+    """The value probe's raw times (docs/benchmarking.md, "Values"): the cell's case timed again under several
+    distributions of its input values, interleaved in rounds in a shuffled order each round, in the cell's own
+    timing worker. Raw samples only: whether the time depends on the values is derived when the file is read
+    (:func:`harness.analysis.values.value_findings`), never stored.
+
+    ``samples_s`` holds each distribution's timed calls in order, on ``clock``; ``round_sizes`` splits every
+    distribution's samples into the same rounds (each distribution gets as many calls in a round).
+    ``not_run`` says, per distribution left out, why (a case without a mask has no sparse mask); ``error``
+    why the probe gave no times at all (the cell's own time stands)."""
+
+    TUPLES = frozenset({"round_sizes"})
+    clock: str | None = None
+    round_sizes: tuple[int, ...] | None = None
+    samples_s: Mapping[str, tuple[float, ...]] | None = None
+    not_run: Mapping[str, str] | None = None
+    error: str | None = None

@@ -31,6 +31,8 @@ def _encode(value: object) -> object:
         return value.to_json()
     if isinstance(value, tuple):
         return [_encode(v) for v in value]
+    if isinstance(value, Mapping):  # a record's mapping field (per-name samples): its tuples stored as lists
+        return {k: _encode(v) for k, v in value.items()}
     return value
 
 

@@ -13,7 +13,8 @@ Beyond the declared types:
 - free-form values (a case's unknown fields, metrics, the implementations' declarations) are any JSON
   nested at most :data:`MAX_DEPTH` deep, so no reader recurses without bound;
 - the case fields the reports compute with (sizes, dtype, window, ...) have their declared types;
-- a measured bench cell's times (samples and median) are finite and positive: a NaN, infinite,
+- a measured bench cell's times (samples and median) are finite and positive (the value probe's, finite and
+  not negative): a NaN, infinite,
   zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are not negative
   or infinite; an ok bench cell has its samples; a peak or bandwidth reading is above 0; a case's
   batch, heads and head dimension are at least 1 and its dtype one attnbench knows. NaN elsewhere (the error
@@ -312,6 +313,7 @@ def _check_measured(cell: Mapping[str, Any], where: str, summary_only: bool = Fa
         value = cell.get(name)
         if value is not None and (value < 0 or math.isinf(value)):
             raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
+    _check_probe_times(cell.get("value_probe"), _at(where, "value_probe"))
     if cell["status"] != "ok":
         return
     if not cell.get("samples_s") and not (summary_only and (cell.get("stats") or {}).get("median") is not None):
@@ -321,6 +323,17 @@ def _check_measured(cell: Mapping[str, Any], where: str, summary_only: bool = Fa
     stats = cell.get("stats") or {}
     for name in ("median", "min", "mean"):
         _positive_time(stats.get(name), _at(_at(where, "stats"), name))
+
+
+def _check_probe_times(probe: object, where: str) -> None:
+    """The value probe's samples (their types already checked): each a finite number of seconds, 0 or more (a call
+    on the CPU clock may read 0 at its resolution; the verdict skips a round it cannot divide by)."""
+    samples = probe.get("samples_s") if isinstance(probe, dict) else None
+    for name, times in (samples or {}).items() if isinstance(samples, dict) else ():
+        for i, value in enumerate(times if isinstance(times, list) else ()):
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise Damaged(_at(_at(_at(where, "samples_s"), name), i),
+                              f"{_show(value)} is not a time (a finite number of seconds, 0 or more)")
 
 
 def _check_rates(data: Mapping[str, Any]) -> None:

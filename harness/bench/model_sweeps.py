@@ -46,11 +46,7 @@ def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | 
         raise UsageError(f"--model with --suite {suite}: choose {' or '.join(SUITES)} (the model's short or long sweep)")
     overrides = _checked_overrides(model, overrides)
     prefill_t, decode_t = _lengths(model, overrides.get("T", ()), PREFILL_T[suite])
-    batches = [int(b) for b in overrides.get("batch", DECODE_BATCH[suite])]
-    short = suite == "quick" and not overrides.get("T") and not overrides.get("batch")
-    steps = [(b, t) for b in batches for t in decode_t if not short or b == 1 or t in QUICK_BATCHED_T]
-    if short and not any(b > 1 for b, _ in steps):  # the context is below the batched length: its longest cache
-        steps += [(b, max(decode_t)) for b in batches if b > 1]
+    steps = _decode_steps(overrides, suite, decode_t)
     pairs: dict[tuple[str, str], tuple[AttentionCase, str]] = {}
     for dtype in overrides.get("dtype", ("float32",)):
         for mode in overrides.get("mode", ("fwd",)):
@@ -64,6 +60,18 @@ def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | 
             for case in found:
                 pairs.setdefault((case.id, mode), (case, mode))
     return list(pairs.values())
+
+
+def _decode_steps(overrides: Mapping[str, Sequence[Any]], suite: str, decode_t: Sequence[int]) -> list[tuple[int, int]]:
+    """(batch, cache length) of each decode step: every batch at every length, except the quick sweep's own (no
+    ``--T`` or ``--batch``), whose batches above one take :data:`QUICK_BATCHED_T` only (or, where the model's
+    context is shorter, its longest cache)."""
+    batches = [int(b) for b in overrides.get("batch", DECODE_BATCH[suite])]
+    short = suite == "quick" and not overrides.get("T") and not overrides.get("batch")
+    steps = [(b, t) for b in batches for t in decode_t if not short or b == 1 or t in QUICK_BATCHED_T]
+    if short and not any(b > 1 for b, _ in steps):
+        steps += [(b, max(decode_t)) for b in batches if b > 1]
+    return steps
 
 
 def _checked_overrides(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | None

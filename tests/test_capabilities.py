@@ -1,12 +1,10 @@
-"""The plugin contract as data: the Capabilities record, register_module, available(case), the old spellings."""
+"""The plugin contract as data: the Capabilities record, register_module, available(case); earlier spellings refused."""
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -85,7 +83,7 @@ def test_reasons_come_from_the_record_alone() -> None:
 def test_a_record_declares_a_kernel_and_the_keywords_build_the_same_record() -> None:
     record = Capabilities(backend="torch", causal=True, mask=True, block_q=(16,), block_k=(16,))
     whole = register("whole_record", record)(_tiled).__attnbench__
-    assert whole.declared == record and whole.options == {"block_q": (16,), "block_k": (16,)}
+    assert whole.declared == record
     spelled = make_implementation("spelled", _kernel, backend="torch", causal=True, mask=True)
     assert spelled.declared == Capabilities(backend="torch", causal=True, mask=True)
     assert spelled.capabilities() == spelled.declared.describe()
@@ -110,8 +108,7 @@ def test_register_module_declares_a_module_without_switching_register() -> None:
     impl = register_module("plain_module", backend="numpy", causal=True, mask=True, layers=("mha",),
                            rope=("rotate_half",))(
         lambda x, *, heads, weights, mask=None, causal=False, rope=None: x).__attnbench__
-    assert impl.kind == "module" and impl.declared.layers == ("mha",)
-    assert impl.options == {"layers": ("mha",), "rope": ("rotate_half",)}
+    assert impl.kind == "module" and impl.declared.layers == ("mha",) and impl.declared.rope == ("rotate_half",)
     from_record = register_module("record_module", Capabilities(backend="numpy", causal=True))(_module).__attnbench__
     assert from_record.kind == "module"
     reasons = impl.not_supported_reasons(AttentionCase())
@@ -131,44 +128,24 @@ def test_available_takes_the_case() -> None:
         return "too long for this kernel" if case.tk > 64 else None
 
     impl = make_implementation("small_only", _kernel, backend="torch", available=small_only)
-    assert impl.available_per_case and impl.availability() is None
     assert impl.not_supported_reasons(AttentionCase(tq=16, tk=16)) == []
     assert impl.not_supported_reasons(AttentionCase(tq=16, tk=128)) == ["too long for this kernel"]
     assert [c.tk for c in seen] == [16, 128]  # type: ignore[attr-defined]
 
 
-def test_the_old_spellings_still_load_warn_and_map_into_the_record() -> None:
-    with pytest.warns(DeprecationWarning) as caught:
-        old = register("old_module", backend="numpy", kind="module", options={"layers": ("mha",), "kv_cache": True},
-                       available=lambda: None)(
-            lambda x, *, heads, weights, mask=None, causal=False, past_key=None, past_value=None: x).__attnbench__
-    message = str(caught[0].message)
-    assert "old_module" in message and "test_capabilities.py" in message
-    for fix in ("@register_module", "Capabilities fields", "available=lambda case"):
-        assert fix in message
-    assert old.declared == Capabilities(backend="numpy", kind="module", layers=("mha",), kv_cache=True)
-    assert not old.available_per_case and old.availability() is None
-    with pytest.raises(PluginError, match="declared twice"):
-        make_implementation("both", _tiled, backend="torch", block_q=(8,), options={"block_q": (8,), "block_k": (8,)})
-
-
-def test_an_old_style_plugin_file_loads_through_discovery(tmp_path: Path) -> None:
-    plugin = tmp_path / "old_style.py"
-    plugin.write_text(textwrap.dedent("""
-        from harness import register
-
-        @register("old_style", backend="torch", causal=True, available=lambda: None,
-                  options={"block_q": (8,), "block_k": (8,)})
-        def old_style(q, k, v, *, causal=False, mask=None, scale=None, block_q=None, block_k=None):
-            return q
-    """))
-    script = ("import warnings; warnings.simplefilter('ignore')\n"
-              "from harness.contract.discovery import load_registry\n"
-              f"r = load_registry([{str(plugin)!r}])\n"
-              "i = r.get('old_style'); print(r.errors, i.declared.block_q, i.available_per_case)")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[] (8,) False"
+@pytest.mark.parametrize(("declare", "fix"), [
+    (lambda: register("old_kind", backend="numpy", kind="module")(_module), "@register_module(...)"),  # type: ignore[call-arg]
+    (lambda: register("old_options", backend="torch", options={"block_q": (8,), "block_k": (8,)})(_tiled),  # type: ignore[call-arg]
+     "declare block_q=, block_k="),
+    (lambda: register_module("old_options", backend="numpy", options={"layers": ("mha",)})(_module), "layers="),
+    (lambda: register("old_check", backend="torch", available=lambda: None)(_kernel),  # type: ignore[arg-type]
+     "available=lambda case: ..."),
+])
+def test_an_earlier_spelling_is_refused_with_what_to_write_instead(declare, fix: str) -> None:
+    with pytest.raises(PluginError) as info:
+        declare()
+    message = str(info.value)
+    assert "test_capabilities.py" in message and "old_" in message and fix in message
 
 
 def test_bench_catalogue_ships_the_record_as_plain_data(tmp_path: Path) -> None:
@@ -186,7 +163,7 @@ def test_bench_catalogue_ships_the_record_as_plain_data(tmp_path: Path) -> None:
     records = catalogue_task([str(plugin)])
     shipped = pickle.loads(pickle.dumps(records.get("shipped")))  # what the worker sends bench's parent
     assert shipped.declared == Capabilities(backend="torch", causal=True, block_q=(8,), block_k=(8,))
-    assert shipped.available_per_case
+    assert shipped.available is not None
     assert shipped.declared_gaps(AttentionCase(grad=True)) == ["gradients not supported"]
 
 
@@ -194,4 +171,4 @@ def test_a_keyword_equal_to_its_default_but_of_another_type_is_still_checked() -
     with pytest.raises(PluginError, match="causal=0 must be True or False"):
         register("zero", backend="torch", causal=0)(_kernel)  # type: ignore[arg-type]
     with pytest.raises(PluginError, match="capabilities given twice"):
-        register("record_and_kind", Capabilities(backend="torch"), kind="module")(_module)
+        register("record_and_keyword", Capabilities(backend="torch"), causal=True)(_kernel)

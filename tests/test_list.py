@@ -1,5 +1,5 @@
 """`attnbench list`: a table that stays readable, the full reasons in --json and in `list NAME`; each plugin asked
-about a case of its own kind; every declared feature in the supports column; no reason recommending a deprecated
+about a case of its own kind; every declared feature in the supports column; no reason recommending a removed
 spelling."""
 
 from __future__ import annotations
@@ -92,21 +92,21 @@ def test_the_supports_column_names_sinks_softcap_and_a_value_dim_of_its_own() ->
     assert supports(register("k_plain", backend="torch")(kernel).__attnbench__) == "-"
 
 
-DEPRECATED = re.compile(r"options\s*=|options\[|available\s*=\s*lambda\s*:|register\([^)]*kind\s*=")
-"""The deprecated spellings (docs/plugins.md#deprecated-spellings): only the contract, which still reads them and
-says what to write instead, may name them."""
+REMOVED = re.compile(r"options\s*=|options\[|available\s*=\s*lambda\s*:|register\([^)]*kind\s*=")
+"""Spellings of an earlier contract: only the contract, which refuses them and says what to write instead, may
+name them."""
 
 
-def test_no_message_recommends_a_deprecated_spelling() -> None:
+def test_no_message_recommends_a_removed_spelling() -> None:
     """Every string in the harness (reasons, errors, docstrings) outside the contract, and the kv-cache skip reason."""
     found = []
     for path in sorted((ROOT / "harness").rglob("*.py")):
         if path.parent.name == "contract":
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and DEPRECATED.search(node.value):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and REMOVED.search(node.value):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value[:80]!r}")
     assert not found, found
     mha = register_module("m_no_cache", backend="torch")(module).__attnbench__
     [reason] = ModuleCase(past=4, causal=True).unsupported_by(mha)
-    assert "kv_cache=True" in reason and not DEPRECATED.search(reason)
+    assert "kv_cache=True" in reason and not REMOVED.search(reason)

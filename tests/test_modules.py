@@ -136,7 +136,7 @@ def causal_upside_down(x, *, heads, weights, mask=None, causal=False):
 
 WRONG = [
     ("swapped_qk", swapped_qk, dict(backend="numpy"), CLASSIC),
-    ("layer_norm_over_time", layer_norm_over_time, dict(backend="numpy", options={"layers": ("encoder",)}),
+    ("layer_norm_over_time", layer_norm_over_time, dict(backend="numpy", layers=("encoder",)),
      ModuleCase(layer="encoder", seq=33, d_model=32, heads=4)),
     ("inverted_mask", inverted_mask, dict(backend="torch", mask=True), CLASSIC.with_(mask="key_padding")),
     ("causal_upside_down", causal_upside_down, dict(backend="numpy", causal=True), CLASSIC.with_(causal=True)),
@@ -203,7 +203,7 @@ def test_rope_convention_mix_up_is_rejected() -> None:
         return numpy_multihead_attention(x, heads=heads, weights=weights, rope=other)
 
     impl = make_implementation("wrong_rope", wrong_rope, backend="numpy", kind="module",
-                               options={"rope": ("rotate_half", "interleaved")})
+                               rope=("rotate_half", "interleaved"))
     assert check_module_case(impl, CLASSIC.with_(rope="rotate_half"))[0]["status"] == "fail"
     assert rope_numpy(np.zeros((1, 1, 3, 4), np.float32), "interleaved").dtype == np.float32
 

@@ -49,7 +49,7 @@ def decoder_module(*, head_map: str = "h // group", align: str = "bottom_right",
 
     return make_implementation("decoder", module, backend="torch", dtypes=("float64", "float32"), kind="module",
                                causal=True, mask=True, gqa=True,
-                               options={"layers": ("mha",), "rope": ("rotate_half",), "kv_cache": True})
+                               layers=("mha",), rope=("rotate_half",), kv_cache=True)
 
 
 def test_case_fields_ids_and_validation() -> None:
@@ -126,7 +126,7 @@ def test_declarations_are_checked_against_the_signature() -> None:
         return x
 
     with pytest.raises(PluginError, match="past_key"):
-        make_implementation("no_cache", no_cache, backend="torch", kind="module", options={"kv_cache": True})
+        make_implementation("no_cache", no_cache, backend="torch", kind="module", kv_cache=True)
 
     def no_kv_heads(x, *, heads, weights, mask=None, causal=False):  # type: ignore[no-untyped-def]
         return x
@@ -134,4 +134,4 @@ def test_declarations_are_checked_against_the_signature() -> None:
     with pytest.raises(PluginError, match="kv_heads"):
         make_implementation("no_kv_heads", no_kv_heads, backend="torch", kind="module", gqa=True)
     with pytest.raises(PluginError, match="kv_cache"):
-        make_implementation("bad", no_cache, backend="torch", kind="module", options={"kv_cache": "yes"})
+        make_implementation("bad", no_cache, backend="torch", kind="module", kv_cache="yes")

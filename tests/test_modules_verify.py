@@ -14,11 +14,11 @@ pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not
 
 WRONG_PLUGIN = textwrap.dedent('''
     import numpy as np
-    from harness import register
+    from harness import register_module
     from implementations.module_numpy_mha import numpy_multihead_attention
 
 
-    @register("mask_inverted", backend="numpy", kind="module", mask=True, causal=True)
+    @register_module("mask_inverted", backend="numpy", mask=True, causal=True)
     def mask_inverted(x, *, heads, weights, mask=None, causal=False):
         """Treats True as padding (nn.MultiheadAttention's convention) instead of a real token."""
         return numpy_multihead_attention(x, heads=heads, weights=weights, causal=causal,

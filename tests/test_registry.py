@@ -42,14 +42,15 @@ def test_capabilities_become_reasons() -> None:
 
 
 def test_available_reason_is_reported_and_a_raising_check_is_a_reason() -> None:
-    missing = make_implementation("needs_dep", _fn, backend="torch", available=lambda: "needs foo: pip install foo")
+    missing = make_implementation("needs_dep", _fn, backend="torch", available=lambda case: "needs foo: pip install foo")
     assert missing.not_supported_reasons(AttentionCase()) == ["needs foo: pip install foo"]
 
-    def broken() -> str | None:
+    def broken(case: AttentionCase) -> str | None:
         raise ImportError("libfoo.so: cannot open")
 
     crashing = make_implementation("check_raises", _fn, backend="torch", available=broken)
-    assert "ImportError: libfoo.so" in crashing.availability()
+    [reason] = crashing.not_supported_reasons(AttentionCase())
+    assert "ImportError: libfoo.so" in reason
 
 
 def test_prepare_form_separates_setup_from_the_call() -> None:
@@ -115,10 +116,10 @@ def _any_keywords(q, k, v, **kwargs):
     (_no_bias, {"bias": True}, "no parameter `bias` (bias=True is declared)"),
     (_two_arrays, {}, "takes 2 positional argument(s)"),
     (_needs_more, {}, "requires keyword(s) ['tile']"),
-    (_no_tiles, {"options": {"block_q": (16,), "block_k": (16,)}}, "`block_k` (options['block_k'] is declared)"),
-    (_any_keywords, {"options": {"tiles": (16,)}}, "options has unknown key(s) ['tiles']"),
-    (_any_keywords, {"options": {"block_q": (0,)}}, "must be positive integers"),
-], ids=["mask", "bias", "positional", "required-keyword", "tiles", "unknown-option", "bad-tile"])
+    (_no_tiles, {"block_q": (16,), "block_k": (16,)}, "`block_k` (block_k= is declared)"),
+    (_any_keywords, {"tiles": (16,)}, "unknown keyword(s) ['tiles']"),
+    (_any_keywords, {"block_q": (0,), "block_k": (8,)}, "must be positive integers"),
+], ids=["mask", "bias", "positional", "required-keyword", "tiles", "unknown-keyword", "bad-tile"])
 def test_the_signature_is_checked_against_the_declaration_at_registration(fn, keywords, words) -> None:
     """As pluggy checks a hook implementation: a mismatch fails when the decorator runs, not when a case first calls."""
     with pytest.raises(PluginError) as info:

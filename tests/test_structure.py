@@ -28,7 +28,7 @@ NATIVE = ["tiled", "tiled_numpy", "tiled_fused"]
 
 def _runnable() -> list[str]:
     """NATIVE without tiled_fused where its C++ extension does not build (asked at test time: it may compile)."""
-    return [name for name in NATIVE if REGISTRY.get(name).availability() is None]
+    return [name for name in NATIVE if not REGISTRY.get(name).not_supported_reasons(AttentionCase())]
 SHAPES = [(7, 7), (5, 11), (11, 5), (1, 9), (9, 1)]
 STRUCTURES = [(c, w, a) for c in (False, True) for w in (None, (0, 0), (1, 0), (3, 2), (20, 20))
               for a in ("top_left", "bottom_right") if c or w is not None or a == "top_left"]
@@ -150,8 +150,9 @@ def test_rows_with_no_allowed_key_are_zero() -> None:
 ])
 def test_tiled_kernels_take_structure_natively(name: str, fields: dict) -> None:
     impl = REGISTRY.get(name)
-    if impl.availability() is not None:
-        pytest.skip(str(impl.availability()))
+    reasons = impl.not_supported_reasons(AttentionCase())
+    if reasons:
+        pytest.skip("; ".join(reasons))
     assert {"window", "bottom_right"} <= set(impl.structures)
     case = AttentionCase(heads=4, kv_heads=2, d=16, dtype="float64", **fields)
     inputs = make_inputs(case, 4, impl.backend)

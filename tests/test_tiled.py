@@ -24,7 +24,7 @@ REGISTRY = load_registry()
 @pytest.mark.parametrize("name", ["tiled", "tiled_numpy"])
 def test_any_block_size_matches_the_oracle(name: str, case: AttentionCase) -> None:
     impl = REGISTRY.get(name)
-    assert set(impl.options) == {"block_q", "block_k"}
+    assert impl.declared.block_q and impl.declared.block_k
     inputs = make_inputs(case, seed=2, backend=impl.backend)
     before = [np.array(x, copy=True) if impl.backend == "numpy" else x.clone() for x in (inputs.q, inputs.k, inputs.v)]
     check_block_sizes(impl, inputs, case, 1e-11 if case.dtype == "float64" else 3e-6)

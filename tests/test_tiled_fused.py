@@ -59,7 +59,7 @@ def test_any_block_size_matches_the_oracle(impl, case: AttentionCase, isa: str, 
     monkeypatch.setenv(module.FORCE_ISA, isa)
     if isa and module.tier(torch.float32, isa) != isa and module.tier(torch.bfloat16, isa) != isa:
         pytest.skip(f"tier {isa} does not run here: {module.bf16_reason(isa)}")
-    assert set(impl.options) == {"block_q", "block_k"} and impl.memory == "linear"
+    assert impl.declared.block_q and impl.declared.block_k and impl.memory == "linear"
     inputs = make_inputs(case, seed=2)
     before = [x.clone() for x in (inputs.q, inputs.k, inputs.v)]
     check_block_sizes(impl, inputs, case, {"float64": 1e-11, "bfloat16": 3e-2}.get(case.dtype, 3e-6))

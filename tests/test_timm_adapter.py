@@ -17,7 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from harness import Conventions, register
+from harness import Conventions, register_module
 from harness.contract.adaptation import module_mask
 from harness.errors import PluginError
 from harness.modules.cases import ModuleCase
@@ -40,12 +40,12 @@ def timm_style(x, *, heads, weights, mask=None):
     return F.linear(out, weights.out_proj_weight, weights.out_proj_bias)
 
 
-MODULE = dict(backend="torch", dtypes=("float32", "float64"), kind="module", causal=True, mask=True)
+MODULE = dict(backend="torch", dtypes=("float32", "float64"), causal=True, mask=True)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_a_module_taking_an_additive_4d_mask_passes_once_declared(case: ModuleCase) -> None:
-    impl = register("timm_style", **MODULE, conventions=Conventions(mask_kind="additive", takes_causal=False))(
+    impl = register_module("timm_style", **MODULE, conventions=Conventions(mask_kind="additive", takes_causal=False))(
         timm_style).__attnbench__
     results = check_module_case(impl, case)
     assert [r.status for r in results] == ["pass"] * len(results), [r.reason for r in results]
@@ -54,7 +54,7 @@ def test_a_module_taking_an_additive_4d_mask_passes_once_declared(case: ModuleCa
 
 def test_the_same_module_declared_with_a_boolean_mask_fails() -> None:
     """A boolean mask added to the scores adds 1 where a key may be attended: the declaration is what passes."""
-    impl = register("timm_style_bool", **MODULE, conventions=Conventions(takes_causal=False))(timm_style).__attnbench__
+    impl = register_module("timm_style_bool", **MODULE, conventions=Conventions(takes_causal=False))(timm_style).__attnbench__
     assert check_module_case(impl, ModuleCase(causal=True, mask="key_padding"))[0].status == "fail"
 
 
@@ -75,12 +75,12 @@ def test_the_module_mask_folds_causal_bottom_right_over_a_cache() -> None:
                                                      (Conventions(mask_kind="key_padding"), "key padding already")])
 def test_a_module_declares_only_its_mask(conventions: Conventions, named: str) -> None:
     with pytest.raises(PluginError, match=named):
-        register("bad_module", **MODULE, conventions=conventions)(timm_style)
+        register_module("bad_module", **MODULE, conventions=conventions)(timm_style)
 
 
 def test_a_module_without_causal_must_declare_it() -> None:
     with pytest.raises(PluginError, match="causal"):
-        register("no_causal", **MODULE)(timm_style)
+        register_module("no_causal", **MODULE)(timm_style)
 
 
 def _timm() -> types.ModuleType:
@@ -109,6 +109,6 @@ def test_timm_layers_pass_with_declarations_only(name: str) -> None:
 def test_timm_unfused_with_a_boolean_mask_fails() -> None:
     """timm adds ``attn_mask`` to the scores: handed a boolean mask, as SDPA takes it, the unfused path is wrong."""
     unfused = _timm().timm_attention_unfused  # a fresh copy of the plugin: registering it again changes only this one
-    impl = register("timm_bool", **MODULE, prepare=True, conventions=Conventions(takes_causal=False))(
+    impl = register_module("timm_bool", **MODULE, prepare=True, conventions=Conventions(takes_causal=False))(
         unfused).__attnbench__
     assert check_module_case(impl, ModuleCase(mask="key_padding"))[0].status == "fail"

@@ -57,11 +57,11 @@ def test_a_function_registered_in_the_attention_interface() -> None:
 
     AttentionInterface.register("attnbench_unscaled", unscaled)
     impl = attention_function("attnbench_unscaled", name="unscaled", grad=False)
-    assert impl.availability() is None
+    assert impl.not_supported_reasons(KERNEL_CASES[0]) == []
     output = check_kernel_case(impl, KERNEL_CASES[0], trials=1)[0]
     assert (output.check, output.status) == ("output", "fail")  # it ignores the scale
-    missing = attention_function("no_such_function", name="nothing").availability()
-    assert missing is not None and "no attention function 'no_such_function'" in missing and "sdpa" in missing
+    [missing] = attention_function("no_such_function", name="nothing").not_supported_reasons(KERNEL_CASES[0])
+    assert "no attention function 'no_such_function'" in missing and "sdpa" in missing
 
 
 def test_masks_in_transformers_forms() -> None:

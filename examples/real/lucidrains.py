@@ -19,7 +19,7 @@ except ImportError as exc:
     MISSING = f"needs memory-efficient-attention-pytorch ({exc}): pip install 'attnbench[real]'"
 
 
-def installed() -> str | None:
+def installed(case: object) -> str | None:
     return MISSING
 
 

@@ -16,7 +16,7 @@ except ImportError as exc:
     MISSING = f"needs x-transformers ({exc}): pip install 'attnbench[real]'"
 
 
-def installed() -> str | None:
+def installed(case: object) -> str | None:
     return MISSING
 
 

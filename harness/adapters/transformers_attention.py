@@ -112,7 +112,7 @@ def attention_function(fn: Callable[..., Any] | str, *, name: str, mask_kind: st
         back: torch.Tensor = out.transpose(1, 2)  # transformers returns (B, Tq, H, d)
         return back
 
-    def available() -> str | None:
+    def available(case: Any) -> str | None:
         missing = transformers_missing()
         if missing or callable(fn):
             return missing

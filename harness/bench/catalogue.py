@@ -5,8 +5,7 @@ timekeeper stamps every timed call (:mod:`harness.bench.timekeeper`): a plugin i
 slow that clock or rewrite the judge. So the parent asks a worker (spawned, and discarded afterwards)
 to load the registry and send back each implementation's declaration as plain data: its name, source,
 kind, backend, description and declared capabilities, with the callables replaced by harness
-functions that refuse to run (:func:`not_here`). Whether an ``available=`` check takes the case is
-kept (it decides how often the timing worker asks it). What the parent does with a record, reading
+functions that refuse to run (:func:`not_here`). What the parent does with a record, reading
 its capabilities and ``declared_gaps``, runs no plugin code; a plugin's own ``available=`` check and
 every call run in the implementation's workers, as before.
 """
@@ -30,21 +29,14 @@ def not_here(*args: Any, **kwargs: Any) -> Any:
     raise RuntimeError("bench's parent holds a plugin's declaration only: its code runs in its own workers")
 
 
-def not_here_once(case: Any = None) -> str | None:
-    """Stands in for an ``available=`` check that takes no case."""
-    raise RuntimeError("bench's parent holds a plugin's declaration only: its checks run in its own workers")
-
-
-def not_here_per_case(case: Any) -> str | None:
-    """Stands in for an ``available=`` check that takes the case (the signature is what the parent reads)."""
+def not_here_check(case: Any) -> str | None:
+    """Stands in for an ``available=`` check (that there is one is what the parent reads)."""
     raise RuntimeError("bench's parent holds a plugin's declaration only: its checks run in its own workers")
 
 
 def record(impl: Implementation) -> Implementation:
     """``impl``'s declaration, its callables replaced by :func:`not_here` (picklable, and no plugin code)."""
-    check = None
-    if impl.available is not None:
-        check = not_here_per_case if impl.available_per_case else not_here_once
+    check = None if impl.available is None else not_here_check
     return dataclasses.replace(impl, prepare=not_here, available=check)
 
 

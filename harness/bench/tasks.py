@@ -48,9 +48,9 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
 
 
 def warm_up_task(name: str, source: str) -> None:
-    """Worker: load the implementation's source and the implementation's own set-up (its availability check may build a
-    C++ extension, on a cluster node for the first time) before any cell's time limit runs."""
-    _implementation(name, source).availability()
+    """Worker: load the implementation's source (its import may build a C++ extension, on a cluster node for the
+    first time) before any cell's time limit runs."""
+    _implementation(name, source)
     freeze_imports()  # each round's collection then scans the cells' objects, not torch's
 
 

@@ -5,9 +5,8 @@ print. So the command's process reads only the declaration (:meth:`Implementatio
 hands the check itself to a worker (:mod:`harness.runtime.isolation`), under the run's time limit. A check that
 raises is a reason (the case is skipped, the reason says what it raised); one whose worker crashed,
 exited or timed out is that outcome, which the caller records as the case's own cell (a problem that
-fails the run), never a dead or silently green command. A check that ignores the case is asked once per
-implementation and its answer kept for the run; a check that crashed or hung is not asked again (its failure
-stands for the cases after it, and says on which case it happened).
+fails the run), never a dead or silently green command. A check that crashed or hung is not asked again (its
+failure stands for the cases after it, and says on which case it happened).
 """
 
 from __future__ import annotations
@@ -27,8 +26,8 @@ def availability_task(source: str, name: str, case: Any) -> list[str]:
     return load_implementation(source, name).not_supported_reasons(case)
 
 
-_ANSWERS: dict[tuple[str, str], list[str] | Outcome] = {}
-"""(name, source) -> the answer of a check that ignores the case, for this process's runs."""
+_FAILED: dict[tuple[str, str], Outcome] = {}
+"""(name, source) -> the outcome of a check that crashed or hung, for this process's runs."""
 
 
 def unsupported(impl: Implementation, case: Any, source: str, pool: WorkerPool) -> list[str] | Outcome:
@@ -38,17 +37,14 @@ def unsupported(impl: Implementation, case: Any, source: str, pool: WorkerPool) 
     if gaps or impl.available is None:
         return gaps
     key = (impl.name, source)
-    known = _ANSWERS.get(key)
-    if known is not None and (not impl.available_per_case or isinstance(known, Outcome)):
-        return known
+    if key in _FAILED:
+        return _FAILED[key]
     outcome = pool.run(Task((impl.name, "available"), availability_task, (source, impl.name, case)))
     if outcome.status == OK:
-        if not impl.available_per_case:
-            _ANSWERS[key] = list(outcome.value)
         return list(outcome.value)
-    where = f" on case {getattr(case, 'id', case)}; not asked again in this run" if impl.available_per_case else ""
-    outcome.error = f"its available= check failed{where}: {outcome.error}"
-    _ANSWERS[key] = outcome  # a check that crashed or hung once is not given a worker per case to do it again
+    outcome.error = (f"its available= check failed on case {getattr(case, 'id', case)}; not asked again in this run: "
+                     f"{outcome.error}")
+    _FAILED[key] = outcome  # a check that crashed or hung once is not given a worker per case to do it again
     return outcome
 
 

@@ -12,7 +12,6 @@ every field (``tests/test_capabilities.py`` checks it against :func:`dataclasses
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
@@ -231,65 +230,3 @@ _GAPS: tuple[tuple[_Check, _Check], ...] = (
      lambda caps, case: f"a value head dim {case.dv} != q/k head dim {case.d} not supported (declare value_dim=True)"),
 )
 """(the case needs what the declaration lacks, the reason): the declared capabilities against a case."""
-
-
-Option = str | tuple[str | int, ...]
-"""A value of the deprecated ``options=`` mapping once checked: the kernel's name, or the values it takes."""
-
-#: The keys the deprecated ``options=`` may hold, and the :class:`Capabilities` field each becomes.
-OPTIONS = {
-    "block_q": "tile sizes along the queries a property check may pass as prepare(..., block_q=)",
-    "block_k": "tile sizes along the keys, passed as block_k=",
-    "layers": "module implementations: the layers they implement (mha, encoder)",
-    "rope": "module implementations: the RoPE conventions they apply (rotate_half, interleaved)",
-    "kernel": "a lifted module: the name of the kernel inside it",
-    "kv_cache": "module implementations: True when they take earlier positions' keys and values (past_key=, past_value=)",
-    "positional_bias": "module implementations: the positional biases they compute themselves from heads and "
-                       "positions (alibi), asked for as positional_bias= instead of a bias= tensor",
-}
-
-
-def options_of(declared: Capabilities) -> dict[str, Option]:
-    """``declared``'s tile sizes and module fields as the deprecated ``options=`` mapping (only those set)."""
-    options: dict[str, Option] = {}
-    for key in ("block_q", "block_k", "layers", "rope", "positional_bias"):
-        if getattr(declared, key):
-            options[key] = tuple(getattr(declared, key))
-    if declared.kernel:
-        options["kernel"] = declared.kernel
-    if declared.kv_cache:
-        options["kv_cache"] = ("past_key", "past_value")
-    return options
-
-
-
-
-def fields_from_options(options: Any, error: Callable[[str], PluginError]) -> dict[str, Any]:
-    """The deprecated ``options=`` mapping as :class:`Capabilities` fields, checked with the old messages."""
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise error(f"options= must be a dict with keys from {sorted(OPTIONS)}")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise error(f"options has unknown key(s) {unknown}; known: " + "; ".join(f"{k}: {v}" for k, v in OPTIONS.items()))
-    fields: dict[str, Any] = {}
-    for key, value in options.items():
-        if key == "kernel":
-            if not isinstance(value, str):
-                raise error(f"options['kernel']={value!r} must be the kernel's name")
-            fields[key] = value
-            continue
-        if key == "kv_cache":
-            if not isinstance(value, bool):
-                raise error(f"options['kv_cache']={value!r} must be True or False")
-            fields[key] = value
-            continue
-        items = (value,) if isinstance(value, (str, int)) else tuple(value)
-        allowed = {"layers": MODULE_LAYERS, "rope": ROPE_CONVENTIONS, "positional_bias": POSITIONAL_BIASES}.get(key)
-        if allowed is not None and (not items or not set(items) <= set(allowed)):
-            raise error(f"options[{key!r}]={items!r}; choose from {allowed}")
-        if allowed is None and not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in items):
-            raise error(f"options[{key!r}]={items!r} must be positive integers (tile sizes)")
-        fields[key] = items
-    return fields

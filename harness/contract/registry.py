@@ -5,14 +5,14 @@ What an implementation runs is a :class:`~harness.contract.capabilities.Capabili
 declared it cannot run; it asks :meth:`Implementation.not_supported_reasons` (the record's reasons, then
 the plugin's own ``available(case)``) and records them as a skip.
 
-``register`` keeps no registry, global or hidden: it builds the record (given whole, or from keywords,
-the deprecated ``kind=``, ``options=`` and zero-argument ``available`` mapped into it with a warning that
-names the fix), checks it against the function's signature (:mod:`harness.contract.signatures`), attaches the
+``register`` keeps no registry, global or hidden: it builds the record (given whole, or from keywords),
+checks it against the function's signature (:mod:`harness.contract.signatures`), attaches the
 :class:`Implementation` to the function as ``__attnbench__`` and returns the function. Discovery
 (:mod:`harness.contract.discovery`) finds declarations as a module's attributes, so a module imported before is
 read the same way, and every error names the plugin's source. One module because
 :class:`Implementation` reads each record field through (every runner reads ``impl.causal``) and the
-deprecated spellings are mapped here, beside the signature they belong to.
+declaration is checked here, beside the signature it belongs to; spellings of an earlier contract
+(``kind=``, ``options=``, a check without the case) are refused with what to write instead.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import contextlib
 import dataclasses
 import inspect
 import sys
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -31,10 +30,7 @@ from harness.contract.capabilities import (
     BACKENDS,
     Capabilities,
     CapabilityError,
-    Option,
     field_names,
-    fields_from_options,
-    options_of,
 )
 from harness.contract.conventions import Conventions
 from harness.contract.signatures import check_signature
@@ -61,8 +57,6 @@ class Implementation:
     """What it runs, as plain data: the harness reads this record, never the plugin's code, to skip a case."""
     available: Check | None = None
     """The plugin's own ``available(case)`` check, run in a worker (:mod:`harness.contract.availability`)."""
-    available_per_case: bool = True
-    """False for a deprecated zero-argument check: asked once per process, its answer kept for every case."""
     description: str = ""
     source: str = "?"
     set_up: bool = False
@@ -141,27 +135,16 @@ class Implementation:
     def conventions(self) -> Conventions:
         return self.declared.conventions
 
-
-    @property
-    def options(self) -> dict[str, Option]:
-        """The record's tile sizes and module fields in the shape of the deprecated ``options=`` mapping."""
-        return options_of(self.declared)
-
     def __call__(self, q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
         """Run once, set-up included: the plain-function form of the contract."""
         return self.prepare(q, k, v, **kwargs)()
-
-    def availability(self) -> str | None:
-        """None when the implementation can run on this machine, else the reason: a deprecated zero-argument
-        check's answer; None for an ``available(case)`` check, which is asked per case."""
-        return _availability(self)
 
     def not_supported_reasons(self, case: AttentionCase) -> list[str]:
         """Every reason this implementation cannot run ``case``; empty when it can. Calls the plugin's own
         ``available(case)`` check: the command's process asks :func:`harness.contract.availability.unsupported` instead."""
         reasons = self.declared_gaps(case)
         if not reasons and self.available is not None:
-            reason = _call_available(self, case) if self.available_per_case else self.availability()
+            reason = _call_available(self, case)
             if reason:
                 reasons.append(reason)
         return reasons
@@ -182,11 +165,8 @@ class Implementation:
         return self.declared.describe()
 
 
-_AVAILABILITY_CACHE: dict[tuple[str, str], str | None] = {}
-
-
 def _takes_case(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` can be called with the case (the contract's one signature) or only with nothing (deprecated)."""
+    """Whether ``fn`` can be called with the case, the contract's one signature."""
     try:
         inspect.signature(fn).bind(None)
     except TypeError:
@@ -196,25 +176,16 @@ def _takes_case(fn: Callable[..., Any]) -> bool:
     return True
 
 
-def _call_available(impl: Implementation, *args: Any) -> str | None:
+def _call_available(impl: Implementation, case: AttentionCase) -> str | None:
     assert impl.available is not None
     try:
         with contextlib.redirect_stdout(sys.stderr):  # a plugin's prints never reach the command's answer
-            reason = impl.available(*args)
+            reason = impl.available(case)
     except Exception as exc:  # noqa: BLE001 - the check itself broke: that is the reason, stated in full
         return f"availability check raised {type(exc).__name__}: {exc}"
     if reason is not None and not isinstance(reason, str):
         return f"availability check returned {reason!r}; expected None or a reason string"
     return reason or None
-
-
-def _availability(impl: Implementation) -> str | None:
-    if impl.available is None or impl.available_per_case:
-        return None  # decided per case in not_supported_reasons
-    key = (impl.name, impl.source)
-    if key not in _AVAILABILITY_CACHE:
-        _AVAILABILITY_CACHE[key] = _call_available(impl, None)
-    return _AVAILABILITY_CACHE[key]
 
 
 def _cuda_available() -> bool:
@@ -244,17 +215,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 _CALL_KEYWORDS = ("available", "description", "prepare")
 """register's keywords about the call, not the capabilities: everything else is a :class:`Capabilities` field."""
-_LEGACY_KEYWORDS = ("kind", "options")
-"""Still accepted, deprecated: ``kind="module"`` (use :func:`register_module`) and ``options=`` (record fields)."""
 
 
 def register(
     name: str, capabilities: Capabilities | None = None, /, *, backend: str | None = None,
     dtypes: Sequence[str] = ("float32",), devices: Sequence[str] = ("cpu",),
     causal: bool = False, mask: bool = False, gqa: bool = False, grad: bool = False, bias: bool = False,
-    kind: str = "kernel", memory: str | None = None, deterministic: bool = True,
-    available: Callable[..., str | None] | None = None, description: str = "", prepare: bool = False,
-    options: Mapping[str, object] | None = None, structures: Sequence[str] = (), on_request: bool = False,
+    memory: str | None = None, deterministic: bool = True,
+    available: Check | None = None, description: str = "", prepare: bool = False,
+    structures: Sequence[str] = (), on_request: bool = False,
     kv_dtypes: Sequence[str] = (), sinks: bool = False, softcap: bool = False, value_dim: bool = False,
     conventions: Conventions | None = None, block_q: Sequence[int] = (), block_k: Sequence[int] = (),
     **unknown: NoReturn,
@@ -276,14 +245,12 @@ def register(
             kv_dtypes=kv_dtypes, sinks=sinks, softcap=softcap, value_dim=value_dim, conventions=conventions,
             block_q=block_q, block_k=block_k,
         ).items() if not _is_default(key, value)}
-    if kind != "kernel":
-        keywords["kind"] = kind
-    if options is not None:
-        keywords["options"] = options
     keywords.update(unknown)
 
     def decorate(fn: F) -> F:
-        _warn_deprecated(name, fn, keywords, available)
+        if "kind" in keywords:  # a record field register sets itself
+            raise PluginError(f"plugin {name!r} ({_source_of(fn)}): register declares a kernel; kind= was removed: "
+                              "declare a module with @register_module(...) (docs/modules.md)")
         impl = make_implementation(name, fn, capabilities, available=available, description=description,
                                    prepare=prepare, **keywords)
         fn.__attnbench__ = impl  # type: ignore[attr-defined]
@@ -333,29 +300,11 @@ _DEFAULTS: dict[str, object] = {f.name: f.default for f in dataclasses.fields(Ca
 _DEFAULTS["conventions"] = None  # register's spelling of "the contract's"
 
 
-def _warn_deprecated(name: str, fn: Callable[..., Any], keywords: Mapping[str, object],
-                     available: Callable[..., Any] | None) -> None:
-    """The deprecated spellings still load; each says, once per plugin, what to write instead."""
-    where = f"plugin {name!r} ({_source_of(fn)})"
-    fixes = []
-    if keywords.get("kind") == "module":
-        fixes.append("kind='module' -> @register_module(...)")
-    if keywords.get("options") is not None:
-        fixes.append("options={...} -> the Capabilities fields of the same names (block_q=, block_k=, layers=, "
-                     "rope=, kv_cache=, positional_bias=)")
-    if available is not None and callable(available) and not _takes_case(available):
-        fixes.append("available=lambda: ... -> available=lambda case: ... (one signature, given the case)")
-    if fixes:
-        warnings.warn(f"{where}: deprecated declaration: {'; '.join(fixes)} (docs/plugins.md#deprecated-spellings)",
-                      DeprecationWarning, stacklevel=3)
-
-
 def make_implementation(name: str, fn: Callable[..., Any], capabilities: Capabilities | None = None, /, *,
-                        available: Callable[..., str | None] | None = None, description: str = "",
+                        available: Check | None = None, description: str = "",
                         prepare: bool = False, **keywords: Any) -> Implementation:
-    """Validate a declaration (a :class:`Capabilities` record, or its fields and the deprecated ``kind=`` and
-    ``options=`` as keywords) against ``fn``'s signature and build the :class:`Implementation`
-    (``register`` without the decorator)."""
+    """Validate a declaration (a :class:`Capabilities` record, or its fields as keywords) against ``fn``'s
+    signature and build the :class:`Implementation` (``register`` without the decorator)."""
     source = _source_of(fn)
 
     def error(text: str) -> PluginError:
@@ -368,15 +317,15 @@ def make_implementation(name: str, fn: Callable[..., Any], capabilities: Capabil
     declared = _declared(capabilities, keywords, error)
     if available is not None and not callable(available):
         raise error("available= must be a callable available(case) returning None or a reason")
+    if available is not None and not _takes_case(available):
+        raise error("available= takes the case: available=lambda case: ... (None, or the reason this machine "
+                    "cannot run it; docs/plugins.md)")
     description = description or (inspect.getdoc(fn) or "").split("\n")[0]
     if not isinstance(description, str):
         raise error("description= must be a string")
     if not isinstance(prepare, bool):
         raise error(f"prepare={prepare!r} must be True or False")
-    per_case = available is None or _takes_case(available)
-    if available is not None and not per_case:
-        available = _ignoring_case(available)
-    check_signature(fn, declared, error, via_options="options" in keywords)
+    check_signature(fn, declared, error)
     if prepare:
         call = fn
     else:
@@ -392,13 +341,16 @@ def make_implementation(name: str, fn: Callable[..., Any], capabilities: Capabil
     else:
         call = adapt_module(call, declared.conventions)
     return Implementation(name=name, prepare=call, declared=declared, available=available,
-                          available_per_case=per_case, description=description, source=source, set_up=prepare)
+                          description=description, source=source, set_up=prepare)
 
 
 def _declared(capabilities: Capabilities | None, keywords: dict[str, Any],
               error: Callable[[str], PluginError]) -> Capabilities:
-    """The record a declaration makes: given whole, or built from its keywords (deprecated ones mapped)."""
+    """The record a declaration makes: given whole, or built from its keywords."""
     names = set(field_names())
+    if "options" in keywords:
+        raise error("options= was removed: declare block_q=, block_k=, layers=, rope=, kv_cache=, positional_bias=, "
+                    "kernel= as record fields (docs/plugins.md)")
     if capabilities is not None:
         if not isinstance(capabilities, Capabilities):
             raise error(f"the second argument must be harness.Capabilities(...), not {type(capabilities).__name__}")
@@ -407,30 +359,19 @@ def _declared(capabilities: Capabilities | None, keywords: dict[str, Any],
             raise error(f"capabilities given twice: as a Capabilities record and as keyword(s) {extra}; "
                         "move them into the record")
         return capabilities
-    unknown = sorted(set(keywords) - names - set(_LEGACY_KEYWORDS))
+    unknown = sorted(set(keywords) - names)
     if unknown:
-        raise error(f"unknown keyword(s) {unknown}; register accepts {sorted(names | set(_CALL_KEYWORDS))} "
+        raise error(f"unknown keyword(s) {unknown}; register accepts "
+                    f"{sorted(names - {'kind'} | set(_CALL_KEYWORDS))} "
                     f"(each documented in docs/plugins.md)")
     if keywords.get("backend") is None:
         raise error(f"backend= is required (one of {BACKENDS})")
     fields = {key: value for key, value in keywords.items() if key in names}
     if fields.get("conventions") is None:
         fields.pop("conventions", None)
-    for key, value in fields_from_options(keywords.get("options"), error).items():
-        if key in fields:
-            raise error(f"{key} declared twice: as {key}= and in options=; keep {key}= alone")
-        fields[key] = value
     try:
         return Capabilities(**fields)
     except CapabilityError as exc:
         raise error(str(exc)) from None
     except TypeError as exc:  # a record field given a value of the wrong shape
         raise error(str(exc)) from None
-
-
-def _ignoring_case(check: Callable[[], str | None]) -> Check:
-    """A deprecated zero-argument check in the contract's one signature (asked once: ``available_per_case``)."""
-    def available(case: Any) -> str | None:
-        return check()
-
-    return available

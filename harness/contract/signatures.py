@@ -33,7 +33,7 @@ def _base_call(capabilities: Capabilities) -> tuple[int, dict[str, str], str]:
     return arrays, needs, f"({head}, *, {', '.join(needs)})"
 
 
-def _declared_keywords(capabilities: Capabilities, via_options: bool) -> dict[str, tuple[str, str]]:
+def _declared_keywords(capabilities: Capabilities) -> dict[str, tuple[str, str]]:
     """{keyword the declaration adds: (the declaration that adds it, its spelling with a default)}."""
     adds: dict[str, tuple[str, str]] = {}
     for flag in ("bias", "sinks", "softcap"):
@@ -44,7 +44,7 @@ def _declared_keywords(capabilities: Capabilities, via_options: bool) -> dict[st
             adds[parameter] = (f"structures=({structure!r},) is declared", spelled)
     for field in ("rope", "positional_bias", "block_q", "block_k", "kv_cache"):
         if getattr(capabilities, field):
-            spelled = f"options[{field!r}]" if via_options else (f"{field}=True" if field == "kv_cache" else f"{field}=")
+            spelled = f"{field}=True" if field == "kv_cache" else f"{field}="
             parameters = ("past_key", "past_value") if field == "kv_cache" else (field,)
             adds.update({parameter: (f"{spelled} is declared", "") for parameter in parameters})
     if capabilities.kind == "module" and capabilities.gqa:  # a module splits its packed projection by its KV heads
@@ -62,8 +62,7 @@ def _missing_text(spelled: str, call: str, capabilities: Capabilities, missing: 
             f"it as {call}{with_}: add the parameter(s){f' (e.g. {hint})' if hint else ''}, or **kwargs")
 
 
-def check_signature(fn: Callable[..., Any], capabilities: Capabilities, error: Callable[[str], PluginError],
-                     via_options: bool = False) -> None:
+def check_signature(fn: Callable[..., Any], capabilities: Capabilities, error: Callable[[str], PluginError]) -> None:
     """The call the harness will make must bind to ``fn``: checked now, not when a case first runs."""
     try:
         signature = inspect.signature(fn)
@@ -71,7 +70,7 @@ def check_signature(fn: Callable[..., Any], capabilities: Capabilities, error: C
         return  # a builtin or C callable: nothing to read, the call itself will tell
     params = signature.parameters.values()
     arrays, needs, call = _base_call(capabilities)
-    adds = _declared_keywords(capabilities, via_options)
+    adds = _declared_keywords(capabilities)
     needs.update({name: why for name, (why, _) in adds.items()})
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     if len(positional) < arrays and not any(p.kind is p.VAR_POSITIONAL for p in params):

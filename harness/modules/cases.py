@@ -202,7 +202,7 @@ class ModuleCase(CaseRecord):
         layers = module_layers(impl)
         if self.layer not in layers:
             reasons.append(f"layer {self.layer!r} not implemented (implements {', '.join(layers)})")
-        if self.past and not impl.options.get("kv_cache"):
+        if self.past and not impl.declared.kv_cache:
             reasons.append("a KV cache of earlier positions not supported (declare register_module(..., kv_cache=True) "
                            "and take past_key=, past_value=)")
         ropes = module_ropes(impl)
@@ -213,15 +213,15 @@ class ModuleCase(CaseRecord):
 
 def module_layers(impl: Implementation) -> tuple[str, ...]:
     """The layers a module implementation declared (``layers=``, default: mha)."""
-    return tuple(str(layer) for layer in impl.options.get("layers", ("mha",)))  # checked names (registry)
+    return impl.declared.layers or ("mha",)
 
 
 def module_positional_biases(impl: Implementation) -> tuple[str, ...]:
     """The positional biases a module computes itself, declared (``positional_bias=``, default: none,
     it is handed a ``bias=`` tensor)."""
-    return tuple(str(bias) for bias in impl.options.get("positional_bias", ()))
+    return impl.declared.positional_bias
 
 
 def module_ropes(impl: Implementation) -> tuple[str, ...]:
     """The RoPE conventions a module implementation declared (``rope=``, default: none)."""
-    return tuple(str(rope) for rope in impl.options.get("rope", ()))
+    return impl.declared.rope

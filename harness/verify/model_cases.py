@@ -126,7 +126,7 @@ def model_module_cases(impl: Implementation, plan: ModelPlan, memory_bytes: floa
     model = plan.model
     if model.d_v is not None and model.d_v != model.head_dim:
         return [], f"--model {model.name}: a module case has one head dim (the model's q/k {model.head_dim}, v {model.d_v})"
-    rope = "rotate_half" if model.positional == "rope" and "rotate_half" in impl.options.get("rope", ()) else "none"
+    rope = "rotate_half" if model.positional == "rope" and "rotate_half" in impl.declared.rope else "none"
     base = ModuleCase(batch=1, seq=min(MODULE_TOKENS, plan.prefill_length or MODULE_TOKENS),
                       d_model=model.heads * model.head_dim, heads=model.heads, kv_heads=model.kv_heads,
                       causal=model.causal, rope=rope, proj_bias=False, dtype=primary_dtype(impl))
@@ -145,6 +145,6 @@ def model_cases_for(impl: Implementation, plan: ModelPlan) -> tuple[list[object]
     """(the model's cases for ``impl``, or the reason it has none)."""
     if impl.kind == "kernel":
         return list(model_kernel_cases(impl, plan)), None
-    if impl.kind == "module" and "mha" in impl.options.get("layers", ("mha",)):
+    if impl.kind == "module" and "mha" in (impl.declared.layers or ("mha",)):
         return model_module_cases(impl, plan)
     return [], f"--model {plan.model.name}: the model's attention is an mha layer; {impl.name} implements none"

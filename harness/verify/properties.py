@@ -71,7 +71,7 @@ def applicable_properties(impl: Implementation, case: AttentionCase) -> list[tup
         props.append(("convex_hull", convex_hull))
     if _sliceable(case):
         props.append(("slices", slices))
-    if {"block_q", "block_k"} <= set(impl.options):
+    if impl.declared.block_q and impl.declared.block_k:
         props.append(("block_sizes", block_sizes))
     return props
 
@@ -239,7 +239,7 @@ def block_sizes(impl: Implementation, case: AttentionCase) -> CheckResult:
     """Every corner of the declared block sizes, each held to the output rule."""
     inputs = _inputs(impl, case)
     oracle, base = oracle_and_base(case, inputs)
-    bq, bk = tuple(impl.options["block_q"]), tuple(impl.options["block_k"])
+    bq, bk = impl.declared.block_q, impl.declared.block_k
     combos = sorted(set(itertools.product({min(bq), max(bq)}, {min(bk), max(bk)})))
     outs = {}
     for q_block, k_block in combos:

@@ -63,11 +63,9 @@ def _worker_impl(source: str, name: str, threads: int) -> tuple[Implementation, 
 
 
 def warm_up(source: str, name: str, threads: int) -> None:
-    """In a fresh worker: load the implementation's source, the checker and the implementation's own set-up (its
-    availability check, which may build a C++ extension: on a cluster node, for the first time), so
-    that case timeouts time only cases."""
-    impl, _ = _worker_impl(source, name, threads)
-    impl.availability()
+    """In a fresh worker: load the implementation's source (its import may build a C++ extension: on a cluster
+    node, for the first time) and the checker, so that case timeouts time only cases."""
+    _worker_impl(source, name, threads)
 
 
 def run_case(source: str, name: str, case: Any, trials: int, threads: int) -> list[CheckResult]:

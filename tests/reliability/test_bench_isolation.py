@@ -66,7 +66,7 @@ import numpy as np
 from harness import register
 
 
-def _available():
+def _available(case):
     return None
 
 

@@ -134,7 +134,7 @@ from harness import register
 print("chatty: imported")
 
 
-def _available():
+def _available(case):
     print("chatty: checking availability")
     return None
 

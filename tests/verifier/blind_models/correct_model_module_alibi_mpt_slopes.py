@@ -5,14 +5,14 @@ from pathlib import Path
 
 import torch
 
-from harness import register
+from harness import register_module
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _alibi_model import mha, mpt_slopes
 
 
-@register("correct_model_module_alibi_mpt_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
-          kind="module", causal=True, mask=True, options={"layers": ("mha",), "positional_bias": ("alibi",)})
+@register_module("correct_model_module_alibi_mpt_slopes", backend="torch", dtypes=("float32", "float64", "bfloat16"),
+                 causal=True, mask=True, layers=("mha",), positional_bias=("alibi",))
 def correct_model_module_alibi_mpt_slopes(x, *, heads, weights, mask=None, causal=False, positional_bias=None):
     slopes = mpt_slopes(heads) if positional_bias == "alibi" else torch.zeros(heads)  # no bias asked: none
     return mha(x, heads, weights, mask, causal, slopes)

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow  # bench subprocesses whose workers import torch
 HERE = Path(__file__).parent / "redteam"
 FILES = ("peekers.py", "precompute.py", "hooks.py", "tamper.py", "honest.py")
 CASE = ["--T", "256", "--heads", "2", "--d", "64", "--mode", "fwd", "--budget", "0.05", "--min-samples", "3",
-        "--rounds", "3", "--no-memory", "--threads", "1", "--quiet"]
+        "--rounds", "3", "--no-memory", "--threads", "1", "--value-probe", "off", "--quiet"]
+# --value-probe off: the corpus is judged by the cells' own checks; the value probe has its own tests (test_value_probe)
 # --threads 1: the bench pins one thread, so a plugin that raises torch's thread count takes more than its share
 
 FLAGGED = ("implausible", "violation", "wrong")

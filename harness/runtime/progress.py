@@ -1,13 +1,16 @@
-"""Progress on long work: a bar with ETA on a terminal; on a pipe, only the lines asked for.
+"""Progress on long work: tqdm's bar with an ETA on a terminal; on a pipe, only the lines asked for.
 
-Writes to stderr, so that stdout stays the command's answer (a table, or JSON with --json).
+Writes to stderr, so that stdout stays the command's answer (a table, or JSON with --json). The bar is tqdm's
+(pinned in pyproject; MPL-2.0 and MIT): it redraws in place, rate-limited, and clears itself when the work ends.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-import time
 from typing import TextIO
+
+from tqdm import tqdm
 
 
 class Progress:
@@ -15,53 +18,48 @@ class Progress:
 
     def __init__(self, total: int, *, title: str = "", stream: TextIO | None = None, enabled: bool = True) -> None:
         self.total = max(total, 1)
-        self.done = 0
-        self.title = title
         self.stream = stream or sys.stderr
         self.enabled = enabled
         self.interactive = enabled and self.stream.isatty()
-        self.started = time.monotonic()
-        self._width = 0
+        self._bar = tqdm(total=self.total, desc=title, file=self.stream, leave=False,
+                         bar_format="{desc} {bar} {n_fmt}/{total_fmt} ETA {remaining}{postfix}", ncols=_width(self.stream),
+                         disable=not self.interactive)
+
+    @property
+    def done(self) -> int:
+        return int(self._bar.n)
 
     def advance(self, label: str = "", count: int = 1) -> None:
-        self.done = min(self.done + count, self.total)
+        count = max(0, min(count, self.total - self.done))
         if self.interactive:
-            self._draw(label)
+            self._bar.set_postfix_str(label[:60], refresh=False)
+        self._bar.update(count)
+        if not self.interactive:
+            self._bar.n += count  # a disabled bar counts nothing itself
 
     def line(self, text: str) -> None:
         """A message that stays (on a terminal it is printed above the bar)."""
         if not self.enabled:
             return
-        self._clear()
-        print(text, file=self.stream, flush=True)
+        if self.interactive:
+            self._bar.write(text, file=self.stream)
+        else:
+            print(text, file=self.stream, flush=True)
 
     def close(self) -> None:
-        self._clear()
-
-    def eta_seconds(self) -> float | None:
-        if self.done == 0:
-            return None
-        elapsed = time.monotonic() - self.started
-        return elapsed / self.done * (self.total - self.done)
-
-    def _draw(self, label: str) -> None:
-        fraction = self.done / self.total
-        bar = "#" * int(fraction * 24)
-        eta = self.eta_seconds()
-        eta_text = "" if eta is None else f" ETA {eta:4.0f}s"
-        text = f"{self.title} [{bar:<24}] {self.done}/{self.total}{eta_text} {label}"[:120]
-        self.stream.write("\r" + text.ljust(self._width))
-        self.stream.flush()
-        self._width = len(text)
-
-    def _clear(self) -> None:
-        if self.interactive and self._width:
-            self.stream.write("\r" + " " * self._width + "\r")
-            self.stream.flush()
-            self._width = 0
+        self._bar.close()
 
     def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _width(stream: TextIO) -> int:
+    """The terminal's columns (at most 120; 100 where it says none, as a pseudo-terminal without a size)."""
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        columns = 0
+    return min(columns or 100, 120)

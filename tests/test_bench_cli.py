@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.analysis.fitrecords import DRIFT, MODEL, stored_rows
+from harness.analysis.sweepfits import cell_fits
 from harness.case.attention import AttentionCase
 from harness.cli import main
 from harness.reference.flops import attention_flops
-from harness.results import Run, load_results
+from harness.results import Run, load_results, read_run
 from harness.results.schema import cell_from_json
 
 pytestmark = pytest.mark.slow  # compiles, CLI subprocesses or whole verify runs: not in the inner loop
@@ -57,8 +57,10 @@ def test_result_file_is_complete_and_cells_are_consistent(run_file: Path) -> Non
 
 def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     data = load_results(run_file)
-    assert all(f.get("model") in (MODEL, DRIFT) for f in data["fits"])  # one model of the sweeps, stored and printed
-    by = {(r.implementation, r.quantity, r.axis): r for r in stored_rows(data["fits"]).values() if "fwd" in r.sweep.split(", ")}
+    assert "fits" not in data  # fits are derived from the cells when the file is read, never stored
+    run = read_run(run_file)
+    by = {(r.implementation, r.quantity, r.axis): r for f in cell_fits(run.cells, run.implementations) for r in f.rows
+          if "fwd" in r.sweep.split(", ")}
     # Times on a shared machine follow its load, so their exponents are not asserted: only that each
     # time fit is the fit of the medians the file holds (the report and compare recompute nothing else).
     for name in ("numpy_naive", "torch_sdpa"):
@@ -70,18 +72,16 @@ def test_fits_on_a_real_run_fall_in_wide_bands(run_file: Path) -> None:
     assert 1.8 <= (by[("numpy_naive", "memory", "T")].slope or 0.0) <= 2.2
 
 
-def test_the_report_reads_every_fit_bench_stored(run_file: Path) -> None:
-    """Bench fits the report's sweeps when it finishes; the report on that file fits nothing again."""
+def test_the_report_fits_what_bench_printed(run_file: Path) -> None:
+    """Bench prints the fits of its cells; the report of that file derives the same fits from the same cells."""
     from harness.report.findings import analyse
     from harness.report.load import load
 
-    results = load([run_file])
-    fits = analyse(results, "torch_sdpa").fits
-    keys = [key for f in fits for key in f.keys]
-    assert keys and all(key in results.stored_fits.rows for key in keys)
-    assert fits[0].drift_key in results.stored_fits.drifts
-    stored = results.stored_fits.as_is  # one complete file: its fits, naming its live cells, are taken as they are
-    assert stored is not None and [f.row for f in stored] == [row for f in fits for row in f.rows]
+    run = read_run(run_file)
+    printed = cell_fits(run.cells, run.implementations)
+    fits = analyse(load([run_file]), "torch_sdpa").fits
+    assert printed and [r for f in fits for r in f.rows] == [r for f in printed for r in f.rows]
+    assert [f.drift for f in fits] == [f.drift for f in printed]
 
 
 def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Path, tmp_path: Path) -> None:
@@ -89,7 +89,6 @@ def test_resume_finishes_an_interrupted_file_without_redoing_cells(run_file: Pat
     planned = {c["case_id"] for c in data["cells"]}
     kept = data["cells"][:5]
     data.update(cells=kept, complete=False)  # what an interrupted run leaves behind
-    del data["fits"]
     partial = tmp_path / "partial.json"
     partial.write_text(json.dumps(data))
     assert main(["bench", "--resume", str(partial), "--quiet"]) == 0

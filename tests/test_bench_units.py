@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from harness.analysis.fitrecords import stored_rows
 from harness.analysis.scaling import fit_exponent
 from harness.analysis.stats import is_noisy, noise_cause, summarize
-from harness.analysis.sweepfits import run_fits
+from harness.analysis.sweepfits import cell_fits
 from harness.bench.sweeps import Budget, PlannedCell, plan, sweep_cases
 from harness.case.attention import AttentionCase
 from harness.errors import UsageError
@@ -86,11 +85,9 @@ def _cell(t: int, median: float, memory: float | None) -> BenchCell:
                      stats={"median": median}, memory=None if memory is None else {"peak_extra_bytes": memory})
 
 
-def test_bench_stores_one_cost_model_fit_per_sweep_the_cells_hold() -> None:
+def test_one_cost_model_fit_per_sweep_the_cells_hold() -> None:
     cells = [_cell(t, 1e-9 * t * t, 12.0 * t * t) for t in (256, 512, 1024, 2048)]
-    records = run_fits(cells)
-    assert {r.get("model") for r in records} <= {"cost", "drift"}  # one model of the sweeps: no other fit beside it
-    fits = {(r.quantity, r.axis): r for r in stored_rows(records).values()}
+    fits = {(r.quantity, r.axis): r for f in cell_fits(cells) for r in f.rows}
     assert fits[("time", "T")].slope == pytest.approx(2.0, abs=0.01)
     assert fits[("memory", "T")].slope == pytest.approx(2.0, abs=0.01)
     assert "T=" not in fits[("time", "T")].sweep and "H=8" in fits[("time", "T")].sweep and "d=64" in fits[("time", "T")].sweep

@@ -1,4 +1,4 @@
-"""One list of fit axes serves bench's stored fits and the report's sweeps, and a cell gives its typed case.
+"""One list of fit axes serves bench's printed fits and the report's sweeps, and a cell gives its typed case.
 
 Synthetic cells with known costs: nothing here is timed, so nothing depends on the machine or its load.
 """
@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from harness.analysis import slices, sweepfits
-from harness.analysis.fitrecords import stored_rows
 from harness.analysis.points import point_columns
 from harness.analysis.scaling import AXES
 from harness.case.attention import AttentionCase
@@ -48,7 +47,7 @@ def test_bench_and_the_report_leave_grouped_query_cells_out_of_a_heads_sweep() -
     mha = [AttentionCase(heads=h, tq=256, d=64) for h in (2, 4, 8)]
     gqa = [AttentionCase(heads=h, kv_heads=1, tq=256, d=64) for h in (2, 4, 8)]
     cells = [_cell(c, 1e-6 * c.heads) for c in mha] + [_cell(c, 1e-6 * c.heads ** 3) for c in gqa]
-    heads = [r for r in stored_rows(sweepfits.run_fits(cells)).values() if r.axis == "heads"]
+    heads = [r for f in sweepfits.cell_fits(cells) for r in f.rows if r.axis == "heads"]
     assert len(heads) == 1 and heads[0].slope == pytest.approx(1.0, abs=0.01)  # the MHA cells only
     frame = pd.DataFrame([bench_row(c, "run", None) for c in cells], columns=list(BENCH_COLUMNS))
     found = slices.sweep(frame, "heads")

@@ -8,6 +8,8 @@ fixed costs dominate, and a fast kernel whose per-call overhead flattens the sho
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import random
 from collections.abc import Callable
@@ -15,15 +17,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_report_data import bench_cases
+from test_report_data import bench_cases, write_bench_run
 
 from harness.analysis.costmodel import falls, fit_cost
-from harness.analysis.growth import MAX_INTERVAL_WIDTH
+from harness.analysis.growth import MAX_INTERVAL_WIDTH, Row
 from harness.analysis.stats import summarize
+from harness.analysis.sweepfits import cell_fits
 from harness.case.attention import AttentionCase
 from harness.report.findings import analyse
 from harness.report.load import load
-from harness.results import BenchCell, ResultWriter
+from harness.report.terminal import fits_table
+from harness.results import BenchCell, ResultWriter, read_run
 
 pytestmark = pytest.mark.tier  # results depend on the CPU's tier: CI runs it again capped (scripts/at_tier.py)
 
@@ -130,3 +134,58 @@ def test_fit_cost_recovers_the_leading_exponent_beside_lower_terms() -> None:
     with pytest.raises(ValueError):
         fit_cost([1, 2, 3], [1.0, 0.0, 2.0])
     assert falls([1.0, 2.0, 1.5, 3.0]) == pytest.approx(math.log(2.0 / 1.5)) and falls([1.0, 2.0, 4.0]) == 0
+
+
+def _rows(path: Path) -> list[Row]:
+    """The fits bench prints for the run in ``path`` (:func:`harness.analysis.sweepfits.cell_fits`), in its order."""
+    run = read_run(path)
+    return [r for f in cell_fits(run.cells, run.implementations) for r in f.rows]
+
+
+def test_a_report_s_fits_are_the_fits_bench_prints(tmp_path: Path) -> None:
+    """One model of the sweeps, derived from the cells: bench's printed table and the report's fits agree."""
+    path = write_bench_run(tmp_path / "bench.json")
+    printed = _rows(path)
+    fits = analyse(load([path]), "torch_sdpa").fits
+    assert printed and [r for f in fits for r in f.rows] == printed
+    table = fits_table(printed)
+    assert len(table.strip().splitlines()) == len(printed) + 2  # header, rule, one line a fit
+    assert all(row.fit is not None and row.fit.describe() in table for row in printed)
+
+
+def test_an_older_file_s_stored_fits_are_read_past(tmp_path: Path) -> None:
+    """Older bench runs stored their fits: the file still loads, and its fits are derived from its cells."""
+    path = write_bench_run(tmp_path / "bench.json")
+    data = json.loads(path.read_text())
+    data["fits"] = [{"model": "drift", "key": "k", "drift": 0.25},
+                    {"model": "cost", "key": "k", "sweep": "time_vs_T", "implementation": "tiled", "row": {}}]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(data))
+    fits = analyse(load([older]), "torch_sdpa").fits
+    assert [r for f in fits for r in f.rows] == _rows(path) and all(f.drift != 0.25 for f in fits)
+
+
+def test_a_cell_measured_again_is_fitted_as_measured_last(tmp_path: Path) -> None:
+    """A later cell of the same key replaces the earlier one, in bench's printed fits and the report's alike."""
+    path = write_bench_run(tmp_path / "bench.json")
+    data = json.loads(path.read_text())
+    cell = copy.deepcopy(next(c for c in data["cells"] if c["implementation"] == "tiled" and c["case"]["tq"] == 2048))
+    cell["stats"]["median"] *= 1.5
+    data["cells"].append(cell)
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps(data))
+    rows = {(r.implementation, r.axis, r.quantity): r for r in analyse(load([again]), "torch_sdpa").rows}
+    before = {(r.implementation, r.axis, r.quantity): r for r in analyse(load([path]), "torch_sdpa").rows}
+    assert rows[("tiled", "T", "time")].slope != before[("tiled", "T", "time")].slope
+    assert sorted(rows.values(), key=repr) == sorted(_rows(again), key=repr)
+
+
+def test_a_cell_measured_again_counts_once(tmp_path: Path) -> None:
+    """The typed cells behind the tables: a later file's cell replaces an earlier one's, in the noise count too."""
+    first = write_bench_run(tmp_path / "a.json", seed=1)
+    again = write_bench_run(tmp_path / "b.json", seed=2, names=("tiled",))
+    results = load([first, again])
+    ok = results.bench[results.bench["status"] == "ok"]
+    assert analyse(results, "torch_sdpa").noise.timed == len(ok) == len(load([first]).bench.query("status == 'ok'"))
+    assert [(c.implementation, c.case_id) for c in results.bench_cells] == list(zip(results.bench["implementation"],
+                                                                                  results.bench["case_id"]))

@@ -250,8 +250,7 @@ def test_window_bench_suite_its_complexity_fit_and_plots(tmp_path) -> None:  # t
 def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
     import pandas as pd
 
-    from harness.analysis.fitrecords import stored_rows
-    from harness.analysis.sweepfits import complexity_table, run_fits
+    from harness.analysis.sweepfits import cell_fits, complexity_table
     from harness.bench.sweeps import ragged, sweep_cases
     from harness.report.load import BENCH_COLUMNS
     from harness.results import BenchCell, Status
@@ -269,7 +268,7 @@ def test_varlen_bench_suite_is_16_ragged_sequences_fitted_apart() -> None:
     assert {("varlen=16 sequences" in r.sweep) for r in table} == {True, False}  # never merged with plain cells
     cells = [BenchCell(implementation="packed", case=c.to_dict(), case_id=c.id, mode="fwd", status=Status.OK,
                        samples_s=(work_g(c) * 1e-12,) * 3, stats={"median": work_g(c) * 1e-12}) for c, _ in cases]
-    fits = [r for r in stored_rows(run_fits(cells)).values() if r.axis == "T" and r.quantity == "time"]
+    fits = [r for f in cell_fits(cells) for r in f.rows if r.axis == "T" and r.quantity == "time"]
     assert len(fits) == 1 and fits[0].slope == pytest.approx(2.0, abs=0.05)  # proportional lengths: T^2 work
 
 

@@ -9,25 +9,25 @@ interval from the raw samples and with the regime each size is in.
 Theory: time grows as T^2, d and heads (:data:`harness.analysis.scaling.AXES`); peak memory as T^2 for an
 implementation that materialises the (Tq, Tk) score matrix and as T for a tiled (FlashAttention-style) one.
 Each fit's verdict against theory is a :class:`harness.analysis.growth.Row`.
+
+Fits are never stored: bench prints them and the report shows them, each fitting the cells it read here.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import pandas as pd
 
 from harness.analysis.costmodel import fit_cost, run_scatter
-from harness.analysis.fitrecords import StoredFits, drift_record, fit_key, row_record
 from harness.analysis.growth import Relative, Row, memory_theory, relative_growth, without_short_fit
 from harness.analysis.points import point_columns
 from harness.analysis.scaling import AXES as FIT_AXES  # the axes, their case fields and theory: defined once
 from harness.analysis.scaling import MIN_POINTS
-from harness.analysis.slices import AXES, Sweep, named_sweep, sweep
-from harness.results import BenchCell, Cell, CellKey
-from harness.results.fitcells import FittedCell
+from harness.analysis.slices import AXES, Sweep, sweep
+from harness.results import BenchCell, Cell
 
 TIME_THEORY = {name: axis.time_theory for name, axis in FIT_AXES.items()}
 """Tk: decode steps (Tq < Tk, a KV cache of Tk keys): the work and the bytes read grow as Tk."""
@@ -63,45 +63,22 @@ def _series(s: Sweep, quantity: str, value: str, implementations: Mapping[str, M
 
 def fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None = None,
              drift: float | None = None) -> list[Row]:
-    """One cost-model fit per implementation along the sweep's axis (:func:`keyed_fit_rows`, nothing stored)."""
-    return [row for _, row, _ in keyed_fit_rows(s, quantity, value, implementations, drift)]
-
-
-def keyed_fit_rows(s: Sweep, quantity: str, value: str, implementations: Mapping[str, Mapping[str, object]] | None = None,
-                   drift: float | None = None, stored: Mapping[str, Row] | None = None, name: str = ""
-                   ) -> list[tuple[str, Row, tuple[FittedCell, ...]]]:
-    """(key, fit, the cells fitted) per implementation along the sweep's axis: the fit ``stored`` under the key
-    of its inputs (:mod:`harness.analysis.fitrecords`), else one cost-model fit; ``drift``: the run's scatter
-    between cells (:func:`harness.analysis.costmodel.run_scatter`), for time; ``name``: the sweep's
-    (:data:`SWEEPS`). The cells are named only where the frame knows their place in the file (bench's own)."""
+    """One cost-model fit per implementation along the sweep's axis; ``drift``: the run's scatter between cells
+    (:func:`harness.analysis.costmodel.run_scatter`), for time."""
     rows = []
     for implementation, group, theory in _series(s, quantity, value, implementations):
-        samples = _samples(group) if quantity == "time" else None
-        xs, ys = [float(x) for x in group[s.column]], [float(y) for y in group[value]]
-        key = fit_key([name, s.label, s.axis, implementation, quantity, theory, xs, ys, samples,
-                       drift if quantity == "time" else None,
-                       [list(group[c]) for c in RELATIVE_COLUMNS if c in group] if quantity == "time" else None,
-                       [list(group[c]) for c in ("tq", "tk", "dtype")] if quantity == "memory" else None])
-        row = (stored or {}).get(key)
-        if row is None and group[s.column].nunique() < MIN_POINTS:  # too few points: no fit, said so
+        if group[s.column].nunique() < MIN_POINTS:  # too few points: no fit, said so
             row = Row(implementation=implementation, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
                       points=int(group[s.column].nunique()))
-        elif row is None:
-            fit = fit_cost(xs, ys, samples, theory=theory, drift=drift if quantity == "time" else None,
-                           monotone=quantity == "time")
+        else:
+            xs, ys = [float(x) for x in group[s.column]], [float(y) for y in group[value]]
+            fit = fit_cost(xs, ys, _samples(group) if quantity == "time" else None, theory=theory,
+                           drift=drift if quantity == "time" else None, monotone=quantity == "time")
             relative = _relative(implementation, group, s.column) if quantity == "time" else None
             row = Row(implementation=implementation, quantity=quantity, axis=s.axis, theory=theory, sweep=s.label,
                       fit=fit, relative=relative, scores_bytes=_scores_bytes(group) if quantity == "memory" else None)
-        rows.append((key, without_short_fit(row), _fitted(group)))
+        rows.append(without_short_fit(row))
     return rows
-
-
-def _fitted(group: pd.DataFrame) -> tuple[FittedCell, ...]:
-    """The cells of one implementation's points, by key and place in the file (none where the frame lacks them)."""
-    if "position" not in group or "case_id" not in group:
-        return ()
-    return tuple(FittedCell(CellKey("bench", str(i), str(c), str(m)), int(p)) for i, c, m, p
-                 in zip(group["implementation"], group["case_id"], group["mode"], group["position"], strict=True))
 
 
 def _scores_bytes(group: pd.DataFrame) -> float | None:
@@ -153,14 +130,9 @@ class SweepFit:
     value: str
     """The column fitted: "median" or :data:`MEMORY`."""
     rows: tuple[Row, ...]
-    keys: tuple[str, ...] = ()
-    """Each row's key: a digest of everything it was fitted from (:func:`harness.analysis.fitrecords.fit_key`)."""
     drift: float | None = None
-    """The run's scatter between cells that the time fits read (:func:`harness.analysis.costmodel.run_scatter`)."""
-    drift_key: str = ""
-    """The key of the series the drift was measured on."""
-    cells: tuple[tuple[FittedCell, ...], ...] = ()
-    """Each row's cells: what it was fitted from, by key and place in the file (bench's own fits)."""
+    """The run's scatter between cells that the time fits read (:func:`harness.analysis.costmodel.run_scatter`),
+    measured on the same cells' time series."""
 
     def row(self, implementation: str) -> Row | None:
         return next((r for r in self.rows if r.implementation == implementation), None)
@@ -190,75 +162,39 @@ SWEEPS = (FitSweep("time_vs_T", "T", "median"), FitSweep("time_vs_d", "d", "medi
           FitSweep("memory_vs_T", "T", MEMORY), FitSweep("time_vs_T_window", "T", "median", windowed=True),
           FitSweep("time_vs_window", "window", "median", windowed=True),
           FitSweep("time_vs_T_varlen", "T", "median", packed=True))
-"""Every sweep fitted, defined once: bench fits them when a run finishes and stores the fits naming their cells;
-the report of that one file takes them as they are, and finds the sweeps again only for what no file stored."""
+"""Every sweep fitted, defined once: bench's printed fits and the report's find and fit the same sweeps."""
 
 
-def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None,
-               stored: StoredFits | None = None) -> list[SweepFit]:
-    """Every sweep the bench cells hold, with one fit per implementation: the one ``stored`` for the same inputs
-    (:func:`harness.analysis.fitrecords.stored_fits`), else fitted here; the only place a cost model is fitted.
-    The run's drift between cells likewise: read where stored for the same series, else measured here."""
+def sweep_fits(bench: pd.DataFrame, implementations: Mapping[str, Mapping[str, object]] | None = None
+               ) -> list[SweepFit]:
+    """Every sweep the bench cells hold, with one fit per implementation: the only place a cost model is fitted.
+    The run's drift between cells that the time fits read is measured here too, on the same cells."""
     out: list[SweepFit] = []
     if bench.empty:
         return out
-    stored = stored or StoredFits()
-    if stored.as_is is not None:  # one complete file whose fits name live cells: taken as they are
-        return _as_stored(bench, stored)
     found = [(plan, s) for plan in SWEEPS
              if (s := sweep(bench, plan.axis, plan.value, windowed=plan.windowed, packed=plan.packed)) is not None]
     series = [([float(x) for x in g[s.column]], [float(y) for y in g[plan.value]], theory) for plan, s in found
               if plan.value != MEMORY for _, g, theory in _series(s, "time", plan.value, implementations)]
-    drift_key = fit_key(["drift", series])
-    drift = stored.drifts.get(drift_key)
-    if drift is None:
-        drift = run_scatter(series)
+    drift = run_scatter(series)
     for plan, s in found:
-        keyed = keyed_fit_rows(s, plan.quantity, plan.value, implementations, drift, stored.rows, plan.name)
-        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(r for _, r, _ in keyed),
-                            tuple(k for k, _, _ in keyed), drift, drift_key, tuple(c for _, _, c in keyed)))
+        rows = fit_rows(s, plan.quantity, plan.value, implementations, drift)
+        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(rows), drift))
     return out
 
 
-def _as_stored(bench: pd.DataFrame, stored: StoredFits) -> list[SweepFit]:
-    """The sweeps of the fits one complete file stored, each over the cells its fits name: no sweep looked for,
-    no fit made or key computed (:attr:`StoredFits.as_is`)."""
-    out: list[SweepFit] = []
-    keys = list(zip(bench["implementation"], bench["case_id"], bench["mode"], strict=True))
-    for plan in SWEEPS:
-        fits = [f for f in stored.as_is or () if f.sweep == plan.name]
-        if not fits:
-            continue
-        named = {(c.key.implementation, c.key.case_id, c.key.variant or "fwd") for f in fits for c in f.cells}
-        frame = bench[[k in named for k in keys]]
-        if frame.empty:  # not in the frame (cells the caller left out): nothing to draw, nor a sweep
-            continue
-        s = named_sweep(frame, plan.axis, windowed=plan.windowed, packed=plan.packed)
-        out.append(SweepFit(plan.name, s, plan.quantity, plan.value, tuple(without_short_fit(f.row) for f in fits),
-                            tuple(f.key for f in fits), stored.drift, stored.drift_key, tuple(f.cells for f in fits)))
-    return out
-
-
-def cell_sweep_fits(cells: Iterable[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
-                    ) -> list[dict[str, object]]:
-    """The cost-model fits of bench's own cells as ``fits`` records (:mod:`harness.analysis.fitrecords`): what
-    bench stores when a run finishes, so that the report reads them instead of fitting again."""
-    frame = pd.DataFrame([{**point_columns(c), "case_id": c.case_id, "position": i}  # its place: see FittedCell
-                          for i, c in enumerate(cells) if isinstance(c, BenchCell)])
-    fits = sweep_fits(frame, implementations)
-    drift = [] if not fits or fits[0].drift is None else [drift_record(fits[0].drift_key, fits[0].drift)]
-    rows = [row_record(f.name, key, row, named) for f in fits
-            for key, row, named in zip(f.keys, f.rows, f.cells or [()] * len(f.rows), strict=True)]
-    if None in rows:  # a fit not stored (not finite): no file names all its fits, so readers find the sweeps
-        rows = [{k: v for k, v in r.items() if k != "cells"} for r in rows if r is not None]
-    return [record for record in (*drift, *rows) if record is not None]
-
-
-def run_fits(cells: Sequence[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
-             ) -> list[dict[str, object]]:
-    """Every fit bench stores when a run finishes, and prints: the cost-model fits of its sweeps
-    (:func:`cell_sweep_fits`, each with ``"model": "cost"``), which the report reads; no other model is fitted."""
-    return cell_sweep_fits(cells, implementations)
+def cell_fits(cells: Iterable[Cell], implementations: Mapping[str, Mapping[str, object]] | None = None
+              ) -> list[SweepFit]:
+    """The fits of one run's bench cells, as a report of its file fits them: each cell's key once, a cell measured
+    again replacing the earlier one at its later place (:func:`harness.report.load.load` reads them so)."""
+    live: dict[tuple[str, str, str], BenchCell] = {}
+    for cell in cells:
+        if isinstance(cell, BenchCell):
+            key = (cell.implementation, cell.case_id, cell.mode or "fwd")
+            live.pop(key, None)
+            live[key] = cell
+    frame = pd.DataFrame([{**point_columns(c), "case_id": c.case_id} for c in live.values()])
+    return sweep_fits(frame, implementations)
 
 
 def sorted_rows(fits: list[SweepFit]) -> list[Row]:

@@ -1,4 +1,4 @@
-"""One bench run, start to finish: plan the cells, measure them into a result file, fit, finish.
+"""One bench run, start to finish: plan the cells, measure them into a result file, finish.
 
 :func:`run` is what ``attnbench bench`` (and ``attnbench run``) calls and what a library user calls; the
 command only maps its flags once into :class:`~harness.bench.settings.BenchSettings` and prints the typed run
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.analysis.sweepfits import run_fits
 from harness.bench.module_cells import module_cells
 from harness.bench.resume import resume_command
 from harness.bench.runner import BenchRunner
@@ -56,7 +55,6 @@ def run(settings: BenchSettings, out: Path | None = None, *, resume: bool = Fals
             todo = [c for c in cells if c.key not in done]  # dropped here, once
             on_start(len(todo))
             executor.execute(_BenchJob(BenchRunner(settings, writer, registry, start, on_cell), todo))
-            writer.set("fits", run_fits(writer.cells, implementations))
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

@@ -1,6 +1,7 @@
 """What `attnbench bench` prints once a run is written: the measured roofs, the results table, skipped cells, the
 scaling fits, the timings' spread, the value probe's verdict, and the problem cells on stderr (or the whole run as JSON with ``--json``).
-Printing only: every figure is read from the :class:`~harness.results.Run` bench wrote.
+Printing only: every figure is read, or derived as the report derives it, from the :class:`~harness.results.Run`
+bench wrote.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import math
 import sys
 from pathlib import Path
 
-from harness.analysis.fitrecords import stored_rows
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy, noise_cause
+from harness.analysis.sweepfits import cell_fits
 from harness.analysis.values import value_findings
 from harness.errors import printable
 from harness.report.terminal import fits_table, results_table
@@ -33,9 +34,10 @@ def present(run: Run, out: Path, as_json: bool) -> int:
     print()
     print(results_table(run))
     _print_skipped(cells)
-    if stored_rows(run.fits):  # a run whose cells form no sweep stores no fit (at most its drift)
+    fits = [row for f in cell_fits(run.cells, run.implementations) for row in f.rows]
+    if fits:  # a run whose cells form no sweep has no fit
         print("\nscaling fits (the cost model of each sweep, as the report's complexity table shows it):")
-        print(fits_table(run.fits))
+        print(fits_table(fits))
     _print_spread(cells)
     _print_values(cells)
     print(f"results: {out}")

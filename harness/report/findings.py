@@ -128,8 +128,7 @@ def _cpus(results: Results) -> int | None:
 def analyse(results: Results, baseline: str, implementations: Mapping[str, Mapping[str, object]] | None = None) -> Analysis:
     """The whole analysis of ``results`` (``implementations``: what each declared, default the files' own)."""
     bench, verify = results.bench, results.verify
-    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations,
-                            results.stored_fits))
+    fits = tuple(sweep_fits(bench, results.implementations if implementations is None else implementations))
     margins = tables.worst_margins(verify)
     return Analysis(results=results, baseline=baseline, fits=fits, speedup=speedup_table(bench, baseline)[1],
                     matrix=tables.correctness_matrix(verify), failures=tables.failures(verify), margins=margins,

@@ -10,17 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from harness.analysis.fitrecords import StoredFits, stored_fits
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.points import CASE_COLUMNS, STAT_COLUMNS, case_columns, point_columns
 from harness.errors import UsageError
 from harness.report.sources import Source, load_run, source_of
 from harness.results import Bandwidth, BandwidthKey, BenchCell, Coverage, Memory, Peak, PeakKey, Run, VerifyCell
-from harness.results.fitcells import live_positions
 
 ROUNDS_COLUMNS = ("reference", "ratio_to_ref", "ratio_low", "ratio_high", "ratio_confidence", "round_medians_s",
                   "pct_peak_beside", "pct_bandwidth_beside", "roof_problem")
@@ -60,9 +57,6 @@ class Results:
     """The error-growth sweep: max error and the same-dtype baseline's against T, per implementation and dtype."""
     bench_cells: tuple[BenchCell, ...] = ()
     """The typed bench cells behind :attr:`bench`'s rows, in its order (a later file's cell replacing an earlier one)."""
-    stored_fits: StoredFits = field(default_factory=StoredFits)
-    """The cost-model fits (and drifts) bench stored, by the key of their inputs (:mod:`harness.analysis.fitrecords`):
-    the analysis reads these and fits only sweeps no file stored."""
 
 
 def bench_row(cell: BenchCell, source: str, pct_peak: float | None, pct_bandwidth: float | None = None
@@ -155,7 +149,6 @@ def load(paths: Iterable[Path]) -> Results:
     sources: list[Source] = []
     implementations: dict[str, Mapping[str, object]] = {}
     coverage: dict[str, Coverage] = {}
-    fit_records: list[Mapping[str, Any]] = []
     bench_cells: dict[tuple[str, str, str], BenchCell] = {}
     paths = list(paths)
     if not paths:
@@ -171,7 +164,6 @@ def load(paths: Iterable[Path]) -> Results:
         bandwidth.update(run.bandwidth or {})
         implementations.update(_implementation_info(run.implementations))
         coverage.update(run.coverage or {})
-        fit_records += run.fits or ()
         for cell in run.cells:
             if isinstance(cell, BenchCell):
                 key = (cell.implementation, cell.case_id, cell.mode or "fwd")
@@ -186,12 +178,8 @@ def load(paths: Iterable[Path]) -> Results:
                                         "max_abs_err": cell.metrics.get("max_abs_err"),
                                         "base_err": cell.metrics.get("base_err"),
                                         "bound": cell.metrics.get("bound")})
-    # the bench cells of one complete file: its fits name its cells, taken as they are while those are its live ones
-    live = (live_positions(benches[0][1].cells) if len(benches) == 1 and benches[0][0] == "attnbench"
-            and benches[0][1].complete else None)
     bench = _frame(bench_rows, BENCH_COLUMNS, ["implementation", "case_id", "mode"])
     verify = _frame(verify_rows, VERIFY_COLUMNS, ["implementation", "group", "case_id", "check"])
     growth = _frame(growth_rows, GROWTH_COLUMNS, ["implementation", "dtype", "T"])
     return Results(bench=bench, verify=verify, peaks=peaks, sources=sources, implementations=implementations,
-                   coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()),
-                   stored_fits=stored_fits(fit_records, live))
+                   coverage=coverage, growth=growth, bandwidth=bandwidth, bench_cells=tuple(bench_cells.values()))

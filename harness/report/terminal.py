@@ -10,8 +10,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.analysis.fitrecords import stored_rows
-from harness.analysis.growth import without_short_fit
+from harness.analysis.growth import Row, without_short_fit
 from harness.analysis.margins import baseline_led, margin
 from harness.analysis.stats import is_noisy
 from harness.errors import printable
@@ -116,11 +115,11 @@ def _paired_text(cell: BenchCell) -> str:
     return f"{r.ratio:.2f}x [{r.ratio_low or 0.0:.2f}, {r.ratio_high or 0.0:.2f}] {r.reference}"
 
 
-def fits_table(fits: Iterable[Mapping[str, Any]] | None) -> str:
-    """The cost-model fits a bench run stored (:mod:`harness.analysis.fitrecords`), one line each, read as typed
-    rows: the fits the report's complexity table shows, not fitted again here."""
+def fits_table(fits: Iterable[Row]) -> str:
+    """The cost-model fits of a run's sweeps (:func:`harness.analysis.sweepfits.cell_fits`), one line each: the
+    fits the report's complexity table shows."""
     rows = []
-    for row in stored_rows(fits).values():
+    for row in fits:
         row = without_short_fit(row)
         if row.fit is None and not row.points:
             continue

@@ -128,7 +128,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 class ResultWriter:
     """A result file that grows cell by cell; each ``add`` leaves a valid file on disk.
 
-    Cells are appended, never changed; the run's records (peaks, fits, coverage,
+    Cells are appended, never changed; the run's records (peaks, coverage,
     implementations) are set whole with :meth:`set`. The writer holds an exclusive lock on
     the file (:class:`~harness.runtime.filelock.RunLock`) from creation to :meth:`finish` or
     :meth:`close`, so two runs given one ``--out`` never interleave: the second refuses at
@@ -136,7 +136,7 @@ class ResultWriter:
     ``force`` is given.
     """
 
-    RECORDS = ("implementations", "peaks", "fits", "coverage", "bandwidth")
+    RECORDS = ("implementations", "peaks", "coverage", "bandwidth")
 
     def __init__(self, path: Path, command: str, config: Config | Mapping[str, object], *, resume: bool = False,
                  force: bool = False, provenance: Provenance | None = None) -> None:

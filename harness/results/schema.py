@@ -15,10 +15,13 @@ Schema version 3 (written now)::
       "implementations": {...},      # bench: description, source and capabilities per implementation
       "peaks": {"float32/cpu": {"gflops", "first_gflops", "confirmed_gflops", "fastest_call_gflops", ...}},
       "bandwidth": {"cpu/threads=2": {"read_gbps", "copy_gbps", ...}},  # bench (optional in v2): memory roof
-      "fits": [...] | null,          # bench: scaling fits of the finished run, each naming its cells (fitcells.py)
       "coverage": {...} | null,      # verify: pairwise coverage per implementation
       "cells": [BenchCell | VerifyCell, ...]
     }
+
+Files written by older versions may also hold ``fits`` (the cost-model fits of the finished run): a derived
+value, read past and never written back (:data:`LEGACY_KEYS`); every fit is derived from the cells when a file is
+read (:mod:`harness.analysis.sweepfits`).
 
 Cells are append-only: a cell never changes once written. Whatever is only known at the end
 (the confirmed GEMM peak) lives in its own record, and a cell's share of it is computed on
@@ -74,6 +77,8 @@ __all__ = ["INTEGRITY", "PROBLEMS", "READABLE_VERSIONS", "SCHEMA", "SCHEMA_VERSI
 SCHEMA = "attnbench.results"
 SCHEMA_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
+LEGACY_KEYS = ("fits",)
+"""Keys older files hold that are read past: derived values (the run's cost-model fits), derived again on reading."""
 
 
 KeyT = TypeVar("KeyT", PeakKey, BandwidthKey)
@@ -106,7 +111,6 @@ class Run:
     cells: tuple[Cell, ...] = ()
     implementations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     peaks: Mapping[PeakKey, Peak] = field(default_factory=dict)
-    fits: tuple[Mapping[str, Any], ...] | None = None
     coverage: Mapping[str, Coverage] | None = None
     schema_version: int = SCHEMA_VERSION
     bandwidth: Mapping[BandwidthKey, Bandwidth] | None = None
@@ -159,7 +163,6 @@ class Run:
             "complete": self.complete, "environment": self.environment.to_json(),
             "config": self.config.to_json(), "implementations": dict(self.implementations),
             "peaks": {key.to_json(): peak.to_json() for key, peak in self.peaks.items()},
-            "fits": None if self.fits is None else list(self.fits),
             "coverage": None if self.coverage is None else {name: c.to_json() for name, c in self.coverage.items()},
             "cells": [cell_to_json(c) for c in self.cells],
         }
@@ -177,7 +180,6 @@ class Run:
             config=Config.from_json(data.get("config") or {}), cells=_cells(data.get("cells") or ()),
             implementations=data.get("implementations") or {},
             peaks=_keyed(data.get("peaks") or {}, PeakKey.from_json, Peak.from_json, "peaks"),
-            fits=None if data.get("fits") is None else tuple(data["fits"]),
             coverage=None if data.get("coverage") is None
             else {name: Coverage.from_json(c) for name, c in data["coverage"].items()}, schema_version=int(version),
             bandwidth=None if data.get("bandwidth") is None

@@ -348,13 +348,14 @@ def _check_rates(data: Mapping[str, Any]) -> None:
 
 
 def check_run(data: Mapping[str, Any]) -> None:
-    """The stored run (a readable version; the caller has checked ``schema``), field by field."""
+    """The stored run (a readable version; the caller has checked ``schema``), field by field. A legacy key
+    (:data:`harness.results.schema.LEGACY_KEYS`: an older file's stored fits) is read past, whatever it holds."""
     from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak
 
     for name, hint in (("run_id", str | None), ("command", str | None), ("complete", bool | None),
                        ("environment", Environment | None), ("config", Config | None),
                        ("peaks", Mapping[str, Peak] | None), ("bandwidth", Mapping[str, Bandwidth] | None),
-                       ("coverage", Mapping[str, Coverage] | None), ("fits", tuple[Mapping[str, Any], ...] | None),
+                       ("coverage", Mapping[str, Coverage] | None),
                        ("implementations", Mapping[str, Mapping[str, Any]] | tuple[Any, ...] | None)):
         if name in data:
             check_value(data[name], hint, name)

@@ -28,7 +28,7 @@ def test_a_result_file_with_non_finite_numbers_is_strict_json(tmp_path: Path) ->
     writer.add(VerifyCell(implementation="nan_kernel", case={"tq": 16}, case_id="c", check="output", status="fail",
                           reason="the output holds NaN", metrics={"max_abs_err": math.nan, "ratio": math.inf,
                                                                  "worst": [-math.inf, 1.0]}))
-    writer.set("fits", [{"implementation": "nan_kernel", "slope": math.nan}])
+    writer.set("implementations", {"nan_kernel": {"slope": math.nan}})
     writer.finish()
     stored = strict((tmp_path / "v.json").read_text())
     assert stored["cells"][0]["metrics"] == {"max_abs_err": None, "ratio": None, "worst": [None, 1.0]}

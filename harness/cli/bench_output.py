@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from harness.analysis.stats import NOISY_IQR_OVER_MEDIAN, is_noisy, noise_cause
-from harness.analysis.sweepfits import cell_fits
 from harness.analysis.values import value_findings
 from harness.errors import printable
 from harness.report.terminal import fits_table, results_table
@@ -34,6 +33,8 @@ def present(run: Run, out: Path, as_json: bool) -> int:
     print()
     print(results_table(run))
     _print_skipped(cells)
+    from harness.analysis.sweepfits import cell_fits  # pandas: only once a run is printed, never for --help
+
     fits = [row for f in cell_fits(run.cells, run.implementations) for row in f.rows]
     if fits:  # a run whose cells form no sweep has no fit
         print("\nscaling fits (the cost model of each sweep, as the report's complexity table shows it):")

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from harness.bench import state
+from harness.bench.driven import SharedInputs, share_arrays
 from harness.bench.fingerprint import Print, projected_error
 from harness.bench.fresh import fresh_for
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet
@@ -80,16 +81,28 @@ def _variant(x: Any, s: int, backend: str, layout: str | None) -> Any:
     return y if isinstance(x, torch.Tensor) else y.numpy()
 
 
-def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: int, shift: bool) -> InputSet:
+def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: int, shift: bool,
+              shared: list[SharedInputs] | None = None) -> InputSet:
     """The call prepared on ``inputs`` (set-up here, never timed).
 
     fwd: the implementation's prepared closure. bwd: the forward runs once here and the call computes
     the input gradients from its retained graph (q cannot change under it: not shifted). fwd+bwd: both.
+    With ``shared`` (a forward the parent drives, :mod:`harness.bench.driven`), the arrays redrawn before
+    every call are copied into shared memory before the implementation's set-up sees them, and the record of
+    those copies is appended to ``shared``: the parent writes each call's values there.
     """
     kwargs = inputs.kwargs(case, impl.structures)
     arrays = inputs.arrays(impl.structures)
     named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2]), *((k, v) for k, v in kwargs.items()
                                                                       if hasattr(v, "shape"))]
+    if mode == "fwd" and shared is not None:
+        fresh = fresh_for(named, inputs) if shift else None
+        laid, record = share_arrays(list(arrays), fresh.names if fresh is not None else ())
+        shared.append(record)
+        named = [("q", laid[0]), ("k", laid[1]), ("v", laid[2]), *named[3:]]
+        built = InputSet(impl.prepare(*laid, **kwargs), named, inputs, None)
+        built.redrawn = tuple(laid[{"q": 0, "k": 1, "v": 2}[n]] for n in record.names)
+        return _printed(built)
     if mode == "fwd":
         fresh = fresh_for(named, inputs) if shift else None
         return _printed(InputSet(impl.prepare(*arrays, **kwargs), named, inputs, fresh))
@@ -130,7 +143,7 @@ def _buffer_digest(x: Any) -> bytes | None:
 def _printed(s: InputSet) -> InputSet:
     """``s`` with a digest of each input it hands the call (those redrawn before every call excepted)."""
     s.prints = {}
-    redrawn = {id(x) for x in s.fresh.live} if s.fresh is not None else set()
+    redrawn = {id(x) for x in (s.fresh.live if s.fresh is not None else s.redrawn)}
     for name, x in s.named:
         if id(x) in redrawn:
             continue

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from harness.bench.driven import Drive, Listener, ParentSet, Tree, driving, measured_by_parent
 from harness.bench.rounds import (
     MAX_ROUNDS,
     Probe,
@@ -33,6 +34,7 @@ from harness.bench.sweeps import PlannedCell
 from harness.bench.tasks import (
     clock_for,
     memory_task,
+    serve_task,
     timing_task,
     traced_in_timing_worker,
     traced_memory_task,
@@ -41,7 +43,7 @@ from harness.bench.tasks import (
 from harness.bench.timekeeper import Stamp, Timekeeper, null_and_calls
 from harness.bench.verdicts import Timed
 from harness.results import Rounds, Stamped
-from harness.runtime.isolation import OK, Outcome, Task, WorkerPool
+from harness.runtime.isolation import ERROR, OK, Outcome, Task, WorkerPool
 
 Pools = Callable[[str], tuple[WorkerPool, WorkerPool]]
 """An implementation's (timing, memory) workers, by its name: its own, kept for the run."""
@@ -85,6 +87,8 @@ class _Contender:
     """On the CPU clock, the calling thread's CPU over each call as the parent read it: what the worker's own
     samples are held against (other threads, a spinning pool among them, never inflate it)."""
     latency: list[float] = field(default_factory=list)
+    drive: Drive | None = None
+    """The parent's side of a cell whose calls it drives (:mod:`harness.bench.driven`)."""
 
     def take(self, stamps: list[Stamp], clock: str) -> None:
         """Fold one task's stamps in: its calls' spans on ``clock`` and, on the CPU clock, the calling thread's."""
@@ -99,8 +103,9 @@ class CellTimer:
     """Times planned cells in their implementations' workers; ``keeper`` stamps each timed call."""
 
     def __init__(self, settings: BenchSettings, sources: Mapping[str, str], backends: Mapping[str, str],
-                 keeper: Timekeeper) -> None:
+                 keeper: Timekeeper, listener: Listener | None = None, declared: Mapping[str, Any] | None = None) -> None:
         self.settings, self.sources, self.backends, self.keeper = settings, sources, backends, keeper
+        self.listener, self.declared = listener, declared or {}
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`warm_up`)."""
 
@@ -138,6 +143,11 @@ class CellTimer:
         settings = self.settings
         args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode)
         self.warm_up(cell, timing_pool)
+        if self._driven(cell):
+            drive = self._drive_for(cell, 1)
+            outcome = self._serve(cell, drive, timing_pool, None, None)
+            mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
+            return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
         stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and settings.timing.checks
         # a module's calls run on the module cells' own loop, unstamped
         ticket = self.keeper.ticket_for(self._clock(cell.case.device)) if stamped else None
@@ -188,6 +198,55 @@ class CellTimer:
                                      settings.reference)
         return self._rounds_measured(states, probe, reference, pools_of)
 
+    # ------------------------------------------------------------------ calls the parent drives
+
+    def _driven(self, cell: PlannedCell) -> bool:
+        """A CPU kernel forward with the checks on: the parent drives its calls (:mod:`harness.bench.driven`)."""
+        return (self.listener is not None and cell.case.device == "cpu" and cell.case.kind == "kernel"
+                and cell.mode == "fwd" and self.settings.timing.checks and cell.implementation in self.declared)
+
+    def _drive_for(self, cell: PlannedCell, rounds: int) -> Drive:
+        """The parent's side of a cell: its own draw of the cell's input sets (the worker draws the same), the
+        arrays it redraws before every call, on the cell's clock."""
+        from harness.bench import audit
+        from harness.bench.fresh import fresh_for
+
+        impl, case, timing = self.declared[cell.implementation], cell.case, self.settings.timing
+        shift = not getattr(impl, "set_up", False) and not timing.warm_cache
+        with audit.one_thread():
+            drawn = audit.draw_sets(case, audit.set_count(case, timing.warm_cache), impl.backend)
+        sets = []
+        for inputs in drawn:
+            arrays = inputs.arrays(impl.structures)
+            named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2])]
+            sets.append(ParentSet(inputs, fresh_for(named, inputs) if shift else None, named))
+        return Drive(sets, timing, self._clock(case.device), profile=impl.backend == "torch", rounds=rounds)
+
+    def _serve(self, cell: PlannedCell, drive: Drive, timing_pool: WorkerPool, key: str | None,
+               rounds: int | None) -> Outcome:
+        """One task of ``cell``'s worker serving the calls the parent drives: one round of ``drive`` (all of it for a
+        cell timed alone); after its last round the outcome carries the cell's :class:`Timed`, measured here."""
+        settings = self.settings
+        args = (cell.implementation, self.sources[cell.implementation], cell.case.to_dict(), cell.mode, settings.timing,
+                settings.threads, self.listener.ticket() if self.listener is not None else None, key)
+
+        def work(conn: Any, worker: Tree) -> bool:
+            drive.attach(conn)
+            drive.round(conn, worker, rounds)
+            return drive.done
+
+        assert self.listener is not None
+        with driving(self.listener, lambda: timing_pool.pid, work) as served:
+            outcome = timing_pool.run(Task(cell.key, serve_task, args, end_leftovers=True))
+        if outcome.status == OK and served["error"] is not None:
+            outcome = Outcome(ERROR, error=f"the calls could not be served: {served['error']}",
+                              seconds=outcome.seconds, leftovers=outcome.leftovers)
+        if outcome.status == OK and drive.done:
+            outcome.value = measured_by_parent(drive, outcome.value, cell.case, cell.mode)
+        if outcome.status != OK or drive.done:
+            drive.close()
+        return outcome
+
     def _round(self, first: PlannedCell, state: _Contender, at: tuple[int, int, int], timing_pool: WorkerPool,
                first_calls: list[float]) -> None:
         """One contender's turn in a round of ``first``'s case: ``at`` is (its position in the round, the round's
@@ -195,6 +254,20 @@ class CellTimer:
         settings, (position, index, total) = self.settings, at
         name, clock = state.cell.implementation, self._clock(first.case.device)
         key = f"{first.case.id}/{first.mode}/{name}"
+        if self._driven(state.cell):
+            if state.drive is None:
+                state.drive = self._drive_for(state.cell, settings.timing.rounds)
+            outcome = self._serve(state.cell, state.drive, timing_pool, key, None if index == 0 else total)
+            state.seconds += outcome.seconds
+            state.leftovers += outcome.leftovers
+            state.positions.append(position)
+            if outcome.status != OK:
+                state.failed = outcome
+            elif state.drive.done:
+                state.final = outcome
+            elif index == 0 and state.drive.samples:
+                first_calls.append(min(state.drive.samples))
+            return
         args = (key, name, self.sources[name], first.case.to_dict(), first.mode, settings.timing,
                 settings.threads, None if index == 0 else total, self.keeper.ticket_for(clock))
         self.keeper.clear()  # nothing left over from another task
@@ -240,7 +313,7 @@ def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
     """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock the
     witness the worker's samples are held against is its calling thread's CPU as the parent read it: the process's
     CPU would count a pool spinning while the worker waited for the parent's reading (:mod:`harness.bench.verdicts`)."""
-    if timed.integrity is None:
+    if timed.integrity is None or state.drive is not None:  # a driven cell: the parent's clock is its samples
         return timed
     spans, samples = state.spans, list(timed.samples_s)
     if clock == "cpu" and state.witness and len(state.witness) == len(samples):

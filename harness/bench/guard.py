@@ -67,6 +67,8 @@ class InputSet:
     """A backward's (q, k, v) leaves, whose gradients are the output."""
     grad_out: Any = None
     """A backward's upstream gradient."""
+    redrawn: tuple[Any, ...] = ()
+    """The arrays the parent redraws in shared memory before every call (:mod:`harness.bench.driven`)."""
     prints: dict[str, bytes] | None = None
     """A digest of the whole buffer behind each input the call receives (those redrawn excepted), taken when
     the set was built: :func:`harness.bench.audit.input_problems` holds the buffers against it afterwards."""

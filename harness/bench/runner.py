@@ -28,6 +28,7 @@ from collections.abc import Callable
 from harness.bench import guard
 from harness.bench.admission import admit
 from harness.bench.cell_timing import CellTimer, Measured, Pools
+from harness.bench.driven import Listener
 from harness.bench.judging import judged
 from harness.bench.roof_readings import RoofReadings
 from harness.bench.settings import BenchSettings
@@ -78,10 +79,12 @@ class BenchRunner:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
         peak = WorkerPool(timeout=self.settings.timeout_s, start_method="forkserver")
         with thread_environment(self.settings.threads), peak as peak_pool, contextlib.ExitStack() as stack:
-            keeper = Timekeeper()
+            keeper, listener = Timekeeper(), Listener()
             stack.callback(keeper.close)
+            stack.callback(listener.close)
+            declared = {name: self.registry.get(name) for name in self.registry.sources}
             timer = CellTimer(self.settings, self.registry.sources,
-                              {name: self.registry.get(name).backend for name in self.registry.sources}, keeper)
+                              {name: impl.backend for name, impl in declared.items()}, keeper, listener, declared)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
             groups = case_groups(todo)  # smallest work first: the budget's predictions have history
             self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), self._can_probe, self.done)
@@ -158,8 +161,10 @@ def _pools(stack: contextlib.ExitStack, timeout_s: float, budget_bytes: float) -
         # Workers of its own per implementation, kept for the run: a plugin that changes process state
         # (torch's default dtype, NumPy's error mode, thread counts) must not change what another sees.
         if name not in pools:
-            pools[name] = (stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap, start_method="forkserver")),
-                           stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap)))  # a fresh process's pages
+            # held stopped between their tasks: an idle contender's threads burn nothing while another is timed
+            pools[name] = (stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap, start_method="forkserver",
+                                                          held=True)),
+                           stack.enter_context(WorkerPool(timeout=timeout_s, memory_limit=cap, held=True)))
         return pools[name]
 
     return pools_of

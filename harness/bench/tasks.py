@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from harness.bench import audit, guard  # guard binds the clocks: imported by a worker before any plugin is
 from harness.bench.bandwidth import BANDWIDTH_TIMING, measure_bandwidth
 from harness.bench.loop import cuda_loop, timed_loop
@@ -52,6 +54,59 @@ def warm_up_task(name: str, source: str) -> None:
     first time) before any cell's time limit runs."""
     _implementation(name, source)
     freeze_imports()  # each round's collection then scans the cells' objects, not torch's
+
+
+def serve_task(name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
+               threads: int | None, driver: tuple[str, bytes], key: str | None = None) -> Timed:
+    """Worker: serve one cell's calls as the parent drives them (:mod:`harness.bench.driven`): its input sets
+    built once (the arrays redrawn every call in shared memory), then, in each task, the calls the parent asks
+    for. ``key`` names a cell timed in rounds, whose sets are kept between its rounds' tasks until the parent
+    says it is done. The parent measures; this sends back only the set-up's time, the profile, and the inputs the
+    calls wrote that are not redrawn."""
+    from harness.bench import driven
+
+    used = pin_threads(threads)
+    started = guard.CLOCK()
+    open_cell = _SERVED.get(key) if key is not None else None
+    setup_s = 0.0
+    if open_cell is None:
+        impl = _implementation(name, source)
+        attention_case = AttentionCase.from_dict(case)
+        shift = not getattr(impl, "set_up", False) and not config.warm_cache
+        with audit.one_thread():
+            drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+        shared: list[driven.SharedInputs] = []
+        sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift, shared)
+                for seed, inputs in enumerate(drawn)]
+        open_cell = [driven.Server([s.call for s in sets], shared), sets, impl.backend, None]
+        setup_s = guard.CLOCK() - started
+        if key is not None:
+            _SERVED[key] = open_cell
+    server, sets, backend, _ = open_cell
+    try:
+        with driven.connect(driver) as sock:
+            server.hello(sock)
+            profiled, final = server.serve(sock, audit.profile_call if backend == "torch" else None)
+            open_cell[3] = open_cell[3] if profiled is None else profiled
+    except BaseException:
+        if key is not None:
+            _SERVED.pop(key, None)
+        raise
+    if key is not None and not final:
+        return Timed(threads=used, setup_s=setup_s)
+    _SERVED.pop(key or "", None)
+    # what the worker itself saw, a second opinion only (it runs where the plugin does): inputs that are not
+    # redrawn written into, and torch's thread count moved off the bench's pin
+    problems = tuple(audit.input_problems(sets))
+    if threads is not None and torch.get_num_threads() != used:
+        problems += (f"torch's thread count ({used} -> {torch.get_num_threads()}) changed by a call and left so",)
+    profile = open_cell[3]
+    return Timed(threads=used, setup_s=setup_s, integrity=Integrity(kept_problems=problems),
+                 profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
+
+
+_SERVED: dict[str, Any] = {}
+"""Cells timed in rounds whose sets this worker keeps until their last round."""
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,

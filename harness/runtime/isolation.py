@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from harness.runtime import confinement, streams
-from harness.runtime.process_tree import die_with_parent, kill_tree, lead_own_session
+from harness.runtime.process_tree import Tree, die_with_parent, kill_tree, lead_own_session
 
 _CLOCK = time.perf_counter
 """Bound when this module is imported, before any plugin is: the wall time of a task (bench holds the
@@ -371,7 +371,21 @@ class _Worker:
     def __hash__(self) -> int:
         return id(self)
 
+    def hold(self) -> None:
+        """Stop the worker's whole tree until :meth:`resume` (or its end)."""
+        if self.process.pid is not None and self.process.is_alive():
+            self.tree = Tree(self.process.pid)
+            with contextlib.suppress(RuntimeError):
+                self.tree.stop()
+
+    def resume(self) -> None:
+        tree = getattr(self, "tree", None)
+        if tree is not None:
+            tree.resume()
+            self.tree = None
+
     def stop(self, kill: bool = False) -> None:
+        self.resume()  # a held worker reads its last message only when it runs
         if not kill:
             try:
                 self.conn.send(None)
@@ -529,6 +543,9 @@ class WorkerPool:
     """"spawn" or "forkserver" (see :func:`_context`)."""
     memory_limit: int | None = None
     """Bytes of data each worker may allocate (None: no cap); see :func:`_cap_memory`."""
+    held: bool = False
+    """Hold the worker's whole process tree stopped between tasks (``SIGSTOP``; continued for the next): a plugin's
+    thread or child can burn no CPU while the worker is idle, so an idle contender never slows the one being timed."""
     starts: int = field(default=0, init=False)
     """Workers this pool has started: a caller that prepares a worker once (bench's warm-up) tells by it whether
     the worker now up is the one it prepared, whatever task started it."""
@@ -541,6 +558,8 @@ class WorkerPool:
         worker = self._worker
         limit = min(self.timeout if task.timeout is None else task.timeout, LONGEST_WAIT_S)
         started = _CLOCK()
+        if self.held:
+            worker.resume()
         try:
             worker.conn.send((task.fn, task.args, task.end_leftovers))
             answered = worker.conn.poll(limit)
@@ -552,6 +571,8 @@ class WorkerPool:
                 outcome = Outcome(status, value, error, trace, _CLOCK() - started - scan_s, leftovers=left)
                 if error and error.startswith(OUT_OF_MEMORY):  # what leaked stays with this worker: a fresh one next
                     self._discard(kill=True)
+                elif self.held:
+                    worker.hold()
                 return outcome
         except AnswerTooLarge as exc:
             self._discard(kill=True)
@@ -564,6 +585,11 @@ class WorkerPool:
         self._discard(kill=True)
         return Outcome(TIMEOUT, error=f"no answer within {limit:g} s; worker killed",
                        seconds=_CLOCK() - started)
+
+    @property
+    def pid(self) -> int | None:
+        """The process id of the worker now up (None: none is)."""
+        return self._worker.process.pid if self._worker is not None else None
 
     @property
     def running(self) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
@@ -107,3 +108,98 @@ def kill_tree(root: int, *, include_root: bool, group: bool = False) -> dict[int
         with contextlib.suppress(OSError):
             os.kill(root, signal.SIGKILL)
     return found
+
+
+def _task_states(pid: int) -> list[str] | None:
+    """The state letter of every thread of process ``pid`` (None when it is gone)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    states = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                states.append(f.read().rpartition(b") ")[2][:1].decode())
+        except OSError:
+            continue
+    return states
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and every live process below it, read from each thread's ``children`` list."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in found:
+            continue
+        found.append(p)
+        try:
+            tids = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{p}/task/{tid}/children", "rb") as f:
+                    todo.extend(int(c) for c in f.read().split())
+            except OSError:
+                continue
+    return found
+
+
+def _signal_tree(pids: list[int], group: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(group, sig)
+    for p in pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, sig)
+
+
+def process_cpu_s(pid: int) -> float:
+    """The kernel's CPU clock of process ``pid`` (every thread, the exited ones too); 0 where it is gone."""
+    try:
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:
+        return 0.0
+
+
+class Tree:
+    """The worker's process tree as the parent stops, continues and clocks it."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        try:
+            self.group = os.getpgid(pid)
+        except OSError:
+            self.group = pid
+        self.pids = [pid]
+
+    def stop(self) -> None:
+        """Stop every process of the tree and wait until every thread reads stopped; a process forked during the
+        call is found after (each thread's ``children``) and stopped too, before anything is read."""
+        _signal_tree(self.pids, self.group, signal.SIGSTOP)
+        for _ in range(100):
+            for p in self.pids:
+                if not self._stopped(p):
+                    raise RuntimeError(f"process {p} of the worker's tree did not stop")
+            found = tree(self.pid)
+            if found == self.pids:
+                return
+            self.pids = found
+            _signal_tree(self.pids, self.group, signal.SIGSTOP)
+        raise RuntimeError("the worker's process tree kept growing while it was being stopped")
+
+    @staticmethod
+    def _stopped(pid: int) -> bool:
+        for _ in range(100000):
+            states = _task_states(pid)
+            if states is None or all(s in "tTZX" for s in states):
+                return True
+            time.sleep(0)
+        return False
+
+    def resume(self) -> None:
+        _signal_tree(self.pids, self.group, signal.SIGCONT)
+
+    def cpu_s(self) -> float:
+        return sum(process_cpu_s(p) for p in self.pids)

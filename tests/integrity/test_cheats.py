@@ -23,9 +23,9 @@ CHEATS = {
     "memo_pointer": ("implausible", ["physics floor", "timed sample", "max|err|"]),
     "replay_after_three": ("implausible", ["physics floor", "max|err|"]),
     "lazy_subclass": ("implausible", ["physics floor", "not an exact torch.Tensor"]),
-    # returns at once, a thread fills the output later: under the floor, or (on a busy machine, where starting the
-    # thread alone takes longer than the floor) seen still working after the call
-    "background_fill": ("implausible|violation", ["physics floor OR still working"]),
+    # returns at once, a thread fills the output later: the parent stops the worker's tree when the call returns and
+    # reads the output then, so the output it reads is unfinished; or, faster than that, under the floor
+    "background_fill": ("wrong|implausible", ["max|err| OR physics floor"]),
     "side_stream": ("implausible", ["physics floor", "max|err|"]),
     "precomputed": ("implausible", ["physics floor"]),
     "every_eighth_row": ("wrong|implausible", ["timed sample", "rows", "max|err|"]),
@@ -92,10 +92,10 @@ def test_the_run_fails_and_the_profile_discloses_delegation(run: dict[str, list[
     assert top_name.startswith("aten::_scaled_dot_product") and top_share > 0.5
 
 
-def test_a_patched_clock_is_flagged_for_every_implementation_of_its_module(tmp_path: Path, attnbench: Any) -> None:
-    cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher"])
-    (cell,) = cells["clock_patcher"]
-    assert cell["status"] == "violation", cell["reason"]
-    assert "time.perf_counter replaced" in cell["reason"]
-    # the worker timed with the clock bound before the plugin loaded: no 4x discount in the numbers
-    assert cell["integrity"]["accounting"]["total_s"] >= 0.8 * cell["integrity"]["wall_s"] - 0.15
+def test_a_patched_clock_in_the_worker_moves_no_time(tmp_path: Path, attnbench: Any) -> None:
+    # the plugin's module slows the worker's perf_counter 4x; the parent's clock measures the calls, so the cell
+    # reads as long as the same work timed beside it in the same rounds (a 4x discount would read 0.25)
+    cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher", "torch_sdpa"], "--mode", "fwd")
+    (cell,), (sdpa,) = cells["clock_patcher"], cells["torch_sdpa"]
+    assert cell["status"] == "ok", cell["reason"]
+    assert cell["stats"]["median"] >= 0.6 * sdpa["stats"]["median"], (cell["stats"], sdpa["stats"])

@@ -25,7 +25,7 @@ import pytest
 pytestmark = pytest.mark.slow  # bench subprocesses whose workers import torch
 
 HERE = Path(__file__).parent / "redteam"
-FILES = ("peekers.py", "precompute.py", "hooks.py", "tamper.py", "honest.py")
+FILES = ("peekers.py", "precompute.py", "hooks.py", "tamper.py", "honest.py", "core.py", "descriptor.py", "layout.py")
 CASE = ["--T", "256", "--heads", "2", "--d", "64", "--mode", "fwd", "--budget", "0.05", "--min-samples", "3",
         "--rounds", "3", "--no-memory", "--threads", "1", "--value-probe", "off", "--quiet"]
 # --value-probe off: the corpus is judged by the cells' own checks; the value probe has its own tests (test_value_probe)
@@ -56,6 +56,13 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], ...]] = {
     "rt_background_rows": (WRONG_CALL, (r"still working|after (the call|it) returned|thread",)),
     "rt_more_threads": ((r"thread count|num_threads|threads? (changed|raised|set)",),),
     "rt_clock_patch": (CLOCK,),
+    "rt_done_before_copy": (WRONG_CALL,),
+    "rt_ahead_thread": (WRONG_CALL, FLOOR),
+}
+REFUSED = {
+    # a worker's description the parent will not act on: the cell is an error that says why, and nothing is written
+    "rt_file_descriptor": r"not a memory file",
+    "rt_lying_layout": r"shared q is .* the case's is",
 }
 MISSED_BY_OLDER = {
     # what an older harness made of each (one that drew its checked calls while the loop ran and treated them
@@ -98,12 +105,22 @@ def _cells(proc: subprocess.Popen[str], out: Path) -> dict[str, dict[str, Any]]:
 def run(tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("redteam")
     others = [name for name in EVIDENCE if name != CLOCK_CHEAT]
-    main = _start(attnbench, tmp / "set.json", FILES, [*others, *HONEST])
-    clock = _start(attnbench, tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT])
+    main = _start(attnbench, tmp / "set.json", FILES, [*others, *REFUSED, *HONEST, "torch_sdpa"])
+    clock = _start(attnbench, tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT, "torch_sdpa"])
     cells = _cells(main, tmp / "set.json")
     clocked = _cells(clock, tmp / "clock.json")
     cells[CLOCK_CHEAT], cells["_exit_clock"] = clocked[CLOCK_CHEAT], clocked["_exit"]
+    cells["_sdpa_clock"] = clocked["torch_sdpa"]
     return cells
+
+
+NEUTRALISED = {
+    # tricks aimed at what the worker once measured and checked itself: its clock, its timer, and the harness's own
+    # operations on the inputs and outputs in its process. The parent now writes the inputs, keeps the clock and
+    # reads the outputs while the worker's tree is stopped, so the trick reaches nothing that is measured: the
+    # work is done inside the timed span, the cell is honest (ok) and no faster than the same work beside it
+    "rt_empty_mode_fill", "rt_shift_mode_work", "rt_profile_hook", "rt_timer_swap", CLOCK_CHEAT,
+}
 
 
 HONEST_WHEN_BLIND = {
@@ -121,13 +138,31 @@ def _cheat(name: str) -> Any:
     return name
 
 
-@pytest.mark.parametrize("name", [_cheat(n) for n in EVIDENCE])
+@pytest.mark.parametrize("name", sorted(NEUTRALISED))
+def test_each_neutralised_trick_gains_nothing(run: dict[str, dict[str, Any]], name: str) -> None:
+    cell = run[name]
+    sdpa = run["_sdpa_clock" if name == CLOCK_CHEAT else "torch_sdpa"]
+    if cell["status"] != "ok":  # flagged all the same (its evidence named): nothing gained either
+        assert cell["status"] in FLAGGED, (cell["status"], cell.get("reason"))
+        return
+    # the tricks' gains were 0.16-0.5x; the same work timed in the same rounds reads about 1x
+    assert cell["stats"]["median"] >= 0.6 * sdpa["stats"]["median"], (cell["stats"], sdpa["stats"])
+
+
+@pytest.mark.parametrize("name", [_cheat(n) for n in EVIDENCE if n not in NEUTRALISED])
 def test_each_cheat_is_flagged_with_its_evidence(run: dict[str, dict[str, Any]], name: str) -> None:
     cell = run[name]
     reason = cell.get("reason") or ""
     assert cell["status"] in FLAGGED, (cell["status"], reason)
     named = [all(re.search(p, reason, re.IGNORECASE) for p in patterns) for patterns in EVIDENCE[name]]
     assert any(named), (f"{name}: the reason names none of {EVIDENCE[name]}", reason)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_a_worker_description_the_parent_will_not_act_on_is_an_error(run: dict[str, dict[str, Any]], name: str) -> None:
+    cell = run[name]
+    assert cell["status"] == "error", (cell["status"], cell.get("reason"))
+    assert re.search(REFUSED[name], cell.get("reason") or ""), cell.get("reason")
 
 
 @pytest.mark.parametrize("name", HONEST)

@@ -4,7 +4,7 @@
 #
 #   bash scripts/gpu_check.sh [--dry-run] [--out DIR] [--deadline S] [--steps a,b,...]
 #
-# Before: `bash scripts/gpu_wheels.sh` where pip reaches PyPI (fills the ignored .whl/ with the two small
+# Before: `bash scripts/gpu_wheels.sh` where pip reaches PyPI (fills the ignored .whl/ with the small
 # packages the GPU image lacks), then carry .whl with the call. With the device tool:
 #   run(command="bash scripts/gpu_check.sh", carry=[".whl"], timeout_s=540)
 # Results: $OUT (else results/gpu_check/): summary.json, steps.log, results.tar.gz (scripts/gpu_check.py says
@@ -26,7 +26,7 @@ if [ "$dry" = 0 ]; then
       notes+=("wheels: pip install from .whl failed")
     fi
   else
-    notes+=("wheels: no .whl/ carried (run scripts/gpu_wheels.sh and carry .whl): allpairspy may be missing")
+    notes+=("wheels: no .whl/ carried (run scripts/gpu_wheels.sh and carry .whl): allpairspy and pydantic may be missing")
   fi
   # The entry points (attnbench's built-ins, the `attnbench` command, its pytest plugin): an editable install
   # without the network or build isolation; PYTHONPATH holds this tree first either way.

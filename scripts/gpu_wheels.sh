@@ -5,13 +5,15 @@
 #
 # The GPU machine's image (its package list: scripts/gpu_image_packages.txt) has torch, triton, numpy, pandas,
 # matplotlib, scipy, hypothesis, pytest, pytest-benchmark, pytest-timeout, pytest-xdist, ninja and einops.
-# attnbench needs three more: allpairspy (verify's pairwise cases; no dependencies), pyseccomp (a worker's
-# seccomp filter; pure Python over the system's libseccomp, no dependencies) and rotary-embedding-torch (the positional tests and module cases; it needs torch and einops, both there).
+# attnbench needs more: allpairspy (verify's pairwise cases; no dependencies), pyseccomp (a worker's
+# seccomp filter; pure Python over the system's libseccomp, no dependencies), rotary-embedding-torch (the positional tests and module cases; it needs torch and einops, both there)
+# and pydantic (reading result files) with its own dependencies (typing-extensions carried too: the image's may be older than pydantic needs).
 # The versions are the ones this project is tested with. --no-deps: nothing else is fetched; the check at
 # the end reads each wheel's Requires-Dist and fails if one names a package neither carried nor there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WHEELS=("allpairspy==2.5.1" "pyseccomp==0.1.2" "rotary-embedding-torch==0.9.1")
+WHEELS=("allpairspy==2.5.1" "pyseccomp==0.1.2" "rotary-embedding-torch==0.9.1" "pydantic==2.13.4" "pydantic-core==2.46.4"
+        "annotated-types==0.7.0" "typing-inspection==0.4.2" "typing-extensions==4.15.0")
 IMAGE=scripts/gpu_image_packages.txt  # the packages the GPU image already holds, one name a line
 grep -qx '/.whl/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
   || { mkdir -p "$(git rev-parse --git-common-dir)/info"; echo '/.whl/' >> "$(git rev-parse --git-common-dir)/info/exclude"; }

@@ -13,7 +13,7 @@ run's own machine. An empty kind (a cluster node without a kind label) is a kind
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 K = TypeVar("K", bound="RoofKey")
 
@@ -28,6 +28,19 @@ class RoofKey:
 
     def to_json(self) -> str:
         raise NotImplementedError
+
+    @classmethod
+    def from_json(cls, text: str) -> RoofKey:
+        """The key of its stored text (each kind of key reads its own); a ValueError for any other text."""
+        raise NotImplementedError
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: Any) -> Any:
+        """A key as a result file's check (:mod:`harness.results.validate`, pydantic) takes it: its stored text, read
+        by :meth:`from_json` as every reader reads it, so a text no key has is damage where it stands."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_after_validator_function(cls.from_json, core_schema.str_schema())
 
     def on(self: K, kind: str | None) -> K:
         """The same key for one kind of machine (None: the run's own)."""

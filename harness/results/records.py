@@ -19,6 +19,7 @@ Three rules keep every file this attnbench reads readable, and every file it wri
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
@@ -53,6 +54,8 @@ class Record(Mapping[str, object]):
     """Fields stored as JSON lists and held as tuples (records are frozen all the way down)."""
     RECORD_TUPLES: ClassVar[Mapping[str, type[Record]]] = {}
     """Fields stored as JSON lists of objects and held as tuples of records."""
+    NULLABLE: ClassVar[frozenset[str] | None] = None
+    """The fields a stored object may hold as null (None: every field); the others are absent or of their type."""
 
     extra: Mapping[str, Any] = field(default_factory=dict, repr=False)
     """Keys this attnbench does not know, as read (JSON values)."""
@@ -107,6 +110,23 @@ class Record(Mapping[str, object]):
             values[key] = value
         extra = {k: v for k, v in data.items() if k not in names}
         return cls(**values, extra=extra, stored=tuple(data))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: Any) -> Any:
+        """What a result file's check (:mod:`harness.results.validate`, pydantic) takes this record's stored object
+        to be: the record's constructor is not its stored form (``extra`` and ``stored`` are bookkeeping, and a key
+        the record does not know is kept, not refused), so the object is each known field of its declared type,
+        every one optional, and any other key as it is."""
+        from pydantic_core import core_schema
+
+        hints = typing.get_type_hints(cls)
+        fields = {}
+        for name in (f.name for f in dataclasses.fields(cls) if f.name not in ("extra", "stored")):
+            hint = hints[name]
+            if cls.NULLABLE is not None and name not in cls.NULLABLE:
+                (hint,) = [a for a in typing.get_args(hint) if a is not type(None)] or [hint]
+            fields[name] = core_schema.typed_dict_field(handler.generate_schema(hint), required=False)
+        return core_schema.typed_dict_schema(fields, extra_behavior="allow")
 
     @classmethod
     def coerce(cls: type[R], value: Mapping[str, object]) -> R:

@@ -1,41 +1,40 @@
 """A result file is untrusted data: every value is checked against the schema before a record is built.
 
 A file can come from anywhere (a CI artefact, a colleague, an old attnbench, a hand edit, an attacker),
-and reports and comparisons read it. So :func:`check_run` walks the stored document once, with the
-types the records and cells declare (their dataclass annotations are the schema: nothing is said
-twice), and raises :class:`Damaged` naming *where* (``cells[3].stats.median``) and *what* ("'fast' is
-not a number"). Readers turn it into ``FILE: a damaged result file: WHERE: WHAT`` (exit 2), never a
-traceback.
+and reports and comparisons read it. So :func:`check_run` checks the stored document once with pydantic,
+over the types the records and cells declare (their dataclasses are the schema: nothing is said twice; a
+record's and a key's stored form is theirs to say, ``__get_pydantic_core_schema__``), as strictly as JSON's
+own types (a string is no number, ``true`` no count, ``2.0`` no integer), and raises :class:`Damaged` naming
+*where* (``cells[3].stats.median``, from pydantic's location) and *what* ("'fast' is a string, not a number").
+Readers turn it into ``FILE: a damaged result file: WHERE: WHAT`` (exit 2), never a traceback. pydantic is
+imported by the first check, so a command that reads no result file (``--help``) never pays for its import.
 
-Beyond the declared types:
+Beyond the declared types, checked here:
 
 - integers are bounded (|n| <= 2**63): a 5000-digit integer is damage, not a size;
-- free-form values (a case's unknown fields, metrics, the implementations' declarations) are any JSON
-  nested at most :data:`MAX_DEPTH` deep, so no reader recurses without bound;
-- the case fields the reports compute with (sizes, dtype, window, ...) have their declared types;
+- every value nests at most :data:`MAX_DEPTH` deep (free-form values too: a case's unknown fields,
+  metrics, the implementations' declarations), so no reader recurses without bound;
 - a measured bench cell's times (samples and median) are finite and positive (the value probe's, finite and
-  not negative): a NaN, infinite,
-  zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s and bytes are not negative
-  or infinite; an ok bench cell has its samples; a peak or bandwidth reading is above 0; a case's
-  batch, heads and head dimension are at least 1 and its dtype one attnbench knows. NaN elsewhere (the error
-  of a NaN output) stays readable.
-
-It is one module because it is one walk over the whole schema, each record's rules beside
-the walk that reaches it.
+  not negative): a NaN, infinite, zero or negative time is not a measurement; a bench cell's FLOPs, GFLOP/s
+  and bytes are not negative or infinite; an ok bench cell has its samples; a peak or bandwidth reading is
+  above 0; a case's batch, heads and head dimension are at least 1 and its dtype one attnbench knows. NaN
+  elsewhere (the error of a NaN output) stays readable.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+import json
 import math
-import types
-import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
+from harness.results.cells import BenchCell, CellCase, VerifyCell
+from harness.results.keys import BandwidthKey, PeakKey
+from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak, Record
+
 MAX_DEPTH = 32
-"""How deep free-form JSON may nest (arrays and objects); attnbench writes at most 4."""
+"""How deep a run's or a cell's JSON may nest (arrays and objects); attnbench's own nest a handful of levels."""
 MAX_INT = 2**63
 
 _SIZES = ("batch", "heads", "tq", "d", "kv_heads", "tk", "page_size")
@@ -45,6 +44,9 @@ _RATES = ("gflops", "fastest_call_gflops", "first_gflops", "confirmed_gflops", "
 """The peak and bandwidth readings the reports divide by: above 0 (or null, not measured)."""
 _METRICS = ("max_abs_err", "rel_l2", "ratio", "bound", "base_err", "floor", "T")
 """The verify metrics readers compute with: numbers (or null)."""
+_EXPECTED = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false", "string_type": "a string",
+             "dict_type": "an object", "dataclass_type": "an object", "tuple_type": "an array", "list_type": "an array"}
+"""What belongs where pydantic found a value of the wrong JSON type, by its error's type."""
 
 
 class Damaged(ValueError):
@@ -65,310 +67,198 @@ def _kind(value: object) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def _at(where: str, key: object) -> str:
-    """``where`` one step down: ``cells[3]``, ``stats.median``, ``peaks["float32/cpu"]``."""
-    if isinstance(key, int):
-        return f"{where}[{key}]"
-    if not str(key).isidentifier():
-        return f"{where}[{_show(str(key))}]"
-    return f"{where}.{key}" if where else str(key)
-
-
-def check_depth(value: object, where: str, depth: int = 0) -> None:
-    """Any JSON value nested at most :data:`MAX_DEPTH` deep, with bounded integers (walked without recursion
-    past the limit, so a damaged file never exhausts the stack)."""
-    stack: list[tuple[object, str, int]] = [(value, where, depth)]
-    while stack:
-        item, at, level = stack.pop()
-        if level > MAX_DEPTH:
-            raise Damaged(at, f"nested more than {MAX_DEPTH} levels deep")
-        if isinstance(item, dict):
-            stack += [(v, _at(at, k), level + 1) for k, v in item.items()]
-        elif isinstance(item, list):
-            stack += [(v, _at(at, i), level + 1) for i, v in enumerate(item)]
-        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_INT:
-            raise Damaged(at, f"an integer of {len(str(abs(item)))} digits is out of range")
-
-
-def check_value(value: object, hint: Any, where: str) -> None:
-    """``value`` as the stored form of a field annotated ``hint``."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        return _check_union(value, typing.get_args(hint), where)
-    if hint is Any or hint is object:
-        return check_depth(value, where, 1)
-    if isinstance(hint, type) and issubclass(hint, _record_base()):
-        return check_record(value, hint, where)
-    if isinstance(hint, type) and issubclass(hint, _key_base()):
-        return _check_key(value, hint, where)
-    if origin is tuple:
-        return _check_array(value, typing.get_args(hint), where)
-    if origin in (Mapping, dict, typing.Mapping):
-        return _check_object(value, typing.get_args(hint), where)
-    scalar = _SCALARS.get(hint) or (_check_word if isinstance(hint, type) and issubclass(hint, str) else None)
-    if scalar is None:
-        raise TypeError(f"the schema has a field type the check does not know: {hint!r}")  # a bug of ours
-    return scalar(value, hint, where)
-
-
-def _check_union(value: object, args: tuple[Any, ...], where: str) -> None:
-    """An optional field (null or its type), or a value of any one of the types."""
-    if value is None and type(None) in args:
-        return
-    rest = [a for a in args if a is not type(None)]
-    if len(rest) == 1:
-        return check_value(value, rest[0], where)
-    for option in rest:
-        try:
-            return check_value(value, option, where)
-        except Damaged:
-            continue
-    raise Damaged(where, f"{_show(value)} ({_kind(value)}) is not any of the allowed types")
-
-
-def _check_bool(value: object, hint: Any, where: str) -> None:
-    if not isinstance(value, bool):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not true or false")
-
-
-def _check_int(value: object, hint: Any, where: str) -> None:
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) <= MAX_INT:
-        return
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an integer")
-    if abs(value) > MAX_INT:
-        raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
-
-
-def _check_float(value: object, hint: Any, where: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a number")
-    if isinstance(value, int) and abs(value) > MAX_INT:
-        raise Damaged(where, f"an integer of {len(str(abs(value)))} digits is out of range")
-
-
-def _check_word(value: object, hint: Any, where: str) -> None:
-    """A string; for a ``str`` enum (Status), one of its words."""
-    if not isinstance(value, str):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
-    if hint is not str and value not in {m.value for m in hint}:
-        allowed = ", ".join(m.value for m in hint)
-        raise Damaged(where, f"{_show(value)} is not one of {allowed}")
-
-
-def _check_key(value: object, hint: Any, where: str) -> None:
-    """A typed key (:mod:`harness.results.keys`), stored as its text: text its ``from_json`` reads."""
-    if not isinstance(value, str):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not a string")
-    try:
-        hint.from_json(value)
-    except ValueError as exc:
-        raise Damaged(where, str(exc)) from None
-
-
-_SCALARS = {bool: _check_bool, int: _check_int, float: _check_float, str: _check_word}
-
-
-def _check_array(value: object, args: tuple[Any, ...], where: str) -> None:
-    """A tuple field: a JSON array of its items' types (``tuple[X, ...]``: any length)."""
-    if not isinstance(value, list):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an array")
-    items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
-    if len(items) != len(value):
-        raise Damaged(where, f"an array of {len(value)} items, not {len(items)}")
-    for i, (item, item_hint) in enumerate(zip(value, items)):
-        check_value(item, item_hint, _at(where, i))
-
-
-def _check_object(value: object, args: tuple[Any, ...], where: str) -> None:
-    """A mapping field: a JSON object whose values are of its value type."""
-    if not isinstance(value, dict):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object")
-    for key, item in value.items():
-        check_value(item, args[1] if args else Any, _at(where, key))
-
-
-@functools.cache
-def _record_base() -> type:
-    from harness.results.records import Record
-
-    return Record
-
-
-@functools.cache
-def _key_base() -> type:
-    from harness.results.keys import RoofKey
-
-    return RoofKey
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(kind: type) -> dict[str, Any]:
-    if kind in _HINTS:
-        return _HINTS[kind]
-    names = {f.name for f in dataclasses.fields(kind)} - {"extra", "stored"}
-    _HINTS[kind] = {name: hint for name, hint in typing.get_type_hints(kind).items() if name in names}
-    return _HINTS[kind]
-
-
-def check_record(value: object, kind: type, where: str) -> None:
-    """A record's stored object: its known fields typed, the rest any (bounded) JSON."""
-    if not isinstance(value, dict):
-        raise Damaged(where, f"{_show(value)} is {_kind(value)}, not an object (a {kind.__name__.lower()} record)")
-    hints = _hints(kind)
-    for key, item in value.items():
-        if key in hints:
-            check_value(item, hints[key], _at(where, key))
+def _at(where: str, *keys: object) -> str:
+    """``where`` some steps down: ``cells[3]``, ``stats.median``, ``peaks['float32/cpu']``."""
+    for key in keys:
+        if isinstance(key, int):
+            where = f"{where}[{key}]"
+        elif not str(key).isidentifier():
+            where = f"{where}[{_show(str(key))}]"
         else:
-            check_depth(item, _at(where, key), 1)
+            where = f"{where}.{key}" if where else str(key)
+    return where
+
+
+def check_depth(value: object, where: str) -> None:
+    """A JSON object or array with at most :data:`MAX_DEPTH` levels of arrays and objects in it, and bounded
+    integers: walked before pydantic, which bounds neither, and without recursion, so a damaged file never
+    exhausts the stack (where a value is, is spelled out only for the one that is wrong)."""
+    stack: list[tuple[object, tuple[object, ...]]] = [(value, ())]
+    while stack:
+        item, path = stack.pop()
+        for key, child in item.items() if isinstance(item, dict) else enumerate(item) if isinstance(item, list) else ():
+            if isinstance(child, (dict, list)):
+                if len(path) >= MAX_DEPTH:
+                    raise Damaged(_at(where, *path, key), f"nested more than {MAX_DEPTH} levels deep")
+                stack.append((child, (*path, key)))
+            elif isinstance(child, int) and not isinstance(child, bool) and abs(child) > MAX_INT:
+                raise Damaged(_at(where, *path, key), f"an integer of {len(str(abs(child)))} digits is out of range")
 
 
 @functools.cache
-def _dtypes() -> tuple[str, ...]:
-    from harness.case.dtypes import DTYPES
+def _adapter(kind: object) -> Any:
+    """pydantic's validator of one stored form (a cell's or a record's type, or "run"), built once per process."""
+    from pydantic import TypeAdapter
+    from typing_extensions import TypedDict  # pydantic reads typing's own only from Python 3.12
 
-    return tuple(DTYPES)
+    class StoredRun(TypedDict, total=False):
+        """The run's stored keys as :meth:`Run.from_json <harness.results.schema.Run.from_json>` reads them: each may
+        be absent or null (an older file's). The cells are checked one by one (:func:`check_cell`), and
+        ``implementations`` given as an array (no attnbench writes one; the readers take it as it is) is any JSON."""
 
+        run_id: str | None
+        command: str | None
+        complete: bool | None
+        environment: Environment | None
+        config: Config | None
+        peaks: Mapping[PeakKey, Peak] | None
+        bandwidth: Mapping[BandwidthKey, Bandwidth] | None
+        coverage: Mapping[str, Coverage] | None
+        implementations: Mapping[str, Mapping[str, Any]] | None
 
-@functools.cache
-def _case_types() -> dict[str, Any]:
-    """The case fields readers compute with, as :class:`harness.results.cells.CellCase` declares them; a field
-    it may not store as null (the sizes, dtype, ...) is its type alone. Others are free-form."""
-    from harness.results.cells import CellCase
-
-    types_ = {}
-    for name, hint in _hints(CellCase).items():
-        if name not in CellCase.NULLABLE:
-            (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        types_[name] = hint
-    return types_
-
-
-def check_case(case: object, where: str) -> None:
-    if case is None:
-        return
-    if not isinstance(case, dict):
-        raise Damaged(where, f"{_show(case)} is {_kind(case)}, not an object (a case)")
-    for key, item in case.items():
-        at = _at(where, key)
-        hint = _case_types().get(key)
-        if hint is None:
-            check_depth(item, at, 1)
-            continue
-        check_value(item, hint, at)
-        if key in _SIZES and item is not None and not (1 if key in _COUNTS else 0) <= item <= 2**40:
-            raise Damaged(at, f"{_show(item)} is not a size" + (" (at least 1)" if key in _COUNTS else ""))
-        if key == "dtype" and item is not None and item not in _dtypes():
-            raise Damaged(at, f"{_show(item)} is not a dtype attnbench knows ({', '.join(_dtypes())})")
-        if key == "window" and item is not None and len(item) != 2:
-            raise Damaged(at, "a window is [left, right]")
+    return TypeAdapter(StoredRun if kind == "run" else kind)
 
 
-def _positive_time(value: object, where: str) -> None:
-    if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise Damaged(where, f"{_show(value)} is not a time (a finite number of seconds above 0)")
+def _checked(value: object, kind: object, where: str) -> Any:
+    """``value`` as pydantic reads it for ``kind``, from JSON text (so strict means JSON's types: an array is a tuple,
+    a word an enum's value, and nothing else converts); pydantic's errors as :class:`Damaged`, the first three."""
+    from pydantic import ValidationError
+
+    check_depth(value, where)
+    # pydantic's parser refuses a lone surrogate that Python's reads: such a character is checked as "?"
+    text = json.dumps(value, ensure_ascii=False).encode("utf-8", "replace")
+    try:
+        return _adapter(kind).validate_json(text, strict=True)
+    except ValidationError as exc:
+        errors = [_located(error, where) for error in exc.errors(include_url=False)]
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise Damaged(errors[0][0], "; ".join([errors[0][1], *(f"{at}: {what}" for at, what in errors[1:3])]) + more) from None
+
+
+def _located(error: Mapping[str, Any], where: str) -> tuple[str, str]:
+    """A pydantic error as (where, what): its location under ``where`` (a key that is wrong itself, pydantic's
+    ``[key]``, as the key it is: ``peaks['float32']``), and what is wrong, said as attnbench always said it (the
+    value, what it is and what belongs there), or pydantic's message with the value it got (unless the message is
+    a reader's, which names the value itself)."""
+    loc, value, kind = tuple(error["loc"]), error.get("input"), error["type"]
+    if loc[-1:] == ("[key]",):
+        where, loc = f"{_at(where, *loc[:-2])}[{_show(str(loc[-2]))}]", ()
+    if kind in _EXPECTED:
+        return _at(where, *loc), f"{_show(value)} is {_kind(value)}, not {_EXPECTED[kind]}"
+    if kind == "enum":
+        return _at(where, *loc), f"{_show(value)} is not one of {error['ctx']['expected']}"
+    what = str(error["msg"]).removeprefix("Value error, ")
+    what = what[:1].lower() + what[1:]
+    return _at(where, *loc), what if kind in ("missing", "value_error") else f"{_show(value)}: {what}"
+
+
+def check_record(value: object, kind: type[Record], where: str) -> None:
+    """A record's stored object: its known fields typed, the rest any (bounded) JSON."""
+    _checked(value, kind, where)
 
 
 def check_cell(cell: object, where: str, summary_only: bool = False) -> None:
     """A stored cell: its type, every field's type, its case, and a measured cell's times. ``summary_only``: the
     cell may stand on its stored median alone (a pytest-benchmark file saved without its raw data)."""
-    from harness.results.cells import BenchCell, VerifyCell
-
     if not isinstance(cell, dict):
-        raise Damaged(where, f"{_show(cell)} is {_kind(cell)}, not an object (a cell)")
-    kinds: dict[object, type[BenchCell] | type[VerifyCell]] = {"bench": BenchCell, "verify": VerifyCell}
-    kind = kinds.get(cell.get("type")) if isinstance(cell.get("type"), str) else None
+        raise Damaged(where, f"{_show(cell)} is not an object (a cell)")
+    kinds: dict[str, type[BenchCell] | type[VerifyCell]] = {"bench": BenchCell, "verify": VerifyCell}
+    kind = kinds.get(cell["type"]) if isinstance(cell.get("type"), str) else None
     if kind is None:
         raise Damaged(_at(where, "type"), f"a cell of unknown type {_show(cell.get('type'))} (expected 'bench' or 'verify')")
-    hints = _hints(kind)
-    for name in ("implementation", "case_id", "status"):
-        if name not in cell:
-            raise Damaged(where, f"a {kind.type} cell without its {name!r}")
-    for key, item in cell.items():
-        if key == "case":
-            check_case(item, _at(where, key))
-        elif key in hints:
-            check_value(item, hints[key], _at(where, key))
-        elif key != "type":
-            check_depth(item, _at(where, key), 1)
-    if kind is VerifyCell:
-        _check_metrics(cell.get("metrics") or {}, _at(where, "metrics"))
-    else:
-        _check_measured(cell, where, summary_only)
+    typed = _checked(cell, kind, where)
+    _raise_first(where, _case_problems(typed.case), *((_counts(typed), _times(typed, summary_only))
+                                                      if kind is BenchCell else (_metrics(typed),)))
 
 
-def _check_metrics(metrics: Mapping[str, Any], where: str) -> None:
-    """A verify cell's numbers: each a number or null."""
-    for name in _METRICS:
-        if name in metrics:
-            check_value(metrics[name], float | None, _at(where, name))
+Problems = Iterator[tuple[tuple[object, ...], str]]
+"""What a rule finds wrong, each (where below the value checked, what)."""
 
 
-def _check_measured(cell: Mapping[str, Any], where: str, summary_only: bool = False) -> None:
-    """A bench cell's counts (0 or more, finite: the roofline takes their powers and logs; NaN: unknown, as older
-    files may say) and, for a measured cell, its times (finite, above 0)."""
-    for name in ("flops", "gflops", "bytes"):
-        value = cell.get(name)
-        if value is not None and (value < 0 or math.isinf(value)):
-            raise Damaged(_at(where, name), f"{_show(value)} is not a count (a finite number, 0 or more)")
-    _check_probe_times(cell.get("value_probe"), _at(where, "value_probe"))
-    if cell["status"] != "ok":
+def _raise_first(where: str, *problems: Problems) -> None:
+    for at, what in (problem for found in problems for problem in found):
+        raise Damaged(_at(where, *at), what)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _case_problems(case: CellCase | None) -> Problems:
+    """A case's sizes (at least 0, or 1 for the counts), its dtype (one attnbench knows) and its window (two
+    offsets): what its readers compute with."""
+    from harness.case.dtypes import DTYPES
+
+    if case is None:
         return
-    if not cell.get("samples_s") and not (summary_only and (cell.get("stats") or {}).get("median") is not None):
-        raise Damaged(_at(where, "samples_s"), "an ok cell without samples: a measured cell keeps its times")
-    for i, sample in enumerate(cell.get("samples_s") or ()):
-        _positive_time(sample, _at(_at(where, "samples_s"), i))
-    stats = cell.get("stats") or {}
-    for name in ("median", "min", "mean"):
-        _positive_time(stats.get(name), _at(_at(where, "stats"), name))
+    for name in _SIZES:
+        value = getattr(case, name)
+        if value is not None and not (1 if name in _COUNTS else 0) <= value <= 2**40:
+            yield ("case", name), f"{_show(value)} is not a size" + (" (at least 1)" if name in _COUNTS else "")
+    if case.dtype is not None and case.dtype not in DTYPES:
+        yield ("case", "dtype"), f"{_show(case.dtype)} is not a dtype attnbench knows ({', '.join(DTYPES)})"
+    if case.window is not None and len(case.window) != 2:
+        yield ("case", "window"), "a window is [left, right]"
 
 
-def _check_probe_times(probe: object, where: str) -> None:
-    """The value probe's samples (their types already checked): each a finite number of seconds, 0 or more (a call
-    on the CPU clock may read 0 at its resolution; the verdict skips a round it cannot divide by)."""
-    samples = probe.get("samples_s") if isinstance(probe, dict) else None
-    for name, times in (samples or {}).items() if isinstance(samples, dict) else ():
-        for i, value in enumerate(times if isinstance(times, list) else ()):
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise Damaged(_at(_at(_at(where, "samples_s"), name), i),
-                              f"{_show(value)} is not a time (a finite number of seconds, 0 or more)")
+def _metrics(cell: VerifyCell) -> Problems:
+    """A verify cell's numbers readers compute with: each a number or null."""
+    for name in _METRICS:
+        value = cell.metrics.get(name)
+        if value is not None and not _number(value):
+            yield ("metrics", name), f"{_show(value)} is not a number"
 
 
-def _check_rates(data: Mapping[str, Any]) -> None:
-    """Each peak and bandwidth reading the reports divide by: a finite number above 0, or null."""
+def _counts(cell: BenchCell) -> Problems:
+    """A bench cell's counts (0 or more, finite: the roofline takes their powers and logs; NaN: unknown, as older
+    files may say), and the value probe's samples: finite and 0 or more (a call on the CPU clock may read 0 at its
+    resolution; the verdict skips a round it cannot divide by)."""
+    for name in ("flops", "gflops", "bytes"):
+        value = getattr(cell, name)
+        if value is not None and (value < 0 or math.isinf(value)):
+            yield (name,), f"{_show(value)} is not a count (a finite number, 0 or more)"
+    probe = cell.value_probe.samples_s if cell.value_probe is not None else None
+    for name, times in (probe or {}).items():
+        yield from ((("value_probe", "samples_s", name, i), f"{_show(t)} is not a time (a finite number of seconds, "
+                     "0 or more)") for i, t in enumerate(times) if not (math.isfinite(t) and t >= 0))
+
+
+def _times(cell: BenchCell, summary_only: bool) -> Problems:
+    """A measured (ok) cell's times: its samples, there and each finite and above 0, and its stats' times."""
+    if cell.status != "ok":
+        return
+    if not cell.samples_s and not (summary_only and cell.median is not None):
+        yield ("samples_s",), "an ok cell without samples: a measured cell keeps its times"
+    for at, value in [(("samples_s", i), t) for i, t in enumerate(cell.samples_s)] + [
+            (("stats", name), getattr(cell.stats, name, None)) for name in ("median", "min", "mean")]:
+        if value is not None and not (math.isfinite(value) and value > 0):
+            yield at, f"{_show(value)} is not a time (a finite number of seconds above 0)"
+
+
+def _readings(run: Mapping[str, Any]) -> Problems:
+    """The numbers the reports divide by or raise to: each peak and bandwidth reading a finite number above 0 (or
+    null), and an implementation's declared memory exponent finite and below 100 in size."""
     for record in ("peaks", "bandwidth"):
-        for key, reading in (data.get(record) or {}).items():
-            for rate in _RATES:
-                value = reading.get(rate) if isinstance(reading, dict) else None
-                if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                              and math.isfinite(value) and value > 0):
-                    raise Damaged(f"{_at(_at(record, key), rate)}", f"{_show(value)} is not a rate (a finite number above 0)")
+        for key, reading in (run.get(record) or {}).items():
+            yield from (((record, str(key), rate), f"{_show(reading[rate])} is not a rate (a finite number above 0)")
+                        for rate in _RATES if reading.get(rate) is not None
+                        and not (math.isfinite(reading[rate]) and reading[rate] > 0))
+    for name, info in (run.get("implementations") or {}).items():
+        exponent = info.get("memory_exponent")
+        if exponent is not None and not (_number(exponent) and math.isfinite(exponent) and abs(exponent) < 100):
+            yield ("implementations", name, "memory_exponent"), f"{_show(exponent)} is not an exponent"
 
 
 def check_run(data: Mapping[str, Any]) -> None:
-    """The stored run (a readable version; the caller has checked ``schema``), field by field. A legacy key
-    (:data:`harness.results.schema.LEGACY_KEYS`: an older file's stored fits) is read past, whatever it holds."""
-    from harness.results.records import Bandwidth, Config, Coverage, Environment, Peak
-
-    for name, hint in (("run_id", str | None), ("command", str | None), ("complete", bool | None),
-                       ("environment", Environment | None), ("config", Config | None),
-                       ("peaks", Mapping[str, Peak] | None), ("bandwidth", Mapping[str, Bandwidth] | None),
-                       ("coverage", Mapping[str, Coverage] | None),
-                       ("implementations", Mapping[str, Mapping[str, Any]] | tuple[Any, ...] | None)):
-        if name in data:
-            check_value(data[name], hint, name)
-    _check_rates(data)
-    for name, info in (data.get("implementations") or {}).items() if isinstance(data.get("implementations"), dict) else ():
-        exponent = info.get("memory_exponent")
-        if exponent is not None and not (isinstance(exponent, (int, float)) and not isinstance(exponent, bool)
-                                         and math.isfinite(exponent) and abs(exponent) < 100):
-            raise Damaged(f"implementations.{name}.memory_exponent", f"{_show(exponent)} is not an exponent")
+    """The stored run (a readable version; the caller has checked ``schema``), field by field, then each cell. A
+    legacy key (:data:`harness.results.schema.LEGACY_KEYS`: an older file's stored fits) is read past, whatever it
+    holds (bounded as any value)."""
+    stored = {k: v for k, v in data.items() if k != "cells"}
+    if isinstance(stored.get("implementations"), list):
+        check_depth(stored.pop("implementations"), "implementations")
+    _raise_first("", _readings(_checked(stored, "run", "")))
     cells = data.get("cells")
-    if cells is None:
-        return
-    if not isinstance(cells, list):
+    if cells is not None and not isinstance(cells, list):
         raise Damaged("cells", f"{_show(cells)} is {_kind(cells)}, not an array of cells")
-    for i, cell in enumerate(cells):
+    for i, cell in enumerate(cells or ()):
         check_cell(cell, f"cells[{i}]")

@@ -238,8 +238,9 @@ class CellTimer:
         assert self.listener is not None
         with driving(self.listener, lambda: timing_pool.pid, work) as served:
             outcome = timing_pool.run(Task(cell.key, serve_task, args, end_leftovers=True))
-        if outcome.status == OK and served["error"] is not None:
-            outcome = Outcome(ERROR, error=f"the calls could not be served: {served['error']}",
+        if served["error"] is not None and outcome.status in (OK, ERROR):  # the parent's reason first: it stopped
+            worker = "" if outcome.status == OK else f" (the worker: {outcome.error})"
+            outcome = Outcome(ERROR, error=f"the calls could not be served: {served['error']}{worker}",
                               seconds=outcome.seconds, leftovers=outcome.leftovers)
         if outcome.status == OK and drive.done:
             outcome.value = measured_by_parent(drive, outcome.value, cell.case, cell.mode)

@@ -56,7 +56,6 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], ...]] = {
     "rt_background_rows": (WRONG_CALL, (r"still working|after (the call|it) returned|thread",)),
     "rt_more_threads": ((r"thread count|num_threads|threads? (changed|raised|set)",),),
     "rt_clock_patch": (CLOCK,),
-    "rt_done_before_copy": (WRONG_CALL,),
     "rt_ahead_thread": (WRONG_CALL, FLOOR),
 }
 REFUSED = {
@@ -104,7 +103,7 @@ def _cells(proc: subprocess.Popen[str], out: Path) -> dict[str, dict[str, Any]]:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> dict[str, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("redteam")
-    others = [name for name in EVIDENCE if name != CLOCK_CHEAT]
+    others = sorted({*EVIDENCE, *NEUTRALISED} - {CLOCK_CHEAT})
     main = _start(attnbench, tmp / "set.json", FILES, [*others, *REFUSED, *HONEST, "torch_sdpa"])
     clock = _start(attnbench, tmp / "clock.json", ("clock_patch.py",), [CLOCK_CHEAT, "torch_sdpa"])
     cells = _cells(main, tmp / "set.json")
@@ -120,6 +119,9 @@ NEUTRALISED = {
     # reads the outputs while the worker's tree is stopped, so the trick reaches nothing that is measured: the
     # work is done inside the timed span, the cell is honest (ok) and no faster than the same work beside it
     "rt_empty_mode_fill", "rt_shift_mode_work", "rt_profile_hook", "rt_timer_swap", CLOCK_CHEAT,
+    # written against that core: "done" sent before the output is copied; the copy still runs before the tree reads
+    # stopped, so it is inside the sample and in the output
+    "rt_done_before_copy",
 }
 
 

@@ -19,6 +19,12 @@ bfloat16 or float16): rows are converted to fp32 as they are loaded (bf16 is a s
 conversion) and every sum is fp32; the output has q's dtype. Mixed cases are declared as data
 (``kv_dtypes``) and named ``kv=bfloat16`` in case ids (see docs/decode.md).
 
+FP8 caches (float8_e4m3fn, float8_e5m2, with per-tensor, per-head or per-token float32 scales) are taken too, but
+not yet read by the loops: the Python wrapper dequantizes K and V (or their page pools) to float32 first and the
+fp32 loops read that. The answer is right; the speed is torch's FP8 conversion on the CPU (several nanoseconds an
+element: 25x the fp32 step, docs/decode.md), far from what the FP8 bytes allow. Dequantizing in registers is the
+loops' work to come.
+
 The loops are C++ (:file:`kernels/_decode.cpp`, :file:`kernels/_decode_kernel.h`: register tiles written once,
 templates over a lane type of 8 or 16 floats; one build per tier, compiled whole for AVX2 + FMA + F16C or for AVX-512F and loaded only
 on a CPU that has it (:data:`implementations._cpp_build.ISAS`); built on first use and cached like
@@ -40,7 +46,9 @@ from types import ModuleType
 import torch
 
 from harness import register
+from harness.case.dtypes import FP8_DTYPES
 from implementations._cpp_build import ISAS, KERNELS, build, built_before, cpu_runs, extension_name, missing
+from implementations._fp8 import dequantized
 
 LOG2E = 1.0 / math.log(2.0)
 SOURCES = [KERNELS / "_decode.cpp"]
@@ -198,10 +206,13 @@ def piece_size(lengths: torch.Tensor, kv_heads: int, threads: int) -> int:
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                      scale: float | None = None, window: tuple[int, int] | None = None,
                      causal_align: str = "top_left", cache_seqlens: torch.Tensor | None = None,
-                     block_table: torch.Tensor | None = None, isa: str | None = None) -> torch.Tensor:
+                     block_table: torch.Tensor | None = None, isa: str | None = None,
+                     k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``;
-    k and v in any of :data:`KV_DTYPES` (one dtype for both), the output in q's dtype; ``isa`` as in
-    :func:`use_isa`."""
+    k and v in any of :data:`KV_DTYPES` (one dtype for both), or FP8 with ``k_scale``, ``v_scale`` (dequantized to
+    float32 here, before the loops), the output in q's dtype; ``isa`` as in :func:`use_isa`."""
+    if k_scale is not None:
+        k, v = dequantized(k, k_scale, torch.float32), dequantized(v, v_scale, torch.float32)
     ext = extension(use_isa(isa, k.dtype))
     assert not isinstance(ext, str)  # use_isa returns a tier that built
     b, h, tq, d = q.shape
@@ -229,13 +240,16 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     return out if out_dtype == torch.float32 else out.to(out_dtype)
 
 
-@register("tiled_decode", backend="torch", memory="linear", dtypes=KV_DTYPES, kv_dtypes=KV_DTYPES, causal=True, gqa=True,
+@register("tiled_decode", backend="torch", memory="linear", dtypes=KV_DTYPES, kv_dtypes=(*KV_DTYPES, *FP8_DTYPES),
+          kv_scales=("tensor", "head", "token"), causal=True, gqa=True,
           structures=("window", "bottom_right", "cache_seqlens", "paged"), available=available,
           description="decode kernel: GQA groups as tile rows (K, V read once), split-KV merged by LSE, "
-                      "ragged and paged caches, fp32/bf16/fp16 caches converted on load (C++)")
+                      "ragged and paged caches, fp32/bf16/fp16 caches converted on load (C++; FP8 caches "
+                      "dequantized to fp32 in Python first)")
 def tiled_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, mask: None = None,
                  scale: float | None = None, window: tuple[int, int] | None = None, causal_align: str = "top_left",
-                 cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None) -> torch.Tensor:
+                 cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,
+                 k_scale: torch.Tensor | None = None, v_scale: torch.Tensor | None = None) -> torch.Tensor:
     """Any Tq works (each piece's tile holds all G * Tq rows); it is built for Tq of 1 to 16."""
     return decode_attention(q, k, v, causal=causal, scale=scale, window=window, causal_align=causal_align,
-                            cache_seqlens=cache_seqlens, block_table=block_table)
+                            cache_seqlens=cache_seqlens, block_table=block_table, k_scale=k_scale, v_scale=v_scale)

@@ -9,7 +9,8 @@ kernel author compares against: the soft-cap bends the scaled logits before the 
 sink is one more logit column per head, softmaxed with the row and dropped before the
 product with V (autograd then gives d sinks); V's own head dim needs nothing, since the
 scores never see it. With a sink a row with no allowed key puts all its weight on the
-sink and is zero without the explicit zeroing.
+sink and is zero without the explicit zeroing. An FP8 KV cache (``k_scale=``, ``v_scale=``) is dequantized to
+q's dtype first, as a model's eager code reads one.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import torch
 
 from harness import register
+from harness.case.dtypes import FP8_DTYPES
+from implementations._fp8 import dequantized
 
 
 def _grouped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -33,12 +36,15 @@ def _grouped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 @register("torch_eager", backend="torch", memory="quadratic", dtypes=("float64", "float32", "bfloat16", "float16"),
           devices=("cpu", "cuda"), causal=True, mask=True, gqa=True, grad=True, bias=True,
-          sinks=True, softcap=True, value_dim=True,
+          sinks=True, softcap=True, value_dim=True, kv_dtypes=FP8_DTYPES, kv_scales=("tensor", "head", "token"),
           description="PyTorch matmul + softmax, materialising the T x T matrix; autograd")
 def torch_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
                 mask: torch.Tensor | None = None, scale: float | None = None,
                 bias: torch.Tensor | None = None, sinks: torch.Tensor | None = None,
-                softcap: float | None = None) -> torch.Tensor:
+                softcap: float | None = None, k_scale: torch.Tensor | None = None,
+                v_scale: torch.Tensor | None = None) -> torch.Tensor:
+    if k_scale is not None:  # an FP8 cache: dequantized to q's dtype, as a model's eager code does
+        k, v = dequantized(k, k_scale, q.dtype), dequantized(v, v_scale, q.dtype)
     tq, d = q.shape[2], q.shape[3]
     tk = k.shape[2]
     scale = 1.0 / float(d) ** 0.5 if scale is None else float(scale)

@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 
 from harness import register
+from harness.case.dtypes import FP8_DTYPES
+from implementations._fp8 import dequantized
 
 if TYPE_CHECKING:
     from harness.case.attention import AttentionCase
@@ -145,9 +147,15 @@ def _sdpa_quirks(case: AttentionCase, backend_name: str | None) -> str | None:
 
 @register("torch_sdpa", backend="torch", memory="linear", dtypes=ALL_DTYPES, devices=("cpu", "cuda"),
           causal=True, mask=True, gqa=True, grad=True, bias=True, value_dim=True,
+          kv_dtypes=FP8_DTYPES, kv_scales=("tensor", "head", "token"),
           available=lambda case: _sdpa_quirks(case, None),
           description="F.scaled_dot_product_attention with PyTorch's own backend choice")
-def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+def torch_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, k_scale: torch.Tensor | None = None,
+               v_scale: torch.Tensor | None = None, **kwargs: Any) -> torch.Tensor:
+    """An FP8 cache is dequantized to q's dtype first (SDPA computes in one dtype): SDPA on the dequantized tensors,
+    what a serving stack without an FP8 kernel runs, and timed with the dequantization."""
+    if k_scale is not None:
+        k, v = dequantized(k, k_scale, q.dtype), dequantized(v, v_scale, q.dtype)
     return sdpa(q, k, v, **kwargs)
 
 

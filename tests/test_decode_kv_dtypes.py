@@ -61,9 +61,11 @@ def test_inputs_are_stored_in_the_cache_dtype_and_bytes_count_them() -> None:
 def test_only_implementations_declaring_the_cache_dtype_run_mixed_cases() -> None:
     case = AttentionCase(batch=2, heads=4, kv_heads=2, tq=1, tk=33, d=16, kv_dtype="bfloat16")
     decode = REGISTRY.get("tiled_decode")
-    assert decode.capabilities()["kv_dtypes"] == ["float32", "bfloat16", "float16"]
-    assert "kv_dtypes" not in REGISTRY.get("torch_sdpa").capabilities()
+    assert decode.capabilities()["kv_dtypes"] == ["float32", "bfloat16", "float16", "float8_e4m3fn", "float8_e5m2"]
+    assert REGISTRY.get("torch_sdpa").capabilities()["kv_dtypes"] == ["float8_e4m3fn", "float8_e5m2"]  # FP8 only
     assert REGISTRY.get("torch_sdpa").not_supported_reasons(case) == [
+        "a bfloat16 KV cache with float32 queries not supported (KV caches: float8_e4m3fn, float8_e5m2)"]
+    assert REGISTRY.get("numpy_naive").not_supported_reasons(case) == [
         "a bfloat16 KV cache with float32 queries not supported"]
     from implementations.tiled_decode import available
 

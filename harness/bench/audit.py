@@ -34,6 +34,7 @@ from harness.bench.fresh import fresh_for
 from harness.bench.guard import CLOCK, DEFAULT_INPUT_SETS, ENTROPY, SETS_BYTES, InputSet
 from harness.case.attention import AttentionCase
 from harness.reference.oracle import grouped_matmul, reference_attention, reference_rows, sample_rows
+from harness.reference.quantize import dequantize
 from harness.reference.tensors import TORCH_DTYPES, Inputs, _to_backend, backward_grads, make_inputs, to_float64
 from harness.reference.tolerance import GRAD_M, OUTPUT_M, baseline_attention, baseline_rows, floor_for
 from harness.results import CheckedCall
@@ -57,7 +58,8 @@ def set_count(case: AttentionCase, warm_cache: bool) -> int:
 def draw_sets(case: AttentionCase, count: int, backend: str) -> list[Inputs]:
     """``count`` input sets of the case: the first drawn (seed 0, as bench always drew), the others made
     from it by ``x -> (-1)^s x + s/4`` on q, k and v (the page pools alike, so paged and contiguous keys
-    agree), in the same memory layout: distinct storage and values at the cost of a copy, not a draw."""
+    agree), in the same memory layout: distinct storage and values at the cost of a copy, not a draw. An FP8
+    cache has no arithmetic in torch and takes ``(-1)^s x`` alone (its sign bit flipped), its scales as they are."""
     first = make_inputs(case, 0, backend, float64=False)  # the checks read the live arrays
     sets = [first]
     for s in range(1, count):
@@ -73,9 +75,13 @@ def draw_sets(case: AttentionCase, count: int, backend: str) -> list[Inputs]:
 
 
 def _variant(x: Any, s: int, backend: str, layout: str | None) -> Any:
-    """``(-1)^s x + s/4``, laid out as ``layout`` (None: contiguous, as page pools are)."""
+    """``(-1)^s x + s/4``, laid out as ``layout`` (None: contiguous, as page pools are); an FP8 array ``(-1)^s x``
+    (exact: the sign bit), a copy of its own."""
     t = x if isinstance(x, torch.Tensor) else torch.from_numpy(x)
-    y = t * (-1.0) ** s + s / 4.0
+    if t.dtype.is_floating_point and t.element_size() == 1:
+        y = t.contiguous().view(torch.uint8).bitwise_xor(0x80 * (s % 2)).view(t.dtype)
+    else:
+        y = t * (-1.0) ** s + s / 4.0
     if layout is not None:
         return _to_backend(y, backend, layout)
     return y if isinstance(x, torch.Tensor) else y.numpy()
@@ -200,6 +206,9 @@ def _inputs_of(k: Print, s: InputSet, case: AttentionCase) -> tuple[torch.Tensor
         return q, q, q
     k64 = redrawn["k"] if "k" in redrawn else to_float64(plain[1] if s.leaves else s.inputs.k)
     v64 = redrawn["v"] if "v" in redrawn else to_float64(plain[2] if s.leaves else s.inputs.v)
+    if s.inputs.k_scale is not None and case.kv_scales is not None:  # an FP8 cache: stored times scale (never redrawn)
+        k64 = dequantize(s.inputs.k.cpu(), s.inputs.k_scale.cpu(), case.kv_scales)
+        v64 = dequantize(s.inputs.v.cpu(), s.inputs.v_scale.cpu(), case.kv_scales)
     return q, k64, v64
 
 

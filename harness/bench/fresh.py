@@ -123,17 +123,23 @@ def _copy(x: Any) -> Any:
 
 def fresh_for(named: list[tuple[str, Any]], inputs: Any) -> Fresh | None:
     """The :class:`Fresh` of a set whose call receives ``named`` (q, k, v first): each of q, k, v that is the
-    case's plain array (not a page pool, which the oracle reads through the plain k and v), once when they
-    are one array (self-attention)."""
+    case's plain array (not a page pool, which the oracle reads through the plain k and v, nor an FP8 cache, to
+    which torch adds no noise: q's noise alone makes every call's answer new), once when they are one array
+    (self-attention)."""
     names, live, seen = [], [], set()
     plain = {"q": getattr(inputs, "q", None), "k": getattr(inputs, "k", None), "v": getattr(inputs, "v", None)}
     for name, x in named[:3]:
-        if id(x) in seen or plain.get(name) is None or not _same_array(x, plain[name]):
+        if id(x) in seen or plain.get(name) is None or not _same_array(x, plain[name]) or _fp8(x):
             continue
         seen.add(id(x))
         names.append(name)
         live.append(x)
     return Fresh(tuple(names), live) if names else None
+
+
+def _fp8(x: Any) -> bool:
+    """An array stored in a one-byte float type (an FP8 KV cache)."""
+    return isinstance(x, torch.Tensor) and x.dtype.is_floating_point and x.element_size() == 1
 
 
 def _same_array(x: Any, plain: Any) -> bool:

@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypedDict, TypeVar
 
 from harness.case.devices import DEVICES
 from harness.case.dtypes import DTYPES
+from harness.case.quantized import id_part, kv_cache_problems
 from harness.case.structures import Structure, oracle_kwargs, parts_of, structure_from_json
 from harness.case.structures.base import StructureKeywords
 from harness.errors import UsageError
@@ -44,9 +45,10 @@ and negative in others (scaled logits near +-1e5 in float32/float64/bfloat16; in
 past 65,504 before the scale): softmax is unchanged by the offset, a kernel that overflows, or starts its
 running max at a finite sentinel, is not (:func:`harness.reference.tensors.huge_logits`). tiny: q and k scaled by 2^-5,
 logits near 1e-3 (nearly uniform weights)."""
-TENSORS = ("q", "k", "v", "dout", "mask", "bias", "index")
+TENSORS = ("q", "k", "v", "dout", "mask", "bias", "index", "scale")
 """The arrays a case may lay out one by one (``AttentionCase.layouts``): q, k, v, the backward's upstream
-gradient, the mask, the bias, and the index arrays (cache lengths, block table, cumulative lengths)."""
+gradient, the mask, the bias, the index arrays (cache lengths, block table, cumulative lengths) and an FP8
+cache's scales."""
 LAYOUTS = ("contiguous", "transposed", "strided", "offset")
 """contiguous (B,H,T,d); a (B,T,H,d) buffer viewed transposed; every other column of a (B,H,T,2d) buffer;
 a contiguous view that starts inside its buffer (nonzero storage offset, as a packed QKV split by unbind)."""
@@ -63,6 +65,7 @@ _MASK_LEAD: dict[str, Callable[[int, int], tuple[int, int]]] = {
 _TUPLE_FIELDS: dict[str, Callable[[list[Any]], Any]] = {
     "window": tuple, "cache_seqlens": tuple, "varlen": lambda pairs: tuple(tuple(pair) for pair in pairs),
     "layouts": lambda pairs: tuple(tuple(pair) for pair in pairs),
+    "kv_scale_values": lambda pairs: tuple(tuple(s) if isinstance(s, list) else s for s in pairs),
     "extra_structures": lambda items: tuple(structure_from_json(item) for item in items),
 }
 """Fields a result file gives back as lists, and how to make them tuples again."""
@@ -129,6 +132,8 @@ class CaseFields(TypedDict, total=False):
     page_size: int | None
     aux_layout: str
     kv_dtype: str | None
+    kv_scales: str | None
+    kv_scale_values: tuple[tuple[float, ...], tuple[float, ...]] | None
     growth: bool
     sinks: bool
     softcap: float | None
@@ -192,7 +197,18 @@ class AttentionCase(CaseRecord):
     K and V are drawn, rounded and passed in this dtype, q (and the output) in ``dtype``. Forward-only. The
     rule's baseline computes with K and V converted to ``dtype``; the oracle reads the stored values (see
     docs/decode.md). Part of the id (``kv=bfloat16``, right after the dtype) and of result files only when
-    set; never equal to ``dtype`` (leave it unset), so each case has one id."""
+    set; never equal to ``dtype`` (leave it unset), so each case has one id. An FP8 type
+    (:data:`harness.case.dtypes.FP8_DTYPES`) stores the cache with float32 scales: ``kv_scales`` says how."""
+    kv_scales: str | None = field(default=None, metadata={"omit_empty": True})
+    """An FP8 cache's scale layout (:data:`harness.case.quantized.SCALE_LAYOUTS`: ``tensor``, ``head``, ``token``),
+    required with an FP8 ``kv_dtype`` and only with one: K and V arrive in FP8 with ``k_scale=``, ``v_scale=``,
+    and the oracle and the rule's baseline read the dequantized values (:mod:`harness.case.quantized`). Part of
+    the id (``kv=float8_e4m3fn/head``) and of result files only when set."""
+    kv_scale_values: tuple[tuple[float, ...], tuple[float, ...]] | None = field(
+        default=None, metadata={"omit_empty": True})
+    """Static FP8 scales, as a checkpoint's calibration gives them: (K's, V's), one each for ``tensor`` scales, one
+    per kv head for ``head`` scales; None: computed from the cache as it is written. A value past the FP8 range
+    saturates. Part of the id (``kv=float8_e4m3fn/tensor=0.02,0.05``, a digest when there are more) when set."""
     growth: bool = False
     """A point of the error-growth sweep (:mod:`harness.verify.growth`): its one check, ``error_growth``,
     records the error against the oracle at this T beside the same-dtype baseline's. Not part of the id."""
@@ -272,10 +288,7 @@ class AttentionCase(CaseRecord):
             yield "self-attention has q = k = v: no dv, no sinks"
         if not (self.scale is None or (math.isfinite(self.scale) and self.scale >= 0)):
             yield "scale must be a finite number >= 0"
-        if self.kv_dtype is not None and not (self.kv_dtype in DTYPES and self.kv_dtype != self.dtype):
-            yield f"kv_dtype {self.kv_dtype!r} must be one of {DTYPES} other than dtype (or unset)"
-        if self.kv_dtype is not None and (self.grad or self.self_attention):
-            yield "a KV cache in another dtype is forward-only, never self"
+        yield from kv_cache_problems(self)
 
     def _array_problems(self) -> Iterator[str]:
         """How the arrays are laid out and drawn, and the structure types carried beyond the built-ins."""
@@ -357,7 +370,7 @@ def _distinct_layout_pairs(layouts: tuple[tuple[str, str], ...]) -> bool:
 
 
 _ID_OPTIONS: tuple[tuple[str, Any, Callable[[AttentionCase], str]], ...] = (
-    ("kv_dtype", None, lambda c: f"kv={c.kv_dtype}"),
+    ("kv_dtype", None, id_part),
     ("device", "cpu", lambda c: c.device),
     ("causal", False, lambda c: "causal"),
 )

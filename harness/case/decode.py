@@ -39,12 +39,15 @@ def ragged_lengths(batch: int, tk: int, seed: int = 0, low: float = 0.25) -> tup
 
 def decode_fields(batch: int, heads: int, kv_heads: int, tk: int, tq: int = 1, d: int = 128, *,
                   ragged: bool = False, page_size: int | None = None, causal: bool = True,
-                  kv_dtype: str | None = None) -> CaseFields:
+                  kv_dtype: str | None = None, kv_scales: str | None = None) -> CaseFields:
     """The case fields of one decode step: Tq new queries at the end of each sequence (bottom-right causal),
-    the cache stored in ``kv_dtype`` when given (bf16/fp16 caches beside fp32 queries)."""
+    the cache stored in ``kv_dtype`` when given (bf16/fp16 caches beside fp32 queries; an FP8 one with scales
+    of the layout ``kv_scales``, :mod:`harness.case.quantized`)."""
     fields: CaseFields = {"batch": batch, "heads": heads, "kv_heads": kv_heads, "tq": tq, "tk": tk, "d": d}
     if kv_dtype is not None:
         fields["kv_dtype"] = kv_dtype
+    if kv_scales is not None:
+        fields["kv_scales"] = kv_scales
     if causal and tq > 1:  # one query sees every cached key anyway: the case stays plain
         fields.update({"causal": True, "causal_align": "bottom_right"})
     if ragged:

@@ -47,3 +47,19 @@ def gather_pages(pages: torch.Tensor, block_table: torch.Tensor, tk: int) -> tor
     b, per_seq = table.shape
     _, hkv, page, d = pages.shape
     return gathered.view(b, per_seq, hkv, page, d).transpose(1, 2).reshape(b, hkv, per_seq * page, d)[:, :, :tk]
+
+
+def page_rows(rows: torch.Tensor, block_table: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """Values kept per key, ``rows`` (B, Hkv, Tk) (an FP8 cache's per-token scales), laid out as the keys are in a
+    paged cache: a copy of ``pool`` (num_pages, Hkv, page_size) with page ``block_table[b, p]`` holding the values
+    of keys ``p * page_size ...`` of element b; the slots no key uses keep ``pool``'s values."""
+    b, hkv, tk = rows.shape
+    page, per_seq = pool.shape[2], block_table.shape[1]
+    table = torch.as_tensor(block_table).to(torch.long)
+    out = pool.clone()
+    padded = torch.cat([rows, rows.new_zeros(b, hkv, per_seq * page - tk)], dim=2) if per_seq * page > tk else rows
+    out[table.reshape(-1)] = padded.reshape(b, hkv, per_seq, page).transpose(1, 2).reshape(b * per_seq, hkv, page)
+    used = tk - (per_seq - 1) * page
+    last = table[:, -1]
+    out[last, :, used:] = pool[last, :, used:]
+    return out

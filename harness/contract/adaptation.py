@@ -151,16 +151,18 @@ def _causal_plan(conv: Conventions, causal: bool, masked: bool, tq: int, tk: int
 
 def _first_keys(tq: int, k: torch.Tensor, v: torch.Tensor, mask: Any, rest: dict[str, Any],
                 ) -> tuple[torch.Tensor, torch.Tensor, Any, dict[str, Any]]:
-    """k, v, the mask and a bias cut to the first Tq keys: top-left causal never reaches keys j >= Tq, and both
-    alignments agree on the rest."""
+    """k, v, the mask, a bias and an FP8 cache's per-token scales cut to the first Tq keys: top-left causal never
+    reaches keys j >= Tq, and both alignments agree on the rest."""
     import torch
 
     tk = k.shape[2]
     k, v = k[:, :, :tq], v[:, :, :tq]
     if mask is not None and mask.shape[-1] == tk:
         mask = mask[..., :tq]
-    if isinstance(rest.get("bias"), torch.Tensor) and rest["bias"].shape[-1] == tk:
-        rest = {**rest, "bias": rest["bias"][..., :tq]}
+    for name in ("bias", "k_scale", "v_scale"):  # a scale per key is (B, Hkv, Tk); per tensor or head: untouched
+        x = rest.get(name)
+        if isinstance(x, torch.Tensor) and (name == "bias" or x.dim() == 3) and x.shape[-1] == tk:
+            rest = {**rest, name: x[..., :tq]}
     return k, v, mask, rest
 
 

@@ -16,7 +16,8 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from harness.case.devices import DEVICES
-from harness.case.dtypes import DTYPES, NUMPY_DTYPES
+from harness.case.dtypes import DTYPES, FP8_DTYPES, KV_DTYPES, NUMPY_DTYPES
+from harness.case.quantized import SCALE_LAYOUTS
 from harness.case.structures import checked_structures, structure_reasons
 from harness.contract.conventions import CONTRACT, Conventions
 from harness.errors import PluginError
@@ -52,7 +53,11 @@ class Capabilities:
     dtypes: tuple[str, ...] = ("float32",)
     """The dtypes of q (and of K and V unless ``kv_dtypes`` says otherwise); NumPy has no bfloat16."""
     kv_dtypes: tuple[str, ...] = ()
-    """K/V cache dtypes taken beside any of ``dtypes`` for q (a case's ``kv_dtype``); empty: K and V in q's dtype."""
+    """K/V cache dtypes taken beside any of ``dtypes`` for q (a case's ``kv_dtype``); empty: K and V in q's dtype.
+    An FP8 type (float8_e4m3fn, float8_e5m2) needs ``kv_scales`` too: K and V then arrive in FP8 with their scales."""
+    kv_scales: tuple[str, ...] = ()
+    """The FP8 caches' scale layouts it takes (``tensor``, ``head``, ``token``: :mod:`harness.case.quantized`), passed as
+    ``k_scale=``, ``v_scale=`` (float32 tensors; the dequantized value is ``stored * scale``). Torch only."""
     devices: tuple[str, ...] = ("cpu",)
     """Where it runs: ``"cpu"``, ``"cuda"``; a numpy implementation runs on the CPU only."""
     causal: bool = False
@@ -121,6 +126,8 @@ class Capabilities:
             plain["conventions"] = self.conventions.describe()
         if self.kv_dtypes:
             plain["kv_dtypes"] = list(self.kv_dtypes)
+        if self.kv_scales:
+            plain["kv_scales"] = list(self.kv_scales)
         return plain
 
 
@@ -146,6 +153,7 @@ def _check(record: Capabilities) -> None:
     """Every field's own values, then the combinations a backend or a kind rules out."""
     _check_values(record)
     _check_backend(record)
+    _check_fp8(record)
     _check_kind(record)
 
 
@@ -155,7 +163,8 @@ def _check_values(record: Capabilities) -> None:
     if record.kind not in KINDS:
         raise CapabilityError(f"kind={record.kind!r}; choose one of {KINDS}")
     _strings(record, "dtypes", DTYPES, empty_ok=False)
-    _strings(record, "kv_dtypes", DTYPES, empty_ok=True)
+    _strings(record, "kv_dtypes", KV_DTYPES, empty_ok=True)
+    _strings(record, "kv_scales", tuple(SCALE_LAYOUTS), empty_ok=True)
     _strings(record, "devices", DEVICES, empty_ok=False)
     for name in FLAGS:
         if not isinstance(getattr(record, name), bool):
@@ -187,9 +196,23 @@ def _check_backend(record: Capabilities) -> None:
             raise CapabilityError("a numpy plugin runs on devices=('cpu',) only")
         if record.grad:
             raise CapabilityError("grad=True needs backend='torch' (autograd)")
+        if record.kv_scales or any(d in FP8_DTYPES for d in record.kv_dtypes):
+            raise CapabilityError("NumPy has no FP8 type: FP8 KV caches (kv_dtypes float8_*, kv_scales) are for "
+                                  "backend='torch' plugins")
     if not record.conventions.is_contract and record.backend != "torch":
         raise CapabilityError("conventions= are declared by torch kernels and modules (the adaptations are torch "
                               "operations)")
+
+
+def _check_fp8(record: Capabilities) -> None:
+    """An FP8 cache dtype and the layouts of its scales are declared together."""
+    fp8 = [d for d in record.kv_dtypes if d in FP8_DTYPES]
+    if fp8 and not record.kv_scales:
+        raise CapabilityError(f"kv_dtypes={record.kv_dtypes!r} declares FP8 caches ({', '.join(fp8)}): declare the scale "
+                              f"layouts taken too, kv_scales= some of {tuple(SCALE_LAYOUTS)}, and take k_scale=, v_scale=")
+    if record.kv_scales and not fp8:
+        raise CapabilityError(f"kv_scales={record.kv_scales!r} scale FP8 caches: declare kv_dtypes= with some of "
+                              f"{FP8_DTYPES} too (or leave kv_scales out)")
 
 
 def _check_kind(record: Capabilities) -> None:
@@ -211,7 +234,12 @@ _GAPS: tuple[tuple[_Check, _Check], ...] = (
      lambda caps, case: f"dtype {case.dtype} not supported (supports {', '.join(caps.dtypes)})"),
     (lambda caps, case: getattr(case, "kv_dtype", None) not in (None, case.dtype, *caps.kv_dtypes),
      lambda caps, case: f"a {case.kv_dtype} KV cache with {case.dtype} queries not supported"
-                        + (f" (KV caches: {', '.join(caps.kv_dtypes)})" if caps.kv_dtypes else "")),
+                        + (f" (KV caches: {', '.join(caps.kv_dtypes)})" if caps.kv_dtypes else "")
+                        + (" (an FP8 cache: declare kv_dtypes=, kv_scales= and take k_scale=, v_scale=)"
+                           if case.kv_dtype in FP8_DTYPES and not caps.kv_scales else "")),
+    (lambda caps, case: getattr(case, "kv_scales", None) not in (None, *caps.kv_scales) and bool(caps.kv_scales),
+     lambda caps, case: f"{case.kv_scales} scales of an FP8 KV cache not supported (kv_scales: "
+                        f"{', '.join(caps.kv_scales)})"),
     (lambda caps, case: case.device not in caps.devices,
      lambda caps, case: f"device {case.device} not supported (supports {', '.join(caps.devices)})"),
     (lambda caps, case: case.causal and not caps.causal, lambda caps, case: "causal masking not supported"),

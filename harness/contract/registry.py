@@ -80,6 +80,10 @@ class Implementation:
         return self.declared.kv_dtypes
 
     @property
+    def kv_scales(self) -> tuple[str, ...]:
+        return self.declared.kv_scales
+
+    @property
     def devices(self) -> tuple[str, ...]:
         return self.declared.devices
 
@@ -224,8 +228,9 @@ def register(
     memory: str | None = None, deterministic: bool = True,
     available: Check | None = None, description: str = "", prepare: bool = False,
     structures: Sequence[str] = (), on_request: bool = False,
-    kv_dtypes: Sequence[str] = (), sinks: bool = False, softcap: bool = False, value_dim: bool = False,
-    conventions: Conventions | None = None, block_q: Sequence[int] = (), block_k: Sequence[int] = (),
+    kv_dtypes: Sequence[str] = (), kv_scales: Sequence[str] = (), sinks: bool = False, softcap: bool = False,
+    value_dim: bool = False, conventions: Conventions | None = None, block_q: Sequence[int] = (),
+    block_k: Sequence[int] = (),
     **unknown: NoReturn,
 ) -> Callable[[F], F]:
     """Declare an attention kernel ``f(q, k, v, *, causal, mask, scale)``.
@@ -242,7 +247,8 @@ def register(
         key: value for key, value in dict(
             backend=backend, dtypes=dtypes, devices=devices, causal=causal, mask=mask, gqa=gqa, grad=grad,
             bias=bias, memory=memory, deterministic=deterministic, structures=structures, on_request=on_request,
-            kv_dtypes=kv_dtypes, sinks=sinks, softcap=softcap, value_dim=value_dim, conventions=conventions,
+            kv_dtypes=kv_dtypes, kv_scales=kv_scales, sinks=sinks, softcap=softcap, value_dim=value_dim,
+            conventions=conventions,
             block_q=block_q, block_k=block_k,
         ).items() if not _is_default(key, value)}
     keywords.update(unknown)

@@ -47,6 +47,8 @@ def _declared_keywords(capabilities: Capabilities) -> dict[str, tuple[str, str]]
             spelled = f"{field}=True" if field == "kv_cache" else f"{field}="
             parameters = ("past_key", "past_value") if field == "kv_cache" else (field,)
             adds.update({parameter: (f"{spelled} is declared", "") for parameter in parameters})
+    if capabilities.kv_scales:  # an FP8 cache's scales
+        adds.update({name: ("kv_scales= is declared", f"{name}=None") for name in ("k_scale", "v_scale")})
     if capabilities.kind == "module" and capabilities.gqa:  # a module splits its packed projection by its KV heads
         adds["kv_heads"] = ("gqa=True is declared", "")
     return adds

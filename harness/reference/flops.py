@@ -22,6 +22,7 @@ import numpy as np
 from harness.case.attention import AttentionCase
 from harness.case.decode import compulsory_keys
 from harness.case.dtypes import itemsize
+from harness.case.quantized import is_fp8, scale_count
 
 MODES = ("fwd", "bwd", "fwd+bwd")
 BWD_OVER_FWD = 2.5
@@ -87,7 +88,8 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     """Bytes a call must move at least: Q, K and V read once, O written once (only the cached keys some
     query may attend: a ragged cache's valid keys, a window's); a backward pass reads Q, K, V, O, dO and
     writes dQ, dK, dV; V, O and dO count with V's head dim (``dv``), sinks once. K and V count in the KV
-    cache's dtype when the case has one (``kv_dtype``).
+    cache's dtype when the case has one (``kv_dtype``); an FP8 cache adds its float32 scales (one each for K and V
+    per tensor, per kv head, or per key read and kv head: :func:`harness.case.quantized.scale_count`).
     The denominator of a cell's GB/s and the roofline's arithmetic intensity."""
     item = itemsize(case.dtype)
     if hasattr(case, "own_bytes"):  # a module case: its projections' weights and cache beside X and Y
@@ -100,7 +102,8 @@ def compulsory_bytes(case: AttentionCase, mode: str = "fwd") -> int:
     o = case.batch * case.heads * case.tq * _value_dim(case)  # O and dO have V's head dim
     kv = case.kv_heads * keys * (case.d + _value_dim(case))
     sinks = case.heads * item if getattr(case, "sinks", False) else 0  # one logit per head, read once
-    fwd = (q + o) * item + kv * kv_item + sinks
+    scales = 2 * 4 * scale_count(case, keys) if is_fp8(case) else 0  # K's and V's float32 scales, read once
+    fwd = (q + o) * item + kv * kv_item + sinks + scales
     if mode == "fwd":
         return fwd
     bwd = (2 * q + 2 * o + 2 * kv) * item + 2 * sinks  # Q, K, V, O, dO (and sinks) read; dQ, dK, dV (d sinks) written

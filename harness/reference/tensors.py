@@ -2,7 +2,8 @@
 
 Inputs are drawn on the CPU in float64 from a seeded generator, so every backend and
 device sees the same numbers; the float64 copies kept for the oracle are the
-*rounded* values, so the oracle answers the question the implementation was asked.
+*rounded* values, so the oracle answers the question the implementation was asked
+(an FP8 cache's: the stored values times their scales, :mod:`harness.reference.quantize`).
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import torch
 from harness.case.attention import AttentionCase
 from harness.case.dtypes import TABLE
 from harness.case.layouts import OFFSET, QKV_SWAP, in_layout, numpy_layout, torch_layout
+from harness.case.quantized import is_fp8
 from harness.case.structures import CAUSAL, dense_kwargs, folded_names, native_kwargs, structure_types
 from harness.case.structures.base import StructureKeywords
 from harness.reference.masks import make_mask
 from harness.reference.oracle import allowed_keys
+from harness.reference.quantize import FP8_TORCH, QuantizedCache, quantize_cache
 
 __all__ = ["GRAD_VIA", "OFFSET", "TORCH_DTYPES", "Inputs", "backward_grads", "dtype_name", "make_inputs", "to_float64"]
 
 TORCH_DTYPES: dict[str, torch.dtype] = {name: t.torch() for name, t in TABLE.items()}
-DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+STORAGE_DTYPES: dict[str, torch.dtype] = {**TORCH_DTYPES, **FP8_TORCH}
+"""Every type a KV cache may be stored in (the FP8 ones only there)."""
+DTYPE_NAMES = {v: k for k, v in STORAGE_DTYPES.items()}
 
 
 @dataclass
@@ -53,6 +58,15 @@ class Inputs:
     sinks: Any | None = None
     """A case with ``sinks``: the per-head sink logits (H,) in q's dtype, passed as ``sinks=``."""
     sinks64: torch.Tensor | None = None
+    k_scale: Any | None = None
+    """An FP8 cache (``kv_scales``): K's float32 scales as passed (``k_scale=``), of the layout's shape."""
+    v_scale: Any | None = None
+    k_scale_pages: Any | None = None
+    """A paged FP8 cache with per-token scales: K's scales laid out as its pages (num_pages, Hkv, page_size), passed
+    instead of ``k_scale`` to an implementation that takes the pages."""
+    v_scale_pages: Any | None = None
+    quantized: QuantizedCache | None = None
+    """An FP8 cache as stored, with its scales and its unquantised values (the quantisation check reads them)."""
 
     def arrays(self, structures: Iterable[str] = ()) -> tuple[Any, Any, Any]:
         """(q, k, v) as an implementation taking ``structures`` natively receives them: laid out by a declared
@@ -75,6 +89,8 @@ class Inputs:
         parts = case.structure_parts
         folded = folded_names(parts, native, case.causal)
         kwargs: dict[str, object] = {"causal": case.causal and CAUSAL not in folded, "mask": self.mask, "scale": case.scale}
+        if self.k_scale is not None:  # an FP8 cache's scales (a paged kernel's: as its pages, the paged structure's)
+            kwargs.update(k_scale=self.k_scale, v_scale=self.v_scale)
         dense = dense_kwargs(parts, folded)
         if dense is not None:
             kwargs["mask"] = self._dense(case, allowed_keys(case.tq, case.tk, causal=CAUSAL in folded, mask=None,
@@ -205,19 +221,31 @@ def huge_logits(q: torch.Tensor, k: torch.Tensor, case: AttentionCase, gen: torc
 
 def make_inputs(case: AttentionCase, seed: int, backend: str = "torch", float64: bool = True) -> Inputs:
     """Draw one trial of the case; ``backend`` is "torch" or "numpy" (arrays of that kind). The generator is read
-    in a fixed order (q, k, v, the mask, the structures, the sinks), so adding a later kind of input leaves every
-    earlier one as it was. ``float64=False`` leaves out the float64 copies of q, k and v (``q64``...: None), for a
-    caller that reads the live arrays instead (bench: a decode cache's copy is gigabytes)."""
+    in a fixed order (q, k, v, the mask, an FP8 cache's spread, the structures, the sinks), so adding a later kind of
+    input leaves every earlier one as it was. ``float64=False`` leaves out the float64 copies of q, k and v (``q64``...:
+    None) and an FP8 cache's unquantised values, for a caller that reads the live arrays instead (bench: a decode
+    cache's copy is gigabytes)."""
     gen = torch.Generator().manual_seed(seed)
     dtype = TORCH_DTYPES[case.dtype]
-    kv_dtype = TORCH_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
+    kv_dtype = STORAGE_DTYPES[case.kv_dtype or case.dtype]  # a KV cache may be stored in its own dtype
+    if backend != "torch" and is_fp8(case):
+        raise ValueError(f"{case.id}: NumPy has no FP8 type; an FP8 KV cache is passed as torch tensors only")
     q, k, v = _drawn_qkv(case, gen, kv_dtype)
     mask = make_mask(case, gen)
-    q, k, v = q.to(dtype), k.to(kv_dtype), v.to(kv_dtype)
+    quantized = quantize_cache(case, k, v, gen) if is_fp8(case) else None  # after the mask: other cases unchanged
+    q = q.to(dtype)
+    k, v = (quantized.k.stored, quantized.v.stored) if quantized is not None else (k.to(kv_dtype), v.to(kv_dtype))
     q64, k64, v64 = (x.to(torch.float64) for x in (q, k, v)) if float64 else (None, None, None)
+    if quantized is not None and float64:
+        k64, v64 = quantized.dequantized()
     qb, kb, vb, mb = _placed(case, q, k, v, mask, backend)
     bias, bias64 = _alibi(case, dtype, backend) if case.bias == "alibi" else (None, None)
     inputs = Inputs(qb, kb, vb, mb, q64, k64, v64, mask, bias, bias64)  # type: ignore[arg-type]  # None: float64=False
+    if quantized is not None:
+        if not float64:  # bench keeps no unquantised copy of a cache of gigabytes
+            quantized.k.exact = quantized.v.exact = None
+        inputs.quantized = quantized
+        inputs.k_scale, inputs.v_scale = (aux(x.scale.to(case.device), case, "scale") for x in (quantized.k, quantized.v))
     for part in case.structure_parts:  # drawn last: every other case's inputs stay as they were
         part.draw(inputs, case, k, v, gen, backend)
     if case.sinks:  # after everything else, for the same reason

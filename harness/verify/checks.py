@@ -113,7 +113,7 @@ def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = Non
          **extra: Any) -> Any:
     """One call of the implementation through its ``prepare`` (set-up included)."""
     q, k, v, kwargs = call_arguments(impl, case, inputs, q, k, v)
-    return impl.prepare(q, k, v, **kwargs, **extra)()
+    return impl.prepare(q, k, v, **{**kwargs, **extra})()  # ``extra`` may replace a keyword (an FP8 cache's scales)
 
 
 def watched_call(impl: Implementation, case: AttentionCase, inputs: Inputs) -> tuple[Any, str | None]:
@@ -241,7 +241,8 @@ def returned_problem(impl: Implementation, inputs: Inputs, out: Any, threads: fr
     (:mod:`harness.reference.integrity`, the checks bench applies to its timed calls too). A first call may
     start a thread pool that stays for later calls, so threads are checked from the second call on."""
     named = [("q", inputs.q), ("k", inputs.k), ("v", inputs.v), ("mask", inputs.mask), ("bias", inputs.bias),
-             ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages)]
+             ("k_pages", inputs.k_pages), ("v_pages", inputs.v_pages), ("k_scale", inputs.k_scale),
+             ("v_scale", inputs.v_scale)]
     first = impl.name not in _CALLED
     _CALLED.add(impl.name)
     return result_problem(out, named, impl.backend) or (None if first else thread_problem(threads))

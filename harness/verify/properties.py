@@ -147,7 +147,11 @@ def permutation(impl: Implementation, case: AttentionCase) -> CheckResult:
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(SEED_BASE + 1))
     index: Any = perm if impl.backend == "torch" else perm.numpy()
     kp, vp = inputs.k[:, :, index], inputs.v[:, :, index]
-    permuted = _out(impl, case, inputs, k=kp, v=vp)
+    scales: dict[str, Any] = {}
+    k_scale, v_scale = inputs.k_scale, inputs.v_scale
+    if case.kv_scales == "token" and k_scale is not None and v_scale is not None:  # they move with their keys
+        scales = {"k_scale": k_scale[:, :, index], "v_scale": v_scale[:, :, index]}
+    permuted = _out(impl, case, inputs, k=kp, v=vp, **scales)
     diff = _gap(permuted, out)
     return _verdict("property:permutation", diff, 2 * _tolerance(case, inputs),
                     "permuting the rows of K and V together changed the output")
@@ -167,10 +171,11 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> CheckResult:
     if worst > tol:
         return _verdict("property:convex_hull", worst, tol,
                         "an output element lies outside [min, max] of the V rows its query may attend to")
-    const = 0.75  # exact in every dtype
+    const = 0.75  # exact in every dtype, FP8 too
     v_const: Any = torch.full_like(inputs.v, const) if impl.backend == "torch" else np.full_like(inputs.v, const)
     inputs.v64 = torch.full_like(inputs.v64, const)
-    got = _out(impl, case, inputs, v=v_const)
+    ones: dict[str, Any] = {} if inputs.v_scale is None else {"v_scale": torch.ones_like(inputs.v_scale)}  # FP8: 0.75
+    got = _out(impl, case, inputs, v=v_const, **ones)
     oracle, base = oracle_and_base(case, inputs)
     bound = OUTPUT_M * _base_err(base, oracle) + floor_for(case.dtype, const, logit_max(case, inputs))
     return _verdict("property:convex_hull", float((got - oracle).abs().max()), bound,
@@ -220,19 +225,33 @@ def slices(impl: Implementation, case: AttentionCase) -> CheckResult:
         part = case.with_(batch=1)
         sub = Inputs(inputs.q[i:i + 1], inputs.k[i:i + 1], inputs.v[i:i + 1], _slice_mask(inputs.mask, 0, i, full),
                      inputs.q64, inputs.k64, inputs.v64, None, inputs.bias, None)
+        sub.k_scale, sub.v_scale = _sliced_scales(case, inputs, 0, i)
         alone = _out(impl, part, sub)
         worst, where = _gap(alone, out[i:i + 1]), f"batch element {i}"
     if case.heads > 1:
         h = case.heads - 1
         g = h // (case.heads // case.kv_heads)
-        part = case.with_(heads=1, kv_heads=1)
+        part = case.with_(heads=1, kv_heads=1, kv_scale_values=None)  # the scales come sliced from the inputs
         sub = Inputs(inputs.q[:, h:h + 1], inputs.k[:, g:g + 1], inputs.v[:, g:g + 1], _slice_mask(inputs.mask, 1, h, full),
                      inputs.q64, inputs.k64, inputs.v64, None, _slice_mask(inputs.bias, 1, h, full), None)
+        sub.k_scale, sub.v_scale = _sliced_scales(case, inputs, 1, g)
         alone = _out(impl, part, sub)
         diff = _gap(alone, out[:, h:h + 1])
         if diff > worst or diff != diff:
             worst, where = diff, f"query head {h} (kv head {g})"
     return _verdict("property:slices", worst, bound, f"{where} computed alone differs from its slice of the batch")
+
+
+def _sliced_scales(case: AttentionCase, inputs: Inputs, dim: int, index: int) -> tuple[Any, Any]:
+    """An FP8 cache's (k_scale, v_scale) for batch element (``dim`` 0) or kv head (``dim`` 1) ``index`` alone: a
+    per-tensor scale whole, a per-head one's entry (by head only), a per-token one's slice; (None, None) otherwise."""
+    k_scale, v_scale = inputs.k_scale, inputs.v_scale
+    if k_scale is None or v_scale is None:
+        return None, None
+    if case.kv_scales == "tensor" or (case.kv_scales == "head" and dim == 0):
+        return k_scale, v_scale
+    at = (slice(None),) * (dim if case.kv_scales == "token" else 0) + (slice(index, index + 1),)
+    return k_scale[at], v_scale[at]
 
 
 def block_sizes(impl: Implementation, case: AttentionCase) -> CheckResult:

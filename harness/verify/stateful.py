@@ -8,8 +8,8 @@ kernel whose reductions race gives different bits on identical inputs. One check
 1. call on inputs A; call again on the same, untouched buffers: the outputs must be bitwise
    equal (unless the implementation declared ``deterministic=False``; then both must pass
    the rule on their own);
-2. write inputs B into the *same* buffers in place (q, k, v and the mask), call a third
-   time: the output must pass the rule against the oracle of B;
+2. write inputs B into the *same* buffers in place (q, k, v, the mask, a paged cache's pages and an
+   FP8 cache's scales), call a third time: the output must pass the rule against the oracle of B;
 3. results stay valid: the first call's result, held by the caller all along, must not have changed
    (a kernel that hands back an internal buffer it reuses overwrites it on the next call), and no two
    results may share storage.
@@ -87,6 +87,8 @@ def stateful(impl: Implementation, case: AttentionCase) -> CheckResult:
     fresh = make_inputs(case, SEED_BASE + 202, impl.backend)
     same_buffers = (("q", "k", "v") if not case.self_attention else ("q",)) + (("mask",) if inputs.mask is not None else ())
     same_buffers += ("k_pages", "v_pages", "block_table") if inputs.k_pages is not None else ()
+    same_buffers += ("k_scale", "v_scale") if inputs.k_scale is not None else ()  # an FP8 cache's scales are new too
+    same_buffers += ("k_scale_pages", "v_scale_pages") if inputs.k_scale_pages is not None else ()
     for name in same_buffers:
         _write_in_place(getattr(inputs, name), getattr(fresh, name))
     for name in ("q64", "k64", "v64", "mask64"):

@@ -74,8 +74,10 @@ def T(dtypes: str = "primary", **fields: Any) -> Template:
         needs.add("cache_seqlens")
     if fields.get("page_size") is not None:
         needs.add("paged")
-    if fields.get("kv_dtype") is not None:
-        needs.add("kv_dtypes")
+    if fields.get("kv_dtype") is not None:  # the cache's own dtype, and an FP8 cache's scale layout
+        needs.add(f"kv_dtype:{fields['kv_dtype']}")
+    if fields.get("kv_scales") is not None:
+        needs.add(f"kv_scales:{fields['kv_scales']}")
     if fields.get("sinks"):
         needs.add("sinks")
     if fields.get("softcap") is not None:
@@ -192,7 +194,9 @@ def _decode(tiny: bool) -> list[Template]:
     """Decode steps against a KV cache (:mod:`harness.case.decode`): ragged lengths (one of 0, one shorter than
     Tq: rows with no key), GQA and MQA, Tq 1..16 at the end of each sequence, paged caches (a page size that
     does not divide Tk), KV caches stored in bf16/fp16 beside fp32 queries (``kv_dtype``, for implementations
-    that declare ``kv_dtypes``), and, beyond the tiny suite, a cache long enough to be split across pieces."""
+    that declare ``kv_dtypes``), FP8 caches with each scale layout (per-tensor with ragged lengths; per-head, in
+    every declared q dtype, with given static scales that some values exceed; per-token, plain and paged), and,
+    beyond the tiny suite, a cache long enough to be split across pieces."""
     tk = 61 if tiny else 203
     br: CaseFields = {"causal": True, "causal_align": "bottom_right"}
     cases = [
@@ -207,6 +211,15 @@ def _decode(tiny: bool) -> list[Template]:
         T(batch=2, heads=8, kv_heads=1, tq=4, tk=tk, d=40, cache_seqlens=(tk, 3), kv_dtype="float16", **br),
         T(batch=2, heads=4, kv_heads=2, tq=2, tk=tk, d=32, cache_seqlens=(tk - 1, 17), page_size=16,
           kv_dtype="bfloat16", **br),
+        # FP8 caches: K and V stored in FP8 with float32 scales (harness.case.quantized)
+        T(batch=3, heads=8, kv_heads=2, tq=1, tk=tk, d=64, cache_seqlens=(tk, 1, tk // 2), kv_dtype="float8_e4m3fn",
+          kv_scales="tensor"),
+        T("all", batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=32, kv_dtype="float8_e5m2", kv_scales="head"),
+        T(batch=2, heads=4, kv_heads=2, tq=1, tk=tk, d=32, kv_dtype="float8_e4m3fn", kv_scales="head",
+          kv_scale_values=((0.03, 0.02), (0.025, 0.035))),  # a checkpoint's static scales: some values saturate
+        T(batch=2, heads=8, kv_heads=2, tq=1, tk=tk, d=32, kv_dtype="float8_e4m3fn", kv_scales="token"),
+        T(batch=2, heads=4, kv_heads=2, tq=4, tk=tk, d=32, cache_seqlens=(tk - 1, 17), page_size=16,
+          kv_dtype="float8_e4m3fn", kv_scales="token", **br),
     ]
     if not tiny:
         cases.append(T(heads=16, kv_heads=1, tq=1, tk=1500, d=64))  # MQA, one long cache: split-KV at work
@@ -352,7 +365,7 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
             if getattr(impl, flag)}
     caps |= set(impl.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.mask else set())
-    caps |= {"kv_dtypes"} if impl.kv_dtypes else set()
+    caps |= {f"kv_dtype:{d}" for d in impl.kv_dtypes} | {f"kv_scales:{s}" for s in impl.kv_scales}
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):

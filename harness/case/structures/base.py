@@ -51,6 +51,8 @@ class CallArrays(Protocol):
 
     k_pages: Any
     block_table: Any
+    k_scale_pages: Any
+    v_scale_pages: Any
 
     def index_array(self, values: Sequence[int] | None, case: Any) -> Any:
         """Integers as the implementation's kind of index array (int32 tensor, int64 array); None stays None."""

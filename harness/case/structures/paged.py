@@ -53,6 +53,8 @@ class Paged(Structure):
         kwargs = {"block_table": arrays.block_table}
         if arrays.k_pages is not None and case.cache_seqlens is None:
             kwargs["cache_seqlens"] = arrays.index_array((case.tk,) * case.batch, case)
+        if arrays.k_pages is not None and arrays.k_scale_pages is not None:  # an FP8 cache's per-token scales
+            kwargs.update(k_scale=arrays.k_scale_pages, v_scale=arrays.v_scale_pages)
         return kwargs
 
     @classmethod
@@ -64,7 +66,7 @@ class Paged(Structure):
 
     def draw(self, inputs: Any, case: Any, k: Any, v: Any, generator: Any, backend: str) -> None:
         """The page pools and block table; the oracle's K and V become the pages gathered back through the table,
-        so it reads what a paged kernel reads."""
+        so it reads what a paged kernel reads (an FP8 cache's dequantized, its per-token scales paged as its keys)."""
         import numpy as np
         import torch
 
@@ -72,8 +74,16 @@ class Paged(Structure):
         from harness.case.paging import gather_pages, make_pages
 
         k_pages, v_pages, table = make_pages(k, v, self.page_size, generator)
-        inputs.k64 = gather_pages(k_pages.to(torch.float64), table, case.tk)
-        inputs.v64 = gather_pages(v_pages.to(torch.float64), table, case.tk)
+        k_scales = v_scales = None
+        if inputs.quantized is not None:  # an FP8 cache (torch only: NumPy has none)
+            inputs.k64, inputs.v64, k_scales, v_scales = inputs.quantized.paged(k_pages, v_pages, table, case.tk,
+                                                                                generator)
+        else:
+            inputs.k64 = gather_pages(k_pages.to(torch.float64), table, case.tk)
+            inputs.v64 = gather_pages(v_pages.to(torch.float64), table, case.tk)
+        if k_scales is not None and v_scales is not None:  # per-token scales, as the pages
+            inputs.k_scale_pages, inputs.v_scale_pages = (in_layout(x.to(case.device), case.layout_of("scale"))
+                                                          for x in (k_scales, v_scales))
         pools: list[Any]
         block_table: Any
         if backend == "torch":

@@ -238,7 +238,7 @@ class CellTimer:
         assert self.listener is not None
         with driving(self.listener, lambda: timing_pool.pid, work) as served:
             outcome = timing_pool.run(Task(cell.key, serve_task, args, end_leftovers=True))
-        if served["error"] is not None and outcome.status in (OK, ERROR):  # the parent's reason first: it stopped
+        if served["error"] is not None and (outcome.status == OK or outcome.status == ERROR and served["refused"]):
             worker = "" if outcome.status == OK else f" (the worker: {outcome.error})"
             outcome = Outcome(ERROR, error=f"the calls could not be served: {served['error']}{worker}",
                               seconds=outcome.seconds, leftovers=outcome.leftovers)

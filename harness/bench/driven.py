@@ -510,6 +510,8 @@ class Drive:
     def kept(self) -> list[Print]:
         """The calls to check, drawn now that the last has returned, and the first call with each problem."""
         chosen = fp.choose(len(self.prints), _ENTROPY) if self.done else []
+        if self.written is not None and self.prints and not any(p.problem == self.written for p in self.prints):
+            self.prints[0].problem = self.prints[0].problem or self.written  # a warm-up call wrote it: untimed, not allowed
         kept = [self.prints[i] for i in chosen]
         seen = {p.problem for p in kept}
         for p in self.prints:
@@ -538,7 +540,7 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
             ) -> Iterator[dict[str, Any]]:
     """Run ``work`` (the parent's side of a task's calls) in a thread while the caller waits for the task's answer;
     the thread's error, if any, in the yielded dict under "error". The worker is always left running."""
-    outcome: dict[str, Any] = {"error": None, "served": False, "answered": False}
+    outcome: dict[str, Any] = {"error": None, "refused": False, "served": False, "answered": False}
 
     def run() -> None:
         conn = listener.accept(worker_pid, lambda: bool(outcome["answered"]))
@@ -551,8 +553,10 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
             outcome["served"] = True
             worker.resume()
             conn.send(END + (b"1" if final else b"0"))
-        except Exception as exc:  # noqa: BLE001 - the parent's account of a broken protocol is the cell's error
-            outcome["error"] = f"{type(exc).__name__}: {exc}"
+        except (EOFError, OSError) as exc:  # the worker went away or failed: its own outcome says why
+            outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", False
+        except Exception as exc:  # noqa: BLE001 - the parent refused what the worker sent: the cell's error
+            outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", True
         finally:
             worker.resume()
             with contextlib.suppress(OSError):

@@ -68,7 +68,6 @@ def serve_task(name: str, source: str, case: dict[str, object], mode: str, confi
     used = pin_threads(threads)
     started = guard.CLOCK()
     open_cell = _SERVED.get(key) if key is not None else None
-    setup_s = 0.0
     if open_cell is None:
         impl = _implementation(name, source)
         attention_case = AttentionCase.from_dict(case)
@@ -78,11 +77,11 @@ def serve_task(name: str, source: str, case: dict[str, object], mode: str, confi
         shared: list[driven.SharedInputs] = []
         sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift, shared)
                 for seed, inputs in enumerate(drawn)]
-        open_cell = [driven.Server([s.call for s in sets], shared), sets, impl.backend, None]
         setup_s = guard.CLOCK() - started
+        open_cell = [driven.Server([s.call for s in sets], shared), sets, impl.backend, None, setup_s]
         if key is not None:
             _SERVED[key] = open_cell
-    server, sets, backend, _ = open_cell
+    server, sets, backend, _, setup_s = open_cell
     try:
         with driven.connect(driver) as sock:
             server.hello(sock)

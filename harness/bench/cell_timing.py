@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.bench.driven import Drive, Listener, ParentSet, Tree, driving, measured_by_parent
+from harness.bench.driven import Drive, Listener, ParentSet, driving
 from harness.bench.rounds import (
     MAX_ROUNDS,
     Probe,
@@ -44,6 +44,7 @@ from harness.bench.timekeeper import Stamp, Timekeeper, null_and_calls
 from harness.bench.verdicts import Timed
 from harness.results import Rounds, Stamped
 from harness.runtime.isolation import ERROR, OK, Outcome, Task, WorkerPool
+from harness.runtime.process_tree import Tree
 
 Pools = Callable[[str], tuple[WorkerPool, WorkerPool]]
 """An implementation's (timing, memory) workers, by its name: its own, kept for the run."""
@@ -324,3 +325,33 @@ def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
     record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
                      latency_s=statistics.median(state.latency) if state.latency else None)
     return replace(timed, integrity=replace(timed.integrity, stamps=record))
+
+
+def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
+    """The cell's :class:`~harness.bench.verdicts.Timed` as the parent measured it: the samples on its clock, the
+    calls it drew checked against float64 on the values it wrote (:func:`harness.bench.audit.check_kept`), and what
+    the worker said of the inputs that are not redrawn (a second opinion, as it comes from the plugin's process)."""
+    from harness.bench import audit
+    from harness.bench.guard import InputSet
+    from harness.results import Integrity
+
+    kept = drive.kept()
+    sets = [InputSet(call=_never, named=s.named, inputs=s.inputs, fresh=s.fresh) for s in drive.sets]
+    outputs = audit.check_kept(kept, sets, case, mode)
+    worker = served.integrity.kept_problems if served is not None and served.integrity is not None else ()
+    problems = tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in kept if k.problem)
+    problems += tuple(worker or ()) + ((drive.problem,) if drive.problem else ())
+    samples = drive.samples
+    integrity = Integrity(
+        input_sets=len(drive.sets), shifted=any(s.fresh is not None for s in drive.sets), untyped=tuple(drive.untyped),
+        kept_problems=problems, output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
+        stamps=Stamped(calls=len(samples), clock=drive.clock, median_s=statistics.median(samples) if samples else None,
+                       total_s=sum(samples), latency_s=statistics.median(drive.nulls) if drive.nulls else None),
+    )
+    return Timed(samples_s=tuple(samples), threads=getattr(served, "threads", None),
+                 setup_s=getattr(served, "setup_s", None), integrity=integrity, profile=getattr(served, "profile", None),
+                 round_sizes=tuple(drive.round_sizes) if drive.rounds > 1 else None)
+
+
+def _never() -> Any:
+    raise RuntimeError("the parent never runs an implementation's call")

@@ -39,7 +39,6 @@ import mmap
 import os
 import random
 import socket
-import statistics
 import struct
 import tempfile
 import threading
@@ -166,6 +165,7 @@ class Server:
         self.calls, self.shared = calls, shared
         self.out_maps: list[mmap.mmap] = []
         self.out_views: list[Any] = []
+        self.layouts: list[dict[str, Any] | None] = []
         self.last: tuple[Any, ...] | None = None
         self.announced = False
 
@@ -184,42 +184,46 @@ class Server:
         self.announced = True
 
     def _publish(self, sock: socket.socket, parts: tuple[Any, ...]) -> None:
-        exact = all(p is None or type(p) in (torch.Tensor, np.ndarray) for p in parts)
-        if not exact:
+        """The call's output copied into shared memory (new segments first when its layout changed), then "done"."""
+        if not all(p is None or type(p) in (torch.Tensor, np.ndarray) for p in parts):
             sock.send(UNTYPED)
             return
-        described = [None if p is None else _describe(p) for p in parts]
-        same = len(parts) == len(self.out_views) and all(
-            (p is None and v is None) or (p is not None and v is not None and tuple(p.shape) == tuple(v.shape)
-                                          and p.dtype == v.dtype) for p, v in zip(parts, self.out_views))
-        fds: list[int] = []
-        if not same:  # a new output layout: new segments, contiguous
-            self.out_maps, self.out_views, layouts = [], [], []
-            for p, d in zip(parts, described):
-                if p is None:
-                    self.out_views.append(None)
-                    layouts.append(None)
-                    continue
-                nbytes = p.nbytes if isinstance(p, np.ndarray) else p.numel() * p.element_size()
-                fd, buf = _memfd(nbytes)
-                fds.append(fd)
-                self.out_maps.append(buf)
-                if isinstance(p, np.ndarray):
-                    strides = [p.dtype.itemsize * n for n in _contiguous(p.shape)]
-                else:
-                    strides = _contiguous(p.shape)
-                view = _typed(buf, d["kind"], d["dtype"], d["shape"], strides, 0)
-                self.out_views.append(view)
-                layouts.append({**d, "strides": strides, "offset": 0})
+        fds = [] if self._same_layout(parts) else self._lay_out(parts)
         for p, view in zip(parts, self.out_views):
             if p is not None:
                 np.copyto(_numpy(view), _numpy(p))
         if fds:
-            socket.send_fds(sock, [LAID_OUT + json.dumps(layouts).encode()], fds)
+            socket.send_fds(sock, [LAID_OUT + json.dumps(self.layouts).encode()], fds)
             for fd in fds:
                 os.close(fd)
         else:
             sock.send(DONE)
+
+    def _same_layout(self, parts: tuple[Any, ...]) -> bool:
+        return len(parts) == len(self.out_views) and all(
+            (p is None) == (v is None) and (p is None or (tuple(p.shape) == tuple(v.shape) and p.dtype == v.dtype))
+            for p, v in zip(parts, self.out_views))
+
+    def _lay_out(self, parts: tuple[Any, ...]) -> list[int]:
+        """New contiguous shared segments for an output shaped as ``parts``; their descriptors, to send."""
+        self.out_maps, self.out_views, self.layouts = [], [], []
+        fds = []
+        for p in parts:
+            if p is None:
+                self.out_views.append(None)
+                self.layouts.append(None)
+                continue
+            described = _describe(p)
+            nbytes = p.nbytes if isinstance(p, np.ndarray) else p.numel() * p.element_size()
+            fd, buf = _memfd(nbytes)
+            fds.append(fd)
+            self.out_maps.append(buf)
+            strides = _contiguous(p.shape)
+            if isinstance(p, np.ndarray):
+                strides = [p.dtype.itemsize * n for n in strides]
+            self.out_views.append(_typed(buf, described["kind"], described["dtype"], described["shape"], strides, 0))
+            self.layouts.append({**described, "strides": strides, "offset": 0})
+        return fds
 
     def serve(self, sock: socket.socket, profile: Callable[[Callable[[], Any]], Any] | None) -> tuple[Any, bool]:
         """Calls as the parent asks for them, until it says end: (the profile of a profiled call, whether the
@@ -253,7 +257,8 @@ def _numpy(x: Any) -> np.ndarray:
     if isinstance(x, np.ndarray):
         return x
     x = x.detach()
-    return (x.view(torch.int16) if x.dtype == torch.bfloat16 else x).numpy()
+    array: np.ndarray = (x.view(torch.int16) if x.dtype == torch.bfloat16 else x).numpy()
+    return array
 
 
 def _kept_call(call: Callable[[], Any], holder: list[Any]) -> Any:
@@ -569,35 +574,3 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
     finally:
         outcome["answered"] = True
         thread.join(timeout=ACCEPT_WAIT_S)
-
-
-
-def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
-    """The cell's :class:`~harness.bench.verdicts.Timed` as the parent measured it: the samples on its clock, the
-    calls it drew checked against float64 on the values it wrote (:func:`harness.bench.audit.check_kept`), and what
-    the worker said of the inputs that are not redrawn (a second opinion, as it comes from the plugin's process)."""
-    from harness.bench import audit
-    from harness.bench.guard import InputSet
-    from harness.bench.verdicts import Timed
-    from harness.results import Integrity, Stamped
-
-    kept = drive.kept()
-    sets = [InputSet(call=_never, named=s.named, inputs=s.inputs, fresh=s.fresh) for s in drive.sets]
-    outputs = audit.check_kept(kept, sets, case, mode)
-    worker = served.integrity.kept_problems if served is not None and served.integrity is not None else ()
-    problems = tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in kept if k.problem)
-    problems += tuple(worker or ()) + ((drive.problem,) if drive.problem else ())
-    samples = drive.samples
-    integrity = Integrity(
-        input_sets=len(drive.sets), shifted=any(s.fresh is not None for s in drive.sets), untyped=tuple(drive.untyped),
-        kept_problems=problems, output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
-        stamps=Stamped(calls=len(samples), clock=drive.clock, median_s=statistics.median(samples) if samples else None,
-                       total_s=sum(samples), latency_s=statistics.median(drive.nulls) if drive.nulls else None),
-    )
-    return Timed(samples_s=tuple(samples), threads=getattr(served, "threads", None),
-                 setup_s=getattr(served, "setup_s", None), integrity=integrity, profile=getattr(served, "profile", None),
-                 round_sizes=tuple(drive.round_sizes) if drive.rounds > 1 else None)
-
-
-def _never() -> Any:
-    raise RuntimeError("the parent never runs an implementation's call")

@@ -374,7 +374,7 @@ class _Worker:
     def hold(self) -> None:
         """Stop the worker's whole tree until :meth:`resume` (or its end)."""
         if self.process.pid is not None and self.process.is_alive():
-            self.tree = Tree(self.process.pid)
+            self.tree: Tree | None = Tree(self.process.pid)
             with contextlib.suppress(RuntimeError):
                 self.tree.stop()
 

@@ -87,44 +87,50 @@ def _variant(x: Any, s: int, backend: str, layout: str | None) -> Any:
     return y if isinstance(x, torch.Tensor) else y.numpy()
 
 
+_INDEX = {"q": 0, "k": 1, "v": 2}
+
+
 def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: int, shift: bool,
               shared: list[SharedInputs] | None = None) -> InputSet:
     """The call prepared on ``inputs`` (set-up here, never timed).
 
     fwd: the implementation's prepared closure. bwd: the forward runs once here and the call computes
     the input gradients from its retained graph (q cannot change under it: not shifted). fwd+bwd: both.
-    With ``shared`` (a forward the parent drives, :mod:`harness.bench.driven`), the arrays redrawn before
+    With ``shared`` (a cell whose calls the parent drives, :mod:`harness.bench.driven`), the arrays redrawn before
     every call are copied into shared memory before the implementation's set-up sees them, and the record of
-    those copies is appended to ``shared``: the parent writes each call's values there.
+    those copies is appended to ``shared``: the parent writes each call's values there (the set redraws nothing
+    itself).
     """
     kwargs = inputs.kwargs(case, impl.structures)
     arrays = inputs.arrays(impl.structures)
     named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2]), *((k, v) for k, v in kwargs.items()
                                                                       if hasattr(v, "shape"))]
-    if mode == "fwd" and shared is not None:
+    shared_names: tuple[str, ...] = ()
+    if shared is not None:
         fresh = fresh_for(named, inputs) if shift else None
         laid, record = share_arrays(list(arrays), fresh.names if fresh is not None else ())
         shared.append(record)
-        named = [("q", laid[0]), ("k", laid[1]), ("v", laid[2]), *named[3:]]
-        built = InputSet(impl.prepare(*laid, **kwargs), named, inputs, None)
-        built.redrawn = tuple(laid[{"q": 0, "k": 1, "v": 2}[n]] for n in record.names)
-        return _printed(built)
+        arrays, shared_names, shift = (laid[0], laid[1], laid[2]), record.names, False
+        named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2]), *named[3:]]
     if mode == "fwd":
         fresh = fresh_for(named, inputs) if shift else None
-        return _printed(InputSet(impl.prepare(*arrays, **kwargs), named, inputs, fresh))
+        built = InputSet(impl.prepare(*arrays, **kwargs), named, inputs, fresh)
+        built.redrawn = tuple(arrays[_INDEX[n]] for n in shared_names)
+        return _printed(built)
     q, k, v = (x.detach().requires_grad_(True) for x in arrays)
     forward = impl.prepare(q, k, v, **kwargs)
     gen = torch.Generator().manual_seed(seed + 1)
     out = forward()
     grad_out = torch.randn(out.shape, generator=gen, dtype=torch.float32).to(out.dtype).to(out.device)
     named = [("q", q), ("k", k), ("v", v), ("grad_out", grad_out), *named[3:]]
+    redrawn = tuple((q, k, v)[_INDEX[n]] for n in shared_names)
     if mode == "bwd":
         return _printed(InputSet(lambda: backward_grads(out, (q, k, v), grad_out, retain_graph=True), named,
-                                 inputs, leaves=(q, k, v), grad_out=grad_out))
+                                 inputs, leaves=(q, k, v), grad_out=grad_out, redrawn=redrawn))
     if mode == "fwd+bwd":
         fresh = fresh_for(named, inputs) if shift else None
         return _printed(InputSet(lambda: backward_grads(forward(), (q, k, v), grad_out), named, inputs, fresh,
-                                 leaves=(q, k, v), grad_out=grad_out))
+                                 leaves=(q, k, v), grad_out=grad_out, redrawn=redrawn))
     raise ValueError(f"unknown mode {mode!r}")
 
 

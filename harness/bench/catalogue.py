@@ -1,8 +1,8 @@
 """The plugins a bench times, as the parent knows them: records read in a worker, never imported here.
 
-A plugin's import runs its code, and the bench's parent is where every verdict is reached and the
-timekeeper stamps every timed call (:mod:`harness.bench.timekeeper`): a plugin imported there could
-slow that clock or rewrite the judge. So the parent asks a worker (spawned, and discarded afterwards)
+A plugin's import runs its code, and the bench's parent is where every verdict is reached and every
+timed call is clocked (:mod:`harness.bench.driven`): a plugin imported there could slow that clock or
+rewrite the judge. So the parent asks a worker (spawned, and discarded afterwards)
 to load the registry and send back each implementation's declaration as plain data: its name, source,
 kind, backend, description and declared capabilities, with the callables replaced by harness
 functions that refuse to run (:func:`not_here`). What the parent does with a record, reading

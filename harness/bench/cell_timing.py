@@ -1,9 +1,9 @@
 """The parent's side of timing a cell: its tasks submitted to the implementation's workers, its outcomes kept.
 
 A cell is timed alone (one timing task, then its memory task) or, on a CPU with the checks on, in shuffled
-rounds with the other implementations of its case and the roof probe (:mod:`harness.bench.rounds`). Either
-way the parent stamps each timed call on its own clock (:mod:`harness.bench.timekeeper`) and comes back with
-a :class:`Measured` record per cell: the outcomes as the workers sent them and what the parent saw, before
+rounds with the other implementations of its case and the roof probe (:mod:`harness.bench.rounds`). A CPU
+kernel cell's calls are driven by the parent (:mod:`harness.bench.driven`): its clock, its inputs, its checks.
+Either way it comes back with a :class:`Measured` record per cell: the outcomes as the workers sent them and what the parent saw, before
 any verdict (:mod:`harness.bench.judging` gives that). Kept apart from the runner so that how a cell is timed
 reads on its own, and the runner as a pipeline: admit, time, judge, write.
 """
@@ -13,8 +13,10 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 from harness.bench.driven import Drive, Listener, ParentSet, driving
 from harness.bench.rounds import (
@@ -25,7 +27,6 @@ from harness.bench.rounds import (
     roof_probe_task,
     round_medians,
     round_order,
-    round_task,
     rounds_for,
     rounds_record,
 )
@@ -40,8 +41,8 @@ from harness.bench.tasks import (
     traced_memory_task,
     warm_up_task,
 )
-from harness.bench.timekeeper import Stamp, Timekeeper, null_and_calls
 from harness.bench.verdicts import Timed
+from harness.reference.tensors import TORCH_DTYPES
 from harness.results import Rounds, Stamped
 from harness.runtime.isolation import ERROR, OK, Outcome, Task, WorkerPool
 from harness.runtime.process_tree import Tree
@@ -82,30 +83,16 @@ class _Contender:
     final: Outcome | None = None
     leftovers: tuple[str, ...] = ()
     """Processes its rounds left running (killed after each round): a violation, as for a cell timed alone."""
-    spans: list[float] = field(default_factory=list)
-    """The parent's stamps of its timed calls (:mod:`harness.bench.timekeeper`), latency taken off."""
-    witness: list[float] = field(default_factory=list)
-    """On the CPU clock, the calling thread's CPU over each call as the parent read it: what the worker's own
-    samples are held against (other threads, a spinning pool among them, never inflate it)."""
-    latency: list[float] = field(default_factory=list)
     drive: Drive | None = None
     """The parent's side of a cell whose calls it drives (:mod:`harness.bench.driven`)."""
 
-    def take(self, stamps: list[Stamp], clock: str) -> None:
-        """Fold one task's stamps in: its calls' spans on ``clock`` and, on the CPU clock, the calling thread's."""
-        latency, spans = null_and_calls(stamps, clock)
-        if clock == "cpu":
-            self.witness += null_and_calls(stamps, "caller")[1]
-        self.spans += spans
-        self.latency.append(latency)
-
 
 class CellTimer:
-    """Times planned cells in their implementations' workers; ``keeper`` stamps each timed call."""
+    """Times planned cells in their implementations' workers; the parent drives the calls of CPU kernel cells."""
 
     def __init__(self, settings: BenchSettings, sources: Mapping[str, str], backends: Mapping[str, str],
-                 keeper: Timekeeper, listener: Listener | None = None, declared: Mapping[str, Any] | None = None) -> None:
-        self.settings, self.sources, self.backends, self.keeper = settings, sources, backends, keeper
+                 listener: Listener | None = None, declared: Mapping[str, Any] | None = None) -> None:
+        self.settings, self.sources, self.backends = settings, sources, backends
         self.listener, self.declared = listener, declared or {}
         self._warmed: dict[int, int] = {}
         """id(timing pool) -> :attr:`WorkerPool.starts` when its worker was warmed up (:meth:`warm_up`)."""
@@ -149,18 +136,9 @@ class CellTimer:
             outcome = self._serve(cell, drive, timing_pool, None, None)
             mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
             return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
-        stamped = cell.case.device == "cpu" and cell.case.kind == "kernel" and settings.timing.checks
-        # a module's calls run on the module cells' own loop, unstamped
-        ticket = self.keeper.ticket_for(self._clock(cell.case.device)) if stamped else None
-        if stamped:
-            self.keeper.clear()  # nothing left over from another task
-        outcome = timing_pool.run(Task(cell.key, timing_task, args + (settings.timing, settings.threads, ticket),
+        # a module's calls run on the module cells' own loop; a CUDA cell's on its events; checks off: plain calls
+        outcome = timing_pool.run(Task(cell.key, timing_task, args + (settings.timing, settings.threads),
                                        end_leftovers=True))
-        if stamped and outcome.status == OK and isinstance(outcome.value, Timed):
-            clock = self._clock(cell.case.device)
-            contender = _Contender(cell, predicted_s)
-            contender.take(self.keeper.take(), clock)
-            outcome.value = _stamped(outcome.value, contender, clock)
         mem = self._memory(cell, timing_pool, memory_pool) if outcome.status == OK else None
         return Measured(cell, outcome, mem, predicted_s, time.perf_counter() - started)
 
@@ -204,7 +182,7 @@ class CellTimer:
     def _driven(self, cell: PlannedCell) -> bool:
         """A CPU kernel forward with the checks on: the parent drives its calls (:mod:`harness.bench.driven`)."""
         return (self.listener is not None and cell.case.device == "cpu" and cell.case.kind == "kernel"
-                and cell.mode == "fwd" and self.settings.timing.checks and cell.implementation in self.declared)
+                and self.settings.timing.checks and cell.implementation in self.declared)
 
     def _drive_for(self, cell: PlannedCell, rounds: int) -> Drive:
         """The parent's side of a cell: its own draw of the cell's input sets (the worker draws the same), the
@@ -213,14 +191,21 @@ class CellTimer:
         from harness.bench.fresh import fresh_for
 
         impl, case, timing = self.declared[cell.implementation], cell.case, self.settings.timing
-        shift = not getattr(impl, "set_up", False) and not timing.warm_cache
+        shift = not getattr(impl, "set_up", False) and not timing.warm_cache and cell.mode != "bwd"
         with audit.one_thread():
             drawn = audit.draw_sets(case, audit.set_count(case, timing.warm_cache), impl.backend)
         sets = []
-        for inputs in drawn:
+        for index, inputs in enumerate(drawn):
             arrays = inputs.arrays(impl.structures)
             named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2])]
-            sets.append(ParentSet(inputs, fresh_for(named, inputs) if shift else None, named))
+            parent = ParentSet(inputs, fresh_for(named, inputs) if shift else None, named)
+            if cell.mode != "fwd":  # the upstream gradient the worker draws for the set: the same seed, the same draw
+                q, v = arrays[0], arrays[2]
+                parent.leaves = (q, arrays[1], v)
+                gen = torch.Generator().manual_seed(index + 1)
+                parent.grad_out = torch.randn((*q.shape[:-1], v.shape[-1]), generator=gen,
+                                              dtype=torch.float32).to(TORCH_DTYPES[case.dtype])
+            sets.append(parent)
         return Drive(sets, timing, self._clock(case.device), profile=impl.backend == "torch", rounds=rounds)
 
     def _serve(self, cell: PlannedCell, drive: Drive, timing_pool: WorkerPool, key: str | None,
@@ -254,44 +239,25 @@ class CellTimer:
         """One contender's turn in a round of ``first``'s case: ``at`` is (its position in the round, the round's
         index, the rounds in all); its outcome is folded into its state."""
         settings, (position, index, total) = self.settings, at
-        name, clock = state.cell.implementation, self._clock(first.case.device)
-        key = f"{first.case.id}/{first.mode}/{name}"
-        if self._driven(state.cell):
-            if state.drive is None:
-                state.drive = self._drive_for(state.cell, settings.timing.rounds)
-            outcome = self._serve(state.cell, state.drive, timing_pool, key, None if index == 0 else total)
-            state.seconds += outcome.seconds
-            state.leftovers += outcome.leftovers
-            state.positions.append(position)
-            if outcome.status != OK:
-                state.failed = outcome
-            elif state.drive.done:
-                state.final = outcome
-            elif index == 0 and state.drive.samples:
-                first_calls.append(min(state.drive.samples))
-            return
-        args = (key, name, self.sources[name], first.case.to_dict(), first.mode, settings.timing,
-                settings.threads, None if index == 0 else total, self.keeper.ticket_for(clock))
-        self.keeper.clear()  # nothing left over from another task
-        outcome = timing_pool.run(Task(state.cell.key, round_task, args, end_leftovers=True))
-        if outcome.status == OK:
-            state.take(self.keeper.take(), clock)
+        key = f"{first.case.id}/{first.mode}/{state.cell.implementation}"
+        if state.drive is None:
+            state.drive = self._drive_for(state.cell, settings.timing.rounds)
+        outcome = self._serve(state.cell, state.drive, timing_pool, key, None if index == 0 else total)
         state.seconds += outcome.seconds
         state.leftovers += outcome.leftovers
         state.positions.append(position)
         if outcome.status != OK:
             state.failed = outcome
-        elif outcome.value.integrity is not None:  # the last round: every sample and the checks
+        elif state.drive.done:
             state.final = outcome
-        elif index == 0 and outcome.value.samples_s:
-            first_calls.append(min(outcome.value.samples_s))
+        elif index == 0 and state.drive.samples:
+            first_calls.append(min(state.drive.samples))
 
     def _rounds_measured(self, states: dict[str, _Contender], probe: Probe, reference: str | None,
                          pools_of: Pools) -> list[Measured]:
         """Each contender's :class:`Measured`: its last round's outcome with the parent's stamps, its memory, and
         its rounds record (its medians against the reference's, the roofs the probe read)."""
-        stamped = {n: _stamped(s.final.value, s, self._clock(s.cell.case.device)) for n, s in states.items()
-                   if s.failed is None and s.final is not None}
+        stamped = {n: s.final.value for n, s in states.items() if s.failed is None and s.final is not None}
         medians = {n: round_medians(t.samples_s, t.round_sizes or ()) for n, t in stamped.items()}
         out = []
         for name, state in states.items():
@@ -311,22 +277,6 @@ class CellTimer:
         return out
 
 
-def _stamped(timed: Timed, state: _Contender, clock: str = "wall") -> Timed:
-    """``timed`` with the parent's stamps of its calls (on ``clock``) in its integrity record. On the CPU clock the
-    witness the worker's samples are held against is its calling thread's CPU as the parent read it: the process's
-    CPU would count a pool spinning while the worker waited for the parent's reading (:mod:`harness.bench.verdicts`)."""
-    if timed.integrity is None or state.drive is not None:  # a driven cell: the parent's clock is its samples
-        return timed
-    spans, samples = state.spans, list(timed.samples_s)
-    if clock == "cpu" and state.witness and len(state.witness) == len(samples):
-        record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(state.witness),
-                         total_s=sum(state.witness), latency_s=statistics.median(state.latency))
-        return replace(timed, integrity=replace(timed.integrity, stamps=record))
-    record = Stamped(calls=len(spans), clock=clock, median_s=statistics.median(spans) if spans else None, total_s=sum(spans),
-                     latency_s=statistics.median(state.latency) if state.latency else None)
-    return replace(timed, integrity=replace(timed.integrity, stamps=record))
-
-
 def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
     """The cell's :class:`~harness.bench.verdicts.Timed` as the parent measured it: the samples on its clock, the
     calls it drew checked against float64 on the values it wrote (:func:`harness.bench.audit.check_kept`), and what
@@ -336,7 +286,8 @@ def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
     from harness.results import Integrity
 
     kept = drive.kept()
-    sets = [InputSet(call=_never, named=s.named, inputs=s.inputs, fresh=s.fresh) for s in drive.sets]
+    sets = [InputSet(call=_never, named=s.named, inputs=s.inputs, fresh=s.fresh, leaves=s.leaves, grad_out=s.grad_out)
+            for s in drive.sets]
     outputs = audit.check_kept(kept, sets, case, mode)
     worker = served.integrity.kept_problems if served is not None and served.integrity is not None else ()
     problems = tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in kept if k.problem)

@@ -334,6 +334,10 @@ class ParentSet:
     fresh: Fresh | None
     named: list[tuple[str, Any]]
     maps: list[mmap.mmap] = field(default_factory=list)
+    leaves: tuple[Any, Any, Any] | None = None
+    """A backward's (q, k, v), as the float64 check reads them where they are not redrawn."""
+    grad_out: Any = None
+    """A backward's upstream gradient, drawn as the worker draws it for the set."""
 
 
 @dataclass

@@ -32,8 +32,7 @@ from typing import Any
 from harness.bench import fingerprint as fp
 from harness.bench import (
     state,
-    timekeeper,  # noqa: F401 - imported before any plugin, so its functions are watched
-    timing,  # noqa: F401 - likewise
+    timing,  # noqa: F401 - imported before any plugin, so its functions are watched
 )
 from harness.bench.fingerprint import Print
 from harness.bench.fresh import Fresh
@@ -154,7 +153,7 @@ def _watch() -> None:
     """No function or class the timed loop calls may be replaced by a call (:mod:`harness.bench.state`; the
     loop's own module watches itself)."""
     for name in (__name__, "harness.bench.fingerprint", "harness.bench.state", "harness.bench.fresh", "harness.reference.integrity",
-                 "harness.bench.timing", "harness.bench.timekeeper"):
+                 "harness.bench.timing"):
         state.watch_module(sys.modules[name])
 
 

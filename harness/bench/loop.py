@@ -29,19 +29,15 @@ from harness.bench.timing import TimingConfig, gc_disabled
 from harness.reference.integrity import live_threads
 
 
-def _no_stamp(tag: bytes) -> None:
-    """No timekeeper listening (a loop timed alone, ``ab``)."""
-
-
 def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
-               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None,
-               stamp: Callable[[bytes], None] | None = None) -> Loop:
+               profile: Callable[[Callable[[], Any]], Any] | None = None, sample_clock: Callable[[], float] | None = None
+               ) -> Loop:
     """Time calls rotating through ``sets``; samples, the calls to check and the accounting.
     ``profile`` runs the first warm-up call (untimed anyway), so disclosure costs no extra call.
     ``sample_clock`` times each call (default :data:`CLOCK`, wall time; ``attnbench ab --clock cpu`` gives
     :data:`CPU_CLOCK`, the process's CPU time, which other processes' load does not stretch)."""
     loop = RoundedLoop(sets, config, backend, rounds=1, sample_clock=sample_clock)
-    loop.round(profile, stamp=stamp)
+    loop.round(profile)
     return loop.result()
 
 
@@ -57,8 +53,6 @@ class RoundedLoop:
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
                  sample_clock: Callable[[], float] | None = None) -> None:
         self.sets, self.config, self.backend, self.rounds = sets, config, backend, max(1, rounds)
-        self.stamp: Callable[[bytes], None] = _no_stamp
-        """Sends the parent a stamp just before and just after each timed call (:mod:`harness.bench.timekeeper`)."""
         self.timer = CLOCK if sample_clock is None else sample_clock
         self.samples: list[float] = []
         self.prints: list[Print] = []
@@ -103,13 +97,9 @@ class RoundedLoop:
             config = self.config
             self.expected = max(config.min_samples, min(config.max_samples, int(config.budget_s / max(self.per_call_s, 1e-9))))
 
-    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None,
-              stamp: Callable[[bytes], None] | None = None) -> list[float]:
+    def round(self, profile: Callable[[Callable[[], Any]], Any] | None = None, rounds: int | None = None) -> list[float]:
         """Run the next round; its samples. ``rounds`` resets the number of rounds (never below those run and
-        this one): the parent decides it after the first, from the contenders' call times. ``stamp`` sends this
-        round's stamps to the parent (its connection is the round task's)."""
-        if stamp is not None:
-            self.stamp = stamp
+        this one)."""
         if rounds is not None:
             self.rounds = max(rounds, len(self.round_sizes) + 1)
         if self.done:
@@ -136,18 +126,12 @@ class RoundedLoop:
                 threads = live_threads()
                 laid_out = self.timer() - c0
                 self.captured += laid_out  # the harness's own work between calls, not the call's
-                s0 = self.timer()
-                self.stamp(b"s")
                 t0 = self.timer()
                 out = s.call()
                 t1 = self.timer()
-                self.stamp(b"e")
                 self.samples.append(t1 - t0)
                 spent += t1 - t0
                 c0 = self.timer()
-                # the stamps are the harness's own work: on the CPU clock the worker waits for the parent's reading,
-                # and a pool spinning meanwhile burns CPU that no sample shows
-                self.captured += (t0 - s0) + (c0 - t1)
                 record = after_call(i, s, seed, out, threads, self.backend, self.state)
                 del out
                 record.set_index = i % n

@@ -8,8 +8,8 @@ their median and its distribution-free interval (:func:`harness.analysis.stats.m
 are stored with the cell (:class:`~harness.results.Rounds`).
 
 Isolation is kept: each implementation is timed in its own worker (kept for the whole run, its
-state between rounds held there: inputs built once, the warm-up once, the integrity checks of
-:mod:`harness.bench.loop` spread over the rounds). A contender that crashes, hangs or raises
+state between rounds held there: inputs built once, the warm-up once), and the parent drives its calls
+(:mod:`harness.bench.driven`), keeping each cell's samples and checks between its rounds. A contender that crashes, hangs or raises
 costs its own cell only; the others finish their rounds. The roof probe (a GEMM call and a
 memory read, :func:`roof_probe_task`) is one more contender in every round, in the peak worker
 where no plugin code runs: the roofs a cell's "% of peak" and "% of bandwidth" divide by are read
@@ -26,11 +26,8 @@ from typing import Any
 
 from harness.analysis.stats import median_interval, quantile
 from harness.bench import guard
-from harness.bench.loop import RoundedLoop
-from harness.bench.memory import release_memory
-from harness.bench.timing import TimingConfig, pin_threads
-from harness.bench.verdicts import Timed
-from harness.results import Accounting, Integrity, Rounds
+from harness.bench.timing import pin_threads
+from harness.results import Rounds
 
 MAX_ROUNDS = 15
 """The most rounds a case is cut into: fast contenders get rounds of a call or two each, so a load that comes
@@ -49,96 +46,7 @@ PROBE_BYTES = 256 * 2**20
 # ---------------------------------------------------------------- worker side
 
 
-@dataclass
-class _Open:
-    """A cell between its rounds, in its timing worker."""
-
-    loop: RoundedLoop
-    sets: list[Any]
-    case: Any
-    mode: str
-    shift: bool
-    setup_s: float = 0.0
-    total_s: float = 0.0
-    phases_s: float = 0.0
-
-
-_OPEN: dict[str, _Open] = {}
 _PROBE: dict[str, Any] = {}
-
-
-def round_task(key: str, name: str, source: str, case: dict[str, object], mode: str, config: TimingConfig,
-               threads: int | None, rounds: int | None = None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
-    """Worker: one round of cell ``key`` (round 0 builds its inputs). Returns the round's samples; the last
-    round returns every sample, the round sizes and the integrity record, as :func:`timing_task` does."""
-    from harness.bench import audit, timekeeper
-    from harness.case.attention import AttentionCase
-    from harness.contract.discovery import load_implementation
-
-    entered = guard.CLOCK()
-    stamp = timekeeper.connect(ticket)  # the parent's clock on every call: null calls first
-    setup_s = 0.0
-    try:
-        cell = _OPEN.get(key)
-        if cell is None:
-            used = pin_threads(threads)
-            impl = load_implementation(source, name)  # only the source that declares it
-            attention_case = AttentionCase.from_dict(case)
-            started = guard.CLOCK()
-            shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
-            with audit.one_thread():
-                drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
-            sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
-            loop = RoundedLoop(sets, config, impl.backend, rounds=config.rounds,  # reads the state it guards
-                                     sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None)
-            setup_s = guard.CLOCK() - started
-            cell = _OPEN[key] = _Open(loop, sets, attention_case, mode, shift, setup_s)
-            cell.phases_s += (started - entered) + setup_s
-            entered_loop = guard.CLOCK()
-            samples = loop.round(audit.profile_call if impl.backend == "torch" else None, stamp=stamp)
-        else:
-            used = pin_threads(threads)
-            entered_loop = guard.CLOCK()
-            cell.phases_s += entered_loop - entered
-            samples = cell.loop.round(rounds=rounds, stamp=stamp)
-        timekeeper.flush(stamp)
-        cell.phases_s += guard.CLOCK() - entered_loop
-        if not cell.loop.done:
-            cell.total_s += guard.CLOCK() - entered
-            return Timed(samples_s=tuple(samples), threads=used, setup_s=setup_s)
-        del _OPEN[key]
-        closed = _closed(cell, used, entered)
-        del cell
-        release_memory()  # an idle worker must not hold this case's inputs while the next case's contenders run
-        return closed
-    except BaseException:
-        _OPEN.pop(key, None)
-        raise
-
-
-def _closed(cell: _Open, used: int, entered: float) -> Timed:
-    """The last round's answer: the kept calls checked, the integrity record over every round."""
-    from harness.bench import audit
-
-    result = cell.loop.result()
-    checked = guard.CLOCK()
-    outputs = audit.check_kept(result.kept, cell.sets, cell.case, cell.mode)
-    written = tuple(audit.input_problems(cell.sets))  # a call that writes into its inputs: a violation, as in verify
-    spin = guard.spin_baseline() if result.kept else 0.0
-    checks_s = guard.CLOCK() - checked
-    total = cell.total_s + guard.CLOCK() - entered
-    integrity = Integrity(
-        input_sets=len(cell.sets), shifted=cell.shift, clock=guard.clock_problem(), untyped=tuple(result.untyped),
-        kept_problems=tuple(f"timed sample {k.index} (input set {k.set_index}): {k.problem}" for k in result.kept if k.problem)
-        + written,
-        output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
-        cpu_after_s=tuple(k.cpu_after_s for k in result.kept if k.cpu_after_s is not None), spin_s=spin,
-        accounting=Accounting(total_s=total, loop_s=result.loop_s, captures_s=result.captures_s,
-                              phases_s=cell.phases_s + checks_s, checks_s=checks_s))
-    profile = result.profile
-    return Timed(samples_s=tuple(result.samples), threads=used, setup_s=cell.setup_s, integrity=integrity,
-                 round_sizes=result.round_sizes,
-                 profile=None if profile is None else tuple((str(n), float(s)) for n, s in profile))
 
 
 def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall"

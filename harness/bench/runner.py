@@ -33,7 +33,6 @@ from harness.bench.judging import judged
 from harness.bench.roof_readings import RoofReadings
 from harness.bench.settings import BenchSettings
 from harness.bench.sweeps import Budget, PlannedCell
-from harness.bench.timekeeper import Timekeeper
 from harness.bench.timing import thread_environment
 from harness.bench.values import ProbePicker, probeable, value_probe_task
 from harness.contract.discovery import Registry
@@ -79,12 +78,11 @@ class BenchRunner:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
         peak = WorkerPool(timeout=self.settings.timeout_s, start_method="forkserver")
         with thread_environment(self.settings.threads), peak as peak_pool, contextlib.ExitStack() as stack:
-            keeper, listener = Timekeeper(), Listener()
-            stack.callback(keeper.close)
+            listener = Listener()
             stack.callback(listener.close)
             declared = {name: self.registry.get(name) for name in self.registry.sources}
             timer = CellTimer(self.settings, self.registry.sources,
-                              {name: impl.backend for name, impl in declared.items()}, keeper, listener, declared)
+                              {name: impl.backend for name, impl in declared.items()}, listener, declared)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
             groups = case_groups(todo)  # smallest work first: the budget's predictions have history
             self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), self._can_probe, self.done)

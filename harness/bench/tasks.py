@@ -71,7 +71,7 @@ def serve_task(name: str, source: str, case: dict[str, object], mode: str, confi
     if open_cell is None:
         impl = _implementation(name, source)
         attention_case = AttentionCase.from_dict(case)
-        shift = not getattr(impl, "set_up", False) and not config.warm_cache
+        shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
         with audit.one_thread():
             drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
         shared: list[driven.SharedInputs] = []
@@ -109,7 +109,7 @@ _SERVED: dict[str, Any] = {}
 
 
 def timing_task(name: str, source: str, case: dict[str, object], mode: str,
-                config: TimingConfig, threads: int | None, ticket: tuple[str, bytes, str] | None = None) -> Timed:
+                config: TimingConfig, threads: int | None) -> Timed:
     """Worker: time one cell; raw samples, the thread count in force, and what backs the time
     (docs/integrity.md): input sets rotated, kept calls checked, one call profiled, the clock's accounting."""
     entered = guard.CLOCK()
@@ -131,13 +131,9 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
     looped = guard.CLOCK()
     if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
         loop = cuda_loop(sets, config, impl.backend)
-    else:
-        from harness.bench import timekeeper
-
-        stamp = timekeeper.connect(ticket)  # the parent's clock on every call
+    else:  # a cell timed whole on a cluster's node: the worker's loop, held against the node's wall time
         loop = timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
-                          sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None, stamp=stamp)
-        timekeeper.flush(stamp)
+                          sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
     outputs = audit.check_kept(loop.kept, sets, attention_case, mode)

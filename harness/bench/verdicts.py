@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.results import Accounting, Floor, Integrity, Record, Stamped, Status
+from harness.results import Accounting, Floor, Integrity, Record, Status
 
 CPU_WINDOW_S = 0.015
 """Wall seconds after the last timed call over which the worker's CPU time is read (:mod:`harness.bench.guard`), kept
@@ -61,7 +61,7 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
     record = timed.integrity or Integrity()
     found = {
         Status.IMPLAUSIBLE: _under_floor(samples, None if floor is None else Floor.coerce(floor))
-        + _accounting(sum(samples), len(samples), record.accounting, wall_s) + _stamps(samples, record.stamps),
+        + _accounting(sum(samples), len(samples), record.accounting, wall_s),
         Status.VIOLATION: _violations(record),
         Status.WRONG: list(record.output_problems or ()),
     }
@@ -92,39 +92,7 @@ def _violations(record: Integrity) -> list[str]:
     return found
 
 
-STAMP_SHARE = 0.7
-"""The worker's samples must add up to at least this share of the spans the parent stamped (and their medians
-likewise): the messages' latency is taken off the spans, and what a busy scheduler adds to a stamp is noise in
-both directions; a clock slowed to 0.7x or less over the timed calls shows."""
-STAMP_SLACK_S = 2e-4
-"""Per call: a stamp's wake-up on a busy machine, beyond the measured latency."""
 
-
-def _stamps(samples: list[float], stamps: Stamped | None) -> list[str]:
-    """The worker's samples against the parent's own stamps of the same calls."""
-    if stamps is None or stamps.calls is None:
-        return []
-    if stamps.calls != len(samples):
-        return [f"the parent stamped {stamps.calls} timed calls and the worker reported {len(samples)}: the stamps "
-                "the loop sends around each call were suppressed or forged"]
-    if not samples or stamps.median_s is None or stamps.total_s is None:
-        return []
-    problems = []
-    median, total = sorted(samples)[len(samples) // 2], sum(samples)
-    if median < STAMP_SHARE * stamps.median_s - STAMP_SLACK_S:
-        problems.append(f"the worker's median call {_s(median)} against {_s(stamps.median_s)} on {_witness(stamps)} "
-                        "(each call stamped as it started and ended): the worker's clock was slowed or replaced")
-    if total < STAMP_SHARE * stamps.total_s - STAMP_SLACK_S * len(samples):
-        problems.append(f"the worker's samples add up to {_s(total)} of the {_s(stamps.total_s)} on "
-                        f"{_witness(stamps)}: the worker's clock was slowed or replaced")
-    return problems
-
-
-def _witness(stamps: Stamped) -> str:
-    """Which clock the parent held the calls on, in words."""
-    if stamps.clock == "cpu":
-        return "the CPU clock of the worker's calling thread as the parent read it from the kernel"
-    return "the parent's clock"
 
 
 def _accounting(timed: float, calls: int, acc: Accounting | None, wall_s: float | None) -> list[str]:

@@ -52,10 +52,10 @@ class CheckedCall(Record):
 
 @dataclass(frozen=True, eq=False, kw_only=True)
 class Stamped(Record):
-    """The parent's own clock on the timed calls (:mod:`harness.bench.timekeeper`): how many calls it stamped,
-    the median and sum of their spans (the messages' latency taken off), and that latency; ``clock`` says
-    which clock the spans are on: "wall" (the kernel's stamps of each message) or "cpu" (the CPU clock of the
-    worker's calling thread, read by the parent while the worker waited)."""
+    """The parent's own clock on the timed calls (:mod:`harness.bench.driven`): how many calls it timed, the
+    median and sum of their samples (the fastest null call's round trip taken off), and the null calls' median;
+    ``clock`` says which clock: "wall" (the parent's, go to stopped) or "cpu" (the worker's process tree's CPU
+    clock over the same span, read by the parent while the tree was stopped)."""
 
     calls: int | None = None
     clock: str | None = None

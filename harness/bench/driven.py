@@ -559,15 +559,16 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
         worker = Tree(struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, _SO_PEERCRED, 12))[0])
         try:
             final = work(conn, worker)
-            outcome["served"] = True
             worker.resume()
             conn.send(END + (b"1" if final else b"0"))
+            outcome["served"] = True
         except (EOFError, OSError) as exc:  # the worker went away or failed: its own outcome says why
+            worker.resume()
             outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", False
         except Exception as exc:  # noqa: BLE001 - the parent refused what the worker sent: the cell's error
-            outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", True
-        finally:
             worker.resume()
+            outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", True
+        finally:  # never a resume here: the pool may be holding the worker stopped by now
             with contextlib.suppress(OSError):
                 conn.close()
 

@@ -163,6 +163,10 @@ def process_cpu_s(pid: int) -> float:
         return 0.0
 
 
+STOP_WAIT_S = 10.0
+"""The longest a stop waits for every thread to take it."""
+
+
 class Tree:
     """The worker's process tree as the parent stops, continues and clocks it."""
 
@@ -189,9 +193,11 @@ class Tree:
             _signal_tree(self.pids, self.group, signal.SIGSTOP)
         raise RuntimeError("the worker's process tree kept growing while it was being stopped")
 
-    @staticmethod
-    def _stopped(pid: int) -> bool:
-        for _ in range(100000):
+    def _stopped(self, pid: int) -> bool:
+        """Wait (at most :data:`STOP_WAIT_S`) until every thread of ``pid`` reads stopped; a thread must run once to
+        take its stop, so on a busy machine this waits for a core."""
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline:
             states = _task_states(pid)
             if states is None or all(s in "tTZX" for s in states):
                 return True

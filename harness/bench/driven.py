@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import mmap
 import os
@@ -425,25 +426,39 @@ class Drive:
                 self.outs.append(_typed(buf, d["kind"], d["dtype"], d["shape"], d["strides"], int(d["offset"])))
 
     def _exchange(self, conn: socket.socket, worker: Tree, message: bytes) -> tuple[float, bytes]:
-        """One round trip on the parent's clock, from just before the worker continues to when it is stopped
-        again: (seconds on the cell's clock, the worker's reply)."""
+        """One round trip on the parent's clock, from just before the worker continues to its "done": (seconds on
+        the cell's clock, the worker's reply). The output is digested at "done" and again once the tree reads
+        stopped: an output that changed in between was written after the worker said it was done, work outside the
+        sample, and is a violation. (Waiting for the stop inside the sample would time the scheduler: on a busy
+        machine every thread must get a core once to take it.)"""
         cpu0 = worker.cpu_s() if self.clock == "cpu" else 0.0
         t0 = time.perf_counter()
         worker.resume()
         conn.send(message)
         reply, fds, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 16)
-        worker.stop()
         t1 = time.perf_counter()
         try:
             if not reply:
+                worker.stop()
                 raise EOFError("the worker closed the connection")
             self._take_outputs(reply, fds)
+            said_done = self._digest()
+            worker.stop()
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
                     os.close(fd)
+        if self._digest() != said_done and self.problem is None:
+            self.problem = ("the output changed after the worker said the call was done: work outside the timed "
+                            "span, written into the output the parent reads")
         spent = (worker.cpu_s() - cpu0) if self.clock == "cpu" else (t1 - t0)
         return spent, reply
+
+    def _digest(self) -> bytes:
+        digest = hashlib.blake2b(digest_size=16)
+        for buf in self.out_maps:
+            digest.update(buf)
+        return digest.digest()
 
     def _call(self, conn: socket.socket, worker: Tree, index: int, timed: bool, profiled: bool = False,
               shaped: Any = None) -> float:

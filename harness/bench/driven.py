@@ -65,6 +65,8 @@ DONE, LAID_OUT, UNTYPED = b"d", b"l", b"u"
 MAX_MESSAGE = 1 << 16
 ACCEPT_WAIT_S = 120.0
 """The longest the parent waits for the worker to connect: its set-up (inputs, a compile) comes first."""
+JOIN_WAIT_S = 10.0
+"""The longest the parent waits for its side of a task's calls once the task has answered (it is done by then)."""
 _ENTROPY = random.SystemRandom()
 _SO_PEERCRED = getattr(socket, "SO_PEERCRED", 17)
 
@@ -564,10 +566,11 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
             ) -> Iterator[dict[str, Any]]:
     """Run ``work`` (the parent's side of a task's calls) in a thread while the caller waits for the task's answer;
     the thread's error, if any, in the yielded dict under "error". The worker is always left running."""
-    outcome: dict[str, Any] = {"error": None, "refused": False, "served": False, "answered": False}
+    outcome: dict[str, Any] = {"error": None, "refused": False, "served": False, "answered": False, "conn": None}
 
     def run() -> None:
         conn = listener.accept(worker_pid, lambda: bool(outcome["answered"]))
+        outcome["conn"] = conn
         if conn is None:
             outcome["error"] = "the timing worker never connected to serve its calls"
             return
@@ -591,6 +594,12 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
     thread.start()
     try:
         yield outcome
+    except BaseException:  # interrupted or stopped: end the conversation at once, whatever the worker is doing
+        conn = outcome.get("conn")
+        if conn is not None:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        raise
     finally:
         outcome["answered"] = True
-        thread.join(timeout=ACCEPT_WAIT_S)
+        thread.join(timeout=JOIN_WAIT_S)

@@ -98,4 +98,6 @@ def test_a_patched_clock_in_the_worker_moves_no_time(tmp_path: Path, attnbench: 
     cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher", "torch_sdpa"], "--mode", "fwd")
     (cell,), (sdpa,) = cells["clock_patcher"], cells["torch_sdpa"]
     assert cell["status"] == "ok", cell["reason"]
-    assert cell["stats"]["median"] >= 0.6 * sdpa["stats"]["median"], (cell["stats"], sdpa["stats"])
+    # the per-round ratio to torch_sdpa timed beside it in the same rounds (robust to a load that comes and goes)
+    ratio = (cell.get("rounds") or {}).get("ratio") or cell["stats"]["median"] / sdpa["stats"]["median"]
+    assert ratio >= 0.5, (cell.get("rounds"), cell["stats"], sdpa["stats"])

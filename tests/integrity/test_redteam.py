@@ -147,8 +147,10 @@ def test_each_neutralised_trick_gains_nothing(run: dict[str, dict[str, Any]], na
     if cell["status"] != "ok":  # flagged all the same (its evidence named): nothing gained either
         assert cell["status"] in FLAGGED, (cell["status"], cell.get("reason"))
         return
-    # the tricks' gains were 0.16-0.5x; the same work timed in the same rounds reads about 1x
-    assert cell["stats"]["median"] >= 0.6 * sdpa["stats"]["median"], (cell["stats"], sdpa["stats"])
+    # the tricks' gains were 0.16-0.5x; the same work timed in the same rounds reads about 1x (the per-round ratio to
+    # torch_sdpa, robust to a load that comes and goes)
+    ratio = (cell.get("rounds") or {}).get("ratio") or cell["stats"]["median"] / sdpa["stats"]["median"]
+    assert ratio >= 0.5, (cell.get("rounds"), cell["stats"], sdpa["stats"])
 
 
 @pytest.mark.parametrize("name", [_cheat(n) for n in EVIDENCE if n not in NEUTRALISED])

@@ -4,6 +4,14 @@ nodes of one CPU each with the ``attnbench_node`` resource, all on 127.0.0.1. No
 One cluster serves the module (about 10 s to start) and is always shut down. Each test compares
 with the local executor, or makes a fault happen by construction: a plugin waits at a gate the test
 controls, and the node it waits on is removed while it waits.
+
+The same cluster answers the checks of a cluster that answers but is not healthy, where the driver's connection
+is bounded (exit 2): the head's raylet port (a gRPC server that is not the GCS), and two clusters of their own
+(``ray.cluster_utils.Cluster``, a head only, shut down by the module): one whose only raylet was killed, one whose
+GCS is stopped. Those three commands spend their time waiting on a limit (Ray's cut retries, the connect limit,
+the probe's wait for an answer), so they start before the module's first test, side by side, and each is judged
+once its run has ended while the other tests use the cluster. Only this module's own processes are ever stopped;
+every server listens on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +40,8 @@ from harness.bench import run as bench  # noqa: E402
 from harness.bench.timing import TimingConfig  # noqa: E402
 from harness.results import BandwidthKey, PeakKey, Run, read_run  # noqa: E402
 from harness.results.schema import cell_to_json  # noqa: E402
+from harness.runtime.cluster.connect import CONNECT_LIMIT_S  # noqa: E402
+from harness.runtime.cluster.exposure import listening, read_tables  # noqa: E402
 from harness.verify import VerifySettings  # noqa: E402
 from harness.verify import run as verify  # noqa: E402
 
@@ -81,6 +92,109 @@ def cluster() -> Iterator[Cluster]:
         c.shutdown()
 
 
+REFUSAL_BOUND_S = CONNECT_LIMIT_S + 90.0
+"""A refused command's bound: the connect limit, plus the command's own start (torch, Ray imported) on a busy
+machine."""
+Refused = tuple[str, subprocess.CompletedProcess[str], float, Path]
+"""A refused command's run: the address it was given, its process, its seconds from start to exit, and the result
+file it was given."""
+
+
+def _head_only() -> Cluster:
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                         "node_ip_address": "127.0.0.1"})
+
+
+def _refused_verify(attnbench: Any, address: str, out: Path, env: dict[str, str]) -> Refused:
+    started = time.monotonic()
+    done = attnbench("verify", "--executor", "ray", "--address", address, "--only", "numpy_naive", "--json", str(out),
+                     env=env, timeout=REFUSAL_BOUND_S)
+    return address, done, time.monotonic() - started, out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def refused(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory, attnbench: Any) -> Iterator[dict[str, Future[Refused]]]:
+    """The three refused commands, started before the module's first test and run side by side, each against a
+    cluster that answers but cannot take a driver: the module's head asked at its raylet's port, a cluster whose
+    only raylet was killed (Ray told to wait 600 s for a node, as a user's environment may say; the connect limit
+    8 s), and one whose GCS is stopped (SIGSTOP; the connect limit 3 s), resumed once its command has ended."""
+    gone, silent, gcs = _head_only(), None, None
+    try:
+        raylet = gone.head_node.all_processes["raylet"][0].process
+        raylet.kill()  # this module's own cluster's raylet, nothing else
+        raylet.wait(timeout=30)
+        silent = _head_only()
+        gcs = silent.head_node.all_processes["gcs_server"][0].process
+        os.kill(gcs.pid, signal.SIGSTOP)  # this module's own cluster's GCS
+
+        out = {name: tmp_path_factory.mktemp(name) / "r.json" for name in ("not_the_gcs", "raylet_gone", "gcs_stopped")}
+
+        def not_the_gcs() -> Refused:
+            return _refused_verify(attnbench, f"127.0.0.1:{cluster.head_node.node_manager_port}", out["not_the_gcs"], {})
+
+        def raylet_gone() -> Refused:
+            return _refused_verify(attnbench, gone.address, out["raylet_gone"],
+                                   {"RAY_gcs_server_request_timeout_seconds": "600", "ATTNBENCH_RAY_CONNECT_LIMIT_S": "8"})
+
+        def gcs_stopped() -> Refused:
+            try:
+                return _refused_verify(attnbench, silent.address, out["gcs_stopped"], {"ATTNBENCH_RAY_CONNECT_LIMIT_S": "3"})
+            finally:
+                os.kill(gcs.pid, signal.SIGCONT)
+
+        with ThreadPoolExecutor(3) as pool:
+            yield {run.__name__: pool.submit(run) for run in (not_the_gcs, raylet_gone, gcs_stopped)}
+    finally:
+        if gcs is not None:
+            os.kill(gcs.pid, signal.SIGCONT)
+        if silent is not None:
+            silent.shutdown()
+        gone.shutdown()
+
+
+def _one_error(done: subprocess.CompletedProcess[str], address: str) -> str:
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("attnbench") and "error:" in line]
+    assert len(errors) == 1 and address in errors[0] and "Traceback" not in done.stderr, done.stderr[-3000:]
+    return errors[0]
+
+
+def test_a_loopback_cluster_listens_on_loopback_only(cluster: Cluster) -> None:
+    """With RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 and a node IP of 127.0.0.1 (docs/cluster.md's recipe), Ray binds its
+    GCS and raylet to 127.0.0.1, never ``*``: the kernel's own table of listening sockets says so."""
+    head = cluster.head_node
+    table = listening(read_tables())
+    for port in (int(cluster.address.rsplit(":", 1)[1]), head.node_manager_port):
+        assert table.get(port) == {"127.0.0.1"}, (port, table.get(port))
+
+
+def test_connecting_keeps_the_commands_stop_signal_handler_and_warns_of_nothing_on_loopback(
+        cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """ray.init in the main thread installs a SIGTERM handler that exits at once: a SIGTERM would end a Ray run
+    without its `interrupted` line and resume hint (docs/isolation.md). Attached from a thread, the command's own
+    handler stays; and a cluster started on loopback draws no warning about listening on every interface."""
+    from harness.runtime.cluster.connect import _cluster_ports, connect
+
+    def ours(signum: int, frame: object) -> None:
+        raise AssertionError("not expected to run")
+
+    previous = signal.signal(signal.SIGTERM, ours)
+    try:
+        with connect(cluster.address, ()) as connected:
+            assert connected.nodes()
+            assert signal.getsignal(signal.SIGTERM) is ours
+            ports = _cluster_ports(connected.ray, cluster.address)  # what the listening check reads
+            head = cluster.head_node
+            assert ("gcs_server", int(cluster.address.rsplit(":", 1)[1])) in ports
+            assert ("raylet", head.node_manager_port) in ports and any(n == "object manager" for n, _ in ports)
+            table = listening(read_tables())
+            assert all(table.get(port) == {"127.0.0.1"} for _, port in ports), (ports, table)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    err = capsys.readouterr().err
+    assert "every interface" not in err and "SIGTERM handler" not in err, err
+
+
 def _statuses(run: Run) -> dict[tuple[str, ...], str]:
     return {(c.key.implementation, c.key.case_id, c.key.variant): c.status.value for c in run.cells}
 
@@ -122,7 +236,9 @@ def test_verify_on_the_cluster_gives_the_local_statuses_and_ships_a_plugin_file(
 
 
 def test_a_bench_sweep_holds_a_whole_node_per_timing_cell(cluster: Cluster, tmp_path: Path) -> None:
-    settings = BenchSettings(only=["numpy_naive", "torch_sdpa"], overrides={"T": [64, 128], "causal": [False]},
+    """Four cells of one torch implementation (each implementation a node times costs that node a timing worker;
+    numpy's cells on the nodes are the interrupted run's below)."""
+    settings = BenchSettings(only=["torch_sdpa"], overrides={"T": [64, 128], "causal": [False, True]},
                              timing=TimingConfig(warmup_s=0.01, budget_s=0.05, min_samples=3, roof_budget_s=0.01),
                              memory=False,
                              cell_budget_s=None, threads=1, memory_budget_bytes=2**30)
@@ -226,6 +342,51 @@ def _wait_gone(pid: int) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} outlived its node by {BOUND_S:g} s")
+
+
+def test_a_grpc_server_that_is_not_the_gcs_is_refused_in_bounded_time(cluster: Cluster,
+                                                                        refused: dict[str, Future[Refused]]) -> None:
+    """The head's raylet port answers HTTP/2 as the GCS does, but is not it: Ray's own attempts at the cluster id
+    are cut (harness.runtime.cluster.connect.RAY_LIMITS), so its error comes, as exit 2, well within the connect limit."""
+    address, done, took, out = refused["not_the_gcs"].result()
+    assert address == f"127.0.0.1:{cluster.head_node.node_manager_port}"
+    assert "cannot reach a Ray cluster" in _one_error(done, address)
+    assert took < REFUSAL_BOUND_S and not out.exists()
+
+
+def test_a_gcs_whose_raylet_is_gone_ends_within_the_connect_limit(refused: dict[str, Future[Refused]]) -> None:
+    """A live GCS whose only raylet was killed: Ray would look for a node to attach to for as long as it is told
+    (here 600 s, as a user's environment may say); the driver gives up after its connect limit (here 8 s, set by
+    ATTNBENCH_RAY_CONNECT_LIMIT_S; CONNECT_LIMIT_S by default), exit 2, and says after how long."""
+    address, done, took, out = refused["raylet_gone"].result()
+    error = _one_error(done, address)
+    assert "could not attach to it within 8 s" in error or "cannot reach a Ray cluster" in error, error
+    assert 8 <= took < REFUSAL_BOUND_S or "cannot reach" in error
+    assert not out.exists()
+
+
+def test_a_gcs_that_accepts_and_never_answers_is_refused_by_the_probe(refused: dict[str, Future[Refused]]) -> None:
+    """A real GCS, stopped (SIGSTOP): the kernel still accepts connections on its port, nothing answers. The HTTP/2
+    probe waits for the server's SETTINGS (CONNECT_TIMEOUT_S, or the connect limit when shorter: 3 s here), then exit
+    2; Ray itself would retry for minutes."""
+    address, done, took, out = refused["gcs_stopped"].result()
+    assert "no answer within 3 s" in _one_error(done, address)
+    assert 3 <= took < REFUSAL_BOUND_S and not out.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "soon", "nan", "7200"])
+def test_a_connect_limit_that_is_not_seconds_is_a_usage_error_naming_the_variable(
+        value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.errors import UsageError
+    from harness.runtime.cluster.connect import CONNECT_LIMIT_VARIABLE, connect_limit_s
+
+    monkeypatch.setenv(CONNECT_LIMIT_VARIABLE, value)
+    with pytest.raises(UsageError, match=f"{CONNECT_LIMIT_VARIABLE}='{value}' is not a number of seconds"):
+        connect_limit_s()
+    monkeypatch.setenv(CONNECT_LIMIT_VARIABLE, "12.5")
+    assert connect_limit_s() == 12.5
+    monkeypatch.delenv(CONNECT_LIMIT_VARIABLE)
+    assert connect_limit_s() == CONNECT_LIMIT_S
 
 
 def test_a_node_lost_mid_run_loses_no_recorded_cell(cluster: Cluster, tmp_path: Path) -> None:

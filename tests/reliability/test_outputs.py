@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,16 @@ FAST = ["--T", "16", "--heads", "1", "--d", "8",
 QUICK_BENCH = ["bench", "--only", "numpy_naive", *FAST]
 
 
+@pytest.fixture(scope="module")
+def bench_file(tmp_path_factory: pytest.TempPathFactory, attnbench) -> Path:
+    """A complete result file of :data:`QUICK_BENCH`, written once for the tests that start from one (each copies
+    it, or only reads it)."""
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
+    code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(out))
+    assert code == 0, err
+    return out
+
+
 @pytest.mark.parametrize("content", ["notes I care about\n", json.dumps({"my": "config"})])
 def test_out_refuses_to_overwrite_a_file_that_is_not_a_bench_result(tmp_path: Path, content: str, attnbench) -> None:
     victim = tmp_path / "precious.json"
@@ -34,7 +45,8 @@ def test_out_refuses_to_overwrite_a_file_that_is_not_a_bench_result(tmp_path: Pa
     assert load_results(victim)["command"] == "bench"
 
 
-def test_a_verify_result_is_not_overwritten_by_bench_but_a_bench_result_is(tmp_path: Path, attnbench) -> None:
+def test_a_verify_result_is_not_overwritten_by_bench_but_a_bench_result_is(tmp_path: Path, bench_file: Path,
+                                                                             attnbench) -> None:
     verify_file = tmp_path / "verify.json"
     code, _, err = attnbench.outcome("verify", "--only", "numpy_naive", "--suite", "small", "--trials", "1", "--json",
                         str(verify_file))
@@ -43,11 +55,11 @@ def test_a_verify_result_is_not_overwritten_by_bench_but_a_bench_result_is(tmp_p
     code, _, err = attnbench.outcome(*QUICK_BENCH, "--out", str(verify_file))
     assert code == 2 and "is an attnbench verify result file" in err
     assert verify_file.read_bytes() == before
-    bench_file = tmp_path / "bench.json"
-    assert attnbench.outcome(*QUICK_BENCH, "--out", str(bench_file))[0] == 0
-    first = load_results(bench_file)["run_id"]
-    assert attnbench.outcome(*QUICK_BENCH, "--out", str(bench_file))[0] == 0  # a re-run replaces its own kind of file
-    assert load_results(bench_file)["complete"] and load_results(bench_file)["run_id"] == first
+    ours = tmp_path / "bench.json"
+    shutil.copyfile(bench_file, ours)  # a bench result file QUICK_BENCH wrote
+    first = load_results(ours)["run_id"]
+    assert attnbench.outcome(*QUICK_BENCH, "--out", str(ours))[0] == 0  # a re-run replaces its own kind of file
+    assert load_results(ours)["complete"] and load_results(ours)["run_id"] == first
 
 
 @pytest.mark.parametrize("where", ["directory", "under_a_file"])
@@ -198,9 +210,9 @@ def test_help_imports_nothing_heavy() -> None:
     assert out.stdout.strip() == "[]", out.stderr
 
 
-def test_a_malformed_result_file_is_never_reported_as_a_regression(tmp_path: Path, attnbench) -> None:
-    good = tmp_path / "good.json"
-    assert attnbench.outcome(*QUICK_BENCH, "--out", str(good))[0] == 0
+def test_a_malformed_result_file_is_never_reported_as_a_regression(tmp_path: Path, bench_file: Path,
+                                                                   attnbench) -> None:
+    good = bench_file
     data = json.loads(good.read_text())
     for cell in data["cells"]:
         cell["stats"] = "garbage"

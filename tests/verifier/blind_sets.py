@@ -9,6 +9,7 @@ paid. ``blind_models/measure.py`` prints the same judgement for a whole set.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +61,17 @@ def problems(impl: Implementation, suite: str = "quick") -> Iterator[Problem]:
                 yield case, result
 
 
+@functools.cache
+def first_problem(blind: BlindSet, name: str) -> Problem | None:
+    """Quick's first problem with the plugin ``name`` of ``blind`` (None: it passed), found once per test process:
+    tests that judge the same plugin's first problem differently share its run."""
+    return next(problems(blind.implementation(name)), None)
+
+
 def assert_flagged_on_its_trigger(blind: BlindSet, name: str, trigger: Trigger) -> Problem:
     """Quick flags the broken plugin, and first on a case with its trigger (else a false alarm, or the trigger is
     stated wrongly); the first problem is returned."""
-    first = next(problems(blind.implementation(name)), None)
+    first = first_problem(blind, name)
     assert first is not None, f"verify --suite quick passed {name}"
     case, result = first
     assert trigger(case), (f"{name} was flagged on {case.id} ({result['check']}: {result['reason']}), a case "

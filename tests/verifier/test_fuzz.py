@@ -1,4 +1,7 @@
-"""`attnbench verify --fuzz N`: a seeded search that shrinks a failure to a reproducer that runs."""
+"""`attnbench verify --fuzz N`: a seeded search that shrinks a failure to a reproducer that runs.
+
+The broken plugins whose searches are judged on their own findings are searched in one run (``searched``): one
+command and one forkserver for all of them, each implementation's search in its own worker as always."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import pytest
 pytestmark = pytest.mark.slow  # subprocesses and workers that import torch: not in the inner loop
 
 PLUGINS = Path(__file__).parent / "plugins"
+SEARCHED = ("broken_query_tail_from_keys", "broken_window_left_off_by_one", "broken_cache_len_off_by_one")
+"""The plugins of the shared run: one to shrink and reproduce, two whose bugs need a declared structure."""
 
 
 def _fuzz(attnbench, tmp: Path, plugin: str, *extra: str) -> tuple[int, dict, str]:
@@ -21,10 +26,22 @@ def _fuzz(attnbench, tmp: Path, plugin: str, *extra: str) -> tuple[int, dict, st
     return run.returncode, json.loads(out.read_text()), run.stderr
 
 
-def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path: Path, attnbench) -> None:
-    code, data, err = _fuzz(attnbench, tmp_path, "broken_query_tail_from_keys")
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory: pytest.TempPathFactory, attnbench) -> tuple[int, dict[str, dict], str]:
+    """One ``verify --fuzz 200`` (seed 0) over :data:`SEARCHED`: its exit status, each plugin's cell, its stderr."""
+    out = tmp_path_factory.mktemp("searched") / "fuzz.json"
+    plugins = [arg for name in SEARCHED for arg in ("--plugin", str(PLUGINS / f"{name}.py"))]
+    run = attnbench("verify", *plugins, "--only", ",".join(SEARCHED), "--fuzz", "200", "--json", str(out), "--force",
+                    timeout=900)
+    cells = json.loads(out.read_text())["cells"]
+    assert sorted(c["implementation"] for c in cells) == sorted(SEARCHED), run.stderr  # one cell per search
+    return run.returncode, {c["implementation"]: c for c in cells}, run.stderr
+
+
+def test_a_failure_shrinks_to_a_minimal_case_whose_reproducer_shows_it(tmp_path: Path, searched) -> None:
+    code, cells, err = searched
     assert code == 1, err
-    [cell] = data["cells"]
+    cell = cells["broken_query_tail_from_keys"]
     assert cell["check"] == "fuzz" and cell["status"] == "fail"
     case = cell["case"]
     assert case["batch"] == 1 and case["heads"] == 1 and case["d"] == 1 and case["tq"] <= 2, cell["case_id"]
@@ -60,10 +77,8 @@ def test_a_correct_implementation_survives_the_search(tmp_path: Path, attnbench)
 
 @pytest.mark.parametrize(("plugin", "field"), [("broken_window_left_off_by_one", "window"),
                                                ("broken_cache_len_off_by_one", "cache_seqlens")])
-def test_the_search_draws_the_structures_an_implementation_declares(tmp_path: Path, plugin: str, field: str, attnbench) -> None:
-    out = tmp_path / "fuzz.json"
-    run = attnbench("verify", "--plugin", str(PLUGINS / f"{plugin}.py"), "--only", plugin, "--fuzz", "150",
-                    "--json", str(out), "--force", timeout=900)
-    assert run.returncode == 1, run.stderr
-    [cell] = json.loads(out.read_text())["cells"]
+def test_the_search_draws_the_structures_an_implementation_declares(plugin: str, field: str, searched) -> None:
+    code, cells, err = searched
+    assert code == 1, err
+    cell = cells[plugin]
     assert cell["status"] == "fail" and cell["case"][field] is not None, cell["case_id"]

@@ -115,10 +115,10 @@ WHOLE = ("broken_mask_assumes_contiguous", "broken_storage_offset")
 trigger (a mask or an input in a strided layout) reaches the output check that :data:`EXPECTED` names."""
 
 
-def verify(tmp: Path, names: list[str], *extra: str) -> tuple[int, dict[str, Any]]:
+def verify(tmp: Path, names: list[str], *extra: str, suite: str = "quick") -> tuple[int, dict[str, Any]]:
     out = tmp / "verify.json"
     argv = ["verify", *[a for p in PLUGINS for a in ("--plugin", str(p))], "--only", ",".join(names),
-            "--suite", "quick", "--trials", "2", "--timeout", str(TIMEOUT_S), "--json", str(out), *extra]
+            "--suite", suite, "--trials", "2", "--timeout", str(TIMEOUT_S), "--json", str(out), *extra]
     code = main(argv)
     return code, json.loads(out.read_text())
 

@@ -372,11 +372,11 @@ class _Worker:
         return id(self)
 
     def hold(self) -> None:
-        """Stop the worker's whole tree until :meth:`resume` (or its end)."""
+        """Stop the worker's whole tree until :meth:`resume` (or its end). Nothing waits for the stop to land: an idle
+        worker only has to stop burning CPU, and on a busy machine each of its threads waits for a core to take it."""
         if self.process.pid is not None and self.process.is_alive():
             self.tree: Tree | None = Tree(self.process.pid)
-            with contextlib.suppress(RuntimeError):
-                self.tree.stop()
+            self.tree.signal(signal.SIGSTOP)
 
     def resume(self) -> None:
         tree = getattr(self, "tree", None)

@@ -207,5 +207,10 @@ class Tree:
     def resume(self) -> None:
         _signal_tree(self.pids, self.group, signal.SIGCONT)
 
+    def signal(self, sig: int) -> None:
+        """``sig`` to every process of the tree as it is now, without waiting for it to land."""
+        self.pids = tree(self.pid)
+        _signal_tree(self.pids, self.group, sig)
+
     def cpu_s(self) -> float:
         return sum(process_cpu_s(p) for p in self.pids)

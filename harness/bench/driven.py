@@ -359,9 +359,6 @@ class Drive:
     prints: list[Print] = field(default_factory=list)
     untyped: list[int] = field(default_factory=list)
     round_sizes: list[int] = field(default_factory=list)
-    between_cpu_s: float = 0.0
-    """CPU the tree burnt while the parent held it stopped: none can (a stopped process does not run)."""
-    warm_s: float = 0.0
     per_call_s: float = 0.0
     calls: int = 0
     outs: list[Any] = field(default_factory=list)
@@ -462,13 +459,12 @@ class Drive:
             digest.update(buf)
         return digest.digest()
 
-    def _call(self, conn: socket.socket, worker: Tree, index: int, timed: bool, profiled: bool = False,
-              shaped: Any = None) -> float:
+    def _call(self, conn: socket.socket, worker: Tree, index: int, timed: bool, profiled: bool = False) -> float:
         s = self.sets[index % len(self.sets)]
         seed = None
         if s.fresh is not None:
             seed = _ENTROPY.getrandbits(63)
-            s.fresh.lay_out(seed, shaped)
+            s.fresh.lay_out(seed)
         tag = PROFILE if profiled else CALL
         spent, reply = self._exchange(conn, worker, tag + (index % len(self.sets)).to_bytes(4, "little"))
         written = s.fresh.written() if s.fresh is not None else []
@@ -490,7 +486,7 @@ class Drive:
             self.prints.append(record)
         return spent
 
-    def round(self, conn: socket.socket, worker: Tree, rounds: int | None = None, shaped: Any = None) -> list[float]:
+    def round(self, conn: socket.socket, worker: Tree, rounds: int | None = None) -> list[float]:
         """The next round: its null calls, warm-up and timed calls, by :class:`~harness.bench.loop.RoundedLoop`'s
         rule (the parent's clock now): the first round warms up for ``warmup_s``, a later one for a ``rounds``-th
         of it; each round takes ``budget_s / rounds`` of timed calls and its share of ``min_samples``."""
@@ -505,12 +501,10 @@ class Drive:
         started, warm = time.perf_counter(), 0
         while (first_round and warm < 1) or (time.perf_counter() - started < limit
                                              and time.perf_counter() - started + self.per_call_s <= limit):
-            self._call(conn, worker, self.calls, timed=False, profiled=self.profile and first_round and warm == 0,
-                       shaped=shaped)
+            self._call(conn, worker, self.calls, timed=False, profiled=self.profile and first_round and warm == 0)
             self.calls += 1
             warm += 1
         spent_warm = time.perf_counter() - started
-        self.warm_s += spent_warm
         if first_round:
             self.per_call_s = spent_warm / max(warm, 1)
             for _ in range(NULL_CALLS * 3):  # now that an output exists to copy
@@ -521,7 +515,7 @@ class Drive:
         budget, spent, taken = config.budget_s / self.rounds, 0.0, 0
         round_started = time.perf_counter()
         while taken < least or (taken < most and spent < budget):
-            self.raw.append(self._call(conn, worker, self.calls, timed=True, shaped=shaped))
+            self.raw.append(self._call(conn, worker, self.calls, timed=True))
             self.calls += 1
             taken += 1
             spent = time.perf_counter() - round_started
@@ -566,7 +560,7 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
             ) -> Iterator[dict[str, Any]]:
     """Run ``work`` (the parent's side of a task's calls) in a thread while the caller waits for the task's answer;
     the thread's error, if any, in the yielded dict under "error". The worker is always left running."""
-    outcome: dict[str, Any] = {"error": None, "refused": False, "served": False, "answered": False, "conn": None}
+    outcome: dict[str, Any] = {"error": None, "refused": False, "answered": False, "conn": None}
 
     def run() -> None:
         conn = listener.accept(worker_pid, lambda: bool(outcome["answered"]))
@@ -579,7 +573,6 @@ def driving(listener: Listener, worker_pid: Callable[[], int | None], work: Call
             final = work(conn, worker)
             worker.resume()
             conn.send(END + (b"1" if final else b"0"))
-            outcome["served"] = True
         except (EOFError, OSError) as exc:  # the worker went away or failed: its own outcome says why
             worker.resume()
             outcome["error"], outcome["refused"] = f"{type(exc).__name__}: {exc}", False

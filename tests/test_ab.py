@@ -24,12 +24,13 @@ from harness.analysis.comparison import (
     per_cell_alpha,
     rounds_needed,
 )
-from harness.bench.ab import ABRun, ABSettings, CellRounds
+from harness.bench.ab import ABRun, ABSettings, CellRounds, contender, paired_rounds
 from harness.bench.ab_files import side_cell, write_sides
 from harness.case.attention import AttentionCase
 from harness.cli import main
 from harness.report.ab import NEWLY_FAILING, NOT_COMPARED, judge, judge_cell, markdown
 from harness.report.compare import compare_files
+from harness.results import BenchCell, CellCase, Rounds, Status
 
 CASE = AttentionCase(batch=1, heads=2, tq=64, d=16)
 
@@ -188,33 +189,26 @@ def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path
     assert not (tmp_path / "o").exists()  # nothing written: the usage error came before any timing
 
 
-@pytest.mark.tier  # the theoretical roofs are this CPU's
-def test_a_side_faster_than_physics_allows_is_implausible_and_a_head_that_is_fails() -> None:
-    from harness.bench.ab import _floor, _hold_to_floor
-    from harness.bench.roofs import cpu_roofs
-    from harness.reference.flops import attention_flops, compulsory_bytes
-    from harness.results import Floor, Peak
+def _side(side: str, status: str, fastest: list[float], reason: str | None = None) -> BenchCell:
+    """A bench cell of contender ``k@side``: three calls a round, the round's fastest first."""
+    samples = tuple(t * f for t in fastest for f in (1.0, 1.2, 1.1)) if status == "ok" else ()
+    rounds = Rounds(sizes=(3,) * len(fastest), positions=tuple((i + (side == "head")) % 2 for i in range(len(fastest))))
+    return BenchCell(implementation=contender("k", side), case=CellCase.of(CASE), case_id=CASE.id, mode="fwd",
+                     status=Status(status), reason=reason, samples_s=samples, rounds=rounds if samples else None)
 
-    floor = _floor(CellRounds("k", CASE, "fwd"), (None, None))  # the theoretical roofs alone, on a CPU
-    theory = cpu_roofs()  # this machine's: the floor is the slower of its work over each roof, whatever the CPU
-    expected = max(attention_flops(CASE, "fwd") / (theory.gflops[CASE.dtype] * 1e9),
-                   compulsory_bytes(CASE, "fwd") / (theory.load_gbps * 1e9))
-    assert floor.floor_s is not None and floor.floor_s == pytest.approx(expected, rel=1e-9) and floor.floor_s > 0
-    measured = _floor(CellRounds("k", CASE, "fwd"), (Peak(gflops=1.0, fastest_call_gflops=1.0), None))
-    assert (measured.floor_s or 0.0) >= floor.floor_s  # a measured peak can only raise the roof's estimate
 
-    rng = random.Random(3)
-    honest = rounds(rng, 20, 1.0, noise=0.01)  # calls of about 1 ms
-    honest.floor = Floor(floor_s=1e-4)
-    _hold_to_floor(honest)
-    assert honest.status == "ok"
-    cheat = rounds(rng, 20, 0.05, noise=0.01)  # head 20x faster: under a floor of 0.1 ms
-    cheat.floor = Floor(floor_s=1e-4, compute_roof_gflops=100.0, memory_roof_gbps=50.0)
-    _hold_to_floor(cheat)
-    assert cheat.status == "implausible" and cheat.side == "head" and "physics floor" in (cheat.reason or "")
-    assert judge_cell(cheat, 0.1, 0.05).verdict == NEWLY_FAILING  # flagged, never a 20x win
-    bad_base = rounds(rng, 20, 20.0, noise=0.01)
-    bad_base.base_s = [t * 0.05 for t in bad_base.base_s]
-    bad_base.floor = Floor(floor_s=1e-4)
-    _hold_to_floor(bad_base)
-    assert bad_base.side == "base" and judge_cell(bad_base, 0.1, 0.05).verdict == NOT_COMPARED
+def test_the_comparison_is_a_view_of_the_bench_run_its_sides_were_timed_in() -> None:
+    """Each round's fastest call per side, paired; a side bench judged ``implausible`` (under the physics floor)
+    stops the pair: a head that is fails the comparison, never wins it; a base that is leaves nothing to compare."""
+    base = [1e-3 * (1 + i / 100) for i in range(20)]
+    (pair,) = paired_rounds([_side("base", "ok", base), _side("head", "ok", [t * 1.3 for t in base])], calls=3)
+    assert pair.implementation == "k" and pair.base_s == pytest.approx(base) and len(pair.ratios) == 20
+    assert pair.ratios == pytest.approx([1.3] * 20) and pair.first[:2] == ["base", "head"]
+    assert judge_cell(pair, 0.1, 0.05).verdict == SLOWER
+
+    cheat = _side("head", "implausible", base, "fastest call 0.05 ms is under the physics floor 0.1 ms")
+    (stopped,) = paired_rounds([_side("base", "ok", base), cheat], calls=3)
+    assert (stopped.status, stopped.side) == ("implausible", "head") and "physics floor" in (stopped.reason or "")
+    assert judge_cell(stopped, 0.1, 0.05).verdict == NEWLY_FAILING  # flagged, never a 20x win
+    (no_base,) = paired_rounds([_side("base", "implausible", base, "under the floor"), _side("head", "ok", base)], 3)
+    assert no_base.side == "base" and judge_cell(no_base, 0.1, 0.05).verdict == NOT_COMPARED

@@ -101,7 +101,7 @@ def test_ab_reads_the_case_flags_as_bench_does(tmp_path: Path) -> None:
     assert ab.overrides == bench.overrides == {"T": [64, 128], "causal": [False, True], "dtype": ["float64"],
                                                "mode": ["fwd"]}
     plain = ab_cmd.settings_from_args(_parse("ab", str(plugin), str(plugin)))
-    for name in ("suite", "rounds", "calls", "threads", "timeout_s", "device", "seed"):
+    for name in ("suite", "rounds", "calls", "threads", "timeout_s", "device"):
         assert getattr(plain, name) == default_of(ABSettings, name), name
 
 

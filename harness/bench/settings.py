@@ -82,5 +82,3 @@ class ABSettings:
     timeout_s: float = 300.0
     clock: str = "wall"
     """"wall" (elapsed time, the default) or "cpu" (process CPU time: steadier on a loaded machine, blind to waiting)."""
-    seed: int | None = None
-    """Seeds the order of the sides in each round (None: drawn from the OS)."""

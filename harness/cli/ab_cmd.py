@@ -61,12 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=probability, default=DEFAULT_ALPHA,
                         help=f"1 - the intervals' joint level (default {DEFAULT_ALPHA}: 95%% intervals); the false-alarm rate is at "
                              "most alpha/2")
-    parser.add_argument("--seed", type=int, help="seed the order of the sides in each round (default: from the OS)")
     parser.add_argument("--timeout", type=positive_number, default=_default("timeout_s"), metavar="S",
                         help=f"per-task timeout (default {_default('timeout_s'):g})")
     parser.add_argument("--out", type=Path, metavar="DIR",
-                        help="write base.json and head.json (bench result files, one sample per round) here "
-                             "(default results/ab-<time>)")
+                        help="write bench.json (the bench run both sides were timed in: every call's time) and "
+                             "base.json and head.json (each side's fastest call per round, for compare and report "
+                             "--history) here (default results/ab-<time>)")
     parser.add_argument("--markdown", type=Path, metavar="FILE",
                         help="also write the Markdown summary to FILE (e.g. $GITHUB_STEP_SUMMARY)")
     parser.add_argument("--json", metavar="FILE|-", help="write the verdict as JSON to FILE, or to stdout with -")
@@ -94,7 +94,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
                       suite=args.suite, overrides=overrides_from_args(args), only=list(args.only), rounds=args.rounds,
                       calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
-                      clock=clock, seed=args.seed)
+                      clock=clock)
 
 
 MARKDOWN_TITLE = "# attnbench ab"
@@ -131,7 +131,7 @@ def check_outputs(args: argparse.Namespace, out: Path) -> None:
     refuse_link(out, "--out")
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a directory; give a directory (it is created if missing)")
-    for side in ("base", "head"):
+    for side in ("bench", "base", "head"):
         check_output(out / f"{side}.json", flag="--out", inputs=inputs, kind="an attnbench bench result file",
                      ours=_is_bench_result)
     if args.markdown:
@@ -162,20 +162,19 @@ def run(args: argparse.Namespace) -> int:
 
     def on_cell(cell: Any) -> None:
         if not quiet:
-            ratios = cell.ratios
-            told = f"{sorted(ratios)[len(ratios) // 2]:.3f}x" if ratios else f"{cell.status}: {cell.reason}"
-            print(f"ab: {cell.implementation} {cell.case.id} {cell.mode}: {told}", file=sys.stderr)
+            told = f"{cell.median * 1e3:.4g} ms" if cell.status == "ok" and cell.median else f"{cell.status}: {cell.reason}"
+            print(f"ab: {cell.implementation} {cell.case_id} {cell.mode}: {told}", file=sys.stderr)
 
     try:
-        result_run = run_ab(settings, on_cell)
-    except Interrupted:
-        raise
-    except KeyboardInterrupt:
-        raise Interrupted(f"nothing was kept: ab writes {out / 'base.json'} and {out / 'head.json'} after its last "
-                          "round; run the same command again") from None
+        result_run = run_ab(settings, out / "bench.json", on_cell)
+    except KeyboardInterrupt:  # bench's own Interrupted too: its --resume does not finish an A/B comparison
+        raise Interrupted(f"the cells measured so far are kept in {out / 'bench.json'}; ab writes "
+                          f"{out / 'base.json'} and {out / 'head.json'} after its last round: run the same command "
+                          "again") from None
     files = write_sides(result_run, out)
     result = judge(result_run, threshold, args.alpha)
-    document = {**result.as_dict(), "files": {side: str(p) for side, p in files.items()}}
+    document = {**result.as_dict(), "files": {"bench": str(out / "bench.json"),
+                                              **{side: str(p) for side, p in files.items()}}}
     if args.markdown:
         write_atomic(args.markdown, markdown(result), flag="--markdown")
     if args.json and args.json != "-":
@@ -188,5 +187,5 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(HEADERS, rows(result.cells)))
         print(f"\n{summary_line(result)}")
         print(level_note(result.alpha, sum(c.ratio is not None for c in result.cells)))
-        print(f"results: {files['base']} {files['head']}")
+        print(f"results: {out / 'bench.json'} {files['base']} {files['head']}")
     return 1 if result.failed else 0

@@ -323,8 +323,14 @@ def load_source(source: str) -> Registry:
 _LOADED: dict[str, Registry] = {}
 
 
+CONTENDER = "@"
+"""Joins an implementation's name and a label in a contender's name (``flash@head``: ``attnbench ab`` times one
+name from two checkouts in one run). A declared name is an identifier, so no plugin's name holds it."""
+
+
 def load_implementation(source: str, name: str) -> Implementation:
-    """In a worker: implementation ``name`` from its source alone, loaded once per process."""
+    """In a worker: implementation ``name`` (or contender ``name@label``) from its source alone, loaded once per
+    process."""
     if source not in _LOADED:
         _LOADED[source] = load_source(source)
-    return _LOADED[source].get(name)
+    return _LOADED[source].get(name.partition(CONTENDER)[0])

@@ -55,6 +55,14 @@ def set_count(case: AttentionCase, warm_cache: bool) -> int:
     return DEFAULT_INPUT_SETS if one * DEFAULT_INPUT_SETS <= SETS_BYTES else 2
 
 
+def fresh_each_call(warm_cache: bool, mode: str) -> bool:
+    """Whether a cell's q, k and v get new values before every call: always, but for the warm-cache case (on
+    purpose) and a backward alone (its graph is built once, on fixed leaves). An implementation with its own
+    set-up (``prepare=True``) too: set-up sees the shapes and a first set of values, and every call's values are
+    new, written into the same arrays, so nothing computed in set-up can stand in for a call's work."""
+    return not warm_cache and mode != "bwd"
+
+
 def draw_sets(case: AttentionCase, count: int, backend: str) -> list[Inputs]:
     """``count`` input sets of the case: the first drawn (seed 0, as bench always drew), the others made
     from it by ``x -> (-1)^s x + s/4`` on q, k and v (the page pools alike, so paged and contiguous keys

@@ -191,7 +191,7 @@ class CellTimer:
         from harness.bench.fresh import fresh_for
 
         impl, case, timing = self.declared[cell.implementation], cell.case, self.settings.timing
-        shift = not getattr(impl, "set_up", False) and not timing.warm_cache and cell.mode != "bwd"
+        shift = audit.fresh_each_call(timing.warm_cache, cell.mode)
         with audit.one_thread():
             drawn = audit.draw_sets(case, audit.set_count(case, timing.warm_cache), impl.backend)
         sets = []
@@ -229,7 +229,8 @@ class CellTimer:
             outcome = Outcome(ERROR, error=f"the calls could not be served: {served['error']}{worker}",
                               seconds=outcome.seconds, leftovers=outcome.leftovers)
         if outcome.status == OK and drive.done:
-            outcome.value = measured_by_parent(drive, outcome.value, cell.case, cell.mode)
+            set_up = bool(getattr(self.declared.get(cell.implementation), "set_up", False))
+            outcome.value = measured_by_parent(drive, outcome.value, cell.case, cell.mode, set_up)
         if outcome.status != OK or drive.done:
             drive.close()
         return outcome
@@ -277,7 +278,12 @@ class CellTimer:
         return out
 
 
-def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
+SET_UP_HINT = ("prepare=True: set-up sees a first set of values; every timed call gets new values written into the "
+               "same q, k and v, so work on their values (a copy, a transpose, a scaling) belongs in the call")
+"""Said beside the mismatches of an implementation with its own set-up: the likely cause when its output is stale."""
+
+
+def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str, set_up: bool = False) -> Any:
     """The cell's :class:`~harness.bench.verdicts.Timed` as the parent measured it: the samples on its clock, the
     calls it drew checked against float64 on the values it wrote (:func:`harness.bench.audit.check_kept`), and what
     the worker said of the inputs that are not redrawn (a second opinion, as it comes from the plugin's process)."""
@@ -295,7 +301,8 @@ def measured_by_parent(drive: Drive, served: Any, case: Any, mode: str) -> Any:
     samples = drive.samples
     integrity = Integrity(
         input_sets=len(drive.sets), shifted=any(s.fresh is not None for s in drive.sets), untyped=tuple(drive.untyped),
-        kept_problems=problems, output_problems=tuple(outputs.problems), checked=tuple(outputs.checked),
+        kept_problems=problems, checked=tuple(outputs.checked),
+        output_problems=tuple(outputs.problems) + ((SET_UP_HINT,) if set_up and outputs.problems else ()),
         stamps=Stamped(calls=len(samples), clock=drive.clock, median_s=statistics.median(samples) if samples else None,
                        total_s=sum(samples), latency_s=statistics.median(drive.nulls) if drive.nulls else None),
     )

@@ -7,10 +7,9 @@ times the calls is :mod:`harness.bench.loop`; this module is what it stands on, 
 clocks and the checks of one call read on their own:
 
 - **Fresh inputs** (:mod:`harness.bench.fresh`). Calls cycle through input sets (:class:`InputSet`, distinct
-  storage; :data:`DEFAULT_INPUT_SETS`), and for an implementation without its own set-up (``prepare=False``)
-  q, k and v are rewritten before every call with fresh full-rank noise from a seed drawn from the system's
-  entropy just then. An implementation with ``prepare=True`` may read its inputs in its set-up, so its
-  sets are only rotated; the physics floor is what bounds it.
+  storage; :data:`DEFAULT_INPUT_SETS`), and q, k and v are rewritten before every call with fresh full-rank
+  noise from a seed drawn from the system's entropy just then (:func:`harness.bench.audit.fresh_each_call`:
+  implementations with their own set-up too; a backward alone is only rotated, the physics floor bounds it).
 - **After the return** (:func:`after_call`), in this order: the result's exact type; the interpreter's state
   (:class:`~harness.bench.state.StateGuard`: no mode pushed, no function of the harness replaced, ...);
   the result is an array of its own; its fingerprint (:mod:`harness.bench.fingerprint`); no input

@@ -71,9 +71,6 @@ class BenchRunner:
         self.done = tuple(start.bench_cells())
         self.picker = ProbePicker("off", ())
 
-    def _can_probe(self, cell: PlannedCell) -> bool:
-        return probeable(cell, bool(getattr(self.registry.get(cell.implementation), "set_up", False)))
-
     def run(self, todo: list[PlannedCell]) -> None:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
         peak = WorkerPool(timeout=self.settings.timeout_s, start_method="forkserver")
@@ -85,7 +82,7 @@ class BenchRunner:
                               {name: impl.backend for name, impl in declared.items()}, listener, declared)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
             groups = case_groups(todo)  # smallest work first: the budget's predictions have history
-            self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), self._can_probe, self.done)
+            self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), probeable, self.done)
             for group in groups:
                 self._measure_case(group, timer, pools_of, peak_pool)
             self.roofs.confirm(peak_pool)

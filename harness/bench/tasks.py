@@ -71,7 +71,7 @@ def serve_task(name: str, source: str, case: dict[str, object], mode: str, confi
     if open_cell is None:
         impl = _implementation(name, source)
         attention_case = AttentionCase.from_dict(case)
-        shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
+        shift = audit.fresh_each_call(config.warm_cache, mode)
         with audit.one_thread():
             drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
         shared: list[driven.SharedInputs] = []
@@ -123,7 +123,7 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
         call = build_call(impl, attention_case, mode)
         setup_s = guard.CLOCK() - started
         return Timed(samples_s=tuple(time_call(call, attention_case.device, config)), threads=used, setup_s=setup_s)
-    shift = not getattr(impl, "set_up", False) and not config.warm_cache and mode != "bwd"
+    shift = audit.fresh_each_call(config.warm_cache, mode)
     with audit.one_thread():
         drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
     sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]

@@ -179,8 +179,8 @@ def value_probe_task(name: str, source: str, case: dict[str, object], mode: str,
         (inputs,) = audit.draw_sets(attention_case, 1, impl.backend)
     drawn = audit.build_set(impl, attention_case, mode, inputs, 0, shift=True)
     if drawn.fresh is None:
-        return ValueProbe(clock=config.clock, error="its calls cannot be given fresh values (inputs read in set-up, "
-                                                    "or a backward on a fixed graph)")
+        return ValueProbe(clock=config.clock, error="its calls cannot be given fresh values (a backward on a fixed "
+                                                    "graph)")
     mask = _Mask(drawn.named)
     skipped = {n: why for n in DISTRIBUTIONS if (why := _not_run(n, attention_case, drawn.fresh.names, mask.live))}
     names = [n for n in DISTRIBUTIONS if n not in skipped]
@@ -215,12 +215,11 @@ def value_probe_task(name: str, source: str, case: dict[str, object], mode: str,
 # ---------------------------------------------------------------- parent side: which cells are probed
 
 
-def probeable(cell: PlannedCell, set_up: bool) -> bool:
-    """Whether the probe can time ``cell``: a kernel's forward or forward+backward on the CPU whose calls get fresh
-    inputs (``set_up``: the implementation reads its inputs in ``prepare``, so they cannot change per call)."""
+def probeable(cell: PlannedCell) -> bool:
+    """Whether the probe can time ``cell``: a kernel's forward or forward+backward on the CPU (their calls get fresh
+    inputs)."""
     case = cell.case
-    return (getattr(case, "kind", "kernel") == "kernel" and case.device == "cpu" and cell.mode in ("fwd", "fwd+bwd")
-            and not set_up)
+    return getattr(case, "kind", "kernel") == "kernel" and case.device == "cpu" and cell.mode in ("fwd", "fwd+bwd")
 
 
 class ProbePicker:

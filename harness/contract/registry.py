@@ -60,7 +60,8 @@ class Implementation:
     description: str = ""
     source: str = "?"
     set_up: bool = False
-    """Registered with ``prepare=True``: its set-up may read the inputs, so bench only rotates them."""
+    """Registered with ``prepare=True``: ``prepare`` is its set-up, and returns the call that is timed. Set-up sees
+    a first set of values; bench writes every timed call's new values into the same arrays."""
 
     # The record's fields, read through the implementation (as every caller did before the record existed).
     @property

@@ -129,12 +129,13 @@ def honest_sdpa(q, k, v, *, causal=False, mask=None, scale=None):
 
 @register("honest_prepared", backend="torch", prepare=True)
 def honest_prepared(q, k, v, *, causal=False, mask=None, scale=None):
-    """Moves layout work into set-up: keys transposed and pre-scaled, an output buffer allocated once."""
+    """Plans its layout in set-up (a transposed-key buffer, an output buffer allocated once); fills them in the call."""
     scale = q.shape[-1] ** -0.5 if scale is None else scale
-    kt = (k.transpose(-1, -2) * scale).contiguous()
+    kt = torch.empty(k.shape[:-2] + (k.shape[-1], k.shape[-2]), dtype=k.dtype)
     out = torch.empty(q.shape, dtype=q.dtype)
 
     def call():
+        torch.mul(k.transpose(-1, -2), scale, out=kt)
         torch.matmul(torch.softmax(q @ kt, dim=-1), v, out=out)
         return out
     return call

@@ -44,7 +44,7 @@ EVIDENCE: dict[str, tuple[tuple[str, ...], ...]] = {
     "rt_proc_task_audit": (WRONG_CALL, (r"audit hook",)),
     "rt_warmup_stall": (WRONG_CALL,),
     "rt_loop_state": (WRONG_CALL,),
-    "rt_paced_prepare": (FLOOR,),
+    "rt_paced_prepare": (WRONG_CALL, FLOOR),
     "rt_rng_clone": (WRONG_CALL, (r"generator|random",)),
     "rt_lowrank_cache": (WRONG_CALL,),
     "rt_empty_mode_fill": (MODE, WRONG_CALL),

@@ -19,11 +19,15 @@ def _scale(q, scale):
 
 
 @register("ok_prepared_layout", backend="torch", prepare=True,
-          description="transposes and pre-scales k in prepare (layout work, allowed)")
+          description="plans its layout in prepare (a transposed-key buffer), fills it from k in each call")
 def ok_prepared_layout(q, k, v, *, causal=False, mask=None, scale=None):
-    kt = (k.transpose(-1, -2) * _scale(q, scale)).contiguous()
-    vc = v.contiguous()
-    return lambda: torch.softmax(q @ kt, dim=-1) @ vc
+    kt = torch.empty(k.shape[:-2] + (k.shape[-1], k.shape[-2]), dtype=k.dtype)
+    s = _scale(q, scale)
+
+    def call():
+        torch.mul(k.transpose(-1, -2), s, out=kt)
+        return torch.softmax(q @ kt, dim=-1) @ v
+    return call
 
 
 _WORKSPACE: dict[tuple, torch.Tensor] = {}

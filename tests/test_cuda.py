@@ -62,7 +62,7 @@ def test_peak_memory_is_the_calls_own_bytes() -> None:
         del scratch
         return out
 
-    memory = measure_cuda(call)
+    memory = measure_cuda(lambda: (call, 0))
     assert memory.output_bytes == 32 * mib
     assert memory.peak_extra_bytes == 64 * mib
 

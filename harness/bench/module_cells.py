@@ -111,10 +111,14 @@ def module_timing_task(impl: Implementation, case: dict[str, object], config: Ti
 
 
 def module_memory_task(impl: Implementation, case: dict[str, object], threads: int | None) -> Memory:
-    """Worker (the memory one): peak extra bytes of one module call."""
+    """Worker (the memory one): peak extra bytes of a module's cell (its set-up and calls)."""
     from harness.bench.memory import measure, prepare_process
+    from harness.modules.cases import module_positional_biases
+    from harness.modules.weights import make_module_inputs
 
     prepare_process()
     pin_threads(threads)
     module_case = ModuleCase.from_dict(case)
-    return measure(_module_call(impl, module_case), impl.backend, module_case.device)
+    inputs = make_module_inputs(module_case, 0, impl.backend)  # the inputs and weights: before the measure
+    kwargs = inputs.kwargs(module_case, module_positional_biases(impl))
+    return measure(lambda: (impl.prepare(inputs.x, **kwargs), 0), impl.backend, module_case.device)

@@ -157,8 +157,9 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
 
 def memory_task(name: str, source: str, case: dict[str, object], mode: str,
                 threads: int | None) -> Memory:
-    """Worker (the memory one): peak extra bytes of one call."""
-    from harness.bench.memory import measure, prepare_process
+    """Worker (the memory one): peak extra bytes of the cell: its set-up and two calls, above its inputs
+    (:mod:`harness.bench.memory`)."""
+    from harness.bench.memory import measure, prepare_process, warm_process
 
     if case.get("kind") == "module":
         return module_memory_task(_implementation(name, source), case, threads)
@@ -166,12 +167,34 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     pin_threads(threads)
     impl = _implementation(name, source)
     attention_case = AttentionCase.from_dict(case)
-    call = build_call(impl, attention_case, mode)
-    return measure(call, impl.backend, attention_case.device)
+    warm_process(attention_case.dtype, attention_case.device)
+    _warm_cell(impl, attention_case, mode)
+    return measure(_set_up(impl, attention_case, mode), impl.backend, attention_case.device)
+
+
+WARM_T = 16
+"""The sequence length of the unmeasured cell a memory measure makes first (:func:`_warm_cell`)."""
+
+
+def _warm_cell(impl: Any, case: AttentionCase, mode: str) -> None:
+    """The implementation set up and called once on a small case like ``case`` (T at most :data:`WARM_T`), not
+    measured: its one-time allocations (an extension it loads, a JIT's first compile, per-thread scratch) are then
+    the baseline, while whatever it sizes by the case's shape is allocated in the measured span. Where the small case
+    is not one this case can shrink to, or the call fails there, the measure goes on without it."""
+    from harness.bench.memory import release_memory
+
+    try:
+        small = case.with_(tq=min(case.tq, WARM_T), tk=min(case.tk, WARM_T))
+        call, _ = _set_up(impl, small, mode)()
+        out = call()
+        del call, out
+    except Exception:  # noqa: BLE001 - an unmeasured warm-up: the cell's own measure says what fails
+        pass
+    release_memory()
 
 
 def traced_memory_task(name: str, source: str, case: dict[str, object], mode: str, threads: int | None) -> Memory:
-    """Worker (the implementation's timing one): peak extra bytes of one call of a NumPy kernel on the CPU, by
+    """Worker (the implementation's timing one): peak extra bytes of the cell of a NumPy kernel on the CPU, by
     tracemalloc, which reads the arrays' own allocations whatever the allocator does: it needs none of the memory
     worker's set-up, so a NumPy implementation is measured where it is timed, after its timed calls, and no process
     is started for it. tracemalloc is stopped when the measure ends: the timed calls after it run untraced."""
@@ -179,7 +202,22 @@ def traced_memory_task(name: str, source: str, case: dict[str, object], mode: st
 
     pin_threads(threads)
     impl = _implementation(name, source)
-    return measure_numpy(build_call(impl, AttentionCase.from_dict(case), mode))
+    return measure_numpy(_set_up(impl, AttentionCase.from_dict(case), mode))
+
+
+def _set_up(impl: Any, case: AttentionCase, mode: str) -> Callable[[], tuple[Callable[[], Any], int]]:
+    """The cell's set-up for a memory measure, its inputs drawn now (before the measure starts): the call, and the
+    bytes of the arrays the harness made in set-up (a backward's upstream gradient)."""
+    from harness.bench.audit import build_set
+    from harness.bench.memory import output_bytes
+    from harness.reference.tensors import make_inputs
+
+    inputs = make_inputs(case, 0, impl.backend)
+
+    def set_up() -> tuple[Callable[[], Any], int]:
+        built = build_set(impl, case, mode, inputs, 0, shift=False)
+        return built.call, output_bytes(built.grad_out) if built.grad_out is not None else 0
+    return set_up
 
 
 def traced_in_timing_worker(backend: str, case: AttentionCase) -> bool:

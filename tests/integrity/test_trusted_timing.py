@@ -238,3 +238,45 @@ def test_a_stopped_tree_burns_no_cpu_and_a_resumed_one_does() -> None:
     finally:
         os.killpg(proc.pid, 9)
         proc.wait()
+
+
+_FORKER = """
+import os, sys, time
+print("ready", flush=True)
+sys.stdin.readline()
+pid = os.fork()
+if pid == 0:                                                 # a child that spins 0.3 s of CPU and ends
+    started = time.process_time()
+    while time.process_time() - started < 0.3:
+        pass
+    os._exit(0)
+os.waitpid(pid, 0)                                           # reaped: gone from the tree before the parent reads
+print("done", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_trees_cpu_clock_counts_a_child_that_ended_and_was_reaped_within_the_span() -> None:
+    """One process counted is not enough: a call that forks its work into a child which ends before "done" must
+    be charged the child's CPU. The worker's cgroup counts every process it ever held; where no cgroup can be
+    made the tree's live processes are summed, the weaker guarantee docs/integrity.md states."""
+    import subprocess
+    import sys
+
+    from harness.runtime.cgroups import cpu_group
+    from harness.runtime.process_tree import Tree
+
+    proc = subprocess.Popen([sys.executable, "-c", _FORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        worker = Tree(proc.pid)
+        before = worker.cpu_s()
+        if cpu_group(proc.pid) is None:
+            pytest.skip("no cgroup can be made here: the tree's live processes are summed (docs/integrity.md)")
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "done"
+        assert worker.cpu_s() - before >= 0.29
+    finally:
+        proc.kill()
+        proc.wait()

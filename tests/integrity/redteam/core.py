@@ -8,6 +8,7 @@ patches the harness when it is imported).
 
 import threading
 
+import torch
 import torch.nn.functional as F
 
 import harness.bench.driven as driven
@@ -58,3 +59,39 @@ def rt_ahead_thread(q, k, v, *, causal=False, mask=None, scale=None):
         _LATEST["thread"] = threading.Thread(target=_keep_computing, args=(q, k, v, scale), daemon=True)
         _LATEST["thread"].start()
     return _LATEST["out"].clone()
+
+
+# --- CPU the clock does not see: most rows computed in a child forked for the call, ended and reaped before done
+
+_SHARED: dict[tuple, object] = {}
+
+
+def _rows_in_numpy(q, k, v, scale):
+    import numpy as np
+
+    s = (q @ np.swapaxes(k, -1, -2)) * scale
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (s / s.sum(axis=-1, keepdims=True)) @ v
+
+
+@register("rt_forked_rows", backend="torch",
+          description="each call forks a child that computes 7/8 of the rows into shared memory and exits before done")
+def rt_forked_rows(q, k, v, *, causal=False, mask=None, scale=None):
+    import os
+
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    key = (tuple(q.shape), q.dtype)
+    if key not in _SHARED:
+        _SHARED[key] = q.new_empty(q.shape).share_memory_()
+    out = _SHARED[key]
+    split = q.shape[-2] // 8
+    pid = os.fork()
+    if pid == 0:  # the child: most of the work, on a process clock the worker's own never holds
+        try:
+            rows = _rows_in_numpy(q[..., split:, :].numpy(), k.numpy(), v.numpy(), scale)
+            out[..., split:, :].copy_(torch.from_numpy(rows))
+        finally:
+            os._exit(0)
+    out[..., :split, :] = _attend(q[..., :split, :], k, v, scale)
+    os.waitpid(pid, 0)
+    return out.clone()

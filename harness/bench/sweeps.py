@@ -166,6 +166,8 @@ def _sweep_cells(suite: str, overrides: Mapping[str, Sequence[Any]] | None, devi
     """(case, mode, the implementations it is for, None for all), deduplicated, in order: a case that two sweeps
     make is one cell, for the implementations of both; ``memory_only``: of the sweeps whose cells get a memory run."""
     overrides = _checked_overrides(suite, overrides)
+    if "workload" in overrides:
+        return [(case, mode, None) for case, mode in _workload_cells(overrides, device)]
     seen: dict[tuple[str, str], Planned] = {}
     for sweep in SUITES[suite]:
         if memory_only and not sweep.get("memory", True):
@@ -184,13 +186,33 @@ def _checked_overrides(suite: str, overrides: Mapping[str, Sequence[Any]] | None
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     checked = {k: tuple(v) for k, v in (overrides or {}).items() if v}
-    unknown = set(checked) - set(AXES)
+    unknown = set(checked) - set(AXES) - {"workload"}
     if unknown:
         raise UsageError(f"unknown sweep axes {sorted(unknown)}; axes are {AXES}")
     bad_modes = [m for m in checked.get("mode", ()) if m not in MODES]
     if bad_modes:
         raise UsageError(f"--mode {bad_modes}: choose from {', '.join(MODES)}")
     return checked
+
+
+WORKLOAD_AXES = ("d", "heads", "dtype", "mode", "workload")
+"""The axis flags ``--workload`` takes: the batch's lengths, batch and causality are the spec's."""
+
+
+def _workload_cells(overrides: Mapping[str, tuple[Any, ...]], device: str) -> Iterator[tuple[AttentionCase, str]]:
+    """``--workload``'s batches (:mod:`harness.case.workload`), each one cell per head dim, heads, dtype and mode
+    (default: d 64, 8 heads, float32, the forward)."""
+    from harness.case.workload import parse_workloads
+
+    other = sorted(set(overrides) - set(WORKLOAD_AXES))
+    if other:
+        raise UsageError(f"--workload with --{', --'.join(other)}: a serving batch's lengths, batch and causal "
+                         f"masking are its spec's; only --{', --'.join(WORKLOAD_AXES[:-1])} apply")
+    batches = parse_workloads(list(overrides["workload"]))
+    for workload, d, heads, dtype, mode in itertools.product(
+            batches, overrides.get("d", (64,)), overrides.get("heads", (8,)), overrides.get("dtype", ("float32",)),
+            overrides.get("mode", ("fwd",))):
+        yield workload.case(heads=int(heads), d=int(d), dtype=dtype, device=device), mode
 
 
 def _explicit_cells(sweep: Mapping[str, Any], overrides: Mapping[str, tuple[Any, ...]], device: str

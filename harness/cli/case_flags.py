@@ -30,7 +30,8 @@ def sizes(text: str) -> list[int]:
 
 
 def add_case_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--T``, ``--d``, ``--heads``, ``--batch``, ``--dtype``, ``--causal``, ``--mode`` and ``--device``."""
+    """``--T``, ``--d``, ``--heads``, ``--batch``, ``--dtype``, ``--causal``, ``--mode``, ``--device`` and
+    ``--workload``."""
     group = parser.add_argument_group("cases", "each flag replaces the suite's values on its axis")
     for axis, what in AXES:
         group.add_argument(f"--{axis}", nargs="+", type=sizes, metavar="N", help=f"{what} (replaces the suite's)")
@@ -38,6 +39,11 @@ def add_case_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--causal", choices=tuple(CAUSAL), help="causal masking (replaces the suite's)")
     group.add_argument("--mode", nargs="+", choices=MODES, help="fwd, bwd, fwd+bwd (bwd modes need grad=True)")
     group.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    group.add_argument("--workload", nargs="+", metavar="SPEC",
+                       help="serving batches instead of the suite's cases, each one call of packed requests with "
+                            "bottom-right causal masking: vLLM's grammar (2q2k_32q1s1k: 2 prompts of 2,048 tokens "
+                            "and 32 decode steps on 1,024 keys; spec4s1k, chunk512q4k) or a JSON trace "
+                            "(docs/serving.md); --d, --heads, --dtype and --mode apply")
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, list[Any]]:
@@ -53,4 +59,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, list[Any]]:
         overrides["causal"] = CAUSAL[args.causal]
     if args.mode:
         overrides["mode"] = list(args.mode)
+    if getattr(args, "workload", None):
+        overrides["workload"] = list(args.workload)
     return overrides

@@ -70,6 +70,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"implementations verified at the same time, each in its own worker (default "
                              f"{_default('jobs')}; with --executor ray the cluster's CPUs decide)")
     add_model_argument(parser, "check")
+    parser.add_argument("--workload", nargs="+", metavar="SPEC",
+                        help="check serving batches instead of the suite's cases, each one call of packed requests "
+                             "with bottom-right causal masking, per request against float64: vLLM's grammar "
+                             "(2q2k_32q1s1k, spec4s1k, chunk512q4k) or a JSON trace (docs/serving.md)")
     add_executor_arguments(parser)
 
 
@@ -110,7 +114,7 @@ def request_from_args(args: argparse.Namespace) -> VerifyRequest:
     settings = VerifySettings(
         suite=args.suite, only=tuple(args.only), plugins=tuple(args.plugin), trials=args.trials,
         timeout_s=args.timeout, jobs=args.jobs, maxfail=args.maxfail, fuzz=args.fuzz or None, fuzz_seed=args.fuzz_seed,
-        executor=executor, address=address, model=model)
+        executor=executor, address=address, model=model, workload=tuple(args.workload or ()))
     return request_for(settings, args.json, force=args.force)
 
 

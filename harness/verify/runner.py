@@ -91,6 +91,9 @@ class VerifyRun:
     costs more than :data:`FLUSH_SHARE` of the time between them."""
     model: ModelPlan | None = None
     """A catalogue model (:mod:`harness.case.models`) and its lengths: its calls are the cases, instead of the suite's."""
+    workloads: list[Any] | None = None
+    """Serving batches (:class:`harness.case.workload.Workload`): each one case per device, in the implementation's
+    primary dtype (8 heads, d 64), instead of the suite's."""
     maxfail: int | None = None
     """After this many failing cases of an implementation, its cases not yet started are skipped (None: never)."""
     _failing: dict[str, int] = field(default_factory=dict, repr=False)
@@ -112,6 +115,14 @@ class VerifyRun:
 
                 cases, reason = model_cases_for(impl, self.model)
                 plans.append((impl, cases, reason))
+            elif self.workloads is not None:
+                if impl.kind != "kernel":
+                    plans.append((impl, [], "a serving batch is a kernel's call; a module's calls are its layers'"))
+                    continue
+                from harness.verify.suites import devices_here, primary_dtype
+
+                plans.append((impl, [w.case(dtype=primary_dtype(impl), device=device) for w in self.workloads
+                                     for device in devices_here(impl)], None))
             else:
                 plans.append((impl, list(functions[0](impl, self.suite)), None))
         return plans
@@ -139,7 +150,7 @@ class VerifyRun:
         its reason, not this."""
         from harness.verify.pairwise import SUITE_AXES, coverage, unreached
 
-        if self.suite not in SUITE_AXES or self.model is not None:
+        if self.suite not in SUITE_AXES or self.model is not None or self.workloads is not None:
             return
         admitted = {impl.name: (impl, [c for c in cases if not impl.declared_gaps(c)])
                     for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}

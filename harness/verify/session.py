@@ -42,6 +42,8 @@ class VerifySettings:
     address: str | None = None
     model: str | None = None
     """A catalogue model (``--model``, :mod:`harness.case.models`): check its calls instead of the suite's cases."""
+    workload: tuple[str, ...] = ()
+    """Serving batches (``--workload``, :mod:`harness.case.workload`): check them instead of the suite's cases."""
 
 
 def default_out() -> Path:
@@ -95,6 +97,14 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
             raise UsageError("--model checks the model's own calls; --fuzz searches the declared space: choose one")
         model_plan = model_plan_of(model_named(settings.model))
         config.update(suite=None, **model_config(model_plan))
+    workloads = None
+    if settings.workload:
+        from harness.case.workload import parse_workloads
+
+        if settings.fuzz or settings.model is not None:
+            raise UsageError("--workload checks the batches it names; --model and --fuzz choose other cases: choose one")
+        workloads = parse_workloads(list(settings.workload))
+        config.update(suite=None, workload=list(settings.workload))
     if settings.fuzz:
         config.update(suite=None, fuzz=settings.fuzz, fuzz_seed=settings.fuzz_seed)
     with open_executor(settings.executor, settings.address, plugins) as executor:  # a bad --address writes nothing
@@ -109,7 +119,8 @@ def run(settings: VerifySettings, out: Path | None = None, *, force: bool = Fals
                 run_fuzz(impls, plugins, sources, settings.fuzz, settings.fuzz_seed, settings.timeout_s, writer, database)
             else:
                 VerifyRun(impls, sources, settings.suite, settings.trials, settings.timeout_s, writer, jobs=settings.jobs,
-                          progress_enabled=settings.progress, model=model_plan, maxfail=settings.maxfail).run(executor)
+                          progress_enabled=settings.progress, model=model_plan, maxfail=settings.maxfail,
+                          workloads=workloads).run(executor)
             writer.finish()
             return writer.run
         except KeyboardInterrupt:

@@ -83,3 +83,24 @@ def test_the_commands_say_what_is_wrong_with_a_spec(capsys: pytest.CaptureFixtur
     assert main(["verify", "--workload", "q2ks1k", "--json", str(tmp_path / "v.json")]) == 2
     assert "kv >= q" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_report_gives_each_serving_batch_its_tokens_per_second(tmp_path: Path) -> None:
+    from harness.report import markdown
+    from harness.report.findings import analyse
+    from harness.report.load import load
+    from harness.results import BenchCell, CellCase, ResultWriter
+
+    path = tmp_path / "run.json"
+    writer = ResultWriter(path, "bench", {"suite": "synthetic"})
+    for spec, median in (("2q64_4s200", 2e-3), ("8s1k", 1e-3)):
+        (batch,) = parse_workloads([spec])
+        case = batch.case(heads=2, d=16)
+        writer.append(BenchCell(implementation="k", case=CellCase.of(case), case_id=case.id, mode="fwd", status="ok",
+                                samples_s=(median,) * 3, stats={"median": median, "iqr_over_median": 0.01},
+                                bytes=1e6))
+    writer.finish()
+    writer.close()
+    section = "\n".join(markdown._serving_section(analyse(load([path]), "k")))
+    assert "| 2 prefill, 4 decode | 132 / 928 | k | 2 | 66,000 |" in section
+    assert "| 8 decode | 8 / 8192 | k | 1 | 8,000 |" in section

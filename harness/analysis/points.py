@@ -28,7 +28,22 @@ def case_columns(case: CellCase | None) -> dict[str, object]:
     window = row["window"]
     row["window"] = None if window is None else f"{window[0]},{window[1]}"
     row["causal_align"] = row["causal_align"] or "top_left"
+    row["serving"] = serving_batch(case)
     return row
+
+
+def serving_batch(case: CellCase | None) -> str | None:
+    """A serving batch's requests by kind ("2 prefill, 32 decode"; :mod:`harness.case.workload`), for a case that is
+    one (packed sequences, causal, bottom-right); None for any other."""
+    from harness.case.workload import request_kind
+
+    varlen = getattr(case, "varlen", None)
+    if not varlen or not getattr(case, "causal", False) or getattr(case, "causal_align", None) != "bottom_right":
+        return None
+    kinds: dict[str, int] = {}
+    for q, kv in varlen:
+        kinds[request_kind(q, kv)] = kinds.get(request_kind(q, kv), 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in kinds.items())
 
 
 def point_columns(cell: BenchCell) -> dict[str, object]:

@@ -27,6 +27,7 @@ ROOF_PROBLEM_BYTES = 128 * 2**20
 """A cell's % of the read bandwidth beside it is held to 100% only when its compulsory bytes are this many or more:
 a smaller working set may be served from the caches, faster than the probe's 256 MiB read."""
 BENCH_COLUMNS = ("source", "implementation", "case_id", "mode", "status", "reason", *CASE_COLUMNS, "window_width", "varlen",
+                 "serving",
                  *STAT_COLUMNS, "flops", "gflops", "pct_peak", "peak_extra_bytes", "output_bytes", "peak_bytes",
                  "memory_method",
                  "threads", "samples_s", "bytes", "gbps", "pct_bandwidth", "cache_seqlens", "page_size", "node_kind", "profile",

@@ -50,7 +50,8 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
 def render(report: Analysis, name: str, plots: Sequence[Plot]) -> str:
     """summary.md of the analysis ``report``, titled ``name``, linking ``plots``: its sections in order."""
     out = [f"# attnbench report `{md(name)}`", ""]
-    for section in (_headline, _set_aside, _verdicts, _values, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section):
+    for section in (_headline, _set_aside, _verdicts, _values, _runs, _complexity, _coverage, _correctness, _speedup, _bandwidth_section,
+                    _serving_section):
         out += section(report)
     if plots:
         out.append("## Plots")
@@ -203,6 +204,28 @@ def _bandwidth_section(report: Analysis) -> list[str]:
     notes = sorted({n for n in (trust.above_roof(r) for r in rows.to_dict("records")) if n is not None})
     if notes:
         out += ["", f"{md(trust.ROOF_FOOTNOTE)}: " + "; ".join(md(n) for n in notes) + "."]
+    return out + [""]
+
+
+def _serving_section(report: Analysis) -> list[str]:
+    """Serving batches (``--workload``): new tokens per second, and GB/s against the read bandwidth, per batch."""
+    bench = report.results.bench
+    if bench.empty or "serving" not in bench or not bench["serving"].notna().any():
+        return []
+    rows = bench[trust.counted(bench) & bench["serving"].notna()].sort_values(["case_id", "median"])
+    if rows.empty:
+        return []
+    out = ["## Serving batches",
+           "Each batch is one call (docs/serving.md); tokens/s are its new tokens (Tq) per median call; GB/s its "
+           "compulsory bytes (each request's keys read once) against the read bandwidth measured in the same run. A "
+           "batch of one kind of request gives that kind's rate.", ""]
+    out.append(md_table(["batch", "new tokens / keys", "implementation", "median (ms)", "tokens/s", "GB/s",
+                         "% of bandwidth"],
+                        [(r.serving, f"{int(r.tq)} / {int(r.tk)}", r.implementation, f"{1e3 * float(r.median):.3g}",
+                          f"{float(r.tq) / float(r.median):,.0f}", "" if r.gbps != r.gbps else f"{float(r.gbps):.1f}",
+                          "" if r.pct_bandwidth is None or r.pct_bandwidth != r.pct_bandwidth
+                          else f"{float(r.pct_bandwidth):.0f}%")
+                         for r in rows.itertuples()]))
     return out + [""]
 
 

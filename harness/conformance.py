@@ -40,7 +40,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     suite = _suite(metafunc.config)
     params = []
     for impl in selected_implementations(metafunc.config):
-        functions = kind_functions(impl.kind)
+        functions = kind_functions(impl.declared.kind)
         if isinstance(functions, str):
             params.append(pytest.param((impl, None, functions), id=impl.name))
             continue
@@ -61,7 +61,7 @@ def one_thread() -> Iterator[None]:
 @pytest.mark.usefixtures("one_thread")
 def test_conforms(verify_item: tuple[Implementation, Any, str | None]) -> None:
     impl, case, why_not = verify_item
-    functions = kind_functions(impl.kind)
+    functions = kind_functions(impl.declared.kind)
     if why_not or isinstance(functions, str):
         pytest.skip(why_not or str(functions))
     reasons = impl.not_supported_reasons(case)

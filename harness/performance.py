@@ -42,8 +42,8 @@ def test_attention(benchmark: Any, impl: Any, case: AttentionCase) -> None:
     reasons = impl.not_supported_reasons(case)
     if reasons:
         pytest.skip("; ".join(reasons))
-    inputs = make_inputs(case, seed=0, backend=impl.backend)
-    call = impl.prepare(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
+    inputs = make_inputs(case, seed=0, backend=impl.declared.backend)
+    call = impl.prepare(*inputs.arrays(impl.declared.structures), **inputs.kwargs(case, impl.declared.structures))
     flops = attention_flops(case, "fwd")
     benchmark.group = case.id
     benchmark.extra_info.update(shape=case.to_dict(), case_id=case.id, implementation=impl.name, flops=flops)

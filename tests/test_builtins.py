@@ -37,7 +37,7 @@ def test_builtin_matches_oracle(name: str, case: AttentionCase) -> None:
     reasons = impl.not_supported_reasons(case)
     if reasons:
         pytest.skip("; ".join(reasons))
-    inputs = make_inputs(case, seed=1, backend=impl.backend)
+    inputs = make_inputs(case, seed=1, backend=impl.declared.backend)
     out = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case))
     assert tuple(out.shape) == (case.batch, case.heads, case.tq, case.d)
     assert dtype_name(out) == case.dtype
@@ -53,7 +53,7 @@ def test_fully_masked_rows_are_zero_not_nan() -> None:
     case = AttentionCase(batch=1, heads=2, tq=8, d=8, mask="empty_rows")
     for name in BUILTINS:
         impl = REGISTRY.get(name)
-        inputs = make_inputs(case, seed=3, backend=impl.backend)
+        inputs = make_inputs(case, seed=3, backend=impl.declared.backend)
         out = to_float64(impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case)))
         empty = ~inputs.mask64.any(-1)
         assert empty.any()
@@ -112,14 +112,14 @@ def test_sinks_softcap_and_value_dim_match_the_oracle(name: str, case: Attention
     impl = REGISTRY.get(name)
     case = case.with_(dtype=dtype)
     if name.startswith("torch_sdpa"):
-        assert impl.value_dim and not impl.sinks and not impl.softcap
+        assert impl.declared.value_dim and not impl.declared.sinks and not impl.declared.softcap
     else:
-        assert impl.sinks and impl.softcap and impl.value_dim
+        assert impl.declared.sinks and impl.declared.softcap and impl.declared.value_dim
     reasons = impl.not_supported_reasons(case)
     if reasons:
         assert name.startswith("torch_sdpa") and (case.sinks or case.softcap is not None), reasons
         return
-    inputs = make_inputs(case, seed=2, backend=impl.backend)
+    inputs = make_inputs(case, seed=2, backend=impl.declared.backend)
     got = to_float64(impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case)))
     want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
     assert tuple(got.shape) == (case.batch, case.heads, case.tq, case.value_dim)
@@ -169,7 +169,7 @@ def test_every_2025_model_preset_runs_at_least_two_builtins(model: str, feature:
     runs = []
     for name in ("numpy_naive", "torch_eager", "torch_sdpa", "tiled", "tiled_fused"):
         impl = REGISTRY.get(name)
-        cases = [c for c in model_kernel_cases(impl, plan) if impl.grad or not c.grad]
+        cases = [c for c in model_kernel_cases(impl, plan) if impl.declared.grad or not c.grad]
         assert cases and all(getattr(c, feature) for c in cases), name  # the feature is in the model's cases
         if not any(impl.not_supported_reasons(c) for c in cases):
             runs.append(name)

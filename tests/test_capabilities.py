@@ -108,9 +108,9 @@ def test_register_module_declares_a_module_without_switching_register() -> None:
     impl = register_module("plain_module", backend="numpy", causal=True, mask=True, layers=("mha",),
                            rope=("rotate_half",))(
         lambda x, *, heads, weights, mask=None, causal=False, rope=None: x).__attnbench__
-    assert impl.kind == "module" and impl.declared.layers == ("mha",) and impl.declared.rope == ("rotate_half",)
+    assert impl.declared.kind == "module" and impl.declared.layers == ("mha",) and impl.declared.rope == ("rotate_half",)
     from_record = register_module("record_module", Capabilities(backend="numpy", causal=True))(_module).__attnbench__
-    assert from_record.kind == "module"
+    assert from_record.declared.kind == "module"
     reasons = impl.not_supported_reasons(AttentionCase())
     assert reasons and "module implementation does not run kernel cases" in reasons[0]
     assert impl.not_supported_reasons(ModuleCase(dtype="float32")) == []

@@ -97,7 +97,7 @@ def test_paged_needs_cache_lengths_declared() -> None:
 
     with pytest.raises(PluginError, match="needs 'cache_seqlens' too"):
         make_implementation("pages", fn, backend="torch", structures=("paged",))
-    assert make_implementation("pages", fn, backend="torch", structures=("paged", "cache_seqlens")).structures
+    assert make_implementation("pages", fn, backend="torch", structures=("paged", "cache_seqlens")).declared.structures
 
 
 def test_flops_and_compulsory_bytes_count_what_a_step_must_do() -> None:
@@ -134,7 +134,7 @@ def test_decode_kernels_match_the_oracle(name: str, fields: dict, monkeypatch: p
     reasons = impl.not_supported_reasons(case)  # its available(case): the build, or a tier cap below every build
     if reasons:
         pytest.skip("; ".join(reasons))
-    inputs = make_inputs(case, 7, impl.backend)
+    inputs = make_inputs(case, 7, impl.declared.backend)
     want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
     # every compiled path: the 512-bit loops (AVX-512 only where the CPU has it; float32 caches only when
     # FLOAT32_512 says so) and the 256-bit ones
@@ -142,7 +142,7 @@ def test_decode_kernels_match_the_oracle(name: str, fields: dict, monkeypatch: p
     for isa, float32_512 in paths:
         monkeypatch.setenv("ATTNBENCH_DECODE_ISA", isa)
         monkeypatch.setattr("implementations.tiled_decode.FLOAT32_512", float32_512)
-        got = to_float64(impl(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures)))
+        got = to_float64(impl(*inputs.arrays(impl.declared.structures), **inputs.kwargs(case, impl.declared.structures)))
         assert float((got - want).abs().max()) < 2e-5, (isa, float32_512, float((got - want).abs().max()))
 
 

@@ -110,7 +110,7 @@ def test_tiled_decode_reads_bf16_and_fp16_caches_on_every_tier(fields: dict, mon
             for isa in tiers:
                 monkeypatch.setenv(module.FORCE_ISA, isa)
                 assert module.use_isa() == isa
-                out = impl(*inputs.arrays(impl.structures), **inputs.kwargs(case, impl.structures))
+                out = impl(*inputs.arrays(impl.declared.structures), **inputs.kwargs(case, impl.declared.structures))
                 assert out.dtype == inputs.q.dtype
                 ok, reason = _verdict(case, out)
                 assert ok, (isa, case.id, reason)

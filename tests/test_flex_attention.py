@@ -44,10 +44,10 @@ def test_key_ranges_are_the_allowed_keys(causal: bool, window: tuple | None, ali
 
 def test_it_runs_only_on_request_and_says_why_it_cannot() -> None:
     impl = REGISTRY.get("flex_attention")
-    assert impl.on_request and impl.capabilities()["on_request"]
+    assert impl.declared.on_request and impl.capabilities()["on_request"]
     assert "flex_attention" not in [i.name for i in REGISTRY.select(None)]
     assert [i.name for i in REGISTRY.select(["flex_attention"])] == ["flex_attention"]
-    assert set(impl.structures) == {"window", "bottom_right", "varlen"}
+    assert set(impl.declared.structures) == {"window", "bottom_right", "varlen"}
     grad = impl.not_supported_reasons(AttentionCase(tq=8, d=16, grad=True))
     masked = impl.not_supported_reasons(AttentionCase(tq=8, d=16, mask="random"))
     if not torch.cuda.is_available():
@@ -79,7 +79,7 @@ def test_one_graph_serves_every_structure_and_shape() -> None:
     graphs = []
     for n, case in enumerate(CASES):
         inputs = make_inputs(case, seed=n)
-        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.declared.structures))
         want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
         err = (to_float64(call()) - want).abs().max().item()
         assert err < 1e-5, (case.id, err)
@@ -103,7 +103,7 @@ def _short_key_block_errors() -> list[tuple[str, float]]:
     errors = []
     for n, case in enumerate(SHORT_KEY_BLOCKS):
         inputs = make_inputs(case, seed=n)
-        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.declared.structures))
         want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
         errors.append((case.id, (to_float64(call()) - want).abs().max().item()))
     return errors
@@ -146,12 +146,12 @@ SINKS_AND_SOFTCAP = [  # the sink as one more key: with GQA, a window, bottom-ri
 
 def test_softcap_and_sinks_match_the_oracle() -> None:
     impl = REGISTRY.get("flex_attention")
-    assert impl.sinks and impl.softcap
+    assert impl.declared.sinks and impl.declared.softcap
     if impl.not_supported_reasons(SINKS_AND_SOFTCAP[0]):
         pytest.skip("; ".join(impl.not_supported_reasons(SINKS_AND_SOFTCAP[0])))
     for n, case in enumerate(SINKS_AND_SOFTCAP):
         inputs = make_inputs(case, seed=n)
-        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures))
+        call = impl.prepare(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.declared.structures))
         want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
         err = (to_float64(call()) - want).abs().max().item()
         assert err < 1e-5, (case.id, err)

@@ -80,8 +80,8 @@ def test_each_plugin_is_asked_about_a_case_of_its_own_kind() -> None:
     assert all(case.kind == "kernel" for case in asked if isinstance(case, AttentionCase))
     assert probe_case(module_impl).layer == "encoder"  # a layer the module implements
     for impl in load_registry():  # every built-in module answers its own probe (on request: a slow import)
-        assert isinstance(probe_case(impl), ModuleCase if impl.kind == "module" else AttentionCase)
-        if impl.kind == "module" and not impl.on_request:
+        assert isinstance(probe_case(impl), ModuleCase if impl.declared.kind == "module" else AttentionCase)
+        if impl.declared.kind == "module" and not impl.declared.on_request:
             impl.not_supported_reasons(probe_case(impl))
 
 

@@ -22,7 +22,7 @@ from implementations.module_numpy_encoder import layer_norm
 from implementations.module_numpy_mha import linear, numpy_multihead_attention, rope_numpy, softmax_attention
 
 REGISTRY = load_registry()
-MODULES = [impl for impl in REGISTRY if impl.kind == "module"]
+MODULES = [impl for impl in REGISTRY if impl.declared.kind == "module"]
 CLASSIC = ModuleCase(batch=2, seq=100, d_model=64, heads=4, dtype="float32")
 
 
@@ -179,7 +179,7 @@ def test_a_user_kernel_lifts_into_the_module_suite() -> None:
 
     kernel = make_implementation("my_kernel", my_kernel, backend="torch", causal=True, mask=True)
     lifted = lift(kernel)
-    assert lifted.name == "my_kernel_mha" and lifted.kind == "module"
+    assert lifted.name == "my_kernel_mha" and lifted.declared.kind == "module"
     assert "test_modules.py" in lifted.source and "(lifted as my_kernel_mha)" in lifted.source
     case = CLASSIC.with_(causal=True, mask="key_padding", rope="rotate_half")
     assert lifted.not_supported_reasons(case) == []

@@ -92,7 +92,7 @@ def test_a_declared_structure_needs_its_parameter() -> None:
         return q
 
     impl = takes_window.__attnbench__  # type: ignore[attr-defined]
-    assert impl.structures == ("window",) and impl.capabilities()["structures"] == ["window"]
+    assert impl.declared.structures == ("window",) and impl.capabilities()["structures"] == ["window"]
 
 
 def test_undeclared_structures_need_a_mask_and_a_budget() -> None:
@@ -136,8 +136,8 @@ def test_rows_with_no_allowed_key_are_zero() -> None:
     assert bool((out[..., 6:, :] != 0).all())
     for name in _runnable():
         impl = REGISTRY.get(name)
-        inputs = make_inputs(case, 1, impl.backend)
-        got = to_float64(impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures)))
+        inputs = make_inputs(case, 1, impl.declared.backend)
+        got = to_float64(impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.declared.structures)))
         assert torch.equal(got[..., :6, :], torch.zeros(1, 2, 6, 8, dtype=torch.float64)), name
 
 
@@ -153,12 +153,12 @@ def test_tiled_kernels_take_structure_natively(name: str, fields: dict) -> None:
     reasons = impl.not_supported_reasons(AttentionCase())
     if reasons:
         pytest.skip("; ".join(reasons))
-    assert {"window", "bottom_right"} <= set(impl.structures)
+    assert {"window", "bottom_right"} <= set(impl.declared.structures)
     case = AttentionCase(heads=4, kv_heads=2, d=16, dtype="float64", **fields)
-    inputs = make_inputs(case, 4, impl.backend)
+    inputs = make_inputs(case, 4, impl.declared.backend)
     want = reference_attention(inputs.q64, inputs.k64, inputs.v64, **inputs.oracle_kwargs(case))
     for block_q, block_k in ((16, 16), (32, 64), (128, 128)):
-        got = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.structures), block_q=block_q,
+        got = impl(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case, impl.declared.structures), block_q=block_q,
                    block_k=block_k)
         assert float((to_float64(got) - want).abs().max()) < 1e-12, (block_q, block_k)
 
@@ -299,8 +299,8 @@ def test_packed_sequences_are_block_diagonal(seqlens: tuple, causal: bool, windo
     for name in _runnable():
         impl = REGISTRY.get(name)
         c64 = case.with_(dtype="float64")
-        inp = make_inputs(c64, 2, impl.backend)
-        got = to_float64(impl(inp.q, inp.k, inp.v, **inp.kwargs(c64, impl.structures), block_q=16, block_k=16))
+        inp = make_inputs(c64, 2, impl.declared.backend)
+        got = to_float64(impl(inp.q, inp.k, inp.v, **inp.kwargs(c64, impl.declared.structures), block_q=16, block_k=16))
         oracle = reference_attention(inp.q64, inp.k64, inp.v64, **inp.oracle_kwargs(c64))
         assert float((got - oracle).abs().max()) < 1e-12, name
 

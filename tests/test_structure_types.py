@@ -122,13 +122,13 @@ def test_an_implementation_takes_it_natively_or_as_a_mask_and_both_pass_the_orac
     folded = make_implementation("chunked_folded", _naive, backend="torch", causal=True, mask=True)
     case = AttentionCase(heads=2, tq=13, causal=True, extra_structures=(ChunkedLocal(4),))
     inputs = make_inputs(case, seed=1)
-    assert inputs.kwargs(case, native.structures)["chunk"] == 4 and inputs.kwargs(case, native.structures)["mask"] is None
+    assert inputs.kwargs(case, native.declared.structures)["chunk"] == 4 and inputs.kwargs(case, native.declared.structures)["mask"] is None
     for impl in (native, folded):
         assert impl.not_supported_reasons(case) == []
         assert check_output(impl, case, trials=1)["status"] == "pass", impl.name
     # under bottom-right alignment a kernel that does not take the alignment gets the chunks folded too
     shifted = AttentionCase(tq=5, tk=11, causal=True, causal_align="bottom_right", extra_structures=(ChunkedLocal(4),))
-    kwargs = make_inputs(shifted, seed=1).kwargs(shifted, native.structures)
+    kwargs = make_inputs(shifted, seed=1).kwargs(shifted, native.declared.structures)
     assert kwargs["chunk"] is None and kwargs["causal"] is False and kwargs["mask"] is not None
     assert check_output(native, shifted, trials=1)["status"] == "pass"
     wrong = make_implementation("chunk_ignored", lambda q, k, v, *, causal=False, mask=None, scale=None, chunk=None:

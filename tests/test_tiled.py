@@ -25,8 +25,8 @@ REGISTRY = load_registry()
 def test_any_block_size_matches_the_oracle(name: str, case: AttentionCase) -> None:
     impl = REGISTRY.get(name)
     assert impl.declared.block_q and impl.declared.block_k
-    inputs = make_inputs(case, seed=2, backend=impl.backend)
-    before = [np.array(x, copy=True) if impl.backend == "numpy" else x.clone() for x in (inputs.q, inputs.k, inputs.v)]
+    inputs = make_inputs(case, seed=2, backend=impl.declared.backend)
+    before = [np.array(x, copy=True) if impl.declared.backend == "numpy" else x.clone() for x in (inputs.q, inputs.k, inputs.v)]
     check_block_sizes(impl, inputs, case, 1e-11 if case.dtype == "float64" else 3e-6)
     for old, new in zip(before, (inputs.q, inputs.k, inputs.v)):
         assert (old == new).all(), "an input was modified"

@@ -59,7 +59,7 @@ def test_any_block_size_matches_the_oracle(impl, case: AttentionCase, isa: str, 
     monkeypatch.setenv(module.FORCE_ISA, isa)
     if isa and module.tier(torch.float32, isa) != isa and module.tier(torch.bfloat16, isa) != isa:
         pytest.skip(f"tier {isa} does not run here: {module.bf16_reason(isa)}")
-    assert impl.declared.block_q and impl.declared.block_k and impl.memory == "linear"
+    assert impl.declared.block_q and impl.declared.block_k and impl.declared.memory == "linear"
     inputs = make_inputs(case, seed=2)
     before = [x.clone() for x in (inputs.q, inputs.k, inputs.v)]
     check_block_sizes(impl, inputs, case, {"float64": 1e-11, "bfloat16": 3e-2}.get(case.dtype, 3e-6))
@@ -292,7 +292,7 @@ def test_structures_are_native_on_every_path_with_gradients(impl, case: Attentio
     dtype, _, isa = path.partition("-")
     _need(isa, getattr(torch, dtype))
     case = case.with_(dtype=dtype)
-    assert set(impl.structures) == {"window", "bottom_right", "varlen"}
+    assert set(impl.declared.structures) == {"window", "bottom_right", "varlen"}
     inputs = make_inputs(case, seed=4)
     q64, k64, v64 = (x.clone().requires_grad_() for x in (inputs.q64, inputs.k64, inputs.v64))
     want = reference_attention(q64, k64, v64, **inputs.oracle_kwargs(case))
@@ -301,7 +301,7 @@ def test_structures_are_native_on_every_path_with_gradients(impl, case: Attentio
     tol = {"float64": 1e-12, "float32": 1e-5}.get(dtype, 2e-2)
     for block_q, block_k in [(16, 16), (32, 64), (None, None)]:
         q, k, v = (x.detach().clone().requires_grad_() for x in (inputs.q, inputs.k, inputs.v))
-        out, _ = module.fused_flash_attention(q, k, v, **inputs.kwargs(case, impl.structures), block_q=block_q,
+        out, _ = module.fused_flash_attention(q, k, v, **inputs.kwargs(case, impl.declared.structures), block_q=block_q,
                                               block_k=block_k, isa=isa or None)
         out.backward(grad_out.to(out.dtype))
         for got, ref in ((out, want), (q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):

@@ -34,7 +34,7 @@ def statuses(results: list) -> set[str]:  # type: ignore[type-arg]
 @pytest.mark.parametrize("case", KERNEL_CASES, ids=lambda c: c.id)
 def test_interface_functions_pass_as_kernels(name: str, case: AttentionCase) -> None:
     impl = load_registry([]).get(name)
-    assert impl.on_request and not impl.not_supported_reasons(case)
+    assert impl.declared.on_request and not impl.not_supported_reasons(case)
     assert statuses(check_kernel_case(impl, case, trials=1)) == {"pass"}
 
 

@@ -95,7 +95,7 @@ def test_structures_are_xformers_own_bias_classes(case: AttentionCase, kind: str
 def test_the_plugin_takes_every_structure() -> None:
     from harness.contract.discovery import load_registry
 
-    assert set(load_registry().get("xformers_memeff").structures) == {"window", "bottom_right", "varlen"}
+    assert set(load_registry().get("xformers_memeff").declared.structures) == {"window", "bottom_right", "varlen"}
 
 
 def test_causal_is_xformers_lower_triangular_mask() -> None:

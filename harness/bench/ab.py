@@ -123,7 +123,7 @@ def _sides(settings: ABSettings) -> tuple[Registry, dict[str, Provenance]]:
         if outcome.status != OK:
             raise UsageError(f"{side} {source}: could not be loaded in its worker: {outcome.error}")
         loaded[side], provenance[side] = outcome.value
-    names = _names({side: {impl.name: impl.kind for impl in reg} for side, reg in loaded.items()}, settings)
+    names = _names({side: {impl.name: impl.declared.kind for impl in reg} for side, reg in loaded.items()}, settings)
     registry = Registry()
     for name in names:
         for side in SIDES:

@@ -109,8 +109,8 @@ def build_set(impl: Any, case: AttentionCase, mode: str, inputs: Inputs, seed: i
     those copies is appended to ``shared``: the parent writes each call's values there (the set redraws nothing
     itself).
     """
-    kwargs = inputs.kwargs(case, impl.structures)
-    arrays = inputs.arrays(impl.structures)
+    kwargs = inputs.kwargs(case, impl.declared.structures)
+    arrays = inputs.arrays(impl.declared.structures)
     named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2]), *((k, v) for k, v in kwargs.items()
                                                                       if hasattr(v, "shape"))]
     shared_names: tuple[str, ...] = ()

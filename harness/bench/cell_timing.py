@@ -193,10 +193,10 @@ class CellTimer:
         impl, case, timing = self.declared[cell.implementation], cell.case, self.settings.timing
         shift = audit.fresh_each_call(timing.warm_cache, cell.mode)
         with audit.one_thread():
-            drawn = audit.draw_sets(case, audit.set_count(case, timing.warm_cache), impl.backend)
+            drawn = audit.draw_sets(case, audit.set_count(case, timing.warm_cache), impl.declared.backend)
         sets = []
         for index, inputs in enumerate(drawn):
-            arrays = inputs.arrays(impl.structures)
+            arrays = inputs.arrays(impl.declared.structures)
             named = [("q", arrays[0]), ("k", arrays[1]), ("v", arrays[2])]
             parent = ParentSet(inputs, fresh_for(named, inputs) if shift else None, named)
             if cell.mode != "fwd":  # the upstream gradient the worker draws for the set: the same seed, the same draw
@@ -206,7 +206,7 @@ class CellTimer:
                 parent.grad_out = torch.randn((*q.shape[:-1], v.shape[-1]), generator=gen,
                                               dtype=torch.float32).to(TORCH_DTYPES[case.dtype])
             sets.append(parent)
-        return Drive(sets, timing, self._clock(case.device), profile=impl.backend == "torch", rounds=rounds)
+        return Drive(sets, timing, self._clock(case.device), profile=impl.declared.backend == "torch", rounds=rounds)
 
     def _serve(self, cell: PlannedCell, drive: Drive, timing_pool: WorkerPool, key: str | None,
                rounds: int | None) -> Outcome:

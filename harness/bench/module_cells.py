@@ -53,7 +53,7 @@ def module_cells(cells: Iterable[PlannedCell], impls: Mapping[str, Implementatio
     seen: set[tuple[str, str]] = set()
     for cell in cells:
         impl = impls.get(cell.implementation)
-        if impl is None or impl.kind != "module" or not isinstance(cell.case, AttentionCase):
+        if impl is None or impl.declared.kind != "module" or not isinstance(cell.case, AttentionCase):
             out.append(cell)
             continue
         module_case = module_case_for(cell.case, module_layers(impl)[0]) if cell.mode == "fwd" else None
@@ -67,7 +67,7 @@ def _module_call(impl: Implementation, case: ModuleCase, seed: int = 0) -> Any:
     from harness.modules.cases import module_positional_biases
     from harness.modules.weights import make_module_inputs
 
-    inputs = make_module_inputs(case, seed, impl.backend)
+    inputs = make_module_inputs(case, seed, impl.declared.backend)
     return impl.prepare(inputs.x, **inputs.kwargs(case, module_positional_biases(impl)))
 
 
@@ -101,7 +101,7 @@ def module_timing_task(impl: Implementation, case: dict[str, object], config: Ti
     used = pin_threads(threads)
     module_case = ModuleCase.from_dict(case)
     started = guard.CLOCK()
-    inputs = make_module_inputs(module_case, 0, impl.backend)
+    inputs = make_module_inputs(module_case, 0, impl.declared.backend)
     call = impl.prepare(inputs.x, **inputs.kwargs(module_case, module_positional_biases(impl)))
     setup_s = guard.CLOCK() - started
     samples = tuple(time_call(call, module_case.device, config))
@@ -119,6 +119,6 @@ def module_memory_task(impl: Implementation, case: dict[str, object], threads: i
     prepare_process()
     pin_threads(threads)
     module_case = ModuleCase.from_dict(case)
-    inputs = make_module_inputs(module_case, 0, impl.backend)  # the inputs and weights: before the measure
+    inputs = make_module_inputs(module_case, 0, impl.declared.backend)  # the inputs and weights: before the measure
     kwargs = inputs.kwargs(module_case, module_positional_biases(impl))
-    return measure(lambda: (impl.prepare(inputs.x, **kwargs), 0), impl.backend, module_case.device)
+    return measure(lambda: (impl.prepare(inputs.x, **kwargs), 0), impl.declared.backend, module_case.device)

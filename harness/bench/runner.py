@@ -79,7 +79,7 @@ class BenchRunner:
             stack.callback(listener.close)
             declared = {name: self.registry.get(name) for name in self.registry.sources}
             timer = CellTimer(self.settings, self.registry.sources,
-                              {name: impl.backend for name, impl in declared.items()}, listener, declared)
+                              {name: impl.declared.backend for name, impl in declared.items()}, listener, declared)
             pools_of = _pools(stack, self.settings.timeout_s, self.budget.memory_bytes)
             groups = case_groups(todo)  # smallest work first: the budget's predictions have history
             self.picker = ProbePicker(self.settings.value_probe, (c for g in groups for c in g), probeable, self.done)
@@ -112,7 +112,7 @@ class BenchRunner:
         """Whether a case's cells are timed in rounds: on a CPU, with the checks on, and kernels only (a module's
         calls are the layers' (:mod:`harness.bench.module_cells`), timed alone on their own loop)."""
         timing = self.settings.timing
-        kernels = all(self.registry.get(cell.implementation).kind == "kernel" for cell, _ in admitted)
+        kernels = all(self.registry.get(cell.implementation).declared.kind == "kernel" for cell, _ in admitted)
         return timing.rounds > 1 and timing.checks and admitted[0][0].case.device == "cpu" and kernels
 
     def judge(self, measured: Measured) -> BenchCell:

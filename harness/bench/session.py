@@ -81,7 +81,7 @@ def _planned(settings: BenchSettings, registry: Registry) -> tuple[list[str], li
     """The implementations timed and the cells the settings plan for them; a usage error, said why, when a run
     could measure nothing (before the result file is touched)."""
     # Module-level implementations (kind="module") are timed when named (--only): the default run times kernels.
-    selected = [impl for impl in registry.select(settings.only) if settings.only or impl.kind == "kernel"]
+    selected = [impl for impl in registry.select(settings.only) if settings.only or impl.declared.kind == "kernel"]
     names = [impl.name for impl in selected]
     if settings.reference is not None and settings.reference not in names:
         raise UsageError(f"--reference {settings.reference}: not among the implementations timed "
@@ -131,7 +131,7 @@ def _why_no_cells(settings: BenchSettings, names: list[str], registry: Registry)
     if not names:
         return (f"no implementation to benchmark: {', '.join(settings.only) or 'the selection'} names no kernel "
                 "implementation; see `attnbench list`")
-    if all(impl.kind == "module" for impl in registry.select(settings.only)):
+    if all(impl.declared.kind == "module" for impl in registry.select(settings.only)):
         return (f"--suite {settings.suite} with these flags plans no call a module case expresses for "
                 f"{', '.join(names)} (modules run forward self-attention and decode steps, no windows or packed "
                 "sequences): drop --mode bwd/fwd+bwd or choose --suite quick, full or decode")

@@ -46,7 +46,7 @@ def build_call(impl: Any, case: AttentionCase, mode: str, seed: int = 0) -> Call
     from harness.bench.audit import build_set
     from harness.reference.tensors import make_inputs
 
-    return build_set(impl, case, mode, make_inputs(case, seed, impl.backend), seed, shift=False).call
+    return build_set(impl, case, mode, make_inputs(case, seed, impl.declared.backend), seed, shift=False).call
 
 
 def warm_up_task(name: str, source: str) -> None:
@@ -73,12 +73,12 @@ def serve_task(name: str, source: str, case: dict[str, object], mode: str, confi
         attention_case = AttentionCase.from_dict(case)
         shift = audit.fresh_each_call(config.warm_cache, mode)
         with audit.one_thread():
-            drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+            drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.declared.backend)
         shared: list[driven.SharedInputs] = []
         sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift, shared)
                 for seed, inputs in enumerate(drawn)]
         setup_s = guard.CLOCK() - started
-        open_cell = [driven.Server([s.call for s in sets], shared), sets, impl.backend, None, setup_s]
+        open_cell = [driven.Server([s.call for s in sets], shared), sets, impl.declared.backend, None, setup_s]
         if key is not None:
             _SERVED[key] = open_cell
     server, sets, backend, _, setup_s = open_cell
@@ -125,14 +125,14 @@ def timing_task(name: str, source: str, case: dict[str, object], mode: str,
         return Timed(samples_s=tuple(time_call(call, attention_case.device, config)), threads=used, setup_s=setup_s)
     shift = audit.fresh_each_call(config.warm_cache, mode)
     with audit.one_thread():
-        drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.backend)
+        drawn = audit.draw_sets(attention_case, audit.set_count(attention_case, config.warm_cache), impl.declared.backend)
     sets = [audit.build_set(impl, attention_case, mode, inputs, seed, shift) for seed, inputs in enumerate(drawn)]
     setup_s = guard.CLOCK() - started  # inputs and the implementation's set-up (a compile, say)
     looped = guard.CLOCK()
     if attention_case.device == "cuda":  # docs/integrity.md: which checks a CUDA cell gets
-        loop = cuda_loop(sets, config, impl.backend)
+        loop = cuda_loop(sets, config, impl.declared.backend)
     else:  # a cell timed whole on a cluster's node: the worker's loop, held against the node's wall time
-        loop = timed_loop(sets, config, impl.backend, audit.profile_call if impl.backend == "torch" else None,
+        loop = timed_loop(sets, config, impl.declared.backend, audit.profile_call if impl.declared.backend == "torch" else None,
                           sample_clock=guard.CPU_CLOCK if config.clock == "cpu" else None)
     loop_total = guard.CLOCK() - looped
     checked = guard.CLOCK()
@@ -169,7 +169,7 @@ def memory_task(name: str, source: str, case: dict[str, object], mode: str,
     attention_case = AttentionCase.from_dict(case)
     warm_process(attention_case.dtype, attention_case.device)
     _warm_cell(impl, attention_case, mode)
-    return measure(_set_up(impl, attention_case, mode), impl.backend, attention_case.device)
+    return measure(_set_up(impl, attention_case, mode), impl.declared.backend, attention_case.device)
 
 
 WARM_T = 16
@@ -212,7 +212,7 @@ def _set_up(impl: Any, case: AttentionCase, mode: str) -> Callable[[], tuple[Cal
     from harness.bench.memory import output_bytes
     from harness.reference.tensors import make_inputs
 
-    inputs = make_inputs(case, 0, impl.backend)
+    inputs = make_inputs(case, 0, impl.declared.backend)
 
     def set_up() -> tuple[Callable[[], Any], int]:
         built = build_set(impl, case, mode, inputs, 0, shift=False)

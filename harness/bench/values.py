@@ -176,7 +176,7 @@ def value_probe_task(name: str, source: str, case: dict[str, object], mode: str,
     impl = load_implementation(source, name)
     attention_case = AttentionCase.from_dict(case)
     with audit.one_thread():
-        (inputs,) = audit.draw_sets(attention_case, 1, impl.backend)
+        (inputs,) = audit.draw_sets(attention_case, 1, impl.declared.backend)
     drawn = audit.build_set(impl, attention_case, mode, inputs, 0, shift=True)
     if drawn.fresh is None:
         return ValueProbe(clock=config.clock, error="its calls cannot be given fresh values (a backward on a fixed "

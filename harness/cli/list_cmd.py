@@ -54,12 +54,12 @@ def availability_here(impl: Implementation, source: str, pool: WorkerPool) -> st
 def probe_case(impl: Implementation) -> AttentionCase | ModuleCase:
     """The case ``impl`` is asked about: one of its own kind (a module is handed a module case, a kernel a kernel
     case), the simplest of it, in its first dtype, on the CPU where it runs there."""
-    device = "cpu" if "cpu" in impl.devices else impl.devices[0]
-    if impl.kind == "module":
+    device = "cpu" if "cpu" in impl.declared.devices else impl.declared.devices[0]
+    if impl.declared.kind == "module":
         from harness.modules.cases import ModuleCase, module_layers
 
-        return ModuleCase(dtype=impl.dtypes[0], device=device, layer=module_layers(impl)[0])
-    return AttentionCase(dtype=impl.dtypes[0], device=device)
+        return ModuleCase(dtype=impl.declared.dtypes[0], device=device, layer=module_layers(impl)[0])
+    return AttentionCase(dtype=impl.declared.dtypes[0], device=device)
 
 
 def describe(impl: Implementation, reason: str | None) -> dict[str, object]:
@@ -150,14 +150,14 @@ def run(args: argparse.Namespace) -> int:
                     indent=2))
         return 0
     rows = [
-        (impl.name, impl.backend, ",".join(impl.devices), ",".join(impl.dtypes), supports(impl),
+        (impl.name, impl.declared.backend, ",".join(impl.declared.devices), ",".join(impl.declared.dtypes), supports(impl),
          _short(impl.source), ("yes" if e["available"] else f"no: {short_reason(str(e['reason']))}")
-         + (f" (on request: --only {impl.name})" if impl.on_request else ""))
+         + (f" (on request: --only {impl.name})" if impl.declared.on_request else ""))
         for impl, e in zip(registry, entries)
     ]
     print(format_table(("name", "backend", "devices", "dtypes", "supports", "source", "available"), rows))
     if any(not e["available"] for e in entries):
         print("\nfull reasons: attnbench list NAME (or --json)")
-    if any(impl.on_request for impl in registry):
+    if any(impl.declared.on_request for impl in registry):
         print("on request: left out of verify, bench and run unless named with --only (a slow set-up, such as a compile)")
     return 0

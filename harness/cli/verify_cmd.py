@@ -157,7 +157,7 @@ def _present(result: Run, seconds: float, impls: list[Implementation], path: Pat
         print(dumps(result.to_json(), indent=1))
         shutil.rmtree(path.parent, ignore_errors=True)
     else:
-        notes = {i.name: i.conventions.unusual() for i in impls if i.conventions.unusual()}
+        notes = {i.name: i.declared.conventions.unusual() for i in impls if i.declared.conventions.unusual()}
         print(verify_table(cells, seconds, [i.name for i in impls], notes))
         print(f"attnbench verify: results in {path}", file=sys.stderr)
     return 1 if problems(cells) else 0

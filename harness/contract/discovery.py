@@ -100,7 +100,7 @@ class Registry:
         """The implementations named; when ``names`` is empty, all but those declared ``on_request``."""
         wanted = only_names(names)
         if not wanted:
-            return [impl for impl in self if not impl.on_request]
+            return [impl for impl in self if not impl.declared.on_request]
         return [self.get(n) for n in wanted]
 
     def add(self, impl: Implementation, origin: str, source: str) -> None:

@@ -10,7 +10,7 @@ checks it against the function's signature (:mod:`harness.contract.signatures`),
 :class:`Implementation` to the function as ``__attnbench__`` and returns the function. Discovery
 (:mod:`harness.contract.discovery`) finds declarations as a module's attributes, so a module imported before is
 read the same way, and every error names the plugin's source. One module because
-:class:`Implementation` reads each record field through (every runner reads ``impl.causal``) and the
+:class:`Implementation` holds the record (every runner reads it, as ``impl.declared.causal``) and the
 declaration is checked here, beside the signature it belongs to; spellings of an earlier contract
 (``kind=``, ``options=``, a check without the case) are refused with what to write instead.
 """
@@ -63,83 +63,6 @@ class Implementation:
     """Registered with ``prepare=True``: ``prepare`` is its set-up, and returns the call that is timed. Set-up sees
     a first set of values; bench writes every timed call's new values into the same arrays."""
 
-    # The record's fields, read through the implementation (as every caller did before the record existed).
-    @property
-    def backend(self) -> str:
-        return self.declared.backend
-
-    @property
-    def kind(self) -> str:
-        return self.declared.kind
-
-    @property
-    def dtypes(self) -> tuple[str, ...]:
-        return self.declared.dtypes
-
-    @property
-    def kv_dtypes(self) -> tuple[str, ...]:
-        return self.declared.kv_dtypes
-
-    @property
-    def kv_scales(self) -> tuple[str, ...]:
-        return self.declared.kv_scales
-
-    @property
-    def devices(self) -> tuple[str, ...]:
-        return self.declared.devices
-
-    @property
-    def causal(self) -> bool:
-        return self.declared.causal
-
-    @property
-    def mask(self) -> bool:
-        return self.declared.mask
-
-    @property
-    def gqa(self) -> bool:
-        return self.declared.gqa
-
-    @property
-    def grad(self) -> bool:
-        return self.declared.grad
-
-    @property
-    def bias(self) -> bool:
-        return self.declared.bias
-
-    @property
-    def sinks(self) -> bool:
-        return self.declared.sinks
-
-    @property
-    def softcap(self) -> bool:
-        return self.declared.softcap
-
-    @property
-    def value_dim(self) -> bool:
-        return self.declared.value_dim
-
-    @property
-    def structures(self) -> tuple[str, ...]:
-        return self.declared.structures
-
-    @property
-    def memory(self) -> str | None:
-        return self.declared.memory
-
-    @property
-    def deterministic(self) -> bool:
-        return self.declared.deterministic
-
-    @property
-    def on_request(self) -> bool:
-        return self.declared.on_request
-
-    @property
-    def conventions(self) -> Conventions:
-        return self.declared.conventions
-
     def __call__(self, q: Any, k: Any, v: Any, **kwargs: Any) -> Any:
         """Run once, set-up included: the plain-function form of the contract."""
         return self.prepare(q, k, v, **kwargs)()
@@ -159,7 +82,7 @@ class Implementation:
         runs): the capabilities it declared, the case kind's own requirements, a CUDA device."""
         reasons = self.declared.not_supported_reasons(case)
         extra = getattr(case, "unsupported_by", None)  # a case kind's own requirements (module layers, RoPE)
-        if case.kind == self.kind and callable(extra):
+        if case.kind == self.declared.kind and callable(extra):
             reasons.extend(extra(self))
         if case.device == "cuda" and not _cuda_available():
             reasons.append(f"needs a CUDA device; torch.cuda.is_available() is False here ({_torch_build()})")

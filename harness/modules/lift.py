@@ -45,14 +45,14 @@ def _as_impl(kernel: Implementation | Callable[..., Any]) -> Implementation:
     if not isinstance(impl, Implementation):
         raise PluginError(f"lift() takes a kernel Implementation or a function decorated with @register, "
                           f"got {kernel!r}")
-    if impl.kind != "kernel":
-        raise PluginError(f"lift(): {impl.name!r} is a {impl.kind} implementation; only kernels can be lifted")
+    if impl.declared.kind != "kernel":
+        raise PluginError(f"lift(): {impl.name!r} is a {impl.declared.kind} implementation; only kernels can be lifted")
     return impl
 
 
 def lifted_forward(kernel: Implementation) -> Callable[..., Any]:
     """The module function ``fn(x, *, heads, weights, mask, causal, bias, rope)`` around ``kernel``."""
-    numpy = kernel.backend == "numpy"
+    numpy = kernel.declared.backend == "numpy"
 
     def split(y: Any, b: int, t: int, heads: int) -> Any:  # (B, T, D) -> (B, H, T, d)
         y = y.reshape(b, t, heads, -1)
@@ -111,10 +111,11 @@ def lift(kernel: Implementation | Callable[..., Any], *, name: str | None = None
         reasons = impl.not_supported_reasons(kernel_case)
         return f"kernel {impl.name}: " + "; ".join(reasons) if reasons else None
 
+    declared = impl.declared
     lifted = make_implementation(
-        forward.__name__, forward, backend=impl.backend, dtypes=impl.dtypes, devices=impl.devices,
-        kind="module", causal=impl.causal, mask=impl.mask, bias=impl.bias, gqa=impl.gqa, available=available,
-        layers=("mha",), rope=ROPE_CONVENTIONS, kernel=impl.name, kv_cache=impl.mask,
+        forward.__name__, forward, backend=declared.backend, dtypes=declared.dtypes, devices=declared.devices,
+        kind="module", causal=declared.causal, mask=declared.mask, bias=declared.bias, gqa=declared.gqa, available=available,
+        layers=("mha",), rope=ROPE_CONVENTIONS, kernel=impl.name, kv_cache=declared.mask,
         description=f"kernel {impl.name} inside multi-head attention (projections around it)",
     )
     # Errors point at the kernel's own source: that is the code a user would fix.

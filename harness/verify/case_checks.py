@@ -38,8 +38,8 @@ def check_kernel_case(impl: Implementation, case: AttentionCase, trials: int) ->
         results.append(guarded("grad", lambda: check_grad(impl, case, trials)))
     for name, fn in applicable_properties(impl, case):
         results.append(guarded(f"property:{name}", functools.partial(fn, impl, case)))
-    if impl.conventions.is_contract:
+    if impl.declared.conventions.is_contract:
         return results
-    assumed = impl.conventions.describe()  # every verdict says which declared conventions it assumed
+    assumed = impl.declared.conventions.describe()  # every verdict says which declared conventions it assumed
     return [r if "conventions" in r.metrics else replace(r, metrics={**r.metrics, "conventions": assumed})
             for r in results]

@@ -102,11 +102,11 @@ def guarded(check: str, fn: Callable[[], CheckResult]) -> CheckResult:
 def call_arguments(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None,
                    v: Any = None) -> tuple[Any, Any, Any, dict[str, object]]:
     """(q, k, v, keyword arguments) of one call as the contract passes them (page pools to a paged kernel)."""
-    native_q, native_k, native_v = inputs.arrays(impl.structures)
+    native_q, native_k, native_v = inputs.arrays(impl.declared.structures)
     q = native_q if q is None else q
     k = native_k if k is None else k
     v = native_v if v is None else v
-    return q, k, v, inputs.kwargs(case, impl.structures)
+    return q, k, v, inputs.kwargs(case, impl.declared.structures)
 
 
 def call(impl: Implementation, case: AttentionCase, inputs: Inputs, q: Any = None, k: Any = None, v: Any = None,
@@ -220,9 +220,9 @@ def floor_logit_factor(case: AttentionCase) -> float:
 
 def structure_problem(impl: Implementation, case: AttentionCase, out: Any, shape: tuple[int, ...]) -> str | None:
     """Wrong array type, shape, dtype or device: the first problem found, or None."""
-    kind = torch.Tensor if impl.backend == "torch" else np.ndarray
+    kind = torch.Tensor if impl.declared.backend == "torch" else np.ndarray
     if not isinstance(out, kind):
-        return f"returned {type(out).__name__}, expected {kind.__module__}.{kind.__name__} (backend={impl.backend})"
+        return f"returned {type(out).__name__}, expected {kind.__module__}.{kind.__name__} (backend={impl.declared.backend})"
     if tuple(out.shape) != shape:
         return f"output shape {tuple(out.shape)}, expected {shape} (B, H, Tq, dv: V's head dim)"
     if dtype_name(out) != case.dtype:
@@ -245,7 +245,7 @@ def returned_problem(impl: Implementation, inputs: Inputs, out: Any, threads: fr
              ("v_scale", inputs.v_scale)]
     first = impl.name not in _CALLED
     _CALLED.add(impl.name)
-    return result_problem(out, named, impl.backend) or (None if first else thread_problem(threads))
+    return result_problem(out, named, impl.declared.backend) or (None if first else thread_problem(threads))
 
 
 def worst_of(verdicts: list[tuple[int, Verdict]]) -> tuple[int, Verdict]:
@@ -275,7 +275,7 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
     verdicts: list[tuple[int, Verdict]] = []
     shape = (case.batch, case.heads, case.tq, case.value_dim)
     for trial in range(trials):
-        inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
+        inputs = make_inputs(case, SEED_BASE + trial, impl.declared.backend)
         threads = live_threads()
         out, wrote = watched_call(impl, case, inputs)
         problem = structure_problem(impl, case, out, shape) or returned_problem(impl, inputs, out, threads) or wrote
@@ -287,13 +287,13 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
         got = to_float64(out) if rows is None else to_float64(out)[:, :, rows]
         empty = empty_query_rows(case, inputs, rows)
         try:
-            got, oracle, assumed = by_empty_row_convention(impl.conventions, got, oracle, inputs.v64, empty, case.sinks)
+            got, oracle, assumed = by_empty_row_convention(impl.declared.conventions, got, oracle, inputs.v64, empty, case.sinks)
         except ValueError as exc:  # NaN declared and not given
             raise ContractViolation(str(exc)) from None
         if assumed.get("empty_row_expected") == "mean_v":
             base = torch.where(empty[..., None], oracle, base)  # type: ignore[index]
         verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs, rows))
-        verdict.metrics.update(assumed, conventions=impl.conventions.describe())
+        verdict.metrics.update(assumed, conventions=impl.declared.conventions.describe())
         if rows is not None:
             verdict.metrics["sampled_rows"] = len(rows)
             if verdict.metrics.get("worst_index"):  # the case's own row, not the sample's
@@ -359,10 +359,10 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     rows = sampled_rows(case, trial)
     dout64 = _upstream(case, trial, rows)
     empty = empty_query_rows(case, inputs)
-    if empty is not None and impl.conventions.empty_row != "zeros" and not case.sinks:
+    if empty is not None and impl.declared.conventions.empty_row != "zeros" and not case.sinks:
         dout64 = dout64.masked_fill(empty[..., None], 0.0)
     dout_rows = dout64 if rows is None else dout64[:, :, rows]
-    kw, okw = inputs.kwargs(case, impl.structures), inputs.oracle_kwargs(case)
+    kw, okw = inputs.kwargs(case, impl.declared.structures), inputs.oracle_kwargs(case)
     bias_dt = None if okw["bias"] is None else okw["bias"].to(dt)
     dout = aux(dout64.to(dt).to(case.device), case, "dout")  # the upstream gradient crosses the boundary too
 
@@ -407,7 +407,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))
     value_terms = _value_terms(case, inputs, okw, rows, dout_rows)
     logit_magnitudes = {"dv": value_terms, "dx": value_terms}
-    assumed = {"conventions": impl.conventions.describe(), "grad_via": GRAD_VIA}
+    assumed = {"conventions": impl.declared.conventions.describe(), "grad_via": GRAD_VIA}
     verdicts = []
     for name, g, w, b in zip(names, got, want, base):
         if g is None:

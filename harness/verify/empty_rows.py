@@ -31,7 +31,7 @@ def as_contract_rows(impl: Implementation, case: AttentionCase, inputs: Inputs, 
     """``out`` with the rows that have no allowed key set to the contract's zeros when the conventions declare another
     value there: the properties (state across calls, the hull of V, slices) are about everything else, and the
     output check holds those rows to the declared value."""
-    if impl.conventions.empty_row == "zeros" or case.sinks or not isinstance(out, torch.Tensor):
+    if impl.declared.conventions.empty_row == "zeros" or case.sinks or not isinstance(out, torch.Tensor):
         return out
     mask = inputs.mask64 if inputs.mask64 is not None or inputs.mask is None else torch.as_tensor(inputs.mask).cpu()
     allowed = allowed_keys(case.tq, case.tk, causal=case.causal, mask=mask, **case.structure_kwargs())

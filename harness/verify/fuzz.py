@@ -58,28 +58,28 @@ def case_strategy(impl: Implementation) -> Any:
     kinds = structure_kinds(impl)
     can = expressible(impl)
     masks, ranks = masks_taken(impl, MASKS_SIMPLEST_FIRST, MASK_RANKS)
-    grad_ok = impl.grad and impl.backend == "torch"
+    grad_ok = impl.declared.grad and impl.declared.backend == "torch"
 
     @st.composite
     def cases(draw: Any) -> AttentionCase:
         kv_heads = draw(st.integers(1, 3))
-        group = draw(st.one_of(st.integers(1, 8), st.sampled_from((16, 32)))) if impl.gqa else 1
+        group = draw(st.one_of(st.integers(1, 8), st.sampled_from((16, 32)))) if impl.declared.gqa else 1
         kind = draw(st.sampled_from(kinds))
-        causal = draw(st.booleans()) if impl.causal else False
+        causal = draw(st.booleans()) if impl.declared.causal else False
         causal = causal or kind in NEEDS_CAUSAL
         grad = draw(st.booleans()) if grad_ok and kind not in FORWARD_ONLY else False
         batch = 1 if kind in BATCH_ONE else draw(st.integers(1, 3))
         tq = draw(st.integers(1, 160))
         tk = draw(st.one_of(st.just(tq), st.integers(1, 160), st.sampled_from((600, 1100))))  # past a 512-key block
-        mask = draw(st.sampled_from(masks)) if impl.mask else "none"
+        mask = draw(st.sampled_from(masks)) if impl.declared.mask else "none"
         fields: CaseFields = dict(
             batch=batch, heads=kv_heads * group, kv_heads=kv_heads, tq=tq, tk=tk,
             d=draw(st.one_of(st.integers(1, 128), st.sampled_from((160, 192, 255, 256)))),
-            dtype=draw(st.sampled_from(impl.dtypes)), device="cpu" if "cpu" in impl.devices else impl.devices[0],
+            dtype=draw(st.sampled_from(impl.declared.dtypes)), device="cpu" if "cpu" in impl.declared.devices else impl.declared.devices[0],
             causal=causal, mask=mask, mask_rank=draw(st.sampled_from(ranks)) if mask != "none" else "full",
             scale=draw(st.sampled_from((None, 0.3, 1.0))), inputs=draw(st.sampled_from(INPUTS)),
             layout=draw(st.sampled_from(LAYOUTS)), grad=grad,
-            bias=draw(st.sampled_from(("none", "alibi"))) if impl.bias else "none",
+            bias=draw(st.sampled_from(("none", "alibi"))) if impl.declared.bias else "none",
             aux_layout=draw(st.sampled_from(LAYOUTS)))
         _models_2025(draw, st, impl, fields)
         odd = draw(st.sampled_from(tensor_layouts(impl)))  # one array in a layout of its own
@@ -92,11 +92,11 @@ def case_strategy(impl: Implementation) -> Any:
 
 def _models_2025(draw: Any, st: Any, impl: Implementation, fields: CaseFields) -> None:
     """Sinks, a soft-cap and V's own head dim, where declared; the simplest (none) first, so they shrink away."""
-    if impl.sinks:
+    if impl.declared.sinks:
         fields["sinks"] = draw(st.booleans())
-    if impl.softcap and fields.get("bias", "none") == "none":
+    if impl.declared.softcap and fields.get("bias", "none") == "none":
         fields["softcap"] = draw(st.sampled_from((None, 5.0, 30.0, 0.5)))
-    if impl.value_dim:
+    if impl.declared.value_dim:
         fields["dv"] = draw(st.one_of(st.just(0), st.integers(1, 128), st.sampled_from((128, 192))))
 
 
@@ -249,10 +249,10 @@ def _fuzz_impl(impl: Implementation, plugins: tuple[str, ...], source: str, exam
 
     from harness.runtime.isolation import OK, Task, WorkerPool
 
-    cell = VerifyCell(implementation=impl.name, kind=impl.kind, case=None, case_id="-", group="fuzz", check="fuzz",
+    cell = VerifyCell(implementation=impl.name, kind=impl.declared.kind, case=None, case_id="-", group="fuzz", check="fuzz",
                       status=Status.SKIPPED)
-    if impl.kind != "kernel":
-        return replace(cell, reason=f"--fuzz searches kernel cases; {impl.name} is a {impl.kind} implementation")
+    if impl.declared.kind != "kernel":
+        return replace(cell, reason=f"--fuzz searches kernel cases; {impl.name} is a {impl.declared.kind} implementation")
     print(f"attnbench verify: fuzzing {impl.name} ({examples} cases, seed {seed})", file=sys.stderr)
     saved_path = database / f"{impl.name}.json"
     saved = _load_saved(saved_path)

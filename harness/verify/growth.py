@@ -36,7 +36,7 @@ def _chunked(fn: Any, inputs: Inputs, dtype: torch.dtype, case: AttentionCase) -
 
 def check_growth(impl: Implementation, case: AttentionCase) -> CheckResult:
     """The implementation's error at this T against the oracle, beside the same-dtype baseline's."""
-    inputs = make_inputs(case, SEED_BASE, impl.backend)
+    inputs = make_inputs(case, SEED_BASE, impl.declared.backend)
     out = call(impl, case, inputs)
     problem = structure_problem(impl, case, out, (case.batch, case.heads, case.tq, case.value_dim))
     if problem:

@@ -52,7 +52,7 @@ CHECK = "lse"
 
 def checks_lse(impl: Implementation) -> bool:
     """Whether ``impl`` returns an LSE to check: it declares ``returns="out_lse"``."""
-    return impl.conventions.returns == "out_lse"
+    return impl.declared.conventions.returns == "out_lse"
 
 
 def lse_problem(lse: object, case: AttentionCase) -> str | None:
@@ -73,10 +73,10 @@ def lse_problem(lse: object, case: AttentionCase) -> str | None:
 def check_lse(impl: Implementation, case: AttentionCase, trials: int) -> CheckResult:
     """The returned LSE against the float64 oracle's over ``trials`` fresh seeded inputs."""
     verdicts: list[tuple[int, Verdict]] = []
-    per_base = 1.0 / math.log(2.0) if impl.conventions.lse_base == "2" else 1.0
+    per_base = 1.0 / math.log(2.0) if impl.declared.conventions.lse_base == "2" else 1.0
     dt = TORCH_DTYPES[case.dtype]
     for trial in range(trials):
-        inputs = make_inputs(case, SEED_BASE + trial, impl.backend)
+        inputs = make_inputs(case, SEED_BASE + trial, impl.declared.backend)
         returned = call(impl, case, inputs, **{WITH_LSE: True})
         lse = returned[1] if isinstance(returned, tuple) else None
         problem = lse_problem(lse, case)
@@ -99,9 +99,9 @@ def check_lse(impl: Implementation, case: AttentionCase, trials: int) -> CheckRe
                           logit_max=span, magnitude=1.0)
         if verdict.reason and not verdict.reason.startswith("LSE"):
             verdict = Verdict(verdict.ok, f"LSE: {verdict.reason}", verdict.metrics)
-        verdict.metrics.update(lse_base=impl.conventions.lse_base, lse_dtype=str(lse.dtype).removeprefix("torch."),
+        verdict.metrics.update(lse_base=impl.declared.conventions.lse_base, lse_dtype=str(lse.dtype).removeprefix("torch."),
                                lse_empty_rows=int((~finite).sum()), lse_dot_terms=cancelled * per_base,
-                               conventions=impl.conventions.describe())
+                               conventions=impl.declared.conventions.describe())
         verdicts.append((trial, verdict))
         if not verdict.ok:
             break

@@ -64,7 +64,7 @@ def model_kernel_cases(impl: Implementation, plan: ModelPlan) -> list[AttentionC
     """The model's cases for a kernel implementation (an unsupported one is skipped with its reason later)."""
     model = plan.model
     primary = primary_dtype(impl)
-    dtypes = [primary] + (["bfloat16"] if "bfloat16" in impl.dtypes and primary != "bfloat16" else [])
+    dtypes = [primary] + (["bfloat16"] if "bfloat16" in impl.declared.dtypes and primary != "bfloat16" else [])
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):
         for dtype in dtypes:
@@ -143,8 +143,8 @@ def model_module_cases(impl: Implementation, plan: ModelPlan, memory_bytes: floa
 
 def model_cases_for(impl: Implementation, plan: ModelPlan) -> tuple[list[object], str | None]:
     """(the model's cases for ``impl``, or the reason it has none)."""
-    if impl.kind == "kernel":
+    if impl.declared.kind == "kernel":
         return list(model_kernel_cases(impl, plan)), None
-    if impl.kind == "module" and "mha" in (impl.declared.layers or ("mha",)):
+    if impl.declared.kind == "module" and "mha" in (impl.declared.layers or ("mha",)):
         return model_module_cases(impl, plan)
     return [], f"--model {plan.model.name}: the model's attention is an mha layer; {impl.name} implements none"

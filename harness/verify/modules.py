@@ -1,6 +1,6 @@
 """Verify module implementations: the suites of module cases and the check of one case.
 
-The verify runner dispatches on ``impl.kind`` and calls :func:`module_cases` and
+The verify runner dispatches on ``impl.declared.kind`` and calls :func:`module_cases` and
 :func:`check_module_case` for ``kind="module"``. The pass rule is the kernels' rule
 (:func:`harness.reference.tolerance.compare`): ``max|out - ref| <= m * max|base - ref| + floor(dtype)``,
 with ``ref`` the PyTorch module in float64 and ``base`` the same module in the case's
@@ -41,7 +41,7 @@ def module_cases(impl: Implementation, suite: str) -> list[ModuleCase]:
         from harness.errors import UsageError
         raise UsageError(f"unknown suite {suite!r}; choose one of {SUITES}")
     wanted = ("float32", "float64") if suite != "full" else ("float32", "float64", "bfloat16", "float16")
-    dtypes = [d for d in impl.dtypes if d in wanted] or [impl.dtypes[0]]
+    dtypes = [d for d in impl.declared.dtypes if d in wanted] or [impl.declared.dtypes[0]]
     cases: list[ModuleCase] = []
     for layer in module_layers(impl):
         for dtype in dtypes:
@@ -49,7 +49,7 @@ def module_cases(impl: Implementation, suite: str) -> list[ModuleCase]:
         if layer == "mha":  # the slopes a layer computes do not depend on the dtype: its first one
             cases += _alibi_heads(dtypes[0], suite)
         if suite != "small":
-            cases += [c for dtype in impl.dtypes if dtype in HALF for c in _half_at_length(layer, dtype)
+            cases += [c for dtype in impl.declared.dtypes if dtype in HALF for c in _half_at_length(layer, dtype)
                       if c.id not in {seen.id for seen in cases}]
     return cases
 
@@ -146,8 +146,8 @@ def check_module_case(impl: Implementation, case: ModuleCase, trials: int = 1) -
     bound = results[0].metrics.get("bound")
     if (case.causal or case.mask != "none") and results[0].status == "pass" and isinstance(bound, float):
         results.append(_check_mask_property(impl, case, trials, bound))
-    if not impl.conventions.is_contract:  # what the verdict assumed: the mask the module was handed
-        assumed = impl.conventions.describe()
+    if not impl.declared.conventions.is_contract:  # what the verdict assumed: the mask the module was handed
+        assumed = impl.declared.conventions.describe()
         results = [replace(r, metrics={**r.metrics, "conventions": assumed}) for r in results]
     return results
 
@@ -159,7 +159,7 @@ def _result(check: str, status: str, reason: str | None, metrics: Mapping[str, o
 def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> CheckResult:
     worst: dict[str, float] | None = None
     for seed in range(max(1, trials)):
-        inputs = make_module_inputs(case, seed, impl.backend)
+        inputs = make_module_inputs(case, seed, impl.declared.backend)
         try:
             out = run_module(impl, case, inputs)
         except Exception as exc:  # noqa: BLE001 - the implementation's failure is the result, stated in full
@@ -172,7 +172,7 @@ def _check_output(impl: Implementation, case: ModuleCase, trials: int) -> CheckR
                           dtype=case.dtype, m=MODULE_M, logit_max=weighted_logit(case, inputs))
         metrics = {**verdict.metrics, "trials": seed + 1}
         if not verdict.ok:
-            where = positional_diagnosis(lambda c, i: run_module(impl, c, i), case, seed, impl.backend, MODULE_M,
+            where = positional_diagnosis(lambda c, i: run_module(impl, c, i), case, seed, impl.declared.backend, MODULE_M,
                                          module_positional_biases(impl))
             return _result("output", "fail", f"seed {seed}: {verdict.reason}" + (f"; {where}" if where else ""), metrics)
         if worst is None or metrics["max_abs_err"] > worst["max_abs_err"]:
@@ -186,7 +186,7 @@ def _check_mask_property(impl: Implementation, case: ModuleCase, trials: int, bo
     """Perturb X where it must not be read; the protected outputs must not move beyond ``bound``."""
     worst = 0.0
     for seed in range(max(1, trials)):
-        inputs = make_module_inputs(case, seed, impl.backend)
+        inputs = make_module_inputs(case, seed, impl.declared.backend)
         b, t = case.batch, case.seq
         hidden = torch.zeros(b, t, t, dtype=torch.bool)  # hidden[b, i, j]: output i must not depend on x_j
         if case.causal:

@@ -66,26 +66,26 @@ def axes_for(impl: Implementation, suite: str) -> dict[str, list[Any]]:
     size = SUITE_AXES[suite]
     masks, ranks = masks_taken(impl, MASK_KINDS, MASK_RANKS)
     return {
-        "dtype": list(impl.dtypes),
+        "dtype": list(impl.declared.dtypes),
         "scale": [None, 0.3, 1.0],
-        "causal": [False, True] if impl.causal else [False],
+        "causal": [False, True] if impl.declared.causal else [False],
         "mask": list(masks),
         "mask_rank": list(ranks),
-        "gqa": list(GQA) if impl.gqa else [1],
+        "gqa": list(GQA) if impl.declared.gqa else [1],
         "tq": list(size.tq),
         "tk": list(size.tk),
         "d": list(size.d),
         "inputs": list(INPUTS),
         "layout": list(LAYOUTS),
-        "grad": [False, True] if impl.grad and impl.backend == "torch" else [False],
+        "grad": [False, True] if impl.declared.grad and impl.declared.backend == "torch" else [False],
         "batch": list(size.batch),
         "structure": structure_kinds(impl),
-        "bias": ["none", "alibi"] if impl.bias else ["none"],
+        "bias": ["none", "alibi"] if impl.declared.bias else ["none"],
         "aux_layout": list(LAYOUTS),
         "tensor_layout": tensor_layouts(impl),
-        "sinks": [False, True] if impl.sinks else [False],
-        "softcap": [None, PAIRWISE_SOFTCAP] if impl.softcap else [None],
-        "dv": [0, PAIRWISE_DV] if impl.value_dim else [0],
+        "sinks": [False, True] if impl.declared.sinks else [False],
+        "softcap": [None, PAIRWISE_SOFTCAP] if impl.declared.softcap else [None],
+        "dv": [0, PAIRWISE_DV] if impl.declared.value_dim else [0],
     }
 
 
@@ -95,10 +95,10 @@ def tensor_layouts(impl: Implementation) -> list[str]:
     ``impl`` is ever passed. A kernel that reads V with K's strides, or dO with the output's, passes whenever
     they agree."""
     values = ["none", "q", "k", "v"]
-    values += ["dout"] if impl.grad and impl.backend == "torch" else []
-    values += ["mask"] if impl.mask else []
-    values += ["bias"] if impl.bias else []
-    values += ["index"] if set(impl.structures) & {"cache_seqlens", "varlen", "paged"} else []
+    values += ["dout"] if impl.declared.grad and impl.declared.backend == "torch" else []
+    values += ["mask"] if impl.declared.mask else []
+    values += ["bias"] if impl.declared.bias else []
+    values += ["index"] if set(impl.declared.structures) & {"cache_seqlens", "varlen", "paged"} else []
     return values
 
 

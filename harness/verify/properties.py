@@ -97,7 +97,7 @@ def _sliceable(case: AttentionCase) -> bool:
 
 
 def _inputs(impl: Implementation, case: AttentionCase) -> Inputs:
-    return make_inputs(case, SEED_BASE, impl.backend)
+    return make_inputs(case, SEED_BASE, impl.declared.backend)
 
 
 def _tolerance(case: AttentionCase, inputs: Inputs) -> float:
@@ -145,7 +145,7 @@ def permutation(impl: Implementation, case: AttentionCase) -> CheckResult:
     inputs = _inputs(impl, case)
     out = _out(impl, case, inputs)
     perm = torch.randperm(case.tk, generator=torch.Generator().manual_seed(SEED_BASE + 1))
-    index: Any = perm if impl.backend == "torch" else perm.numpy()
+    index: Any = perm if impl.declared.backend == "torch" else perm.numpy()
     kp, vp = inputs.k[:, :, index], inputs.v[:, :, index]
     scales: dict[str, Any] = {}
     k_scale, v_scale = inputs.k_scale, inputs.v_scale
@@ -172,7 +172,7 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> CheckResult:
         return _verdict("property:convex_hull", worst, tol,
                         "an output element lies outside [min, max] of the V rows its query may attend to")
     const = 0.75  # exact in every dtype, FP8 too
-    v_const: Any = torch.full_like(inputs.v, const) if impl.backend == "torch" else np.full_like(inputs.v, const)
+    v_const: Any = torch.full_like(inputs.v, const) if impl.declared.backend == "torch" else np.full_like(inputs.v, const)
     inputs.v64 = torch.full_like(inputs.v64, const)
     ones: dict[str, Any] = {} if inputs.v_scale is None else {"v_scale": torch.ones_like(inputs.v_scale)}  # FP8: 0.75
     got = _out(impl, case, inputs, v=v_const, **ones)

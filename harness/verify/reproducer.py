@@ -25,7 +25,7 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], che
     ]
     if check == "output":
         lines += [
-            "inputs = make_inputs(case, SEED_BASE, impl.backend)  # seeded: the same numbers on every run",
+            "inputs = make_inputs(case, SEED_BASE, impl.declared.backend)  # seeded: the same numbers on every run",
             "out = call(impl, case, inputs)  # q, k, v and causal=, mask=, scale= as the contract passes them",
             "oracle, base = oracle_and_base(case, inputs)  # float64 oracle; the same formula in the case's dtype",
             "verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, "

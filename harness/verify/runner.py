@@ -7,7 +7,7 @@ source that declares its implementation (once per process), so no other plugin's
 runs there. Every outcome becomes verify cells written to the :class:`ResultWriter` as it
 arrives, so nothing measured is lost when a later case kills the run.
 
-Case generation and checking dispatch on ``impl.kind`` through :data:`KINDS`; the
+Case generation and checking dispatch on ``impl.declared.kind`` through :data:`KINDS`; the
 ``module`` entry is imported lazily from ``harness.verify.modules`` (``module_cases``,
 ``check_module_case``), and module implementations are skipped with the reason when it
 is not there.
@@ -107,7 +107,7 @@ class VerifyRun:
         """(implementation, its cases, or the reason it has none) for every implementation."""
         plans: list[tuple[Implementation, list[Any], str | None]] = []
         for impl in self.impls:
-            functions = kind_functions(impl.kind)
+            functions = kind_functions(impl.declared.kind)
             if isinstance(functions, str):
                 plans.append((impl, [], functions))
             elif self.model is not None:
@@ -116,7 +116,7 @@ class VerifyRun:
                 cases, reason = model_cases_for(impl, self.model)
                 plans.append((impl, cases, reason))
             elif self.workloads is not None:
-                if impl.kind != "kernel":
+                if impl.declared.kind != "kernel":
                     plans.append((impl, [], "a serving batch is a kernel's call; a module's calls are its layers'"))
                     continue
                 from harness.verify.suites import devices_here, primary_dtype
@@ -153,7 +153,7 @@ class VerifyRun:
         if self.suite not in SUITE_AXES or self.model is not None or self.workloads is not None:
             return
         admitted = {impl.name: (impl, [c for c in cases if not impl.declared_gaps(c)])
-                    for impl, cases, reason in plans if impl.kind == "kernel" and reason is None}
+                    for impl, cases, reason in plans if impl.declared.kind == "kernel" and reason is None}
         self.writer.set("coverage", {name: coverage(impl, self.suite, cases) for name, (impl, cases) in admitted.items()})
         for impl, cases in admitted.values():
             missing = unreached(impl, cases, by_dtype=True) if cases else []
@@ -279,7 +279,7 @@ class VerifyRun:
     def _add(self, impl: Implementation, case: Any, result: CheckResult, seconds: float,
              node: NodeIdentity | None = None) -> None:
         cell = VerifyCell(
-            implementation=impl.name, kind=impl.kind, case=None if case is None else CellCase.of(case),
+            implementation=impl.name, kind=impl.declared.kind, case=None if case is None else CellCase.of(case),
             case_id="-" if case is None else case.id, group="-" if case is None else case_group(case),
             check=result.check, status=Status(result.status), reason=result.reason,
             metrics=result.metrics, seconds=round(float(seconds), 4),

@@ -63,7 +63,7 @@ def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> CheckResu
 
 def stateful(impl: Implementation, case: AttentionCase) -> CheckResult:
     """Twice on the same inputs (bitwise equal), then new values written into the same buffers."""
-    inputs = make_inputs(case, SEED_BASE + 101, impl.backend)
+    inputs = make_inputs(case, SEED_BASE + 101, impl.declared.backend)
     held, problem = _checked(impl, case, inputs, "first call")
     if problem:
         return problem
@@ -71,7 +71,7 @@ def stateful(impl: Implementation, case: AttentionCase) -> CheckResult:
     second, problem = _checked(impl, case, inputs, "second call on identical inputs")
     if problem:
         return problem
-    if impl.deterministic:
+    if impl.declared.deterministic:
         a, b = to_float64(first), to_float64(second)
         differ = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
         if bool(differ.any()):
@@ -84,7 +84,7 @@ def stateful(impl: Implementation, case: AttentionCase) -> CheckResult:
         problem = _rule(case, inputs, second, "second call on identical inputs")
         if problem:
             return problem
-    fresh = make_inputs(case, SEED_BASE + 202, impl.backend)
+    fresh = make_inputs(case, SEED_BASE + 202, impl.declared.backend)
     same_buffers = (("q", "k", "v") if not case.self_attention else ("q",)) + (("mask",) if inputs.mask is not None else ())
     same_buffers += ("k_pages", "v_pages", "block_table") if inputs.k_pages is not None else ()
     same_buffers += ("k_scale", "v_scale") if inputs.k_scale is not None else ()  # an FP8 cache's scales are new too

@@ -54,8 +54,8 @@ FOLDABLE = frozenset({"window", "bottom_right", "varlen", "cache_seqlens"})
 def expressible(impl: Implementation) -> frozenset[str]:
     """Structures ``impl`` can be given: those it declares, and the foldable ones when it takes dense masks (a
     kernel that takes (B, Tk) key-padding masks has nowhere to fold a structure into)."""
-    folds = impl.mask and impl.conventions.mask_kind != "key_padding"
-    return frozenset(impl.structures) | (FOLDABLE if folds else frozenset())
+    folds = impl.declared.mask and impl.declared.conventions.mask_kind != "key_padding"
+    return frozenset(impl.declared.structures) | (FOLDABLE if folds else frozenset())
 
 
 def masks_taken(impl: Implementation, kinds: Sequence[str], ranks: Sequence[str]
@@ -63,9 +63,9 @@ def masks_taken(impl: Implementation, kinds: Sequence[str], ranks: Sequence[str]
     """The mask kinds and ranks (of ``kinds`` and ``ranks``, in their order) a case can give ``impl``: none but
     "none" and "full" when it takes no mask, those that reduce to (B, Tk) booleans when it takes key padding
     (:data:`~harness.contract.conventions.KEY_PADDING_MASKS`, full rank), else all."""
-    if not impl.mask:
+    if not impl.declared.mask:
         return ("none",), ("full",)
-    if impl.conventions.mask_kind == "key_padding":
+    if impl.declared.conventions.mask_kind == "key_padding":
         return tuple(k for k in kinds if k == "none" or k in KEY_PADDING_MASKS), ("full",)
     return tuple(kinds), tuple(ranks)
 
@@ -73,7 +73,7 @@ def masks_taken(impl: Implementation, kinds: Sequence[str], ranks: Sequence[str]
 def structure_kinds(impl: Implementation) -> list[str]:
     """The kinds ``impl`` can express, in :data:`KINDS` order (``none`` always)."""
     can = expressible(impl)
-    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.causal or kind not in NEEDS_CAUSAL)
+    return [kind for kind in KINDS if NEEDS[kind] <= can and (impl.declared.causal or kind not in NEEDS_CAUSAL)
             and (kind != "cache_tl" or "bottom_right" in can)]  # without bottom-right, every causal cache is top-left
 
 

@@ -347,15 +347,15 @@ def _real_models() -> list[Template]:
 
 
 def primary_dtype(impl: Implementation) -> str:
-    return next(d for d in PRIMARY_DTYPES if d in impl.dtypes)
+    return next(d for d in PRIMARY_DTYPES if d in impl.declared.dtypes)
 
 
 def devices_here(impl: Implementation) -> tuple[str, ...]:
     """The declared devices this machine has; all declared ones when it has none (they are then skipped)."""
     from harness.contract.registry import _cuda_available
 
-    present = tuple(d for d in impl.devices if d == "cpu" or _cuda_available())
-    return present or impl.devices
+    present = tuple(d for d in impl.declared.devices if d == "cpu" or _cuda_available())
+    return present or impl.declared.devices
 
 
 def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
@@ -363,17 +363,17 @@ def kernel_cases(impl: Implementation, suite: str) -> list[AttentionCase]:
     if suite not in SUITES:
         raise UsageError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
     caps = {flag for flag in ("causal", "mask", "gqa", "grad", "bias", "sinks", "softcap", "value_dim")
-            if getattr(impl, flag)}
-    caps |= set(impl.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.mask else set())
-    caps |= {f"kv_dtype:{d}" for d in impl.kv_dtypes} | {f"kv_scales:{s}" for s in impl.kv_scales}
+            if getattr(impl.declared, flag)}
+    caps |= set(impl.declared.structures) | ({"window", "bottom_right", "varlen", "cache_seqlens"} if impl.declared.mask else set())
+    caps |= {f"kv_dtype:{d}" for d in impl.declared.kv_dtypes} | {f"kv_scales:{s}" for s in impl.declared.kv_scales}
     primary = primary_dtype(impl)
     cases: dict[str, AttentionCase] = {}
     for device in devices_here(impl):
         for template in _plan(suite):
             if not template.needs <= caps:
                 continue
-            dtypes = {"all": impl.dtypes, "primary": (primary,),
-                      "half": tuple(d for d in impl.dtypes if d in ("bfloat16", "float16"))}[template.dtypes]
+            dtypes = {"all": impl.declared.dtypes, "primary": (primary,),
+                      "half": tuple(d for d in impl.declared.dtypes if d in ("bfloat16", "float16"))}[template.dtypes]
             for dtype in dtypes:
                 if template.fields.get("kv_dtype") == dtype:
                     continue  # a "mixed" case in the cache's own dtype is no mixed case
@@ -400,4 +400,4 @@ T = 4,096 point costs 1/16 of a square case (it was 40% of verify quick's time).
 def growth_cases(impl: Implementation, suite: str, devices: tuple[str, ...]) -> list[AttentionCase]:
     """One case per (device, declared dtype, T) of the suite's sweep: min(T, 256) queries over T keys."""
     return [AttentionCase(heads=1, tq=min(t, GROWTH_QUERIES), tk=t, d=64, dtype=dtype, device=device, growth=True)
-            for device in devices for dtype in impl.dtypes for t in GROWTH_T.get(suite, ())]
+            for device in devices for dtype in impl.declared.dtypes for t in GROWTH_T.get(suite, ())]

@@ -56,7 +56,7 @@ def _worker_impl(source: str, name: str, threads: int) -> tuple[Implementation, 
     if threads and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     impl = load_implementation(source, name)
-    functions = kind_functions(impl.kind)
+    functions = kind_functions(impl.declared.kind)
     if isinstance(functions, str):
         raise TypeError(functions)
     return impl, functions[1]

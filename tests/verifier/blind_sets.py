@@ -52,7 +52,7 @@ class BlindSet:
 def problems(impl: Implementation, suite: str = "quick") -> Iterator[Problem]:
     """Every (case, result) of ``suite`` that is not a pass or a skip, in suite order, lazily (a caught plugin
     stops at its first problem when the caller takes one)."""
-    module = impl.kind == "module"
+    module = impl.declared.kind == "module"
     for case in module_cases(impl, suite) if module else kernel_cases(impl, suite):
         if impl.not_supported_reasons(case) or (module and case.unsupported_by(impl)):
             continue

@@ -72,7 +72,10 @@ def fingerprint(out: Any, seed: int) -> tuple[tuple[torch.Tensor | None, ...], t
         r = torch.randn(p.shape[-1] if p.ndim else 1, generator=gen, dtype=torch.float64)
         host = _host_array(p)
         if host is not None:  # NumPy reads the output's memory: no torch operator runs on it
-            f = torch.from_numpy(np.asarray(host @ r.numpy() if host.ndim else host * r.numpy()[0]))
+            # einsum's own loop, one thread, no BLAS: a BLAS pool's threads spin for a while after each call, and in
+            # bench's parent they would spin on the cores the next timed call runs on
+            f = torch.from_numpy(np.asarray(np.einsum("...i,i->...", host, r.numpy()) if host.ndim
+                                            else host * r.numpy()[0]))
         else:  # bfloat16 or a device tensor: torch converts it
             wide = p.detach().to(torch.float64)
             f = ((wide @ r.to(wide.device)) if wide.dim() else wide * r[0]).cpu()

@@ -73,8 +73,13 @@ class BenchRunner:
 
     def run(self, todo: list[PlannedCell]) -> None:
         """Measure ``todo``: the cells left (the session drops those the file already holds, once)."""
+        from threadpoolctl import threadpool_limits
+
         peak = WorkerPool(timeout=self.settings.timeout_s, start_method="forkserver")
-        with thread_environment(self.settings.threads), peak as peak_pool, contextlib.ExitStack() as stack:
+        # this process's own BLAS on one thread: a BLAS pool's threads spin for a while after each call, and here
+        # they would spin on the cores the workers' timed calls run on
+        with threadpool_limits(1, user_api="blas"), thread_environment(self.settings.threads), peak as peak_pool, \
+                contextlib.ExitStack() as stack:
             listener = Listener()
             stack.callback(listener.close)
             declared = {name: self.registry.get(name) for name in self.registry.sources}

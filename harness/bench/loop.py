@@ -44,8 +44,8 @@ def timed_loop(sets: list[InputSet], config: TimingConfig, backend: str,
 class RoundedLoop:
     """:func:`timed_loop` cut into ``rounds``, so the parent can interleave contenders between them
     (:mod:`harness.bench.rounds`). The state (input sets, the samples and every call's fingerprint) lives
-    here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for at most ``warmup_s /
-    rounds`` (no call when one call would take longer). Each round takes ``budget_s / rounds`` of timed calls
+    here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for ``warmup_s / rounds``, one
+    call at least (what the contenders between rounds left behind is paid by an untimed call). Each round takes ``budget_s / rounds`` of timed calls
     with their per-call checks (so the checks make a run no longer: a small call gets fewer samples) and at
     least one call and its share of the ``min_samples`` still to take. Every call is fingerprinted;
     which are checked is drawn in :meth:`result`, after the last call."""
@@ -77,7 +77,7 @@ class RoundedLoop:
         limit = self.config.warmup_s if first else self.config.warmup_s / self.rounds
         started = CLOCK()
         calls = 0
-        while (first and calls < 1) or (CLOCK() - started < limit and CLOCK() - started + self.per_call_s <= limit):
+        while calls < 1 or (CLOCK() - started < limit and CLOCK() - started + self.per_call_s <= limit):
             sets[calls % n].lay_out()
             if first and calls == 0 and profile is not None:
                 self.profiled = profile(sets[0].call)

@@ -204,6 +204,11 @@ def test_noisy_cells_blame_the_machine_only_when_it_measured_busy() -> None:
     quiet = noise_cause([0.4, 1.4], 2)
     assert quiet.startswith("the machine was not busy (load at most 1.4 on 2 CPUs)") and "busy;" not in quiet
     assert "unknown" in noise_cause([None], 2) and "unknown" in noise_cause([3.0], None)
+    # a run timing 2 threads on 2 cores makes a load of 2 itself: busy only beyond it
+    assert noise_cause([1.9, 2.2], 2, threads=2).startswith("the machine was not busy (load at most 2.2 on 2 CPUs, "
+                                                            "the run's own 2 threads included)")
+    assert noise_cause([2.6], 2, threads=2).startswith("the machine was busy (load up to 2.6 on 2 CPUs")
+    assert noise_cause([1.6], 2, threads=1).startswith("the machine was busy")
 
 
 def test_a_case_whose_contenders_cannot_hold_their_inputs_together_is_timed_in_groups_that_can() -> None:

@@ -49,19 +49,25 @@ def is_noisy(stats: Stats | None) -> bool:
 
 BUSY_LOAD_PER_CPU = 0.75
 """A load average at or above this share of the CPUs is a busy machine: other work waits for a core."""
+OTHER_LOAD = 0.5
+"""Load beyond the run's own threads that makes a machine busy: half a core of other work, on average."""
 
 
-def noise_cause(loads: Sequence[float | None], cpus: int | None) -> str:
+def noise_cause(loads: Sequence[float | None], cpus: int | None, threads: int | None = None) -> str:
     """Why cells were noisy, in words, from the load averages measured while they ran: the machine is blamed only
-    when it measured busy; otherwise the calls themselves varied."""
+    when it measured busy, beyond what the run's own ``threads`` put there (a run timing 2 threads on 2 cores makes
+    a load of 2 itself); otherwise the calls themselves varied."""
     measured = [x for x in loads if x is not None]
     if not measured or not cpus:
         return "no load was measured, so the cause is unknown"
     worst = max(measured)
-    if worst >= BUSY_LOAD_PER_CPU * cpus:
-        return f"the machine was busy (load up to {worst:.1f} on {cpus} CPUs)"
-    return (f"the machine was not busy (load at most {worst:.1f} on {cpus} CPUs): the calls themselves varied "
-            "(short calls, data-dependent work, frequency changes)")
+    own = min(threads or 0, cpus)
+    if worst >= max(BUSY_LOAD_PER_CPU * cpus, own + OTHER_LOAD):
+        return f"the machine was busy (load up to {worst:.1f} on {cpus} CPUs" + (
+            f", the run's own {own} threads included)" if own else ")")
+    return (f"the machine was not busy (load at most {worst:.1f} on {cpus} CPUs" + (
+            f", the run's own {own} threads included" if own else "") + "): the calls themselves varied "
+            "(short calls, data-dependent work, frequency changes, memory the calls map afresh)")
 
 
 PAIRED_CONFIDENCE = 0.95

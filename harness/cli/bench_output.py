@@ -89,7 +89,7 @@ def _print_spread(cells: list[BenchCell]) -> None:
     measured = [c for c in cells if c.status == Status.OK and c.stats]
     noisy = [c for c in measured if is_noisy(c.stats)]
     if noisy:
-        cause = noise_cause([c.load_average for c in noisy], usable_cpus())
+        cause = noise_cause([c.load_average for c in noisy], usable_cpus(), max((c.threads or 0) for c in noisy))
         print(f"attnbench bench: warning: {len(noisy)} of {len(measured)} cells have "
               f"IQR/median >= {NOISY_IQR_OVER_MEDIAN:.0%} (marked !): {cause}; compare ratios "
               f"within one run, or re-run with a larger --budget", file=sys.stderr)

@@ -116,7 +116,8 @@ def _noise(cells: tuple[BenchCell, ...], cpus: int | None) -> Noise:
     why, from the load each noisy cell ran at on a machine of ``cpus``."""
     ok = [c for c in cells if c.status == Status.OK]
     noisy = [c for c in ok if is_noisy(c.stats or Stats())]
-    return Noise(len(noisy), len(ok), noise_cause([c.load_average for c in noisy], cpus))
+    return Noise(len(noisy), len(ok), noise_cause([c.load_average for c in noisy], cpus,
+                                                  max((c.threads or 0 for c in noisy), default=0)))
 
 
 def _cpus(results: Results) -> int | None:

@@ -46,9 +46,9 @@ class RoundedLoop:
     (:mod:`harness.bench.rounds`). The state (input sets, the samples and every call's fingerprint) lives
     here between rounds. Round 0 warms up for ``warmup_s``; a later round re-warms for ``warmup_s / rounds``, one
     call at least (what the contenders between rounds left behind is paid by an untimed call). Each round takes
-    ``budget_s / rounds`` of timed calls with their per-call checks (so the checks make a run no longer: a small call gets fewer samples) and at
-    least one call and its share of the ``min_samples`` still to take. Every call is fingerprinted;
-    which are checked is drawn in :meth:`result`, after the last call."""
+    ``budget_s / rounds`` of timed calls with their per-call checks (so the checks make a run no longer: a small
+    call gets fewer samples) and at least one call and its share of the ``min_samples`` still to take. Every call
+    is fingerprinted; which are checked is drawn in :meth:`result`, after the last call."""
 
     def __init__(self, sets: list[InputSet], config: TimingConfig, backend: str, rounds: int = 1,
                  sample_clock: Callable[[], float] | None = None) -> None:

@@ -8,10 +8,7 @@ derived beyond formatting: the memory a call needs is bench's output bytes plus 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
-
-import pandas as pd
 
 from harness.analysis.scaling import call_footprint
 from harness.results import BenchCell, CellCase, Stats, node_kind
@@ -74,6 +71,3 @@ def point_columns(cell: BenchCell) -> dict[str, object]:
     return row
 
 
-def point_frame(cells: Iterable[BenchCell]) -> pd.DataFrame:
-    """The cells' :func:`point_columns`, one row each (bench's own cells when it fits them)."""
-    return pd.DataFrame([point_columns(cell) for cell in cells])

@@ -60,10 +60,6 @@ class BenchSettings:
         known["timing"] = TimingConfig(**known.get("timing", {}))
         return cls(**known)
 
-    @classmethod
-    def from_config(cls, config: Config) -> BenchSettings:
-        return cls.from_dict(config.to_json())
-
 
 @dataclass(frozen=True)
 class ABSettings:

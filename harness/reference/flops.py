@@ -67,12 +67,6 @@ def batch_pairs(case: AttentionCase) -> int:
                for (lq, lk), count in Counter(segments(case)).items())
 
 
-def case_pairs(case: AttentionCase) -> int:
-    """The attended pairs of one (batch element, head) of ``case``; packed sequences: the sum over them;
-    ragged KV-cache lengths: the mean over batch elements (:func:`batch_pairs` is exact)."""
-    return batch_pairs(case) // case.batch
-
-
 def forward_flops(case: AttentionCase) -> int:
     """2 * B * H * (attended pairs) * (d + dv): ``Q K^T`` over q/k's head dim, ``P V`` over V's (4 * ... * d
     when they are equal). Soft-capping's tanh and a sink's one extra logit per row are O(T^2) and O(T), like

@@ -65,10 +65,6 @@ class Report:
     def bench_table(self) -> pd.DataFrame:
         return self.analysis.bench_table
 
-    @property
-    def noisy_cells(self) -> tuple[int, int]:
-        """(timed cells with IQR/median >= 10%, timed cells): how far to trust small differences."""
-        return self.analysis.noise.noisy, self.analysis.noise.timed
 
     @property
     def headline(self) -> tuple[Line, ...]:

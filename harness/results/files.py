@@ -29,7 +29,7 @@ from harness import __version__
 from harness.errors import UsageError
 from harness.results.paths import parse_json, read_text, refuse_link, write_atomic
 from harness.results.records import Config, Environment
-from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, CellKey, Run
+from harness.results.schema import READABLE_VERSIONS, SCHEMA, Cell, Run
 from harness.runtime.cluster.node import cpu_model
 from harness.runtime.filelock import RunLock
 from harness.runtime.provenance import Provenance, plugin_provenance
@@ -182,9 +182,6 @@ class ResultWriter:
         """The run as it stands: what :func:`read_run` would give back after the next flush."""
         return dataclasses.replace(self._run, cells=tuple(self._cells))
 
-    def done_keys(self) -> set[CellKey]:
-        """The key of every cell already recorded: what ``--resume`` skips."""
-        return {c.key for c in self._cells}
 
     def add(self, cell: Cell) -> None:
         self.append(cell)

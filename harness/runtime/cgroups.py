@@ -3,14 +3,13 @@
 A CPU-clock sample must hold every CPU second the call's work took, in whatever process it ran. The sum of the
 tree's live processes' clocks (:meth:`harness.runtime.process_tree.Tree.cpu_s`) misses a child forked during a
 call that exits and is reaped before the parent reads: its CPU time is gone with it. A cgroup counts every
-process it ever held, exited ones included, to the microsecond (v2 ``cpu.stat`` ``usage_usec``) or the
-nanosecond (v1 ``cpuacct.usage``), and a child forked inside it is born inside it.
+process it ever held, exited ones included, to the microsecond (``cpu.stat``'s ``usage_usec``), and a child
+forked inside it is born inside it.
 
-:func:`cpu_group` makes one below this process's own cgroup (v2 first, then v1's cpuacct hierarchy) and moves
-the worker into it. It needs write access to that part of ``/sys/fs/cgroup`` (root in a container, or a
-delegated systemd scope); where it has none, it returns None and the tree's sum stands, the weaker guarantee
-docs/integrity.md states. Groups are named ``attnbench-<parent pid>-<worker pid>`` and removed once empty: when
-their worker has ended, and at exit.
+:func:`cpu_group` makes one below this process's own cgroup v2 and moves the worker into it. It needs write access
+to that part of ``/sys/fs/cgroup`` (root in a container, or a delegated systemd scope); where it has none, it
+returns None and the tree's sum stands, the weaker guarantee docs/integrity.md states. Groups are named
+``attnbench-<parent pid>-<worker pid>`` and removed once empty: when their worker has ended, and at exit.
 """
 
 from __future__ import annotations
@@ -38,7 +37,7 @@ def _mounts() -> list[tuple[str, str, str]]:
 
 
 def _own_paths() -> dict[str, str]:
-    """This process's cgroup path per hierarchy: "" for v2, each controller's name for v1."""
+    """This process's cgroup path per hierarchy: "" for v2 (v1's by each controller's name)."""
     try:
         lines = Path("/proc/self/cgroup").read_text().splitlines()
     except OSError:
@@ -52,15 +51,11 @@ def _own_paths() -> dict[str, str]:
 
 
 def _places() -> list[tuple[Path, str]]:
-    """Where a group can go, with the file its CPU time is read from: v2 first, then v1's cpuacct."""
+    """Where a group can go, with the file its CPU time is read from: cgroup v2 only. (v1's cpuacct was tried: on a
+    2-core Zen 5 VM, a worker moved into a cpuacct group of its own read twice the CPU time per call for whole
+    runs, where the same worker outside it, or in a v2 group, read its own.)"""
     own = _own_paths()
-    places = []
-    for point, kind, options in _mounts():
-        if kind == "cgroup2" and "" in own:
-            places.append((Path(point + own[""]), "cpu.stat"))
-        elif kind == "cgroup" and "cpuacct" in options.split(",") and "cpuacct" in own:
-            places.append((Path(point + own["cpuacct"]), "cpuacct.usage"))
-    return places
+    return [(Path(point + own[""]), "cpu.stat") for point, kind, _ in _mounts() if kind == "cgroup2" and "" in own]
 
 
 class CpuGroup:
@@ -70,13 +65,10 @@ class CpuGroup:
         self.path, self.counter = path, counter
 
     def cpu_s(self) -> float:
-        text = (self.path / self.counter).read_text()
-        if self.counter == "cpu.stat":
-            for line in text.splitlines():
-                if line.startswith("usage_usec "):
-                    return int(line.split()[1]) / 1e6
-            raise OSError(f"{self.path / self.counter} has no usage_usec")
-        return int(text) / 1e9
+        for line in (self.path / self.counter).read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6
+        raise OSError(f"{self.path / self.counter} has no usage_usec")
 
 
 _GROUPS: dict[int, CpuGroup | None] = {}

@@ -213,12 +213,6 @@ class Tree:
         _signal_tree(self.pids, self.group, sig)
 
     def cpu_s(self) -> float:
-        """The CPU seconds of the whole tree: its cgroup's count where one could be made (every process it ever
-        held, exited ones included: :mod:`harness.runtime.cgroups`), else the sum of its live processes' clocks."""
-        from harness.runtime.cgroups import cpu_group
-
-        group = cpu_group(self.pid, self.pids)
-        if group is not None:
-            with contextlib.suppress(OSError):
-                return group.cpu_s()
+        """The CPU seconds of the tree's live processes (every thread of each, the exited threads too): a child that
+        ended and was reaped between two readings is not counted (docs/integrity.md)."""
         return sum(process_cpu_s(p) for p in self.pids)

@@ -122,8 +122,9 @@ NEUTRALISED = {
     # written against that core: "done" sent before the output is copied; the copy still runs before the tree reads
     # stopped, so it is inside the sample and in the output
     "rt_done_before_copy",
-    # most rows computed in a child forked for the call and reaped before done: the worker's cgroup counts it (and
-    # where there is none, the fork's own cost outweighs the rows at this size)
+    # most rows computed in a child forked for the call and reaped before done: the child's CPU time is not on the
+    # tree's clock once it is reaped, but forking a worker costs more CPU than the rows it saves (16x torch_sdpa's
+    # time at this size)
     "rt_forked_rows",
 }
 

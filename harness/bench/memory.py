@@ -4,9 +4,10 @@ What a cell is charged is everything its implementation holds at its peak beyond
 the output it returns: the set-up (``prepare``), a first call and a second one, measured as one span from
 just after the inputs exist. A workspace allocated once (in set-up or by the first call) and kept for the
 next call is charged, as is a cache of earlier results; a call that frees what it allocates is charged its
-own peak. Before its first cell the memory worker has imported the plugin and made one small attention call
-of its own (:func:`warm_process`), so torch's one-time allocations (its thread pool, its kernels' tables)
-are the baseline, not the cell's.
+own peak. Before the measure the memory worker has imported the plugin, made one small attention call of its
+own (:func:`warm_process`) and set up and called the implementation once on a T = 16 case of the same kind
+(:func:`harness.bench.tasks.memory_task`), so one-time allocations (torch's thread pool, an extension the
+plugin loads, a JIT's first compile) are the baseline, not the cell's.
 
 Measured in runs of their own, never while timing (tracing slows calls down):
 

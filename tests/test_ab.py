@@ -96,7 +96,9 @@ def test_many_cells_share_the_false_alarm_budget() -> None:
 
 
 def _run(*cells: CellRounds) -> ABRun:
-    return ABRun(settings=ABSettings(base="base/p.py", head="head/p.py", rounds=20), cells=list(cells), provenance={})
+    processes = cells[0].processes if cells else 1
+    return ABRun(settings=ABSettings(base="base/p.py", head="head/p.py", rounds=20, processes=processes),
+                 cells=list(cells), provenance={})
 
 
 def test_a_head_that_no_longer_runs_fails_the_comparison_a_base_failure_does_not() -> None:
@@ -189,11 +191,11 @@ def test_ab_names_what_each_side_declares_when_they_share_nothing(tmp_path: Path
     assert not (tmp_path / "o").exists()  # nothing written: the usage error came before any timing
 
 
-def _side(side: str, status: str, fastest: list[float], reason: str | None = None) -> BenchCell:
-    """A bench cell of contender ``k@side``: three calls a round, the round's fastest first."""
+def _side(side: str, status: str, fastest: list[float], reason: str | None = None, process: int = 1) -> BenchCell:
+    """A bench cell of contender ``k@side.process``: three calls a round, the round's fastest first."""
     samples = tuple(t * f for t in fastest for f in (1.0, 1.2, 1.1)) if status == "ok" else ()
     rounds = Rounds(sizes=(3,) * len(fastest), positions=tuple((i + (side == "head")) % 2 for i in range(len(fastest))))
-    return BenchCell(implementation=contender("k", side), case=CellCase.of(CASE), case_id=CASE.id, mode="fwd",
+    return BenchCell(implementation=contender("k", side, process), case=CellCase.of(CASE), case_id=CASE.id, mode="fwd",
                      status=Status(status), reason=reason, samples_s=samples, rounds=rounds if samples else None)
 
 
@@ -212,3 +214,32 @@ def test_the_comparison_is_a_view_of_the_bench_run_its_sides_were_timed_in() -> 
     assert judge_cell(stopped, 0.1, 0.05).verdict == NEWLY_FAILING  # flagged, never a 20x win
     (no_base,) = paired_rounds([_side("base", "implausible", base, "under the floor"), _side("head", "ok", base)], 3)
     assert no_base.side == "base" and judge_cell(no_base, 0.1, 0.05).verdict == NOT_COMPARED
+
+
+def test_a_verdict_must_hold_in_every_pair_of_worker_processes(tmp_path: Path) -> None:
+    """Rounds within one pair of processes share where the processes' buffers landed: identical code in two pairs
+    that read 0.88x and 1.14x is no regression (where two others read 1.12x and 1.14x), though each pair's rounds
+    are tight; a real 1.3x in every pair is."""
+    base = [1e-3 * (1 + i / 1000) for i in range(5)]
+    same = [_side(side, "ok", [t * f for t in base], process=p)
+            for p, f in ((1, 1.0), (2, 1.0), (3, 1.0), (4, 1.0)) for side in ("base",)]
+    same += [_side("head", "ok", [t * f for t in base], process=p) for p, f in ((1, 0.88), (2, 1.14), (3, 1.12), (4, 1.14))]
+    (pair,) = paired_rounds(same, calls=3)
+    assert pair.processes == 4 and len(pair.ratios) == 20
+    assert judge_paired(pair.ratios, 0.1, 0.05).verdict == SLOWER  # pooled as if one pair: a false alarm
+    verdict = judge_cell(pair, 0.1, 0.05)
+    assert verdict.verdict == UNDECIDED and verdict.low is not None and verdict.low <= 0.88 + 1e-9
+    files = write_sides(_run(pair), tmp_path / "ab")  # compare on the side files: the same widened interval
+    (theirs,) = compare_files(files["base"], files["head"]).cells
+    assert (theirs.verdict, theirs.low, theirs.high) == (UNDECIDED, pytest.approx(verdict.low), pytest.approx(verdict.high))
+    slow = [_side(side, "ok", [t * (f if side == "head" else 1.0) for t in base], process=p)
+            for p, f in ((1, 1.22), (2, 1.38), (3, 1.3), (4, 1.31)) for side in ("base", "head")]
+    (regressed,) = paired_rounds(slow, calls=3)
+    assert judge_cell(regressed, 0.1, 0.05).verdict == SLOWER
+
+
+def test_processes_are_checked_against_rounds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    plugin = tmp_path / "p.py"
+    plugin.write_text("")
+    assert main(["ab", str(plugin), str(plugin), "--rounds", "3", "--processes", "4"]) == 2
+    assert "--processes 4 is more than --rounds 3" in capsys.readouterr().err

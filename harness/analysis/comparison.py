@@ -28,7 +28,10 @@ Two kinds of input, two intervals, one rule:
   above 1 with probability at most ``alpha_cell / 2``. Over ``m`` cells each interval has level
   ``1 - alpha / m`` (Bonferroni, :func:`per_cell_alpha`), so the whole comparison's intervals hold together
   with probability at least ``1 - alpha`` (the "95% interval" at the default ``alpha`` 0.05) and it raises
-  a false alarm with probability at most ``alpha / 2``.
+  a false alarm with probability at most ``alpha / 2``. That holds for two processes that differ only in the
+  code they run; two processes running the same code can differ persistently (by where their buffers landed),
+  so ``ab`` spreads its rounds over several pairs of worker processes and the interval is widened to hold
+  each pair's median ratio.
 - **Separate samples** (:func:`judge_separate`): two sample sets timed apart (two ``bench`` runs, two
   pytest-benchmark runs, two commits in a history). The estimate is the ratio of the medians; the interval
   is the ratio of the two medians' distribution-free intervals (each at ``alpha_cell / 2``), widened by
@@ -169,13 +172,29 @@ def _straddles(ratio: float, low: float, high: float, threshold: float) -> str:
             f"[{1 / (1 + threshold):.3f}, {1 + threshold:.3f}]: MDE {mde(ratio, low, high):.3f}x")
 
 
-def judge_paired(ratios: Sequence[float], threshold: float, cell_alpha: float) -> Verdict:
-    """A cell timed in interleaved rounds: its per-round ratios head/base, judged at level 1 - ``cell_alpha``."""
+def process_groups(values: Sequence[float], processes: int) -> list[list[float]]:
+    """``values`` cut, in order, into ``processes`` runs of (nearly) equal length: the rounds each pair of worker
+    processes timed, as ``attnbench ab`` lays them out."""
+    n, k = len(values), max(1, min(processes, len(values)))
+    bounds = [round(i * n / k) for i in range(k + 1)]
+    return [list(values[a:b]) for a, b in zip(bounds, bounds[1:])]
+
+
+def judge_paired(ratios: Sequence[float], threshold: float, cell_alpha: float, processes: int = 1) -> Verdict:
+    """A cell timed in interleaved rounds: its per-round ratios head/base, judged at level 1 - ``cell_alpha``.
+
+    ``processes``: the rounds were spread, in order, over that many pairs of worker processes. Rounds within one
+    pair share what the process is (where its buffers landed in memory), so two pairs running the same code can
+    differ by more than the rounds of either show; the interval is then widened to hold every pair's median
+    ratio, and a verdict is one that every pair of processes supports."""
     xs = [float(r) for r in ratios]
     if not xs or any(not math.isfinite(r) or r <= 0 for r in xs):
         raise ValueError(f"per-round ratios must be positive and finite, got {xs!r}")
     low, high, coverage = median_interval(xs, cell_alpha)
     ratio = statistics.median(xs)
+    if processes > 1:
+        medians = [statistics.median(g) for g in process_groups(xs, processes) if g]
+        low, high = min(low, *medians), max(high, *medians)
     spread_ = spread(xs)
     if coverage < 1.0 - cell_alpha:
         return Verdict(UNDECIDED, ratio, low, high, math.inf, PAIRED, coverage, len(xs), spread_,

@@ -2,9 +2,13 @@
 
 BASE and HEAD are usually the same plugin file (or ``ROOT::MODULE``) from two checkouts, so they
 register the same names. Each side's declarations are read in a worker of its own, with its checkout
-first on ``sys.path``; implementation NAME then runs as two contenders, ``NAME@base`` and ``NAME@head``
-(:data:`~harness.contract.discovery.CONTENDER`: no declared name holds it), each in workers of its own, so
-two revisions of one package never share imported code; this process imports neither.
+first on ``sys.path``; implementation NAME then runs as contenders ``NAME@base.1`` and ``NAME@head.1``,
+``NAME@base.2`` and ``NAME@head.2``, and so on (:data:`~harness.contract.discovery.CONTENDER`: no declared
+name holds it), each in a worker process of its own, so two revisions of one package never share imported
+code; this process imports neither. The rounds are spread over ``processes`` pairs of workers: a process's
+time per call depends on where its buffers landed in memory, for the whole life of the process (1.3-1.7x
+between fresh processes of the same code, measured), so one pair would compare two draws of that, not only
+two revisions. The comparison widens its interval to hold every pair's median ratio.
 
 The timing is bench's, whole (:func:`harness.bench.session.run`): the parent drives every call of a CPU
 cell (fresh inputs it writes, its clock, the worker's tree stopped between calls), the contenders of a case
@@ -38,9 +42,9 @@ BASE, HEAD = "base", "head"
 SIDES = (BASE, HEAD)
 
 
-def contender(name: str, side: str) -> str:
-    """The contender that times ``name`` from ``side``'s checkout."""
-    return f"{name}{CONTENDER}{side}"
+def contender(name: str, side: str, process: int = 1) -> str:
+    """The contender that times ``name`` from ``side``'s checkout in its ``process``-th worker."""
+    return f"{name}{CONTENDER}{side}.{process}"
 
 
 def side_task(source: str) -> tuple[Registry, Provenance]:
@@ -75,6 +79,8 @@ class CellRounds:
     """The side that failed or cannot run the cell (None: both ran)."""
     floor: Floor | None = None
     """The physics floor head's calls were held against (None: not computed)."""
+    processes: int = 1
+    """The pairs of worker processes the rounds were spread over, in order (equal shares)."""
 
     def stop(self, side: str, status: str, reason: str) -> None:
         self.status, self.side, self.reason = status, side, f"{side}: {reason}"
@@ -126,18 +132,26 @@ def _sides(settings: ABSettings) -> tuple[Registry, dict[str, Provenance]]:
     names = _names({side: {impl.name: impl.declared.kind for impl in reg} for side, reg in loaded.items()}, settings)
     registry = Registry()
     for name in names:
-        for side in SIDES:
-            label = contender(name, side)
-            registry.implementations[label] = dataclasses.replace(loaded[side].get(name), name=label)
-            registry.sources[label] = loaded[side].sources[name]
+        for process in range(1, settings.processes + 1):
+            for side in SIDES:
+                label = contender(name, side, process)
+                registry.implementations[label] = dataclasses.replace(loaded[side].get(name), name=label)
+                registry.sources[label] = loaded[side].sources[name]
     return registry, provenance
 
 
+def rounds_per_process(settings: ABSettings) -> int:
+    """Each pair of workers' share of the ``rounds``, rounded up."""
+    return -(-settings.rounds // settings.processes)
+
+
 def bench_settings(settings: ABSettings, contenders: Sequence[str]) -> BenchSettings:
-    """The bench run an A/B comparison is: ``rounds`` rounds of ``calls`` timed calls per contender (one warm-up
-    call before the first), no memory or value probe, no cell skipped for time."""
-    calls = settings.calls * settings.rounds
-    timing = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=calls, max_samples=calls, rounds=settings.rounds,
+    """The bench run an A/B comparison is: each pair of worker processes' share of the ``rounds``, of ``calls``
+    timed calls per contender (one warm-up call before the first), no memory or value probe, no cell skipped for
+    time."""
+    rounds = rounds_per_process(settings)
+    calls = settings.calls * rounds
+    timing = TimingConfig(warmup_s=0.0, budget_s=0.0, min_samples=calls, max_samples=calls, rounds=rounds,
                           clock=settings.clock)
     return BenchSettings(suite=settings.suite, overrides=dict(settings.overrides), only=list(contenders),
                          plugins=[settings.base, settings.head], timeout_s=settings.timeout_s, timing=timing,
@@ -173,32 +187,54 @@ def _rounds_of(cell: BenchCell, calls: int) -> tuple[list[float], list[int]]:
     return _fastest(cell.samples_s, [calls] * (len(cell.samples_s) // max(calls, 1))), []
 
 
+Processes = dict[int, dict[str, BenchCell]]
+"""One cell of the comparison's bench cells: by worker pair (1, 2, ...), by side."""
+
+
+def _by_process(cells: Sequence[BenchCell]) -> dict[tuple[str, str, str], Processes]:
+    groups: dict[tuple[str, str, str], Processes] = {}
+    for cell in cells:
+        name, _, label = cell.implementation.partition(CONTENDER)
+        side, _, index = label.partition(".")
+        if side in SIDES and cell.attention_case is not None:
+            groups.setdefault((name, cell.case_id, cell.mode), {}).setdefault(int(index or 1), {})[side] = cell
+    return groups
+
+
+def _failed(pair: CellRounds, by_process: Processes) -> bool:
+    """Stop ``pair`` at the first side (base first) that did not end ``ok`` in some worker pair."""
+    for who in SIDES:
+        for process in sorted(by_process):
+            timed = by_process[process].get(who)
+            if timed is None:
+                pair.stop(who, "error", "no cell was measured")
+                return True
+            if timed.status != Status.OK:
+                pair.stop(who, Status(timed.status).value, timed.reason or "")
+                return True
+    return False
+
+
 def paired_rounds(cells: Sequence[BenchCell], calls: int) -> list[CellRounds]:
     """The comparison's cells from a bench run's: each implementation's base and head cells of a case paired
-    round by round. A side that did not end ``ok`` stops its cell (base first: a base that failed leaves nothing
+    round by round, worker pair by worker pair (``NAME@base.1`` with ``NAME@head.1``, ...), the pairs' rounds in
+    order. A side that did not end ``ok`` in any pair stops its cell (base first: a base that failed leaves nothing
     to compare against; a head that failed while base ran fails the comparison)."""
-    by_key = {(c.implementation, c.case_id, c.mode): c for c in cells}
     out = []
-    for base in cells:
-        name, _, side = base.implementation.partition(CONTENDER)
-        if side != BASE or base.attention_case is None:
-            continue
-        head = by_key.get((contender(name, HEAD), base.case_id, base.mode))
-        pair = CellRounds(name, base.attention_case, base.mode)
-        pair.load = [c.load_average for c in (base, head) if c is not None and c.load_average is not None]
-        for who, cell in ((BASE, base), (HEAD, head)):
-            if cell is None:
-                pair.stop(who, "error", "no cell was measured")
-            elif cell.status != Status.OK:
-                pair.stop(who, Status(cell.status).value, cell.reason or "")
-            if pair.status != "ok":
-                break
-        if head is not None and head.integrity is not None:
-            pair.floor = head.integrity.floor
-        if pair.status == "ok" and head is not None:
-            pair.base_s, base_at = _rounds_of(base, calls)
-            pair.head_s, head_at = _rounds_of(head, calls)
-            if len(base_at) == len(head_at) == len(pair.base_s):
-                pair.first = [BASE if b < h else HEAD for b, h in zip(base_at, head_at)]
+    for (name, _, mode), by_process in _by_process(cells).items():
+        sides = [c for by_side in by_process.values() for c in by_side.values()]
+        pair = CellRounds(name, sides[0].attention_case, mode, processes=len(by_process))  # type: ignore[arg-type]
+        pair.load = [c.load_average for c in sides if c.load_average is not None]
+        pair.floor = next((c.integrity.floor for c in sides if c.implementation.partition(CONTENDER)[2].startswith(HEAD)
+                           and c.integrity is not None), None)
+        if not _failed(pair, by_process):
+            for process in sorted(by_process):
+                base_s, base_at = _rounds_of(by_process[process][BASE], calls)
+                head_s, head_at = _rounds_of(by_process[process][HEAD], calls)
+                n = min(len(base_s), len(head_s))
+                pair.base_s += base_s[:n]
+                pair.head_s += head_s[:n]
+                if len(base_at) == len(head_at) == len(base_s):
+                    pair.first += [BASE if b < h else HEAD for b, h in zip(base_at[:n], head_at[:n])]
         out.append(pair)
     return out

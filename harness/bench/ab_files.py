@@ -41,7 +41,8 @@ def write_sides(run: ABRun, out: Path) -> dict[str, Path]:
         config = {
             "suite": settings.suite, "only": list(settings.only), "plugins": [source], "threads": settings.threads,
             "device": settings.device, "timeout_s": settings.timeout_s, "overrides": settings.overrides,
-            "rounds": settings.rounds, "calls": settings.calls, "clock": settings.clock,
+            "rounds": settings.rounds, "calls": settings.calls, "processes": settings.processes,
+            "clock": settings.clock,
             "ab": {"base": settings.base, "head": settings.head}}
         path = Path(out) / f"{side}.json"
         writer = ResultWriter(path, "bench", config, force=True, provenance=run.provenance.get(side))

@@ -71,6 +71,8 @@ class ABSettings:
     overrides: dict[str, list[Any]] = field(default_factory=dict)
     only: list[str] = field(default_factory=list)
     rounds: int = 20
+    processes: int = 4
+    """The pairs of worker processes (one base, one head) the rounds are spread over (:mod:`harness.bench.ab`)."""
     calls: int = 3
     """Timed calls per side per round (after one warm-up call): short rounds, so load changes hit both sides."""
     threads: int = 1

@@ -234,7 +234,7 @@ def execute(request: BenchRequest) -> int:
     from harness.bench.catalogue import load_catalogue
 
     settings = request.settings
-    start_forkserver(from_here=True)  # no plugin is ever loaded here: the server may be this process, forked
+    start_forkserver()  # a new interpreter: its timing workers' heaps on huge pages (isolation.HUGE_PAGE_HEAPS)
     registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)

@@ -33,6 +33,7 @@ from harness.cli.common import positive_int
 from harness.errors import Interrupted
 from harness.report.settings import DEFAULT_BASELINE, ReportSettings
 from harness.results import RESULTS_DIR, new_run_id
+from harness.runtime.isolation import start_forkserver
 
 HELP = "the main job: verify --suite quick, bench --suite quick, then report; prints where the report is"
 DESCRIPTION = (
@@ -147,6 +148,8 @@ def _verify_step(args: argparse.Namespace, verify_path: Path, bench_path: Path |
 
     checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
                                                    executor=executor, address=address), str(verify_path))
+    if bench_path is not None:  # bench follows: one server for both, a new interpreter (isolation.HUGE_PAGE_HEAPS)
+        start_forkserver()
     code = _step("verify", _verify_line(args, verify_path), lambda: verify_cmd.execute(checks))
     if code == EXIT_INTERRUPTED:
         raise _stop_here("verify", verify_path, bench_path, args)

@@ -60,6 +60,8 @@ class ABResult:
     cell_alpha: float
     rounds: int
     calls: int
+    processes: int = 1
+    """The pairs of worker processes the rounds were spread over."""
     clock: str = "wall"
     """What timed each call: "cpu" (the worker's CPU time) or "wall" (elapsed time)."""
     cells: list[ABCell] = field(default_factory=list)
@@ -83,7 +85,8 @@ class ABResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"base": self.base, "head": self.head, "threshold": self.threshold, "alpha": self.alpha,
-                "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls, "clock": self.clock,
+                "cell_alpha": self.cell_alpha, "rounds": self.rounds, "calls": self.calls,
+                "processes": self.processes, "clock": self.clock,
                 "interval": interval_words(self.alpha), "confidence": 1 - self.alpha,
                 "false_alarm_bound": self.alpha / 2, "failed": self.failed,
                 "slower": len(self.slower), "faster": len(self.faster), "newly_failing": len(self.newly_failing),
@@ -100,7 +103,7 @@ def judge_cell(cell: CellRounds, threshold: float, cell_alpha: float) -> ABCell:
         out.verdict, out.note = (NEWLY_FAILING if newly else NOT_COMPARED), f"{cell.status}: {cell.reason}"
         return out
     out.base_median_s, out.head_median_s = statistics.median(cell.base_s), statistics.median(cell.head_s)
-    verdict = judge_paired(cell.ratios, threshold, cell_alpha)
+    verdict = judge_paired(cell.ratios, threshold, cell_alpha, cell.processes)
     out.verdict, out.ratio, out.low, out.high, out.mde = (verdict.verdict, verdict.ratio, verdict.low, verdict.high,
                                                           verdict.mde_or_none)
     out.ratio_spread, out.base_spread, out.note = verdict.ratio_spread, spread(cell.base_s), verdict.reason
@@ -113,7 +116,8 @@ def judge(run: ABRun, threshold: float, alpha: float) -> ABResult:
     cell_alpha = per_cell_alpha(alpha, compared)
     s = run.settings
     return ABResult(base=s.base, head=s.head, threshold=threshold, alpha=alpha, cell_alpha=cell_alpha,
-                    rounds=s.rounds, calls=s.calls, clock=s.clock, cells=[judge_cell(c, threshold, cell_alpha) for c in run.cells],
+                    rounds=s.rounds, calls=s.calls, processes=s.processes, clock=s.clock,
+                    cells=[judge_cell(c, threshold, cell_alpha) for c in run.cells],
                     provenance={side: asdict(p) for side, p in run.provenance.items()})
 
 

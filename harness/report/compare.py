@@ -160,6 +160,12 @@ def _side(cell: BenchCell, run: Run | None) -> Side:
                 clock="wall" if run is None else cell_clock(run, cell))
 
 
+def _processes(run: Run | None) -> int:
+    """The pairs of worker processes an ``attnbench ab`` run spread its rounds over (1 when it does not say)."""
+    processes = None if run is None else run.config.extra.get("processes")
+    return processes if isinstance(processes, int) and not isinstance(processes, bool) and processes > 0 else 1
+
+
 def _paired_runs(base_run: Run, new_run: Run) -> bool:
     """The two files are the two sides of one ``attnbench ab`` run (same settings): their rounds pair up."""
     a, b = base_run.config.extra.get("ab"), new_run.config.extra.get("ab")
@@ -188,7 +194,8 @@ def compare_cell(key: tuple[str, str, str], base: BenchCell, new: BenchCell, thr
     rounds = base.sample_unit == "round" and new.sample_unit == "round"
     verdict: Verdict
     if rounds and paired and len(a.samples) == len(b.samples) and all(x > 0 for x in a.samples):
-        verdict = judge_paired([h / x for x, h in zip(a.samples, b.samples)], threshold, cell_alpha)
+        verdict = judge_paired([h / x for x, h in zip(a.samples, b.samples)], threshold, cell_alpha,
+                               _processes(base_run))
     else:
         verdict = judge_separate(a, b, threshold, cell_alpha, replications=rounds)
     out.verdict, out.ratio, out.method, out.mde = verdict.verdict, verdict.ratio, verdict.method, verdict.mde_or_none

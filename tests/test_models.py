@@ -10,6 +10,7 @@ import pytest
 from harness.bench.model_sweeps import model_plan, model_sweep
 from harness.case.attention import AttentionCase
 from harness.case.models import FEATURES, case_bytes, catalogue, fitting_length, model_cases, model_named
+from harness.case.workload import request_kind
 from harness.cli import main
 from harness.errors import UsageError
 from harness.verify.model_cases import model_plan_of
@@ -64,6 +65,19 @@ def test_decode_is_one_query_per_sequence_against_a_ragged_cache_bottom_right() 
     assert window.window == (511, 0) and window.causal_align == "bottom_right"
     with pytest.raises(UsageError, match="bert-base.*no decode form"):
         model_cases(model_named("bert-base"), "decode", length=512)
+
+
+def test_serving_is_a_mixed_batch_with_the_models_heads_window_and_features() -> None:
+    """A decoder's default serving batch: a prompt's chunk on its cached prefix, decode steps and a speculative
+    step, packed in one bottom-right causal call, one case per layer kind, the model's features kept."""
+    window, full = model_cases(model_named("gpt-oss-20b"), "serving", length=1024, batch=8).cases
+    assert window.varlen == full.varlen == ((256, 1024),) + ((1, 1024),) * 8 + ((4, 1024),)
+    assert (full.heads, full.kv_heads, full.d, full.causal_align) == (64, 8, 64, "bottom_right")
+    assert window.window == (127, 0) and full.window is None
+    if "sinks" in HAS:
+        assert window.sinks and full.sinks
+    with pytest.raises(UsageError, match="bert-base.*no serving form"):
+        model_cases(model_named("bert-base"), "serving", length=512)
 
 
 def test_a_feature_the_case_space_lacks_is_left_out_and_said() -> None:
@@ -208,15 +222,26 @@ def test_every_model_plans_verify_and_bench(name: str) -> None:
     model = model_named(name)
     plan = model_plan_of(model, memory_bytes=16 * 2**30)
     cases = model_kernel_cases(load_registry([]).get("torch_sdpa"), plan)
-    past = [c for c in cases if model.window is not None and c.tk > model.window >= plan.decode_length]
+    serving = [c for c in cases if c.varlen is not None]
+    past = [c for c in cases if model.window is not None and c.varlen is None and c.tk > model.window >= plan.decode_length]
     assert cases and all((c.heads, c.kv_heads, c.d) == (model.heads, model.kv_heads, model.head_dim)
                          for c in cases if c not in past)
     # past a window the planned lengths do not pass: one KV head and its group of query heads, keys dropped
     assert all((c.heads, c.kv_heads, c.d) == (model.heads // model.kv_heads, 1, model.head_dim) for c in past)
     assert all(c.window == (model.window - 1, 0) and c.causal_align == "bottom_right" for c in past)
-    assert all(c.tk <= model.max_positions for c in cases)
+    assert all(_longest(c) <= model.max_positions for c in cases)
+    # a decoder's serving batch: a prompt's chunk, decode steps and a speculative step, bottom-right causal
+    assert bool(serving) == ("serving" in model.forms) and (model.causal or not serving)
+    assert all({kind for q, kv in c.varlen or () for kind in [request_kind(q, kv)]} == {"chunked prefill", "decode", "speculative"}
+               and c.causal_align == "bottom_right" for c in serving)
     pairs = model_sweep(model)
-    assert pairs and all(c.tk <= model.max_positions for c, _ in pairs)
+    assert pairs and all(_longest(c) <= model.max_positions for c, _ in pairs)
+    assert any(c.varlen is not None for c, _ in pairs) == ("serving" in model.forms)
+
+
+def _longest(case: AttentionCase) -> int:
+    """The most keys one sequence of ``case`` attends over (a serving batch packs several)."""
+    return max(kv for _, kv in case.varlen) if case.varlen else case.tk
 
 
 @pytest.mark.slow
@@ -237,8 +262,10 @@ def test_bench_runs_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         assert skipped and not ids and all("sinks" in str(c.get("reason")) for c in skipped)
         assert all(c["case_id"].endswith("-sinks") for c in skipped)
         return
-    assert ids == {"B1-H64/8-T256-d64-float32-causal-window=127,0", "B1-H64/8-T256-d64-float32-causal",
-                   "B1-H64/8-T1x256-d64-float32-causal-window=127,0-bottom_right", "B1-H64/8-T1x256-d64-float32"}
+    serving = {c.id for c in model_cases(model_named("gpt-oss-20b"), "serving", length=256, batch=8).cases}
+    assert len(serving) == 2 and ids == {
+        "B1-H64/8-T256-d64-float32-causal-window=127,0", "B1-H64/8-T256-d64-float32-causal",
+        "B1-H64/8-T1x256-d64-float32-causal-window=127,0-bottom_right", "B1-H64/8-T1x256-d64-float32", *serving}
 
 
 def test_a_window_the_planned_lengths_do_not_pass_is_tested_past_its_size() -> None:

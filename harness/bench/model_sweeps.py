@@ -5,10 +5,12 @@ each axis a fit has with at least three points:
 
 - ``--suite quick`` (the default) fits a 2-core machine in minutes: prompts of T = 256, 512 and 1,024
   tokens, causal; one new token per sequence against caches of 1,024, 4,096 and 16,384 keys at batch 1
-  (the cache-length fit), and a batch of 8 ragged caches of up to 1,024 keys.
+  (the cache-length fit), and a batch of 8 ragged caches of up to 1,024 keys; and the model's serving batch
+  (:func:`~harness.case.models.serving_workload`: a prompt's chunk, 8 decode steps and a speculative step) on
+  1,024 cached keys each.
 - ``--suite full`` is the long sweep: prompts of 512 to 4,096 tokens, and caches of 1,024, 4,096 and
   16,384 keys at batch 1 and at batch 8 (a batch of 8 x 16,384 keys holds 1 GiB of fp32 cache per input
-  set: minutes a contender on two cores).
+  set: minutes a contender on two cores); the serving batch at each of those cache lengths.
 
 Lengths stay within the model's context. The memory budget and the per-cell time budget skip what does
 not fit this machine (:class:`~harness.bench.sweeps.Budget`). Axis flags: ``--T`` replaces the prompt and
@@ -34,6 +36,8 @@ DECODE_T = (1024, 4096, 16384)
 DECODE_BATCH = {"quick": (1, 8), "full": (1, 8)}
 QUICK_BATCHED_T = (1024,)
 """The quick sweep's cache length at a batch above 1: one point (no fit), the cost of batching beside batch 1's."""
+SERVING_DECODES = 8
+"""Decode steps in a model's serving batch, beside its prompt chunk and its speculative step."""
 SUITES = tuple(PREFILL_T)
 MODEL_AXES = ("T", "batch", "dtype", "mode")
 """The axis flags ``--model`` takes; the others are the model's own."""
@@ -57,9 +61,21 @@ def model_sweep(model: ModelAttention, overrides: Mapping[str, Sequence[Any]] | 
             if "decode" in model.forms and mode == "fwd":  # a decode step is forward only
                 for batch, t in steps:
                     found += model_cases(model, "decode", length=t, batch=batch, dtype=dtype, device=device).cases
+            if "serving" in model.forms and mode == "fwd":
+                for t in _serving_lengths(overrides, suite, decode_t):
+                    found += model_cases(model, "serving", length=t, batch=SERVING_DECODES, dtype=dtype,
+                                         device=device).cases
             for case in found:
                 pairs.setdefault((case.id, mode), (case, mode))
     return list(pairs.values())
+
+
+def _serving_lengths(overrides: Mapping[str, Sequence[Any]], suite: str, decode_t: Sequence[int]) -> list[int]:
+    """The cache lengths of the serving batch: the quick sweep's own takes :data:`QUICK_BATCHED_T` (or the longest
+    cache that fits the model's context); ``--T`` or the full sweep, every cache length."""
+    if suite == "full" or overrides.get("T"):
+        return list(decode_t)
+    return [t for t in decode_t if t in QUICK_BATCHED_T] or [max(decode_t)]
 
 
 def _decode_steps(overrides: Mapping[str, Sequence[Any]], suite: str, decode_t: Sequence[int]) -> list[tuple[int, int]]:

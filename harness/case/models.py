@@ -4,8 +4,9 @@ Each entry is one open model's attention configuration, read from its own config
 heads, KV heads, head dims, sliding window and which layers slide, logit soft-cap, attention sinks, the
 softmax scale when it is not 1/sqrt(d), RoPE base, context length. :func:`model_cases` turns an entry into
 the :class:`~harness.case.attention.AttentionCase` calls its layers make in a *form*: ``prefill`` (a prompt of T
-tokens, causal, every layer kind) or ``decode`` (one new token per sequence against a KV cache of ragged
-lengths, bottom-right aligned). ``verify --model`` and ``bench --model`` pick the sizes that fit the machine.
+tokens, causal, every layer kind), ``decode`` (one new token per sequence against a KV cache of ragged
+lengths, bottom-right aligned) or ``serving`` (a serving engine's mixed batch, :func:`serving_workload`).
+``verify --model`` and ``bench --model`` pick the sizes that fit the machine.
 
 A feature the case space cannot express yet (:data:`FEATURES`: soft-cap, sinks, a value head dim of its
 own) is left out of the case and said in :attr:`ModelCases.left_out`, so a run never claims to have checked
@@ -24,10 +25,12 @@ from typing import Any
 from harness.case.attention import AttentionCase, CaseFields
 from harness.case.decode import decode_fields
 from harness.case.dtypes import itemsize
+from harness.case.workload import Workload, parse_workloads
 from harness.errors import UsageError
 
-FORMS = ("prefill", "decode")
-"""prefill: a prompt of T tokens at once; decode: one new token per sequence against its KV cache."""
+FORMS = ("prefill", "decode", "serving")
+"""prefill: a prompt of T tokens at once; decode: one new token per sequence against its KV cache; serving: a
+batch that mixes a chunk of a prompt, decode steps and a speculative step, in one call."""
 POSITIONALS = ("rope", "absolute", "relative_bias", "alibi")
 
 FEATURES: dict[str, str] = {"softcap": "logit soft-cap", "sinks": "attention sinks", "dv": "a value head dim of its own"}
@@ -120,7 +123,8 @@ class ModelAttention:
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, f"{name} must be an integer >= 1")
         need(self.heads % self.kv_heads == 0, f"heads {self.heads} must be a multiple of kv_heads {self.kv_heads}")
         need(set(self.forms) <= set(FORMS) and bool(self.forms), f"forms {self.forms} must be some of {FORMS}")
-        need(self.causal or "decode" not in self.forms, "an encoder (causal false) has no decode form")
+        need(self.causal or not {"decode", "serving"} & set(self.forms),
+             "an encoder (causal false) has no decode or serving form")
         need(self.positional in POSITIONALS, f"positional {self.positional!r} is not one of {POSITIONALS}")
         need(self.window is None or self.window >= 1, "window must be >= 1")
         need(self.local_global is None or self.window is not None, "local_global needs a window")
@@ -170,6 +174,8 @@ def model_cases(model: ModelAttention, form: str, *, length: int, batch: int = 1
     """
     if form not in model.forms:
         raise UsageError(f"model {model.name!r} has no {form} form (forms: {', '.join(model.forms)})")
+    if form == "serving":
+        return _serving_cases(model, serving_workload(length, batch), dtype, device)
     base: CaseFields = {"heads": model.heads, "kv_heads": model.kv_heads, "d": model.head_dim, "dtype": dtype,
                         "device": device}
     if model.scale is not None:
@@ -190,6 +196,32 @@ def model_cases(model: ModelAttention, form: str, *, length: int, batch: int = 1
         case = AttentionCase(**fields).with_(**extra)
         cases.setdefault(case.id, case)
     return ModelCases(model.name, form, tuple(cases.values()), model.left_out())
+
+
+def serving_workload(length: int, batch: int = 1) -> Workload:
+    """A model's default serving batch at cache length ``length``: one chunk of a prompt (a quarter of it, at most
+    512 tokens) against the ``length`` tokens before it, ``batch`` decode steps and one speculative step of 4
+    tokens, each against ``length`` cached keys. What a continuous-batching engine's call holds
+    (:mod:`harness.case.workload`; vLLM's grammar, ``1chunk256q1k_8s1k_1spec4s1k`` at 1,024)."""
+    chunk = max(1, min(512, length // 4))
+    return parse_workloads([f"1chunk{chunk}q{length}_{max(1, batch)}s{length}_1spec4s{length}"])[0]
+
+
+def _serving_cases(model: ModelAttention, workload: Workload, dtype: str, device: str) -> ModelCases:
+    """``workload`` as the model's call, one case per kind of layer (a window that reaches back to key 0 of every
+    request is a full layer)."""
+    call = workload.case(heads=model.heads, d=model.head_dim, dtype=dtype, device=device, kv_heads=model.kv_heads)
+    extra = {name: value for name, value in model.features().items() if name in AttentionCase.__dataclass_fields__}
+    if model.scale is not None:
+        extra["scale"] = model.scale
+    longest = max(kv for _, kv in workload.requests)
+    cases: dict[str, AttentionCase] = {}
+    for window in model.windows:
+        case = call.with_(**extra)
+        if window is not None and window < longest:
+            case = case.with_(window=(window - 1, 0))
+        cases.setdefault(case.id, case)
+    return ModelCases(model.name, "serving", tuple(cases.values()), model.left_out())
 
 
 def case_elements(case: AttentionCase) -> tuple[int, int]:

@@ -49,6 +49,9 @@ class ModelPlan:
     prefill_length: int | None
     decode_length: int | None
     left_out: tuple[str, ...]
+    serving_length: int | None = None
+    """The serving batch's cache length: its packed call, held whole by an implementation that takes it as a
+    dense mask, is sized on its own."""
 
 
 def model_plan_of(model: ModelAttention, memory_bytes: float | None = None) -> ModelPlan:
@@ -57,7 +60,9 @@ def model_plan_of(model: ModelAttention, memory_bytes: float | None = None) -> M
                if "prefill" in model.forms else None)
     decode = (fitting_length(model, "decode", DECODE_LENGTHS, budget, batch=DECODE_BATCH, max_elements=MAX_ELEMENTS)
               if "decode" in model.forms else None)
-    return ModelPlan(model, prefill, decode, model.left_out())
+    serving = (fitting_length(model, "serving", DECODE_LENGTHS, budget, batch=DECODE_BATCH, max_elements=MAX_ELEMENTS)
+               if "serving" in model.forms else None)
+    return ModelPlan(model, prefill, decode, model.left_out(), serving)
 
 
 def model_kernel_cases(impl: Implementation, plan: ModelPlan) -> list[AttentionCase]:
@@ -75,6 +80,9 @@ def model_kernel_cases(impl: Implementation, plan: ModelPlan) -> list[AttentionC
                                          grad=grad).cases
             if plan.decode_length is not None:
                 found += model_cases(model, "decode", length=plan.decode_length, batch=DECODE_BATCH, dtype=dtype,
+                                     device=device).cases
+            if plan.serving_length is not None:
+                found += model_cases(model, "serving", length=plan.serving_length, batch=DECODE_BATCH, dtype=dtype,
                                      device=device).cases
             found += past_window_cases(model, plan, dtype=dtype, device=device)
             for case in found:
@@ -109,7 +117,8 @@ def past_window_cases(model: ModelAttention, plan: ModelPlan, *, dtype: str, dev
 def model_config(plan: ModelPlan) -> dict[str, object]:
     """What a verify result file's config says of ``--model NAME``: the model, its lengths, what is left out."""
     return {"model": plan.model.name, "model_source": plan.model.source, "model_prefill_length": plan.prefill_length,
-            "model_decode_length": plan.decode_length, "model_left_out": list(plan.left_out)}
+            "model_decode_length": plan.decode_length, "model_serving_length": plan.serving_length,
+            "model_left_out": list(plan.left_out)}
 
 
 MODULE_TOKENS = 64

@@ -10,9 +10,10 @@ the step reads), and compares medians: on a machine shared with other jobs the l
 The load average is printed before and after. Nothing here asserts anything: these are figures to report.
 
 1. B = 8, H 32/8, d = 128, Tq = 1, Tk = 32,768, per instruction-set tier the CPU has (``--isa``) and per KV
-   cache dtype (``--kv``): tiled_decode's GB/s of the bytes it reads (K and V in the cache's dtype, q and the
-   output once) as a share of the probe's (targets: >= 75% for float32, >= 70% for bfloat16 and float16),
-   and torch_sdpa (enable_gqa=True, float32 only) time / ours. ``--batch`` shrinks the case where memory is short
+   cache dtype (``--kv``): tiled_decode's GB/s of the bytes it reads (K and V in the cache's dtype, an FP8
+   cache's per-token float32 scales, q and the output once) as a share of the probe's (targets: >= 75% for
+   float32 and both FP8 dtypes, >= 70% for bfloat16 and float16), and torch_sdpa (enable_gqa=True, float32 only;
+   for an FP8 cache, on K and V dequantized to float32 beforehand, untimed) time / ours. ``--batch`` shrinks the case where memory is short
    (SDPA expands the shared K and V per query head: ~10 GiB at B8). Beside them, "in cache GB/s": the same
    tier's rate on caches that stay in each core's L2, the rate its arithmetic allows; where the probe reads
    faster than that, the step is bound by arithmetic, not by the memory, and its share falls. That measured
@@ -46,7 +47,7 @@ from harness.case.paging import make_pages
 from implementations.tiled_decode import decode_attention, default_tier, in_cache_gbps, tiers, use_isa
 
 D = 128
-TARGETS = {"float32": 75, "bfloat16": 70, "float16": 70}
+TARGETS = {"float32": 75, "bfloat16": 70, "float16": 70, "float8_e4m3fn": 75, "float8_e5m2": 75}
 """Share of the measured read bandwidth tiled_decode should reach, per KV cache dtype (percent)."""
 CLAIMS: Claims | None = None
 """Set by ``--claims FILE``: every figure printed is also kept for ``python3 -m benchmarks.claims``."""
@@ -66,8 +67,10 @@ def _cache(b: int, h: int, hkv: int, tk: int, kv: torch.dtype = torch.float32
 
 
 def _bytes(b: int, h: int, hkv: int, tk: int, kv_item: int = 4) -> int:
-    """Bytes a step reads and writes: K and V in the cache's dtype, q and the output in float32."""
-    return kv_item * 2 * b * hkv * tk * D + 4 * 2 * b * h * D
+    """Bytes a step reads and writes: K and V in the cache's dtype (an FP8 cache with a float32 scale per row),
+    q and the output in float32."""
+    scales = 4 * 2 * b * hkv * tk if kv_item == 1 else 0
+    return kv_item * 2 * b * hkv * tk * D + scales + 4 * 2 * b * h * D
 
 
 def _gbps(b: int, h: int, hkv: int, tk: int, seconds: float, kv_item: int = 4) -> float:
@@ -81,7 +84,7 @@ def headline(isas: list[str], kvs: list[str], rounds: int, sdpa: bool, batch: in
           "in cache GB/s | reachable | verdict | torch_sdpa / ours |")
     print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for kv in kvs:
-        _headline_rows(kv, isas, rounds, sdpa and kv == "float32", batch)
+        _headline_rows(kv, isas, rounds, sdpa and kv in ("float32", "float8_e4m3fn", "float8_e5m2"), batch)
 
 
 def reachability(share: float, target: float, in_cache: float, probe: float) -> tuple[float | None, str]:
@@ -102,13 +105,18 @@ def _headline_rows(kv: str, isas: list[str], rounds: int, sdpa: bool, batch: int
     item = torch.finfo(dtype).bits // 8
     q, k, v = _cache(batch, 32, 8, 32768, dtype)
     probe = torch.ones(_bytes(batch, 32, 8, 32768, item) // 4)
+    gen = torch.Generator().manual_seed(1)
+    scales = ({"k_scale": torch.rand(batch, 8, 32768, generator=gen) + 0.5,
+               "v_scale": torch.rand(batch, 8, 32768, generator=gen) + 0.5} if item == 1 else {})
 
     def ours(isa: str) -> Callable[[], object]:
-        return lambda: decode_attention(q, k, v, isa=isa)
+        return lambda: decode_attention(q, k, v, isa=isa, **scales)
 
     calls: list[Callable[[], object]] = [probe.sum, *(ours(isa) for isa in isas)]  # the tiers take turns too
     if sdpa:
-        calls.append(lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        kd, vd = ((k, v) if not scales else
+                  (k.float() * scales["k_scale"].unsqueeze(-1), v.float() * scales["v_scale"].unsqueeze(-1)))
+        calls.append(lambda: F.scaled_dot_product_attention(q, kd, vd, enable_gqa=True))
     best: list[float] = []
     t = interleaved(calls, rounds, best)
     bw = probe.numel() * 4 / t[0] / 1e9

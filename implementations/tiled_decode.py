@@ -19,11 +19,11 @@ bfloat16 or float16): rows are converted to fp32 as they are loaded (bf16 is a s
 conversion) and every sum is fp32; the output has q's dtype. Mixed cases are declared as data
 (``kv_dtypes``) and named ``kv=bfloat16`` in case ids (see docs/decode.md).
 
-FP8 caches (float8_e4m3fn, float8_e5m2, with per-tensor, per-head or per-token float32 scales) are taken too, but
-not yet read by the loops: the Python wrapper dequantizes K and V (or their page pools) to float32 first and the
-fp32 loops read that. The answer is right; the speed is torch's FP8 conversion on the CPU (several nanoseconds an
-element: 25x the fp32 step, docs/decode.md), far from what the FP8 bytes allow. Dequantizing in registers is the
-loops' work to come.
+FP8 caches (float8_e4m3fn, float8_e5m2, with per-tensor, per-head or per-token float32 scales) are read by the
+loops as they are: each chunk of bytes is widened to float16 bits in registers and converted by F16C, and each
+row's scale multiplies that key's score (K) and its softmax weight (V), one multiply a key, never one an element.
+The scales reach the loops as strided views, one value per row (a per-tensor or per-head scale is a stride of 0,
+nothing copied). No FP8 tensor is dequantized in memory: a step reads one byte per element.
 
 The loops are C++ (:file:`kernels/_decode.cpp`, :file:`kernels/_decode_kernel.h`: register tiles written once,
 templates over a lane type of 8 or 16 floats; one build per tier, compiled whole for AVX2 + FMA + F16C or for AVX-512F and loaded only
@@ -122,12 +122,13 @@ def in_cache_gbps(isa: str, dtype: torch.dtype, reps: int = 400, keys: tuple[int
     gen = torch.Generator().manual_seed(0)
     cases = {tk: (torch.randn(1, 4 * threads, 1, 128, generator=gen), torch.randn(1, threads, tk, 128, generator=gen)
                   .to(dtype), torch.randn(1, threads, tk, 128, generator=gen).to(dtype)) for tk in keys}
+    scale = torch.ones(1) if dtype in FP8_TORCH else None
     fastest = dict.fromkeys(cases, float("inf"))
     clock = time.perf_counter
     for _ in range(reps):
         for tk, (q, k, v) in cases.items():
             start = clock()
-            decode_attention(q, k, v, isa=isa)
+            decode_attention(q, k, v, isa=isa, k_scale=scale, v_scale=scale)
             fastest[tk] = min(fastest[tk], clock() - start)
     item = torch.finfo(dtype).bits // 8
     extra_s = fastest[keys[1]] - fastest[keys[0]]
@@ -191,6 +192,19 @@ def use_isa(isa: str | None = None, kv_dtype: torch.dtype | None = None) -> str:
     return tier
 
 
+FP8_TORCH = (torch.float8_e4m3fn, torch.float8_e5m2)
+E4M3_FACTOR = 256.0
+"""The loops read an e4m3fn byte as a float16 of its value / 256 (:file:`kernels/_decode_kernel.h`,
+``fp8_to_half``); the factor joins the softmax scale (K) and the output (V)."""
+
+
+def per_row(scale: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``scale`` of an FP8 cache (``(1,)``, ``(Hkv,)`` or one per row, :mod:`implementations._fp8`) as a float32
+    view with one value per row of ``x`` (its shape without d): a shared scale is a stride of 0, not a copy."""
+    s = scale.to(torch.float32)
+    return s.reshape(1, -1, 1).expand(x.shape[:-1]) if s.dim() == 1 else s
+
+
 def available(case: object = None) -> str | None:
     """None once the decode kernels are built, else the build's error (the same for every ``case``)."""
     result = extension()
@@ -211,8 +225,14 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     """Attention of q (B, H, Tq, d) over k, v (B, Hkv, Tk, d), or pages (P, Hkv, page, d) with ``block_table``;
     k and v in any of :data:`KV_DTYPES` (one dtype for both), or FP8 with ``k_scale``, ``v_scale`` (dequantized to
     float32 here, before the loops), the output in q's dtype; ``isa`` as in :func:`use_isa`."""
-    if k_scale is not None:
+    row_scales: dict[str, torch.Tensor] = {}
+    factor = 1.0
+    if k_scale is not None and (k.dtype not in FP8_TORCH or v.dtype != k.dtype):
         k, v = dequantized(k, k_scale, torch.float32), dequantized(v, v_scale, torch.float32)
+    elif k_scale is not None:
+        assert v_scale is not None
+        factor = E4M3_FACTOR if k.dtype == torch.float8_e4m3fn else 1.0  # the loops read e4m3fn as value / 256
+        row_scales = {"k_scale": per_row(k_scale, k), "v_scale": per_row(v_scale, v)}
     ext = extension(use_isa(isa, k.dtype))
     assert not isinstance(ext, str)  # use_isa returns a tier that built
     b, h, tq, d = q.shape
@@ -234,7 +254,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
     rows = (h // hkv) * tq
     part_o = torch.empty(items.shape[0], rows, d)
     part_lse = torch.empty(items.shape[0], rows)
-    ext.work(q, k, v, table, lengths, items, part_o, part_lse, tq, h // hkv, scale * LOG2E, causal, bottom_right, wl, wr)
+    ext.work(q, k, v, table, lengths, items, part_o, part_lse, tq, h // hkv,
+             scale * LOG2E * factor, causal, bottom_right, wl, wr, **row_scales, v_factor=factor)
     out = torch.empty(b, h, tq, d)
     ext.merge(items, part_o, part_lse, out, h // hkv)
     return out if out_dtype == torch.float32 else out.to(out_dtype)
@@ -244,8 +265,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causa
           kv_scales=("tensor", "head", "token"), causal=True, gqa=True,
           structures=("window", "bottom_right", "cache_seqlens", "paged"), available=available,
           description="decode kernel: GQA groups as tile rows (K, V read once), split-KV merged by LSE, "
-                      "ragged and paged caches, fp32/bf16/fp16 caches converted on load (C++; FP8 caches "
-                      "dequantized to fp32 in Python first)")
+                      "ragged and paged caches, fp32/bf16/fp16/fp8 caches converted on load, FP8 scales applied per "
+                      "key (C++)")
 def tiled_decode(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False, mask: None = None,
                  scale: float | None = None, window: tuple[int, int] | None = None, causal_align: str = "top_left",
                  cache_seqlens: torch.Tensor | None = None, block_table: torch.Tensor | None = None,

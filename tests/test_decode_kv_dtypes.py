@@ -154,3 +154,39 @@ def test_the_default_tier_is_one_the_cpu_has_and_float32_takes_the_highest(monke
     for kv in (torch.bfloat16, torch.float16):
         assert module.default_tier(kv) in have
         assert module.use_isa(kv_dtype=kv) == module.default_tier(kv)  # measured once: the same answer again
+
+
+@pytest.mark.parametrize("fields", MIXED, ids=lambda f: AttentionCase(**f).id)
+def test_tiled_decode_reads_fp8_caches_in_its_loops_on_every_tier(fields: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """e4m3fn and e5m2 caches with per-tensor, per-head and per-token scales, contiguous, ragged and paged: every
+    tier's loops convert the bytes themselves and pass the rule against float64 on the dequantized values."""
+    from implementations import tiled_decode as module
+
+    impl = REGISTRY.get("tiled_decode")
+    if module.available():
+        pytest.skip(str(module.available()))
+    for kv, scales in (("float8_e4m3fn", "token"), ("float8_e4m3fn", "tensor"), ("float8_e5m2", "head")):
+        case = AttentionCase(**fields, kv_dtype=kv, kv_scales=scales)
+        inputs = make_inputs(case, 3)
+        for isa in module.tiers():
+            monkeypatch.setenv(module.FORCE_ISA, isa)
+            out = impl(*inputs.arrays(impl.declared.structures), **inputs.kwargs(case, impl.declared.structures))
+            ok, reason = _verdict(case, out)
+            assert ok, (isa, case.id, reason)
+
+
+def test_an_fp8_nan_in_the_cache_reaches_the_output_on_every_tier(monkeypatch: pytest.MonkeyPatch) -> None:
+    """e4m3fn's NaN (S.1111.111) is no finite value in the loops' float16 reading: a NaN in a V row the query
+    attends makes its output NaN, as dequantizing first would."""
+    from implementations import tiled_decode as module
+
+    if module.available():
+        pytest.skip(str(module.available()))
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 1, 64, generator=gen)
+    k, v = (torch.randn(1, 1, 40, 64, generator=gen).to(torch.float8_e4m3fn) for _ in range(2))
+    v[0, 0, 7, 5] = float("nan")
+    for isa in module.tiers():
+        monkeypatch.setenv(module.FORCE_ISA, isa)
+        out = module.decode_attention(q, k, v, k_scale=torch.ones(1), v_scale=torch.ones(1))
+        assert torch.isnan(out[..., 5]).all() and not torch.isnan(out[..., 4]).any(), isa

@@ -38,7 +38,7 @@ namespace {
 
 constexpr int BLOCK = 64;  // keys per block: the K and V rows of a block stay in L1/L2 while R rows use them
 constexpr float NEG_INF = -std::numeric_limits<float>::infinity();
-constexpr int KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2;  // the cache's element type
+constexpr int KV_F32 = 0, KV_BF16 = 1, KV_F16 = 2, KV_E4M3 = 3, KV_E5M2 = 4;  // the cache's element type
 int g_prefetch = 2;              // 0 none, 1 T0, 2 T1, 3 T2, 4 NTA
 bool g_sparse = false;           // prefetch one line per 4 KiB page only (the hardware streams the rest)
 int g_block = BLOCK;             // keys per block (<= BLOCK)
@@ -48,7 +48,8 @@ bool g_v_in_scores = true;       // the 512-bit loops: V's rows prefetched durin
 int g_isa = 0;                   // 0: AVX2 + FMA + F16C; 1: AVX-512F
 bool g_f32_512 = false;          // tier 1: float32 caches on the 512-bit loops too (else on the 256-bit ones)
 
-constexpr int64_t kv_size(int kind) { return kind == KV_F32 ? 4 : 2; }
+constexpr bool is_fp8(int kind) { return kind == KV_E4M3 || kind == KV_E5M2; }
+constexpr int64_t kv_size(int kind) { return kind == KV_F32 ? 4 : is_fp8(kind) ? 1 : 2; }
 
 struct Problem {
   const float* q;
@@ -57,7 +58,14 @@ struct Problem {
   const char* v;
   int64_t ks[4];  // strides (elements) of k: (B, Hkv, Tk, d), or pages (P, Hkv, page, d)
   int64_t vs[4];
-  int kind;       // KV_F32, KV_BF16, KV_F16
+  int kind;       // KV_F32, KV_BF16, KV_F16, KV_E4M3, KV_E5M2
+  // FP8 caches: each K and V row's float32 scale, strided as the rows are (B or pages, Hkv, Tk or slot; a
+  // stride of 0 broadcasts a per-tensor or per-head scale); null otherwise. v_factor multiplies the output.
+  const float* ksc = nullptr;
+  const float* vsc = nullptr;
+  int64_t kss[3] = {0, 0, 0};
+  int64_t vss[3] = {0, 0, 0};
+  float v_factor = 1.0f;
   const int32_t* table;  // block table (B, per_seq) or null
   int64_t per_seq;
   int64_t page;  // 0: contiguous
@@ -122,6 +130,7 @@ struct Scratch {
   std::vector<float> q, s, acc, m, l;
   std::vector<int64_t> lo, hi;
   std::vector<const char*> kp, vp, ka, va;  // rows of this block, and the rows `ahead` keys on
+  std::vector<float> ksc, vsc;               // FP8 caches: the scales of this block's K and V rows
   void prepare(int64_t rows, int64_t dp) {
     q.assign(rows * dp, 0.0f);
     acc.assign(rows * dp, 0.0f);
@@ -131,6 +140,8 @@ struct Scratch {
     lo.resize(rows);
     hi.resize(rows);
     for (auto* p : {&kp, &vp, &ka, &va}) p->resize(BLOCK);
+    ksc.resize(BLOCK);
+    vsc.resize(BLOCK);
   }
 };
 
@@ -162,6 +173,16 @@ Bounds item_bounds(const Problem& P, int64_t b, int64_t k0, int64_t k1, Scratch&
 }
 
 // Row pointers of keys kb .. (at most one block, before k1), paged or not; returns how many.
+// FP8 caches: the scales of keys [kb, kb + nk) of (b, h), found as fill_rows finds their rows.
+void fill_scales(const Problem& P, int64_t b, int64_t h, int64_t kb, int64_t nk, float* ks, float* vs) {
+  for (int64_t j = 0; j < nk; ++j) {
+    const int64_t t = kb + j;
+    const int64_t first = P.page ? P.table[b * P.per_seq + t / P.page] : b, at = P.page ? t % P.page : t;
+    ks[j] = P.ksc[first * P.kss[0] + h * P.kss[1] + at * P.kss[2]];
+    vs[j] = P.vsc[first * P.vss[0] + h * P.vss[1] + at * P.vss[2]];
+  }
+}
+
 int64_t fill_rows(const Problem& P, int64_t b, int64_t h, int64_t kb, int64_t k1, const char** kp, const char** vp) {
   const int64_t nk = std::min<int64_t>(g_block, k1 - kb), size = kv_size(P.kind);
   if (P.page) {  // walk the pages: one division per block, not two per key
@@ -268,7 +289,10 @@ int kind_of(const torch::Tensor& x) {
     case torch::kFloat32: return KV_F32;
     case torch::kBFloat16: return KV_BF16;
     case torch::kFloat16: return KV_F16;
-    default: TORCH_CHECK(false, "tiled_decode's kernel takes K and V in float32, bfloat16 or float16");
+    case torch::kFloat8_e4m3fn: return KV_E4M3;
+    case torch::kFloat8_e5m2: return KV_E5M2;
+    default: TORCH_CHECK(false, "tiled_decode's kernel takes K and V in float32, bfloat16, float16, float8_e4m3fn or "
+                                "float8_e5m2");
   }
   return KV_F32;
 }
@@ -303,6 +327,24 @@ Problem problem(const torch::Tensor& q, const torch::Tensor& k, const torch::Ten
   P.wl = wl;
   P.wr = wr;
   return P;
+}
+
+// An FP8 cache's scales: float32, one per row of `x` (its shape without d), any strides (0 broadcasts).
+void set_scales(Problem& P, const c10::optional<torch::Tensor>& ks, const c10::optional<torch::Tensor>& vs,
+                const torch::Tensor& k, double v_factor) {
+  TORCH_CHECK(is_fp8(P.kind) == (ks.has_value() && vs.has_value()), "an FP8 cache, and only one, takes k and v scales");
+  if (!is_fp8(P.kind)) return;
+  for (const auto* x : {&*ks, &*vs}) {
+    TORCH_CHECK(x->scalar_type() == torch::kFloat32 && x->dim() == 3, "scales: float32, one per K and V row (3 dims)");
+    for (int i = 0; i < 3; ++i) TORCH_CHECK(x->size(i) == k.size(i), "scales: one per K and V row");
+  }
+  P.ksc = ks->data_ptr<float>();
+  P.vsc = vs->data_ptr<float>();
+  for (int i = 0; i < 3; ++i) {
+    P.kss[i] = ks->stride(i);
+    P.vss[i] = vs->stride(i);
+  }
+  P.v_factor = static_cast<float>(v_factor);
 }
 
 #ifdef __AVX512F__
@@ -345,8 +387,10 @@ torch::Tensor plan(torch::Tensor lens, int64_t hkv, int64_t tq, bool causal, boo
 // thread pulls items from a shared counter until none is left. Partial outputs (n, R, d) and LSE (n, R).
 void work(torch::Tensor q, torch::Tensor k, torch::Tensor v, c10::optional<torch::Tensor> table, torch::Tensor lens,
           torch::Tensor items, torch::Tensor part_o, torch::Tensor part_lse, int64_t tq, int64_t g, double scale_log2,
-          bool causal, bool bottom_right, int64_t wl, int64_t wr) {
-  const Problem P = problem(q, k, v, table, lens, tq, g, scale_log2, causal, bottom_right, wl, wr);
+          bool causal, bool bottom_right, int64_t wl, int64_t wr, c10::optional<torch::Tensor> k_scale,
+          c10::optional<torch::Tensor> v_scale, double v_factor) {
+  Problem P = problem(q, k, v, table, lens, tq, g, scale_log2, causal, bottom_right, wl, wr);
+  set_scales(P, k_scale, v_scale, k, v_factor);
   const int64_t n = items.size(0), rows = g * tq;
   const int64_t* it = items.data_ptr<int64_t>();
   float* po = part_o.data_ptr<float>();
@@ -433,7 +477,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
              "prefetch V during the scores pass, whether only one line per 4 KiB is prefetched, whether the avx512 tier runs float32 "
              "caches on its 512-bit loops (else the 256-bit ones); returns the tier in use");
   module.def("plan", &plan, "work items (b, h, k0, k1) of a decode call");
-  module.def("work", &work, "every item, on torch's threads", pybind11::call_guard<pybind11::gil_scoped_release>());
+  module.def("work", &work, "every item, on torch's threads; FP8 caches with their rows' scales and the output's factor",
+             pybind11::arg("q"), pybind11::arg("k"), pybind11::arg("v"), pybind11::arg("table"), pybind11::arg("lens"),
+             pybind11::arg("items"), pybind11::arg("part_o"), pybind11::arg("part_lse"), pybind11::arg("tq"),
+             pybind11::arg("g"), pybind11::arg("scale_log2"), pybind11::arg("causal"), pybind11::arg("bottom_right"),
+             pybind11::arg("wl"), pybind11::arg("wr"), pybind11::arg("k_scale") = pybind11::none(),
+             pybind11::arg("v_scale") = pybind11::none(), pybind11::arg("v_factor") = 1.0,
+             pybind11::call_guard<pybind11::gil_scoped_release>());
   module.def("merge", &merge, "combine the items of each (b, h) by log-sum-exp",
              pybind11::call_guard<pybind11::gil_scoped_release>());
 }

@@ -12,6 +12,10 @@
 //   float16  two F16C conversions (vcvtph2ps);
 //   bfloat16 one load of 2W values and no shuffle: a bf16 is the top half of an fp32, so the even elements
 //            are the 32-bit lanes shifted left by 16 and the odd ones the lanes with the low half cleared.
+//   FP8      2W bytes widened to 16-bit lanes and rebuilt as float16 bits (fp8_to_half), then two F16C
+//            conversions: e5m2 is a float16's top byte; e4m3fn's bits are placed as a float16 256 times
+//            smaller (exact, subnormals included), and the factor 256 joins the scales. Each row's own scale
+//            multiplies its score (K) and its weight (V), never the elements: one multiply a key, not d.
 // The bfloat16 chunk thus arrives as (even elements, odd elements). The query rows and the output
 // accumulators are kept in that same order (the "kernel layout", `layout_index`), so dot products and
 // P V updates need no permutation at all; only loading q and writing the output translate.
@@ -29,6 +33,21 @@
 
 namespace {
 
+// 16 FP8 values (bytes) as the float16 bits of the same values (e5m2) or of the values / 256 (e4m3fn: its
+// exponent bias is 7, float16's 15; NaN, S.1111.111, stays NaN).
+template <bool E4M3>
+inline __m256i fp8_to_half(__m128i bytes) {
+  const __m256i x = _mm256_cvtepu8_epi16(bytes);
+  if constexpr (!E4M3) {
+    return _mm256_slli_epi16(x, 8);
+  } else {
+    const __m256i mag = _mm256_and_si256(x, _mm256_set1_epi16(0x7F));
+    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(x, _mm256_set1_epi16(0x80)), 8);
+    const __m256i nan = _mm256_and_si256(_mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7F)), _mm256_set1_epi16(0x7E00));
+    return _mm256_or_si256(_mm256_or_si256(sign, _mm256_slli_epi16(mag, 7)), nan);
+  }
+}
+
 struct Vec8 {
   using vec = __m256;
   using ivec = __m256i;
@@ -43,6 +62,12 @@ struct Vec8 {
   static vec bf16_even(ivec x) { return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)); }
   static vec bf16_odd(ivec x) { return _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32(-65536))); }
   static vec f16_load(const char* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  template <bool E4M3>
+  static void fp8_load(const char* p, vec& lo, vec& hi) {  // 16 bytes
+    const __m256i h = fp8_to_half<E4M3>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+    hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+  }
   static float sum(vec x) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -81,6 +106,11 @@ struct Vec16 {
   static vec bf16_even(ivec x) { return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16)); }
   static vec bf16_odd(ivec x) { return _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(-65536))); }
   static vec f16_load(const char* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  template <bool E4M3>
+  static void fp8_load(const char* p, vec& lo, vec& hi) {  // 32 bytes
+    lo = _mm512_cvtph_ps(fp8_to_half<E4M3>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+    hi = _mm512_cvtph_ps(fp8_to_half<E4M3>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
+  }
   static float sum(vec x) { return _mm512_reduce_add_ps(x); }
   static constexpr int SCORE_KEYS = 4;  // scores tile: up to 4 rows x 4 keys of accumulators (16 of the 32 registers)
   static constexpr bool SCORES_BY_ROW = false;  // the tile's chunk of each key in turn (see scores_by_row)
@@ -122,6 +152,8 @@ inline void load_chunk(const char* row, typename V::vec& lo, typename V::vec& hi
     const typename V::ivec x = V::iload(row);
     lo = V::bf16_even(x);
     hi = V::bf16_odd(x);
+  } else if constexpr (is_fp8(KIND)) {
+    V::template fp8_load<KIND == KV_E4M3>(row, lo, hi);
   } else {
     lo = V::f16_load(row);
     hi = V::f16_load(row + 2 * V::W);
@@ -360,6 +392,12 @@ void pv(const float* p, int64_t rows, const char* const* vp, int64_t nk, int64_t
   if (r < rows) pv_rows<V, KIND, 1>(p + r * BLOCK, vp, nk, d, dp, acc + r * dp, pf);
 }
 
+// s[r * BLOCK + j] *= scale[j] for every row: an FP8 cache's row scales, one multiply a key.
+inline void scale_columns(float* s, int64_t rows, int64_t nk, const float* scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < nk; ++j) s[r * BLOCK + j] *= scale[j];
+}
+
 // One work item (b, h, keys [k0, k1)): its normalised partial output (rows, d) and log-sum-exp (base 2).
 template <class V, int KIND>
 void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* out_o, float* out_lse,
@@ -388,14 +426,22 @@ void run_item(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, fl
     const char* const* ka = g_prefetch ? w.ka.data() : nullptr;
     const char* const* va = g_prefetch ? w.va.data() : nullptr;
     scores<V, KIND>(w.q.data(), rows, dp, w.kp.data(), nk, d, w.s.data(), Spread{ka, v_early ? va : nullptr, row_bytes, 0, 1});
-    softmax_block(P, w, kb, nk, rows, bounds);
+    if constexpr (is_fp8(KIND)) {  // each K row's scale on its scores; after the softmax, each V row's on its weights
+      fill_scales(P, b, h, kb, nk, w.ksc.data(), w.vsc.data());
+      scale_columns(w.s.data(), rows, nk, w.ksc.data());
+      softmax_block(P, w, kb, nk, rows, bounds);
+      scale_columns(w.s.data(), rows, nk, w.vsc.data());
+    } else {
+      softmax_block(P, w, kb, nk, rows, bounds);
+    }
     pv<V, KIND>(w.s.data(), rows, w.vp.data(), nk, d, dp, w.acc.data(), Spread{nullptr, v_early ? nullptr : va, row_bytes, 0, 1});
     if (kb + g_block < k1) fill_rows(P, b, h, kb + g_block, k1, w.kp.data(), w.vp.data());
   }
   for (int64_t r = 0; r < rows; ++r) {
     const float l = w.l[r];
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + layout_index<V, KIND>(c)] * inv;
+    const float factor = inv * P.v_factor;
+    for (int64_t c = 0; c < d; ++c) out_o[r * d + c] = w.acc[r * dp + layout_index<V, KIND>(c)] * factor;
     out_lse[r] = l > 0.0f ? w.m[r] + std::log2(l) : NEG_INF;
   }
 }
@@ -405,6 +451,8 @@ void run(const Problem& P, int64_t b, int64_t h, int64_t k0, int64_t k1, float* 
   switch (P.kind) {
     case KV_BF16: run_item<V, KV_BF16>(P, b, h, k0, k1, out_o, out_lse, w); break;
     case KV_F16: run_item<V, KV_F16>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    case KV_E4M3: run_item<V, KV_E4M3>(P, b, h, k0, k1, out_o, out_lse, w); break;
+    case KV_E5M2: run_item<V, KV_E5M2>(P, b, h, k0, k1, out_o, out_lse, w); break;
     default: run_item<V, KV_F32>(P, b, h, k0, k1, out_o, out_lse, w); break;
   }
 }

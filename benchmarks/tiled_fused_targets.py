@@ -1,7 +1,7 @@
 """``tiled_fused``'s targets against ``torch_sdpa`` on each ISA tier (B1-H8-T4096, d = 64 and 128).
 
     PYTHONPATH=. python3 benchmarks/tiled_fused_targets.py [--rounds 5] [--bf16-peak 820] [--no-memory]
-        [--isa avx2|avx512f|avx512_bf16] [--d 64 128] [--only float32,fwd] [--json FILE] [--claims FILE]
+        [--isa avx2|avx512f|avx512_bf16|amx_bf16] [--d 64 128] [--only float32,fwd] [--json FILE] [--claims FILE]
 
 ``--isa`` runs both implementations as a CPU of that tier would: tiled_fused's kernels through
 ``ATTNBENCH_FUSED_ISA`` and torch's (SDPA's ATen kernels, MKL, oneDNN) through their own variables
@@ -46,7 +46,8 @@ TIER_ENV = {  # what each tier's CPU would run: ours, and torch's own dispatch (
              "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "avx512f": {"ATTNBENCH_FUSED_ISA": "avx512f", "ATEN_CPU_CAPABILITY": "avx512",
                 "MKL_ENABLE_INSTRUCTIONS": "AVX512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
-    "avx512_bf16": {"ATTNBENCH_FUSED_ISA": "avx512_bf16"},
+    "avx512_bf16": {"ATTNBENCH_FUSED_ISA": "avx512_bf16", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
+    "amx_bf16": {"ATTNBENCH_FUSED_ISA": "amx_bf16"},
 }
 
 TARGETS = [(dtype, mode, causal) for dtype in ("bfloat16", "float32") for mode in ("fwd", "fwd+bwd")

@@ -43,10 +43,11 @@ only this fast path is lost (bf16 takes the float32 kernels) and :func:`bf16_rea
 FORCE_ISA = "ATTNBENCH_FUSED_ISA"
 """Environment variable capping the tier (one of :data:`TIERS`), to run a lower tier's kernels on a
 CPU that has a higher one; unset or empty: the best the CPU and the builds allow."""
-TIERS = ("generic", "avx2", "avx512f", "avx512_bf16")
+TIERS = ("generic", "avx2", "avx512f", "avx512_bf16", "amx_bf16")
 """Kernel tiers, lowest first: generic (MKL's GEMMs, scalar or AVX2 softmax), avx2 (AVX2 + FMA tile
 GEMMs of their own; bf16 converted to float32 as it loads), avx512f (the same forward on AVX-512),
-avx512_bf16 (bf16 on VDPBF16PS)."""
+avx512_bf16 (bf16 on VDPBF16PS), amx_bf16 (the bf16 forward's tile GEMMs on oneDNN's brgemm, AMX tiles,
+where oneDNN runs bf16 on them; its backward is avx512_bf16's)."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 DIAGONAL_CHUNK = 64
@@ -96,7 +97,8 @@ def bf16_extension() -> ModuleType | str:
 
 def _extension_of(tier_name: str) -> ModuleType | str:
     """The module holding the kernels of tier ``tier_name`` (generic and avx2: the baseline extension)."""
-    return {"avx512f": avx512_extension, "avx512_bf16": bf16_extension}.get(tier_name, extension)()
+    return {"avx512f": avx512_extension, "avx512_bf16": bf16_extension, "amx_bf16": bf16_extension}.get(
+        tier_name, extension)()
 
 
 def available(case: object = None) -> str | None:
@@ -126,11 +128,15 @@ def _tier_reason(isa: str | None, want: str) -> str | None:
         return f"the {want} kernels are not used: isa or {FORCE_ISA} asks for {TIERS[_cap(isa)]}"
     if want == "generic":
         return None
-    reason = missing(ISAS[want])
+    reason = missing(ISAS["avx512_bf16" if want == "amx_bf16" else want])
     if reason is not None:
         return reason
     ext = _extension_of(want)
-    return f"the {want} kernels did not build ({ext})" if isinstance(ext, str) else None
+    if isinstance(ext, str):
+        return f"the {want} kernels did not build ({ext})"
+    if want == "amx_bf16" and not ext.amx_ready():
+        return "oneDNN's brgemm runs no bfloat16 on AMX tiles here (cpublas::could_pack(bfloat16) is false)"
+    return None
 
 
 def f32_tier(isa: str | None = None) -> str:
@@ -141,8 +147,10 @@ def f32_tier(isa: str | None = None) -> str:
 
 def tier(dtype: torch.dtype, isa: str | None = None) -> str:
     """The tier whose kernels run ``dtype`` input (float16 and float64: the float32/float64 generic path)."""
-    if dtype == torch.bfloat16 and _tier_reason(isa, "avx512_bf16") is None:
-        return "avx512_bf16"
+    if dtype == torch.bfloat16:
+        for level in ("amx_bf16", "avx512_bf16"):
+            if _tier_reason(isa, level) is None:
+                return level
     return f32_tier(isa) if dtype in (torch.float32, torch.bfloat16) else "generic"
 
 
@@ -226,7 +234,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
     # Kernels with their own GEMMs where the tier has them (bf16 on the bf16 units, or converted to
     # float32 as it loads); else MKL's GEMMs (float32, float64: bf16 and float16 converted whole).
     level = tier(q.dtype, isa)
-    own = {"avx512_bf16": "forward_items_bf16", "avx512f": "forward_items_f32", "avx2": "forward_items_avx2"}.get(level)
+    own = {"amx_bf16": "forward_items_amx", "avx512_bf16": "forward_items_bf16", "avx512f": "forward_items_f32",
+           "avx2": "forward_items_avx2"}.get(level)
     if own is not None:
         dtype = torch.bfloat16 if q.dtype == torch.bfloat16 else torch.float32
         lse_dtype = torch.float32
@@ -295,6 +304,8 @@ def _backward_kernel(ext: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """The backward's tier and its per-item kernel: the tier's own where it has one, else MKL's ("generic",
     also for inputs of mixed dtypes)."""
     level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
+    if level == "amx_bf16":  # no backward of its own: the bf16 units'
+        level = "avx512_bf16"
     if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
         level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
     kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),

@@ -75,6 +75,26 @@ struct Float32Operands {
   }
 };
 
+// Where a column block starts in the packed operands. Panels (the kernels' own GEMMs): K^T in panels of NR
+// columns, each `depth` pairs deep; V in panels of NR columns, each a block's pairs of keys deep. Row-major
+// (K::ROW_MAJOR, oneDNN's brgemm): K^T as [depth][columns], V as [pairs of keys][dw], VNNI pairs in both.
+template <class K, class = void>
+struct RowMajorPacks : std::false_type {};
+template <class K>
+struct RowMajorPacks<K, std::void_t<decltype(K::ROW_MAJOR)>> : std::true_type {};
+
+template <class K>
+int64_t kt_offset(int64_t c0, int64_t depth) {
+  if constexpr (RowMajorPacks<K>::value) return c0;
+  else return c0 / K::NR * depth * K::NR;
+}
+
+template <class K>
+int64_t v_offset(int64_t c0, int64_t dw) {
+  if constexpr (RowMajorPacks<K>::value) return K::pairs(c0) * dw;
+  else return K::pairs(c0) * K::NR;
+}
+
 template <class K, typename T, typename Tensor, typename OptionalTensor>
 void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const OptionalTensor& mask, Tensor& out,
                   Tensor& lse, int64_t b, int64_t h, int64_t q0, int64_t q1, const attnbench_band::Band& band, float c,
@@ -108,7 +128,7 @@ void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Optio
   // Rows [r0, r1) against keys [kb + c0, kb + c1) of the packed block at kb; c0 is a multiple of NR.
   auto tile = [&](int64_t r0, int64_t r1, int64_t kb, int64_t c0, int64_t c1) {
     const int64_t n = r1 - r0, need = c1 - c0;
-    K::gemm(n, (need + NR - 1) / NR, depth, depth, qp + r0 * lq, lq, kbuf.data() + c0 / NR * depth * NR, sbuf.data(),
+    K::gemm(n, (need + NR - 1) / NR, depth, depth, qp + r0 * lq, lq, kbuf.data() + kt_offset<K>(c0, depth), sbuf.data(),
             sw, false);
     if (cap > 0.0f) {  // S is Q K^T, still without the scale c = scale * log2(e): the cap in those units is cap / scale
       for (int64_t r = 0; r < n; ++r) attnbench_softcap::softcap_row(&sbuf[r * sw], need, cap * float(M_LOG2E) / c);
@@ -125,7 +145,7 @@ void forward_rows(const Tensor& q, const Tensor& k, const Tensor& v, const Optio
       if (alpha >= 0.0f && alpha != 1.0f) K::scale_row(&acc[r * dw], dw, alpha);
     }
     if (any) {
-      K::gemm(n, dw / NR, K::pairs(need), K::pairs(keys), pbuf.data(), sw, vbuf.data() + K::pairs(c0) * NR,
+      K::gemm(n, dw / NR, K::pairs(need), K::pairs(keys), pbuf.data(), sw, vbuf.data() + v_offset<K>(c0, dw),
               &acc[r0 * dw], dw, true);
     }
   };

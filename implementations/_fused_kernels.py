@@ -46,8 +46,8 @@ CPU that has a higher one; unset or empty: the best the CPU and the builds allow
 TIERS = ("generic", "avx2", "avx512f", "avx512_bf16", "amx_bf16")
 """Kernel tiers, lowest first: generic (MKL's GEMMs, scalar or AVX2 softmax), avx2 (AVX2 + FMA tile
 GEMMs of their own; bf16 converted to float32 as it loads), avx512f (the same forward on AVX-512),
-avx512_bf16 (bf16 on VDPBF16PS), amx_bf16 (the bf16 forward's tile GEMMs on oneDNN's brgemm, AMX tiles,
-where oneDNN runs bf16 on them; its backward is avx512_bf16's)."""
+avx512_bf16 (bf16 on VDPBF16PS), amx_bf16 (the bf16 forward's and backward's tile GEMMs on oneDNN's brgemm,
+AMX tiles, where oneDNN runs bf16 on them)."""
 _BUILD_LOCK = threading.Lock()
 _BUILD: dict[str, ModuleType | str] = {}
 DIAGONAL_CHUNK = 64
@@ -304,11 +304,10 @@ def _backward_kernel(ext: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     """The backward's tier and its per-item kernel: the tier's own where it has one, else MKL's ("generic",
     also for inputs of mixed dtypes)."""
     level = tier(q.dtype, isa) if len({x.dtype for x in (q, k, v, dout)}) == 1 else "generic"
-    if level == "amx_bf16":  # no backward of its own: the bf16 units'
-        level = "avx512_bf16"
     if level == "avx512f":  # no AVX-512 backward of its own for float32: the AVX2 one (same instructions, 8 lanes)
         level = "avx2" if _tier_reason(isa, "avx2") is None else "generic"
-    kernels = {"avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
+    kernels = {"amx_bf16": getattr(bf16_extension(), "backward_item_amx", None),
+               "avx512_bf16": getattr(bf16_extension(), "backward_item_bf16", None),
                "avx2": getattr(ext, "backward_item_avx2", None)}
     kernel: Callable[..., None] = kernels.get(level) or ext.backward_item
     return level, kernel
@@ -324,4 +323,4 @@ def _backward_tiles(level: str, block_q: int, block_k: int) -> tuple[int, int]:
     if level == "generic":
         return min(block_q, 256), min(block_k, 256)
     rows = 120 if level == "avx2" else 128
-    return min(block_q, rows), block_k if level == "avx512_bf16" else min(block_k, 256)
+    return min(block_q, rows), block_k if level in ("avx512_bf16", "amx_bf16") else min(block_k, 256)

@@ -2,8 +2,8 @@
 
 Kernels come in ISA tiers chosen at run time (:data:`TIERS`; docs/isa_tiers.md; ``ATTNBENCH_FUSED_ISA``
 or ``isa=`` caps the tier, :func:`tier` names the one a dtype runs on):
-amx_bf16: the bf16 forward's two tile GEMMs on oneDNN's brgemm micro-kernel (AMX tiles), where oneDNN runs
-bf16 on them; softmax, sums and backward as avx512_bf16's.
+amx_bf16: the bf16 forward's and backward's tile GEMMs on oneDNN's brgemm micro-kernel (AMX tiles), where
+oneDNN runs bf16 on them; softmax and sums as avx512_bf16's.
 avx512_bf16: bf16 on VDPBF16PS with float32 accumulation (:file:`_flash_bf16.cpp`), softmax and sums
 in float32, the output rounded once; backward on the bf16 units (:file:`_flash_bf16_backward.cpp`).
 avx512f: float32 with K^T and V packed once per key block and an 8 x 32 register kernel of its own

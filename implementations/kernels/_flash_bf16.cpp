@@ -134,4 +134,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   def_item(module, "forward_items_amx", &forward_items<forward_amx>, "Every item of the bf16 forward on oneDNN's brgemm (AMX)");
   module.def("amx_ready", &amx_ready, "whether oneDNN's brgemm runs bfloat16 on AMX tiles here");
   def_item(module, "backward_item_bf16", &backward_item<backward_bf16>, "backward_item on the bf16 units (AVX512_BF16)");
+  def_item(module, "backward_item_amx", &backward_item<backward_amx>, "backward_item on oneDNN's brgemm (AMX)");
 }

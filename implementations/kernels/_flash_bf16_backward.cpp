@@ -8,6 +8,7 @@
 // P = 2^(c S - lse2) and dS = P (dP - D) are computed in float32 and rounded to bf16 only as GEMM
 // operands (as FlashAttention-2 does on GPUs); the gradients are returned in float32.
 // Part of the avx512_bf16 extension (_flash_bf16.cpp), compiled whole at that level (_cpp_build.ISAS).
+#include <ATen/native/CPUBlas.h>
 #include <torch/extension.h>
 
 #include <algorithm>
@@ -92,6 +93,24 @@ struct Buffers {
   std::vector<float> sbuf, dpbuf, dqt, dkt, dvt;
 };
 
+// The tile GEMMs: C (m x NR*panels) (+)= A B, B packed in panels of NR columns, each `kstride` pairs deep.
+struct Vdp {  // on the bf16 units (VDPBF16PS)
+  static void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, const uint16_t* a, int64_t lda,
+                   const uint32_t* b, float* c, int64_t ldc, bool add) {
+    attnbench_avx512::gemm<Bf16>(m, panels, kk, kstride, a, lda, b, c, ldc, add);
+  }
+};
+
+struct Brgemm {  // on oneDNN's brgemm (AMX tiles): a panel is a row-major VNNI B of NR columns
+  static void gemm(int64_t m, int64_t panels, int64_t kk, int64_t kstride, const uint16_t* a, int64_t lda,
+                   const uint32_t* b, float* c, int64_t ldc, bool add) {
+    for (int64_t q = 0; q < panels; ++q)
+      at::native::cpublas::brgemm(m, NR, 2 * kk, lda, NR, ldc, add, reinterpret_cast<const at::BFloat16*>(a),
+                                  reinterpret_cast<const at::BFloat16*>(b + q * kstride * NR), c + q * NR, true);
+  }
+};
+
+template <class G>
 struct Kernel {
   static constexpr bool float32_input = false, bf16_input = true, contiguous_rows = true;
   static constexpr int row_step = 2;  // the packed P and dS hold pairs of rows
@@ -147,8 +166,8 @@ struct Kernel {
     }
     void scores() {
       const int64_t kk = dp2 / 2;
-      attnbench_avx512::gemm<Bf16>(rows, panels, kk, kk, w.qbuf.data(), dp2, w.kt.data(), w.sbuf.data(), sw, false);
-      attnbench_avx512::gemm<Bf16>(rows, panels, kk, kk, w.dobuf.data(), dp2, w.vt.data(), w.dpbuf.data(), sw, false);
+      G::gemm(rows, panels, kk, kk, w.qbuf.data(), dp2, w.kt.data(), w.sbuf.data(), sw, false);
+      G::gemm(rows, panels, kk, kk, w.dobuf.data(), dp2, w.vt.data(), w.dpbuf.data(), sw, false);
     }
     Row tile_row(const QueryRow& q) {
       return Row{&w.sbuf[q.r * sw], &w.dpbuf[q.r * sw], q.lo, q.lim, q.mrow, q.lse2, q.delta, &w.dsrow[q.r * pw]};
@@ -159,12 +178,12 @@ struct Kernel {
     }
     void gradients() {
       const int64_t kk = ldt / 2;
-      attnbench_avx512::gemm<Bf16>(g.d, panels, kk, kk, w.dot.data(), ldt, w.p_pack.data(), w.dvt.data(), sw, true);
-      attnbench_avx512::gemm<Bf16>(g.d, panels, kk, kk, w.qt.data(), ldt, w.ds_pack.data(), w.dkt.data(), sw, true);
+      G::gemm(g.d, panels, kk, kk, w.dot.data(), ldt, w.p_pack.data(), w.dvt.data(), sw, true);
+      G::gemm(g.d, panels, kk, kk, w.qt.data(), ldt, w.ds_pack.data(), w.dkt.data(), sw, true);
     }
     void add_dq(int64_t h, int64_t q0) {
       const int64_t d = g.d;
-      attnbench_avx512::gemm<Bf16>(rows, dw / NR, pw / 2, pw / 2, w.dsrow.data(), pw, w.kv.data(), w.dqt.data(), dw,
+      G::gemm(rows, dw / NR, pw / 2, pw / 2, w.dsrow.data(), pw, w.kv.data(), w.dqt.data(), dw,
                                    false);
       float* dq_p = p.dq.data_ptr<float>() + ((p.b * g.heads + h) * g.tq + q0) * d;
       const __m512 sv = _mm512_set1_ps(p.scale);
@@ -195,5 +214,11 @@ struct Kernel {
 
 // q, k, v, dout: bf16 with contiguous rows; see backward_item in _flash_backward.h.
 void backward_bf16(const attnbench_items::BackwardParams& p) {
-  attnbench_backward::backward_item<Kernel>("backward_bf16", p);
+  attnbench_backward::backward_item<Kernel<Vdp>>("backward_bf16", p);
+}
+
+// The same item with its five GEMMs on oneDNN's brgemm, panel by panel (AMX tiles where could_pack says so).
+void backward_amx(const attnbench_items::BackwardParams& p) {
+  attnbench_backward::backward_item<Kernel<Brgemm>>("backward_amx", p);
+  at::native::cpublas::brgemm_release(true);
 }

@@ -116,3 +116,4 @@ void forward_bf16(const attnbench_items::ForwardParams& p);        // _flash_bf1
 void backward_generic(const attnbench_items::BackwardParams& p);   // _flash_backward.cpp (MKL's GEMMs)
 void backward_avx2(const attnbench_items::BackwardParams& p);      // _flash_avx2_backward.cpp
 void backward_bf16(const attnbench_items::BackwardParams& p);      // _flash_bf16_backward.cpp
+void backward_amx(const attnbench_items::BackwardParams& p);       // _flash_bf16_backward.cpp (oneDNN's brgemm)

@@ -66,12 +66,16 @@ __all__ = ["_BUILD", "FORCE_ISA", "TIERS", "available", "avx512_extension", "bf1
 BLOCKS = (16, 32, 64, 128, 256, 512, 1024)
 
 
-def fused_blocks(tq: int, tk: int, d: int, own_gemm: bool = False) -> tuple[int, int]:
+def fused_blocks(tq: int, tk: int, d: int, own_gemm: bool = False, amx: bool = False) -> tuple[int, int]:
     """``tiled``'s per-shape blocks, with 512 query rows at d <= 64, and 512 x 512 up to d = 128 on the
     kernels with their own GEMMs (AVX-512 float32 and bf16: they work in 64-row chunks anyway, and a
     bigger block packs K and V for more rows). At B1-H8-T4096 (interleaved runs): d = 64, 512 x 512 was
     2-5% faster than 256 x 512; d = 128, bf16 4-6% faster than 256 x 512 and the AVX-512 float32
-    kernel 3-6% faster than 256 x 256."""
+    kernel 3-6% faster than 256 x 256. On AMX (the amx_bf16 tier) 1,024 query rows where a head has two such
+    blocks at least: K and V are packed once per query block, and at B1-H8-T4096 1,024 x 512 was 5-10% faster
+    than 512 x 512 (d = 64 and 128, causal or not; 2,048 no faster)."""
+    if amx and d <= 128 and tq >= 2048:
+        return 1024, min(512, max(tk, 16))
     if own_gemm and d <= 128:
         return min(512, max(tq, 16)), min(512, max(tk, 16))
     block_q, block_k = pick_blocks(tq, tk, d)
@@ -163,8 +167,8 @@ def fused_flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, 
         raise UsageError(f"tiled_fused: causal_align={causal_align!r}; choose 'top_left' or 'bottom_right'")
     cu_q, cu_k = (None if c is None else [int(x) for x in c] for c in (cu_seqlens_q, cu_seqlens_k))
     seqs = sequences(q.shape[2], k.shape[2], causal, window, causal_align, cu_q, cu_k)
-    own_gemm = tier(q.dtype, isa) != "generic"
-    auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], own_gemm)
+    level = tier(q.dtype, isa)
+    auto_q, auto_k = fused_blocks(q.shape[2], k.shape[2], q.shape[3], level != "generic", level == "amx_bf16")
     return FusedFlashAttention.apply(q, k, v, sinks, mask, causal, scale, block_q or auto_q, block_k or auto_k, isa,
                                      (window, causal_align, seqs), softcap)
 

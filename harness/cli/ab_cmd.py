@@ -48,10 +48,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=positive_int, default=_default("rounds"),
                         help=f"interleaved rounds per cell (default {_default('rounds')}; at least 7 for a 95%% "
                              "interval on one cell)")
-    parser.add_argument("--processes", type=positive_int, default=_default("processes"), metavar="N",
+    parser.add_argument("--processes", type=positive_int, metavar="N",
                         help=f"pairs of worker processes (one per side) the rounds are spread over, in equal shares "
-                             f"(default {_default('processes')}): two processes of the same code can differ for "
-                             "their whole life, so a verdict must hold in every pair")
+                             f"(default {_default('processes')}, or --rounds where fewer): two processes of the same "
+                             "code can differ for their whole life, so a verdict must hold in every pair")
     parser.add_argument("--calls", type=positive_int, default=_default("calls"),
                         help=f"timed calls per side per round (default {_default('calls')})")
     parser.add_argument("--threads", type=positive_int, default=_default("threads"),
@@ -95,12 +95,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     if args.clock == "cpu" and args.device != "cpu":
         raise UsageError("--clock cpu times CPU work; a CUDA kernel runs on the device: use --clock wall")
     clock = auto_clock(args.clock, args.device, args.threads)
-    if args.processes > args.rounds:
-        raise UsageError(f"--processes {args.processes} is more than --rounds {args.rounds}: each pair of worker "
+    processes = args.processes or min(_default("processes"), args.rounds)
+    if processes > args.rounds:
+        raise UsageError(f"--processes {processes} is more than --rounds {args.rounds}: each pair of worker "
                          "processes needs a round of its own; raise --rounds or lower --processes")
     return ABSettings(base=_check_source(args.base, "BASE"), head=_check_source(args.head, "HEAD"),
                       suite=args.suite, overrides=overrides_from_args(args), only=list(args.only), rounds=args.rounds,
-                      processes=args.processes, calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
+                      processes=processes, calls=args.calls, threads=args.threads, device=args.device, timeout_s=args.timeout,
                       clock=clock)
 
 

@@ -90,17 +90,28 @@ def rule_config() -> dict[str, object]:
             "rel_l2_bounds": dict(REL_L2_BOUNDS), "rule": describe_rule()}
 
 
-def backward_logit_term(logit_max: float, tk: int) -> float:
-    """The logit term of a gradient's floor, in place of the forward's ``max|logit|``: ``2 max|logit| + ln Tk``,
-    where verify passes the size of the terms each logit sums (``|scale| sum |q_i k_i|``), not only its value.
+def exponent_term(logit_max: float, tk: int) -> float:
+    """The logit term of a floor, in place of ``max|logit|``: ``2 max|logit| + ln Tk``.
 
-    A backward that recomputes P = exp(S - LSE) from the forward's saved log-sum-exp (FlashAttention's, and
-    PyTorch's fused CPU and GPU kernels') rounds both S and LSE, each up to max|logit| in size (LSE up to
-    max|logit| + ln Tk), so a weight moves by a relative eps * (2 max|logit| + ln Tk): twice what the forward pays,
-    and most on a dominant key, whose weight the plain formula (exp(S - max S), exactly 1 there) gets almost
-    exact. Measured: torch's CPU flash backward (AVX-512) at 2.2 eps * max|logit| on dV of a one-query case with
-    logits near 115, where the plain float32 baseline was 66x closer."""
+    A weight formed as exp(S - LSE) rounds both S and LSE, each up to max|logit| in size (LSE up to
+    max|logit| + ln Tk), so it moves by a relative eps * (2 max|logit| + ln Tk): twice what exp(S - max S) pays,
+    which is exactly 1 on a dominant key. Backward kernels recompute P so from the forward's saved log-sum-exp
+    (FlashAttention's, and PyTorch's fused CPU and GPU kernels'); forwards that normalise by a log-sum-exp do the
+    same (:func:`forward_exponent_term`). Measured: torch's CPU flash backward (AVX-512) at 2.2 eps * max|logit| on
+    dV of a one-query case with logits near 115, where the plain float32 baseline was 66x closer; a float32 forward
+    of exp(S - logsumexp(S)) at 4.7x the baseline's error on logits near 1e5 (``in=huge``, d 160, 8 keys). The
+    backward passes the size of the terms each logit sums (``|scale| sum |q_i k_i|``)."""
     return 2.0 * logit_max + math.log(max(tk, 1))
+
+
+def forward_exponent_term(dtype: str, logit_max: float, tk: int) -> float:
+    """The logit term of an output's floor: ``max|logit|``, plus what a forward that normalises by its log-sum-exp
+    (exp(S - LSE)) pays for rounding LSE, ``max|logit| + ln Tk`` at the precision it is accumulated in (float32, or
+    the case's dtype where finer), expressed in the case dtype's eps. float32 and float64: the backward's
+    ``2 max|logit| + ln Tk`` (:func:`exponent_term`); bfloat16 and float16 add next to nothing, since their logits
+    and sums are float32."""
+    accumulated = min(EPS[dtype], EPS["float32"])
+    return logit_max + (logit_max + math.log(max(tk, 1))) * accumulated / EPS[dtype]
 
 
 def floor_for(dtype: str, magnitude: float, logit_max: float = 0.0, logit_magnitude: float = 0.0) -> float:

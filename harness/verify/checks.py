@@ -48,7 +48,15 @@ from harness.reference.tensors import (
     make_inputs,
     to_float64,
 )
-from harness.reference.tolerance import GRAD_M, OUTPUT_M, Verdict, backward_logit_term, baseline_attention, compare
+from harness.reference.tolerance import (
+    GRAD_M,
+    OUTPUT_M,
+    Verdict,
+    baseline_attention,
+    compare,
+    exponent_term,
+    forward_exponent_term,
+)
 from harness.verify.boundary import Watch, arguments
 from harness.verify.empty_rows import as_contract_rows as as_contract_rows
 from harness.verify.empty_rows import by_empty_row_convention, empty_query_rows
@@ -179,13 +187,19 @@ def logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = N
     ``terms``: max of ``|scale| * sum_i |q_i k_i| + |bias|`` instead, the size of the terms a logit is summed
     from, which bounds its rounding in any summation order however much they cancel (a logit of 142 from terms
     of 492 moved a correct kernel's recomputed weights by 1.9 eps * 142). The backward's floor uses it
-    (:func:`harness.reference.tolerance.backward_logit_term`): a kernel that recomputes P from the forward's
+    (:func:`harness.reference.tolerance.exponent_term`): a kernel that recomputes P from the forward's
     log-sum-exp forms S twice, in two orders, and the baseline's exp(S - max S) is exact on a dominant key. An
     upper bound under a soft-cap too (the cap's slope is at most 1)."""
     if not _reused(case):
         return _logit_max(case, inputs, rows, terms)
     return MEMO.get("logit_terms_max" if terms else "logit_max", case, (*_reference_inputs(inputs), rows),
                     lambda: _logit_max(case, inputs, rows, terms))
+
+
+def exponent_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None = None) -> float:
+    """The logit term of an output's floor (:func:`harness.reference.tolerance.forward_exponent_term` of
+    :func:`logit_max`): a forward may normalise by its log-sum-exp, rounding both S and LSE."""
+    return forward_exponent_term(case.dtype, logit_max(case, inputs, rows), case.tk)
 
 
 def _logit_max(case: AttentionCase, inputs: Inputs, rows: torch.Tensor | None, terms: bool) -> float:
@@ -292,7 +306,7 @@ def check_output(impl: Implementation, case: AttentionCase, trials: int) -> Chec
             raise ContractViolation(str(exc)) from None
         if assumed.get("empty_row_expected") == "mean_v":
             base = torch.where(empty[..., None], oracle, base)  # type: ignore[index]
-        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs, rows))
+        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=exponent_max(case, inputs, rows))
         verdict.metrics.update(assumed, conventions=impl.declared.conventions.describe())
         if rows is not None:
             verdict.metrics["sampled_rows"] = len(rows)
@@ -401,7 +415,7 @@ def _grad_trial(impl: Implementation, case: AttentionCase, trial: int) -> list[V
     want = _grads(oracle, leaves_of(inputs.q64, inputs.k64, inputs.v64, inputs.sinks64), dout_rows)
     sinks_dt = None if inputs.sinks64 is None else inputs.sinks64.to(dt)
     base = _grads(baseline, leaves_of(inputs.q64.to(dt), inputs.k64.to(dt), inputs.v64.to(dt), sinks_dt), dout_rows)
-    logits = backward_logit_term(logit_max(case, inputs, rows, terms=True), case.tk)
+    logits = exponent_term(logit_max(case, inputs, rows, terms=True), case.tk)
     magnitude = max(float(w.abs().max()) for w in want[:3] if w is not None)
     magnitudes = {"dv": magnitude, "dsinks": max((float(w.abs().max()) for w in want[-1:] if w is not None), default=0.0)}
     cancelled = max(magnitude, _cancelled_terms(case, inputs, dout_rows))

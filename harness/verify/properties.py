@@ -38,8 +38,8 @@ from harness.verify.checks import (
     as_contract_rows,
     call,
     cell,
+    exponent_max,
     large_case,
-    logit_max,
     oracle_and_base,
     structure_problem,
 )
@@ -103,7 +103,7 @@ def _inputs(impl: Implementation, case: AttentionCase) -> Inputs:
 def _tolerance(case: AttentionCase, inputs: Inputs) -> float:
     """The output rule's bound on these inputs: m * baseline error + floor."""
     oracle, base = oracle_and_base(case, inputs)
-    floor = floor_for(case.dtype, float(oracle.abs().max()), logit_max(case, inputs))
+    floor = floor_for(case.dtype, float(oracle.abs().max()), exponent_max(case, inputs))
     return OUTPUT_M * _base_err(base, oracle) + floor
 
 
@@ -177,7 +177,7 @@ def convex_hull(impl: Implementation, case: AttentionCase) -> CheckResult:
     ones: dict[str, Any] = {} if inputs.v_scale is None else {"v_scale": torch.ones_like(inputs.v_scale)}  # FP8: 0.75
     got = _out(impl, case, inputs, v=v_const, **ones)
     oracle, base = oracle_and_base(case, inputs)
-    bound = OUTPUT_M * _base_err(base, oracle) + floor_for(case.dtype, const, logit_max(case, inputs))
+    bound = OUTPUT_M * _base_err(base, oracle) + floor_for(case.dtype, const, exponent_max(case, inputs))
     return _verdict("property:convex_hull", float((got - oracle).abs().max()), bound,
                     f"with V = {const} everywhere the output is not {const} (0 on rows with no key)",
                     {"hull_excess": worst})
@@ -263,7 +263,7 @@ def block_sizes(impl: Implementation, case: AttentionCase) -> CheckResult:
     outs = {}
     for q_block, k_block in combos:
         got = _out(impl, case, inputs, block_q=q_block, block_k=k_block)
-        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs))
+        verdict = compare(got, oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=exponent_max(case, inputs))
         if not verdict.ok:
             return cell("property:block_sizes", FAIL, f"block_q={q_block}, block_k={k_block}: {verdict.reason}",
                         {**verdict.metrics, "block_q": q_block, "block_k": k_block})

@@ -17,7 +17,7 @@ from harness.case.attention import AttentionCase
 from harness.reference.oracle import reference_attention, reference_rows
 from harness.reference.tensors import make_inputs
 from harness.reference.tolerance import OUTPUT_M, floor_for
-from harness.verify.checks import PASS, SEED_BASE, CheckResult, cell, logit_max, oracle_and_base, sampled_rows
+from harness.verify.checks import PASS, SEED_BASE, CheckResult, cell, exponent_max, oracle_and_base, sampled_rows
 
 CHECK = "kv_quantisation"
 
@@ -44,7 +44,7 @@ def check_quantisation(case: AttentionCase) -> CheckResult:
     oracle, base = oracle_and_base(case, inputs, rows=rows)
     err = (oracle - unquantised).abs()
     bound = OUTPUT_M * float((base - oracle).nan_to_num().abs().max()) \
-        + floor_for(case.dtype, float(oracle.abs().max()), logit_max(case, inputs, rows))
+        + floor_for(case.dtype, float(oracle.abs().max()), exponent_max(case, inputs, rows))
     k64, v64 = quantized.dequantized()
     elements = k_exact.numel() + v_exact.numel()
     metrics = {

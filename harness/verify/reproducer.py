@@ -15,7 +15,7 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], che
     lines = [
         f"# attnbench verify --fuzz: the minimal failing case of {name} ({check})",
         "from harness.case.attention import AttentionCase",
-        "from harness.verify.checks import SEED_BASE, call, logit_max, oracle_and_base",
+        "from harness.verify.checks import SEED_BASE, call, exponent_max, oracle_and_base",
         "from harness.contract.discovery import load_registry",
         "from harness.reference.tensors import make_inputs, to_float64",
         "from harness.reference.tolerance import OUTPUT_M, compare",
@@ -29,7 +29,7 @@ def reproducer(name: str, plugins: tuple[str, ...], case: dict[str, object], che
             "out = call(impl, case, inputs)  # q, k, v and causal=, mask=, scale= as the contract passes them",
             "oracle, base = oracle_and_base(case, inputs)  # float64 oracle; the same formula in the case's dtype",
             "verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, "
-            "logit_max=logit_max(case, inputs))",
+            "logit_max=exponent_max(case, inputs))",
             'print(case.id, "->", verdict.reason or "passes")',
         ]
     else:

@@ -34,7 +34,7 @@ from harness.verify.checks import (
     as_contract_rows,
     call,
     cell,
-    logit_max,
+    exponent_max,
     oracle_and_base,
     structure_problem,
 )
@@ -57,7 +57,7 @@ def _checked(impl: Implementation, case: AttentionCase, inputs: Inputs, what: st
 
 def _rule(case: AttentionCase, inputs: Inputs, out: Any, what: str) -> CheckResult | None:
     oracle, base = oracle_and_base(case, inputs)
-    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=logit_max(case, inputs))
+    verdict = compare(to_float64(out), oracle, base, dtype=case.dtype, m=OUTPUT_M, logit_max=exponent_max(case, inputs))
     return None if verdict.ok else cell("property:stateful", "fail", f"{what}: {verdict.reason}", verdict.metrics)
 
 

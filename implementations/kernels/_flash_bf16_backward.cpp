@@ -111,7 +111,7 @@ struct Brgemm {  // on oneDNN's brgemm (AMX tiles): a panel is a row-major VNNI 
 };
 
 template <class G>
-struct Kernel {
+struct KernelOn {
   static constexpr bool float32_input = false, bf16_input = true, contiguous_rows = true;
   static constexpr int row_step = 2;  // the packed P and dS hold pairs of rows
 
@@ -213,12 +213,14 @@ struct Kernel {
 }  // namespace
 
 // q, k, v, dout: bf16 with contiguous rows; see backward_item in _flash_backward.h.
+using Kernel = KernelOn<Vdp>;
+
 void backward_bf16(const attnbench_items::BackwardParams& p) {
-  attnbench_backward::backward_item<Kernel<Vdp>>("backward_bf16", p);
+  attnbench_backward::backward_item<Kernel>("backward_bf16", p);
 }
 
 // The same item with its five GEMMs on oneDNN's brgemm, panel by panel (AMX tiles where could_pack says so).
 void backward_amx(const attnbench_items::BackwardParams& p) {
-  attnbench_backward::backward_item<Kernel<Brgemm>>("backward_amx", p);
+  attnbench_backward::backward_item<KernelOn<Brgemm>>("backward_amx", p);
   at::native::cpublas::brgemm_release(true);
 }

@@ -26,7 +26,7 @@ CHEATS = {
     # returns at once, a thread fills the output later: the parent stops the worker's tree when the call returns and
     # reads the output then, so the output it reads is unfinished; or, faster than that, under the floor
     "background_fill": ("wrong|implausible", ["max|err| OR physics floor"]),
-    "side_stream": ("implausible", ["physics floor", "max|err|"]),
+    "side_stream": ("wrong|implausible", ["max|err| OR physics floor"]),
     "precomputed": ("implausible", ["physics floor"]),
     "every_eighth_row": ("wrong|implausible", ["timed sample", "rows", "max|err|"]),
     "half_precision": ("wrong|implausible", ["timed sample", "max|err|"]),

@@ -173,13 +173,18 @@ Bounds item_bounds(const Problem& P, int64_t b, int64_t k0, int64_t k1, Scratch&
 }
 
 // Row pointers of keys kb .. (at most one block, before k1), paged or not; returns how many.
-// FP8 caches: the scales of keys [kb, kb + nk) of (b, h), found as fill_rows finds their rows.
+// FP8 caches: the scales of keys [kb, kb + nk) of (b, h), found as fill_rows finds their rows (a paged cache's
+// pages walked: one division per block, not one per key).
 void fill_scales(const Problem& P, int64_t b, int64_t h, int64_t kb, int64_t nk, float* ks, float* vs) {
-  for (int64_t j = 0; j < nk; ++j) {
-    const int64_t t = kb + j;
-    const int64_t first = P.page ? P.table[b * P.per_seq + t / P.page] : b, at = P.page ? t % P.page : t;
-    ks[j] = P.ksc[first * P.kss[0] + h * P.kss[1] + at * P.kss[2]];
-    vs[j] = P.vsc[first * P.vss[0] + h * P.vss[1] + at * P.vss[2]];
+  int64_t index = P.page ? kb / P.page : 0, slot = P.page ? kb % P.page : kb;
+  for (int64_t j = 0; j < nk; ++j, ++slot) {
+    if (P.page && slot == P.page) {
+      slot = 0;
+      ++index;
+    }
+    const int64_t first = P.page ? P.table[b * P.per_seq + index] : b;
+    ks[j] = P.ksc[first * P.kss[0] + h * P.kss[1] + slot * P.kss[2]];
+    vs[j] = P.vsc[first * P.vss[0] + h * P.vss[1] + slot * P.vss[2]];
   }
 }
 

@@ -100,3 +100,54 @@ def test_a_script_that_calls_attnbench_is_not_run_again_by_its_workers(tmp_path:
                           text=True, timeout=300, cwd=tmp_path)
     assert done.stdout.strip().splitlines()[-1] == "0 ['pass']", done.stdout[-2000:] + done.stderr[-2000:]
     assert out.with_suffix(".runs").read_text() == "ran\n"
+
+
+
+HEAP_PLUGIN = """
+import ctypes, os, re
+from harness import register
+
+@register("heap_report", backend="numpy", description="says whether malloc gives its worker huge pages, then fails")
+def heap_report(q, k, v, *, causal=False, mask=None, scale=None):
+    def huge_kib():
+        with open("/proc/self/smaps") as f:
+            return sum(int(x) for x in re.findall(r"AnonHugePages:\\s+(\\d+)", f.read()))
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    before = huge_kib()
+    block = libc.malloc(64 * 2**20)
+    ctypes.memset(block, 1, 64 * 2**20)
+    grew = huge_kib() - before
+    libc.free(ctypes.c_void_p(block))
+    raise RuntimeError(f"huge pages: {grew >= 32 * 1024}; sees {os.environ.get('GLIBC_TUNABLES')!r}")
+"""
+
+
+def _transparent_huge_pages() -> bool:
+    try:
+        mode = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return False
+    return "[always]" in mode or "[madvise]" in mode
+
+
+@pytest.mark.slow  # a bench command in a child process
+@pytest.mark.skipif(not sys.platform.startswith("linux") or os.confstr("CS_GNU_LIBC_VERSION") is None
+                    or not _transparent_huge_pages(),
+                    reason="glibc's malloc tunables on a kernel with transparent huge pages only")
+def test_bench_workers_malloc_on_huge_pages_and_the_plugin_sees_the_callers_environment(
+        tmp_path: Path, attnbench) -> None:
+    """The command execs itself once with glibc's huge-page tunable, so the forkserver forked from it gives every
+    timing worker that heap (a plain malloc of 64 MiB lands on huge pages); the plugin's environment is the
+    caller's, its tunables kept and none of ours added."""
+    plugin = tmp_path / "heap.py"
+    plugin.write_text(HEAP_PLUGIN)
+    out = tmp_path / "b.json"
+    done = attnbench("bench", "--plugin", str(plugin), "--only", "heap_report", "--T", "64", "--heads", "1", "--d",
+                     "16", "--mode", "fwd", "--roof-budget", "0.01", "--budget", "0.05", "--no-memory", "--quiet",
+                     "--out", str(out), env={"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"})
+    import json
+
+    (cell,) = json.loads(out.read_text())["cells"]
+    assert cell["status"] == "error", done.stderr[-2000:]
+    assert "huge pages: True; sees 'glibc.malloc.arena_max=2'" in cell["reason"], cell["reason"]

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from harness.bench.driven import Drive, Listener, ParentSet, driving
+from harness.bench.peak import PEAK_TIMING
 from harness.bench.rounds import (
     MAX_ROUNDS,
     Probe,
@@ -41,6 +42,7 @@ from harness.bench.tasks import (
     traced_memory_task,
     warm_up_task,
 )
+from harness.bench.timing import roof_share
 from harness.bench.verdicts import Timed
 from harness.reference.tensors import TORCH_DTYPES
 from harness.results import Rounds, Stamped
@@ -155,7 +157,8 @@ class CellTimer:
         # pairs are a pipe round trip apart, not a probe's tens of milliseconds (a load switching within a second
         # then hits both sides of the pair alike)
         orders = round_order(list(states), max(settings.timing.rounds, MAX_ROUNDS), f"{first.case.id}/{first.mode}")
-        probe_args = (first.case.dtype, first.case.device, settings.threads, self._clock(first.case.device))
+        probe_args = (first.case.dtype, first.case.device, settings.threads, self._clock(first.case.device),
+                      roof_share(PEAK_TIMING, first.case.device, settings.timing.roof_budget_s))
         total = settings.timing.rounds
         first_calls: list[float] = []  # each contender's fastest call of the first round
         for index, order in enumerate(orders):

@@ -42,6 +42,8 @@ PROBE_CALLS = 5
 thread, so one call can read the roof far low; the fastest of a few short calls is the roof offered then."""
 PROBE_BYTES = 256 * 2**20
 """The probe's read buffer (as :data:`harness.bench.bandwidth.STREAM_BYTES`): beyond the caches."""
+PROBE_MIN_BYTES = 4 * 2**20
+"""The smallest read buffer a reduced ``--roof-budget`` gives the probe."""
 
 # ---------------------------------------------------------------- worker side
 
@@ -49,13 +51,15 @@ PROBE_BYTES = 256 * 2**20
 _PROBE: dict[str, Any] = {}
 
 
-def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall"
+def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "wall", share: float = 1.0
                     ) -> tuple[float, float, float | None]:
     """Worker (the peak one): (GEMM GFLOP/s, read GB/s, one thread's GEMM GFLOP/s of CPU) now: the fastest of
     :data:`PROBE_CALLS` square GEMM calls of :data:`PROBE_GEMM` and one ``torch.sum`` over :data:`PROBE_BYTES`
     (buffers made, and first touched, once per worker), timed on the cells' ``clock``; then, on a CPU, the same
     GEMM on one thread timed on that thread's CPU clock, which a busy machine does not stretch (a preempted
-    thread's clock stops). The roof beside a cell is the best of its rounds' readings."""
+    thread's clock stops). The roof beside a cell is the best of its rounds' readings. ``share``: of the read
+    buffer, as ``--roof-budget`` shrinks the roofs' problems (:func:`harness.bench.timing.roof_share`; a buffer the
+    caches hold reads a higher bandwidth, which only lowers the floor)."""
     import torch
 
     from harness.reference.tensors import TORCH_DTYPES
@@ -67,7 +71,8 @@ def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "
         gen = torch.Generator().manual_seed(0)
         _PROBE[key] = tuple(torch.randn(n, n, generator=gen).to(TORCH_DTYPES[dtype]).to(device) for _ in range(2))
     if device not in _PROBE:
-        _PROBE[device] = torch.ones(PROBE_BYTES // 4, dtype=torch.float32, device=device)
+        size = max(PROBE_MIN_BYTES, int(PROBE_BYTES * min(1.0, share))) if device == "cpu" else PROBE_BYTES
+        _PROBE[device] = torch.ones(size // 4, dtype=torch.float32, device=device)
     a, b = _PROBE[key]
     timer = guard.CPU_CLOCK if clock == "cpu" and device == "cpu" else guard.CLOCK
     gemm = []
@@ -78,7 +83,7 @@ def roof_probe_task(dtype: str, device: str, threads: int | None, clock: str = "
     t0 = timer()
     _PROBE[device].sum()
     read = timer() - t0
-    return 2.0 * n ** 3 / min(gemm) / 1e9, PROBE_BYTES / read / 1e9, _one_thread_gflops(a, b) if device == "cpu" else None
+    return 2.0 * n ** 3 / min(gemm) / 1e9, _PROBE[device].numel() * 4 / read / 1e9, _one_thread_gflops(a, b) if device == "cpu" else None
 
 
 def _one_thread_gflops(a: Any, b: Any) -> float | None:

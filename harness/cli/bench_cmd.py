@@ -234,7 +234,7 @@ def execute(request: BenchRequest) -> int:
     from harness.bench.catalogue import load_catalogue
 
     settings = request.settings
-    start_forkserver()  # a new interpreter: its timing workers' heaps on huge pages (isolation.HUGE_PAGE_HEAPS)
+    start_forkserver(from_here=True, huge_pages=True)  # timing workers' heaps on huge pages (isolation.HUGE_PAGE_HEAPS)
     registry = registry_of(settings.plugins, load_catalogue)  # the timekeeping parent imports no plugin
     _warn_if_loaded(settings.threads, request.quiet)
     _warn_if_oversubscribed(settings.threads)

@@ -148,8 +148,8 @@ def _verify_step(args: argparse.Namespace, verify_path: Path, bench_path: Path |
 
     checks = verify_cmd.request_for(VerifySettings(suite=SUITE, only=tuple(args.only), plugins=tuple(args.plugin),
                                                    executor=executor, address=address), str(verify_path))
-    if bench_path is not None:  # bench follows: one server for both, a new interpreter (isolation.HUGE_PAGE_HEAPS)
-        start_forkserver()
+    if bench_path is not None:  # bench follows: one server for both, its heaps on huge pages (isolation.HUGE_PAGE_HEAPS)
+        start_forkserver(from_here=True, huge_pages=True)
     code = _step("verify", _verify_line(args, verify_path), lambda: verify_cmd.execute(checks))
     if code == EXIT_INTERRUPTED:
         raise _stop_here("verify", verify_path, bench_path, args)

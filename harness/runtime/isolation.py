@@ -436,19 +436,21 @@ def command_process() -> None:
     confinement.protect_command()
 
 
-def start_forkserver(from_here: bool = False) -> None:
+def start_forkserver(from_here: bool = False, huge_pages: bool = False) -> None:
     """Start the forkserver now, without waiting for it: its import of torch (:data:`FORKSERVER_PRELOAD`) runs on
     another core while this process loads the plugins, instead of after. The first worker waits for it as usual.
 
     ``from_here``: called before any plugin is loaded, so the server may be this process forked (see
-    :func:`_forked_server`) instead of a new interpreter that imports torch a second time."""
+    :func:`_forked_server`) instead of a new interpreter that imports torch a second time. ``huge_pages``: the
+    server's workers time calls, so their heaps must be on huge pages (:data:`HUGE_PAGE_HEAPS`): forked only from a
+    command that started with them (:func:`huge_page_heaps_by_exec`), else a new interpreter."""
     if "forkserver" not in mp.get_all_start_methods():
         return
     streams.fill_standard_fds()
     _context("forkserver")
     multiprocessing.resource_tracker.ensure_running()
     _short_socket_dir()
-    forked = from_here and _may_fork_server()
+    forked = from_here and _may_fork_server() and (_HEAPS_ON_HUGE_PAGES or not huge_pages)
     with _sigint_blocked(), _forked_server() if forked else _huge_page_heaps():
         multiprocessing.forkserver.ensure_running()
 
@@ -476,6 +478,55 @@ def _huge_page_heaps() -> Iterator[None]:
             os.environ.pop("GLIBC_TUNABLES", None)
         else:
             os.environ["GLIBC_TUNABLES"] = before
+
+
+_HEAP_MARK = "ATTNBENCH_TUNABLES_BEFORE"
+"""Set across :func:`huge_page_heaps_by_exec`'s exec only: the ``GLIBC_TUNABLES`` the caller had."""
+_HEAPS_ON_HUGE_PAGES = False
+"""Whether this process started with :data:`HUGE_PAGE_HEAPS` (by :func:`huge_page_heaps_by_exec`): then a server
+forked from it gives its workers huge-page heaps as a new interpreter's would."""
+
+
+def huge_page_heaps_by_exec() -> None:
+    """Make the ``attnbench`` command's own heap what a timing worker's must be (:data:`HUGE_PAGE_HEAPS`), so its
+    forkserver can be the command forked instead of a new interpreter that imports torch a second time (1.6 s of
+    CPU in every bench): exec the same command line once with the tunable added, then put the caller's
+    ``GLIBC_TUNABLES`` back in the environment, so that what it spawns (memory workers, plugins' children) starts
+    as the caller's would. Only where the command was started from a file or ``-m`` (a program read from stdin
+    cannot be read twice), on Linux with glibc, and before anything else ran."""
+    global _HEAPS_ON_HUGE_PAGES
+    if _HEAP_MARK in os.environ:  # the exec'd command: the tunable is in effect; the caller's environment back
+        _put_back(os.environ.pop(_HEAP_MARK))
+        _HEAPS_ON_HUGE_PAGES = True
+        return
+    before = os.environ.get("GLIBC_TUNABLES")
+    if (not sys.platform.startswith("linux") or not _glibc() or not os.path.isfile(sys.argv[0] or "")
+            or HUGE_PAGE_HEAPS.split("=")[0] in (before or "")):
+        return
+    os.environ[_HEAP_MARK] = "unset" if before is None else f"set:{before}"
+    os.environ["GLIBC_TUNABLES"] = f"{before}:{HUGE_PAGE_HEAPS}" if before else HUGE_PAGE_HEAPS
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execv(sys.executable, list(sys.orig_argv))
+    except OSError:  # no exec: a server from a new interpreter gives the workers their huge pages instead
+        _put_back(os.environ.pop(_HEAP_MARK))
+
+
+def _put_back(mark: str) -> None:
+    """The caller's ``GLIBC_TUNABLES`` from its mark ("unset", or "set:" and its value)."""
+    if mark.startswith("set:"):
+        os.environ["GLIBC_TUNABLES"] = mark[4:]
+    else:
+        os.environ.pop("GLIBC_TUNABLES", None)
+
+
+def _glibc() -> bool:
+    """Whether this interpreter runs on glibc (whose malloc reads the tunable)."""
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") is not None
+    except (ValueError, OSError):
+        return False
 
 
 def _may_fork_server() -> bool:

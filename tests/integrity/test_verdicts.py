@@ -43,6 +43,15 @@ def test_a_call_under_the_floor_is_implausible_with_the_numbers() -> None:
     assert judge(_value([0.02, 0.03]), 1.0, FLOOR) == (Status.OK, None)
 
 
+def test_a_few_calls_read_under_the_floor_are_noise_a_quarter_of_them_is_implausible() -> None:
+    # a sample is a round trip less the fastest null trip: a few calls of a tiny cell read 0 ns on an honest kernel
+    honest = [0.02] * 17 + [0.0, 0.0, 1e-9]
+    assert judge(_value(honest), 1.0, FLOOR) == (Status.OK, None)
+    cheat = [0.02] * 14 + [1e-6] * 6  # 30% of the calls under the floor
+    status, reason = judge(_value(cheat), 1.0, FLOOR)
+    assert status == Status.IMPLAUSIBLE and "25th percentile 1 µs" in (reason or ""), reason
+
+
 def test_a_worker_clock_that_disagrees_with_the_parents_is_implausible() -> None:
     status, reason = judge(_value([0.02, 0.03]), 4.0, FLOOR)  # the worker counted 1 s of a 4 s task
     assert status == Status.IMPLAUSIBLE and "parent's clock" in (reason or "")

@@ -95,7 +95,9 @@ def test_the_run_fails_and_the_profile_discloses_delegation(run: dict[str, list[
 def test_a_patched_clock_in_the_worker_moves_no_time(tmp_path: Path, attnbench: Any) -> None:
     # the plugin's module slows the worker's perf_counter 4x; the parent's clock measures the calls, so the cell
     # reads as long as the same work timed beside it in the same rounds (a 4x discount would read 0.25)
-    cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher", "torch_sdpa"], "--mode", "fwd")
+    # one thread: the cells are on the CPU clock, which a busy machine does not stretch on one side of a round only
+    cells = bench(attnbench, tmp_path, HERE / "clock_cheat.py", ["clock_patcher", "torch_sdpa"], "--mode", "fwd",
+                  "--threads", "1")
     (cell,), (sdpa,) = cells["clock_patcher"], cells["torch_sdpa"]
     assert cell["status"] == "ok", cell["reason"]
     # the per-round ratio to torch_sdpa timed beside it in the same rounds (robust to a load that comes and goes)

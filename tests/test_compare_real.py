@@ -1,7 +1,7 @@
 """`attnbench compare` on real benchmark runs: a plugin that repeats its work 4 times is caught.
 
 The plugin is a real file benchmarked for real by `attnbench bench` (a tiny shape, one thread, no
-memory runs). The slowed copy registers the same name, so its cells line up with the base run's,
+memory runs, the wall clock). The slowed copy registers the same name, so its cells line up with the base run's,
 and it sleeps 20 ms per call: a floor on its time that no load can lower, against a base call of
 microseconds, so the regression exists by construction, not by the machine being idle. Two runs of
 the same code are *not* compared here: on a busy machine they may honestly differ by 40%.
@@ -43,7 +43,7 @@ def bench(tmp_path: Path, name: str, sleep_s: float) -> Path:
     plugin.write_text(PLUGIN.format(sleep_s=sleep_s))
     out = tmp_path / f"{name}.json"
     code = main(["bench", "--plugin", str(plugin), "--only", "victim", "--T", "32", "--d", "16", "--heads", "1",
-                 "--no-memory", "--threads", "1",
+                 "--no-memory", "--threads", "1", "--clock", "wall",  # the wall clock: a sleep is on it, not on the CPU clock
                  "--roof-budget", "0.01", "--budget", "0.2", "--min-samples", "8", "--quiet", "--out", str(out)])
     assert code == 0
     return out

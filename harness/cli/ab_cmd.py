@@ -162,6 +162,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.results.paths import write_atomic
     from harness.runtime import interrupts
     interrupts.import_torch()
+    from harness.runtime.isolation import start_forkserver
+
+    start_forkserver(from_here=True, huge_pages=True)  # timing workers' heaps on huge pages (isolation.HUGE_PAGE_HEAPS)
     from harness.bench.ab import run_ab
     from harness.bench.ab_files import write_sides
     from harness.report.ab import HEADERS, judge, markdown, rows, summary_line

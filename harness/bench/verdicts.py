@@ -14,10 +14,10 @@ Judged outside the worker, on the numbers it sent back and the parent's own wall
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from harness.analysis.stats import quantile
 from harness.results import Accounting, Floor, Integrity, Record, Status
 
 CPU_WINDOW_S = 0.015
@@ -72,20 +72,16 @@ def judge(value: Timed | Mapping[str, object], wall_s: float | None,
     return Status.OK, None
 
 
-FLOOR_QUANTILE = 0.5
-"""Which of the timed calls is held against the physics floor: the median, the cell's reported time. A sample is a
-round trip less the fastest null trip (:mod:`harness.bench.driven`), and a trip's own cost varies by tens of
-microseconds (more on a busy machine), so in a cell of a few microseconds of work up to a quarter of the calls
-read 0 ns beside two busy loops, and one lucky call of an honest kernel can beat a probe's reading; a cheat that
-makes the cell's time faster than physics moves its median."""
-
-
 def _under_floor(samples: list[float], roof: Floor | None) -> list[str]:
-    """The cell's median call against the physics floor: faster than the roofs allow is no computation."""
-    low = quantile(sorted(samples), FLOOR_QUANTILE) if samples else None
-    if not (roof is not None and roof.floor_s and low is not None and low < roof.floor_s):
+    """The cell's median call, its reported time, against the physics floor: faster than the roofs allow is no
+    computation. Not the fastest call: a sample is a round trip less the fastest null trip (:mod:`harness.bench.driven`),
+    and a trip's own cost varies by tens of microseconds (more on a busy machine), so in a cell of a few microseconds of
+    work up to a quarter of the calls read 0 ns beside two busy loops, and one lucky call of an honest kernel can beat
+    a probe's reading; a cheat that makes the cell's time faster than physics moves its median."""
+    median = statistics.median(samples) if samples else None
+    if not (roof is not None and roof.floor_s and median is not None and median < roof.floor_s):
         return []
-    return [f"the median timed call {_s(low)} is under the physics floor {_s(roof.floor_s)} (fastest "
+    return [f"the median timed call {_s(median)} is under the physics floor {_s(roof.floor_s)} (fastest "
             f"{_s(min(samples))}) "
             f"(compute {_s(roof.compute_s or 0.0)} at {roof.compute_roof_gflops or 0.0:.4g} GFLOP/s, memory "
             f"{_s(roof.memory_s or 0.0)} at {roof.memory_roof_gbps or 0.0:.4g} GB/s: upper estimates of the roofs)"]
